@@ -1,0 +1,80 @@
+//! The behaviour cases, one file per area. Each is `pub async fn(Ctx) -> Outcome` and panics
+//! with a message saying what broke.
+
+use std::future::Future;
+use std::time::Duration;
+
+use distlock_core::{DistributedLock, Lease, LockName, OwnerToken, TryAcquire};
+
+mod acquire;
+mod exclusion;
+mod expiry;
+mod fencing;
+mod input;
+mod lost;
+mod outage;
+mod process;
+mod renewal;
+mod waiting;
+
+pub use acquire::{
+    c01_try_acquire_reports_held, c02_release_then_not_owned, c14_no_reentrancy, c15_names_are_exact,
+};
+pub use exclusion::{c09_mutual_exclusion_under_contention, c10_many_locks_at_once};
+pub use expiry::{
+    c03_stale_owner_cannot_release_or_extend, c04_ttl_expiry_frees_lock, c13_dropped_guard_frees_lock,
+};
+pub use fencing::c08_fencing_tokens_increase;
+pub use input::c11_bad_input_is_a_typed_error;
+pub use lost::{c16_lost_lock_signal, c18_max_hold_time, c19_no_renewal_reports_expiry};
+pub use outage::c12_store_going_away;
+pub use process::c17_cross_process_holder;
+pub use renewal::c05_extend_and_watchdog_keep_lock;
+pub use waiting::{c06_wait_timeout_and_handoff, c07_cancelled_acquire_leaves_nothing, c20_with_lock};
+
+/// How a case ended (a failure is a panic).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every check held.
+    Passed,
+    /// The backend declares it lacks what the case checks, or the fixture cannot do it.
+    Skipped(String),
+}
+
+pub(crate) fn skip(reason: impl Into<String>) -> Outcome {
+    let reason = reason.into();
+    println!("skipped by capability: {reason}");
+    Outcome::Skipped(reason)
+}
+
+/// Awaits `fut`, failing the case if it takes longer than `limit`.
+pub(crate) async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what}: did not finish within {limit:?}"),
+    }
+}
+
+/// One raw acquisition that must succeed.
+pub(crate) async fn take(backend: &dyn DistributedLock, name: &LockName, ttl: Duration) -> Lease {
+    match backend.try_acquire(name, OwnerToken::new(), ttl).await {
+        Ok(TryAcquire::Acquired(lease)) => lease,
+        Ok(TryAcquire::Held(h)) => panic!("{name:?} should be free, but is held ({h:?})"),
+        Err(e) => panic!("acquiring {name:?} failed: {e}"),
+    }
+}
+
+/// Whether a raw attempt by `backend` finds `name` held (releasing it again if it got it).
+pub(crate) async fn is_held(backend: &dyn DistributedLock, name: &LockName, ttl: Duration) -> bool {
+    match backend.try_acquire(name, OwnerToken::new(), ttl).await {
+        Ok(TryAcquire::Held(_)) => true,
+        Ok(TryAcquire::Acquired(lease)) => {
+            let _ = backend.release(&lease).await;
+            false
+        }
+        Err(e) => panic!("probing {name:?} failed: {e}"),
+    }
+}
+
+/// A TTL long enough that it never runs out during a case.
+pub(crate) const LONG_TTL: Duration = Duration::from_secs(60);

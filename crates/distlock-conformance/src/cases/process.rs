@@ -1,0 +1,130 @@
+//! Another process holds the lock: it excludes us, and its death (kill -9) frees the lock.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use distlock_core::{AcquireOptions, LockName};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+use super::{within, Outcome, LONG_TTL};
+use crate::{child, Ctx};
+
+/// 17. Cross-process: a child process holds the lock; we cannot take it; after it releases on
+/// command we get it promptly; a second child is killed with kill -9 and we get the lock once
+/// its TTL (or session) runs out.
+pub async fn c17_cross_process_holder(ctx: Ctx) -> Outcome {
+    if !ctx.caps().cross_process {
+        return super::skip("the backend is in-process only");
+    }
+    let Some(env) = ctx.fixture().child_env() else {
+        return super::skip("the fixture cannot be reached from a child process");
+    };
+    let Some(test) = ctx.child_test().map(str::to_owned) else {
+        return super::skip("no child entry point outside a test binary");
+    };
+    let ttl = ctx.short_ttl().max(Duration::from_secs(1));
+    let client = ctx.client().await;
+    let name = ctx.name("child");
+
+    // A child that releases when told to.
+    let mut holder = ChildHolder::spawn(&test, &env, &name, ttl).await;
+    assert!(
+        client.try_acquire(&name).await.expect("works").is_none(),
+        "the child's lock must exclude us"
+    );
+    holder.send("release").await;
+    holder.expect_line(child::RELEASED).await;
+    let guard = client
+        .acquire_with(
+            &name,
+            &AcquireOptions::new()
+                .ttl(LONG_TTL)
+                .wait_for(Duration::from_secs(10)),
+        )
+        .await
+        .expect("acquired after the child released");
+    assert!(guard.release().await.expect("works"));
+    holder.wait_exit().await;
+
+    // A child killed with kill -9 while holding.
+    let mut holder = ChildHolder::spawn(&test, &env, &name, ttl).await;
+    assert!(
+        client.try_acquire(&name).await.expect("works").is_none(),
+        "the child's lock must exclude us"
+    );
+    let killed_at = Instant::now();
+    holder.kill().await;
+    let limit = ttl * 4 + Duration::from_secs(40);
+    let guard = client
+        .acquire_with(&name, &AcquireOptions::new().ttl(LONG_TTL).wait_for(limit))
+        .await
+        .expect("the killed child's lock frees itself");
+    println!("acquired {:?} after kill -9 (TTL {ttl:?})", killed_at.elapsed());
+    assert!(guard.release().await.expect("works"));
+    Outcome::Passed
+}
+
+struct ChildHolder {
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+impl ChildHolder {
+    async fn spawn(test: &str, env: &[(String, String)], name: &LockName, ttl: Duration) -> Self {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let mut child = Command::new(exe)
+            .args([test, "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env(child::CHILD_ENV, child::encode_spec(name, ttl))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the test binary starts as a child");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut holder = Self {
+            child,
+            lines: BufReader::new(stdout).lines(),
+        };
+        holder.expect_line(child::ACQUIRED).await;
+        holder
+    }
+
+    async fn expect_line(&mut self, marker: &str) {
+        within(
+            Duration::from_secs(60),
+            &format!("the child prints {marker}"),
+            async {
+                loop {
+                    match self.lines.next_line().await.expect("reading the child's output") {
+                        Some(line) if line.starts_with(marker) => return,
+                        Some(_) => {}
+                        None => panic!("the child exited before printing {marker}"),
+                    }
+                }
+            },
+        )
+        .await;
+    }
+
+    async fn send(&mut self, command: &str) {
+        let stdin = self.child.stdin.as_mut().expect("piped stdin");
+        stdin
+            .write_all(format!("{command}\n").as_bytes())
+            .await
+            .expect("the child reads commands");
+        stdin.flush().await.expect("flushed");
+    }
+
+    async fn kill(&mut self) {
+        self.child.start_kill().expect("SIGKILL the child");
+        self.wait_exit().await;
+    }
+
+    async fn wait_exit(&mut self) {
+        within(Duration::from_secs(30), "the child exits", self.child.wait())
+            .await
+            .expect("waited");
+    }
+}

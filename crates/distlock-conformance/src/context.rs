@@ -1,0 +1,77 @@
+//! [`Ctx`]: what every case gets: the fixture, a unique name prefix, and helpers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock_core::{Capabilities, DistributedLock, LockClient, LockName};
+
+use crate::Fixture;
+
+/// What a case runs with.
+#[derive(Clone)]
+pub struct Ctx {
+    fixture: Arc<dyn Fixture>,
+    prefix: String,
+    capabilities: Capabilities,
+    child_test: Option<String>,
+}
+
+impl Ctx {
+    /// A context for one case run; the prefix is unique per run so runs never collide.
+    pub async fn new(fixture: Arc<dyn Fixture>, case: &str, child_test: Option<String>) -> Self {
+        let backend = fixture.backend().await.expect("the fixture opens a client");
+        let run = uuid::Uuid::new_v4().simple().to_string();
+        Self {
+            capabilities: backend.capabilities(),
+            prefix: format!("dl-{}-{case}-", &run[..12]),
+            fixture,
+            child_test,
+        }
+    }
+
+    /// The fixture.
+    pub fn fixture(&self) -> &dyn Fixture {
+        &*self.fixture
+    }
+
+    /// The fixture, shared.
+    pub fn fixture_arc(&self) -> Arc<dyn Fixture> {
+        self.fixture.clone()
+    }
+
+    /// The backend's capabilities.
+    pub fn caps(&self) -> &Capabilities {
+        &self.capabilities
+    }
+
+    /// This run's unique name prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// A lock name unique to this run.
+    pub fn name(&self, suffix: &str) -> LockName {
+        LockName::new(format!("{}{suffix}", self.prefix)).expect("suite names are valid")
+    }
+
+    /// A new raw backend client.
+    pub async fn backend(&self) -> Arc<dyn DistributedLock> {
+        self.fixture.backend().await.expect("the fixture opens a client")
+    }
+
+    /// A new [`LockClient`] over a new backend client.
+    pub async fn client(&self) -> LockClient {
+        LockClient::from_arc(self.backend().await)
+    }
+
+    /// The fixture's short TTL, rounded up to the backend's granularity.
+    pub fn short_ttl(&self) -> Duration {
+        let ttl = self.fixture.short_ttl();
+        self.capabilities.validate_ttl(ttl).unwrap_or(ttl)
+    }
+
+    /// The test name of the child-process entry point, if the suite runs as a test binary.
+    pub fn child_test(&self) -> Option<&str> {
+        self.child_test.as_deref()
+    }
+}

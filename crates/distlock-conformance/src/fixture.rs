@@ -1,0 +1,49 @@
+//! [`Fixture`]: what a backend's test gives the suite (clients of one store, fault hooks).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::{DistributedLock, LockName, Result};
+
+/// One store under test, as the suite sees it. Each backend's `tests/conformance.rs`
+/// implements it in a few lines and calls [`conformance_tests!`](crate::conformance_tests).
+#[async_trait]
+pub trait Fixture: Send + Sync + 'static {
+    /// A new, independent client of the store (its own connections), as a second service
+    /// instance would have.
+    async fn backend(&self) -> Result<Arc<dyn DistributedLock>>;
+
+    /// Fault hook: deletes or steals the hold on `name` behind its holder's back (as an
+    /// operator or a buggy client would), so the holder's next renewal finds it gone.
+    async fn steal(&self, name: &LockName) -> Result<()>;
+
+    /// How many locks whose names start with `prefix` the store considers held right now.
+    /// Used to prove that nothing is left behind.
+    async fn held_count(&self, prefix: &str) -> Result<usize>;
+
+    /// Fault hook: makes the store go away (kill or pause the server). `None` if this fixture
+    /// cannot (for example a server it did not start); the outage case is then skipped.
+    async fn outage(&self) -> Option<Box<dyn Outage>> {
+        None
+    }
+
+    /// Environment variables a child process needs to reach the same store, or `None` if the
+    /// store lives in this process (the cross-process case is then skipped).
+    fn child_env(&self) -> Option<Vec<(String, String)>> {
+        None
+    }
+
+    /// The TTL the suite uses for leases meant to expire during a case. At least the
+    /// backend's TTL granularity; keep it short so the suite stays fast.
+    fn short_ttl(&self) -> Duration {
+        Duration::from_millis(500)
+    }
+}
+
+/// A store made unavailable by [`Fixture::outage`]; restore it to end the outage.
+#[async_trait]
+pub trait Outage: Send {
+    /// Brings the store back (restart or resume the server) and waits until it answers.
+    async fn restore(self: Box<Self>);
+}

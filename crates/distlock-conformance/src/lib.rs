@@ -1,0 +1,216 @@
+//! One behaviour suite that every distlock backend runs.
+//!
+//! A backend's `tests/conformance.rs` implements [`Fixture`] for its store (a few lines: how
+//! to open a client, how to steal a lock behind a holder's back, how to count held locks, and
+//! optionally how to take the store away) and expands [`conformance_tests!`], which generates
+//! one `#[tokio::test]` per case in [`CASES`]. Cases read the backend's
+//! [`Capabilities`](distlock_core::Capabilities) and skip only what it declares it lacks,
+//! printing `skipped by capability: ...`.
+//!
+//! ```ignore
+//! use std::sync::Arc;
+//! use distlock_conformance::{conformance_tests, Fixture};
+//!
+//! async fn fixture() -> Arc<dyn Fixture> {
+//!     Arc::new(MyStoreFixture::start().await)
+//! }
+//!
+//! conformance_tests!(fixture);
+//! ```
+//!
+//! Each case uses a name prefix unique to its run, so runs against a shared store never
+//! collide. The suite's time limits are generous: speed is measured by the benchmarks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+pub mod bench;
+pub mod cases;
+pub mod child;
+mod context;
+mod fixture;
+mod memory;
+
+pub use cases::Outcome;
+pub use context::Ctx;
+pub use fixture::{Fixture, Outage};
+pub use memory::MemoryFixture;
+
+/// The longest any case may run before the suite calls it a hang.
+pub const CASE_LIMIT: Duration = Duration::from_secs(300);
+
+/// One case of the suite.
+#[derive(Debug, Clone, Copy)]
+pub struct Case {
+    /// The case's name (also its test function's name).
+    pub name: &'static str,
+    /// What it checks, in one line.
+    pub summary: &'static str,
+    /// Runs it.
+    pub run: fn(Ctx) -> BoxFuture<'static, Outcome>,
+}
+
+macro_rules! case {
+    ($name:ident, $summary:literal) => {
+        Case {
+            name: stringify!($name),
+            summary: $summary,
+            run: |ctx| Box::pin(cases::$name(ctx)),
+        }
+    };
+}
+
+/// Every case, in order. [`conformance_tests!`] generates a test for each (and checks that it
+/// covers this list).
+pub const CASES: &[Case] = &[
+    case!(
+        c01_try_acquire_reports_held,
+        "a free lock is acquired; a second client sees it held, not an error"
+    ),
+    case!(
+        c02_release_then_not_owned,
+        "release frees it; a second release reports not owned"
+    ),
+    case!(
+        c03_stale_owner_cannot_release_or_extend,
+        "an expired holder cannot release or extend the next holder's lock"
+    ),
+    case!(
+        c04_ttl_expiry_frees_lock,
+        "a lock nobody renews frees itself at its TTL (or session end), not before"
+    ),
+    case!(
+        c05_extend_and_watchdog_keep_lock,
+        "extend keeps the lock past its TTL; the watchdog holds it for 3.5x TTL"
+    ),
+    case!(
+        c06_wait_timeout_and_handoff,
+        "a wait times out on time; a release hands over promptly"
+    ),
+    case!(
+        c07_cancelled_acquire_leaves_nothing,
+        "a dropped acquire future leaves nothing held or queued"
+    ),
+    case!(
+        c08_fencing_tokens_increase,
+        "fencing tokens strictly increase across clients and expiry"
+    ),
+    case!(
+        c09_mutual_exclusion_under_contention,
+        "8 clients x 25 rounds of read-sleep-write: exact count, no overlap"
+    ),
+    case!(
+        c10_many_locks_at_once,
+        "500 locks held at once, renewed, released, nothing left behind"
+    ),
+    case!(
+        c11_bad_input_is_a_typed_error,
+        "odd names work without collisions; bad names and TTLs are typed errors"
+    ),
+    case!(
+        c12_store_going_away,
+        "a dead store gives errors in bounded time and fires the lost-lock signal"
+    ),
+    case!(
+        c13_dropped_guard_frees_lock,
+        "dropping a guard releases the lock promptly"
+    ),
+    case!(
+        c14_no_reentrancy,
+        "a second acquire by the same client is just another contender"
+    ),
+    case!(c15_names_are_exact, "names are exact and case-sensitive"),
+    case!(
+        c16_lost_lock_signal,
+        "release never fires the lost signal; a stolen lock fires it; late subscribers hear it"
+    ),
+    case!(
+        c17_cross_process_holder,
+        "another process's lock excludes us; kill -9 frees it at TTL/session end"
+    ),
+    case!(
+        c18_max_hold_time,
+        "the maximum hold time stops renewal and fires the lost signal"
+    ),
+    case!(
+        c19_no_renewal_reports_expiry,
+        "without renewal, the guard reports the expiry"
+    ),
+    case!(
+        c20_with_lock,
+        "with_lock runs under the lock and stops with LockLost when it is lost"
+    ),
+];
+
+/// Runs the case `name` against `fixture`, failing (panicking) if it fails or runs past
+/// [`CASE_LIMIT`]. `child_test` is the test name of the cross-process entry point.
+pub async fn run_case(name: &str, fixture: Arc<dyn Fixture>, child_test: Option<String>) -> Outcome {
+    let case = CASES
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no conformance case named {name}"));
+    let short = name.split('_').next().unwrap_or(name);
+    let ctx = Ctx::new(fixture, short, child_test).await;
+    match tokio::time::timeout(CASE_LIMIT, (case.run)(ctx)).await {
+        Ok(outcome) => outcome,
+        Err(_) => panic!("case {name} hung for {CASE_LIMIT:?}"),
+    }
+}
+
+/// Expands to one `#[tokio::test]` per conformance case for the fixture made by `$factory`
+/// (a path to an `async fn() -> Arc<dyn Fixture>`), plus the child entry point of the
+/// cross-process case. The calling crate needs `tokio` with the `macros` and
+/// `rt-multi-thread` features.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($factory:path) => {
+        $crate::conformance_tests!(@cases $factory;
+            c01_try_acquire_reports_held,
+            c02_release_then_not_owned,
+            c03_stale_owner_cannot_release_or_extend,
+            c04_ttl_expiry_frees_lock,
+            c05_extend_and_watchdog_keep_lock,
+            c06_wait_timeout_and_handoff,
+            c07_cancelled_acquire_leaves_nothing,
+            c08_fencing_tokens_increase,
+            c09_mutual_exclusion_under_contention,
+            c10_many_locks_at_once,
+            c11_bad_input_is_a_typed_error,
+            c12_store_going_away,
+            c13_dropped_guard_frees_lock,
+            c14_no_reentrancy,
+            c15_names_are_exact,
+            c16_lost_lock_signal,
+            c17_cross_process_holder,
+            c18_max_hold_time,
+            c19_no_renewal_reports_expiry,
+            c20_with_lock,
+        );
+
+        #[test]
+        #[ignore = "entry point of the cross-process case: runs only as its child process"]
+        fn __distlock_child_entry() {
+            $crate::child::entry($factory);
+        }
+    };
+    (@cases $factory:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let fixture = $factory().await;
+                let child = $crate::child::entry_test_name(module_path!());
+                let outcome = $crate::run_case(stringify!($case), fixture, Some(child)).await;
+                println!("{}: {:?}", stringify!($case), outcome);
+            }
+        )*
+
+        #[test]
+        fn conformance_suite_is_complete() {
+            let generated = [$(stringify!($case)),*];
+            let listed: Vec<&str> = $crate::CASES.iter().map(|c| c.name).collect();
+            assert_eq!(generated.as_slice(), listed.as_slice(), "conformance_tests! and CASES disagree");
+        }
+    };
+}

@@ -1,0 +1,390 @@
+//! [`LockClient`]: acquiring with waiting, `with_lock`, and cancel safety, written once for
+//! every backend on top of the [`DistributedLock`] primitives.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::guard::LockGuard;
+use crate::schedule::WaitSchedule;
+use crate::watchdog::Watchdog;
+use crate::{
+    AcquireOptions, Capabilities, DistributedLock, Error, FencingToken, Holder, LockName, LossReason,
+    LostSignal, OwnerToken, ReleaseWatch, Result, TryAcquire, Wait,
+};
+
+/// Anything that names a lock: `&str`, `String`, [`LockName`].
+pub trait IntoLockName {
+    /// Validates and converts.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] if the name breaks the contract.
+    fn into_lock_name(self) -> Result<LockName>;
+}
+
+impl IntoLockName for LockName {
+    fn into_lock_name(self) -> Result<LockName> {
+        Ok(self)
+    }
+}
+
+impl IntoLockName for &LockName {
+    fn into_lock_name(self) -> Result<LockName> {
+        Ok(self.clone())
+    }
+}
+
+impl IntoLockName for &str {
+    fn into_lock_name(self) -> Result<LockName> {
+        LockName::new(self)
+    }
+}
+
+impl IntoLockName for String {
+    fn into_lock_name(self) -> Result<LockName> {
+        LockName::new(self)
+    }
+}
+
+impl IntoLockName for &String {
+    fn into_lock_name(self) -> Result<LockName> {
+        LockName::new(self)
+    }
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) lock: Arc<dyn DistributedLock>,
+    pub(crate) capabilities: Capabilities,
+    pub(crate) watchdog: Watchdog,
+    defaults: AcquireOptions,
+}
+
+/// The API business code uses: acquire with waiting, guards with watchdog renewal and a
+/// lost-lock signal, `with_lock`. Cheap to clone; clones share one watchdog task.
+///
+/// Which store backs it is decided where it is built, so swapping stores does not touch the
+/// code that locks.
+///
+/// ```
+/// use distlock_core::{AcquireOptions, LockClient, MemoryLock};
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+/// let client = LockClient::new(MemoryLock::new());
+///
+/// // Wait up to 2 s for the lock, hold it with a 10 s TTL renewed by the watchdog.
+/// let opts = AcquireOptions::new().ttl(Duration::from_secs(10)).wait_for(Duration::from_secs(2));
+/// let guard = client.acquire_with("nightly-report", &opts).await?;
+/// assert!(client.try_acquire("nightly-report").await?.is_none(), "held, so no second guard");
+/// guard.release().await?;
+///
+/// // Or run a closure under the lock.
+/// let total = client.with_lock("ledger", &opts, |ctx| async move {
+///     assert!(!ctx.lost_signal().is_lost());
+///     40 + 2
+/// }).await?;
+/// assert_eq!(total, 42);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockClient {
+    inner: Arc<ClientInner>,
+}
+
+impl LockClient {
+    /// A client over `lock` with [`AcquireOptions::new`] as defaults.
+    pub fn new(lock: impl DistributedLock) -> Self {
+        Self::from_arc(Arc::new(lock))
+    }
+
+    /// A client over a shared backend.
+    pub fn from_arc(lock: Arc<dyn DistributedLock>) -> Self {
+        Self::with_defaults_inner(lock, AcquireOptions::new())
+    }
+
+    /// A client with other defaults for [`acquire`](Self::acquire) and
+    /// [`try_acquire`](Self::try_acquire). Clones made before this keep the old defaults.
+    pub fn with_defaults(self, defaults: AcquireOptions) -> Self {
+        Self::with_defaults_inner(self.inner.lock.clone(), defaults)
+    }
+
+    fn with_defaults_inner(lock: Arc<dyn DistributedLock>, defaults: AcquireOptions) -> Self {
+        Self {
+            inner: Arc::new(ClientInner {
+                capabilities: lock.capabilities(),
+                watchdog: Watchdog::new(lock.clone()),
+                lock,
+                defaults,
+            }),
+        }
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn DistributedLock> {
+        &self.inner.lock
+    }
+
+    /// The backend's capabilities.
+    pub fn capabilities(&self) -> &Capabilities {
+        &self.inner.capabilities
+    }
+
+    /// The default options.
+    pub fn defaults(&self) -> &AcquireOptions {
+        &self.inner.defaults
+    }
+
+    /// One attempt with the default options: `Ok(None)` if someone else holds the lock.
+    ///
+    /// # Errors
+    /// Invalid names or options, store errors.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if the future is dropped, a lock it may have taken is released.
+    pub async fn try_acquire(&self, name: impl IntoLockName) -> Result<Option<LockGuard>> {
+        let opts = self.inner.defaults.clone().no_wait();
+        self.try_acquire_with(name, &opts).await
+    }
+
+    /// One attempt with `opts` (their wait is ignored): `Ok(None)` if someone else holds it.
+    ///
+    /// # Errors
+    /// Invalid names or options, store errors.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`try_acquire`](Self::try_acquire).
+    pub async fn try_acquire_with(
+        &self,
+        name: impl IntoLockName,
+        opts: &AcquireOptions,
+    ) -> Result<Option<LockGuard>> {
+        match self.acquire_with(name, &opts.clone().no_wait()).await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(Error::Timeout { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Acquires with the default options (by default waiting until the lock is free).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] if the defaults limit the wait; invalid names or options; store errors.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`acquire_with`](Self::acquire_with).
+    pub async fn acquire(&self, name: impl IntoLockName) -> Result<LockGuard> {
+        let opts = self.inner.defaults.clone();
+        self.acquire_with(name, &opts).await
+    }
+
+    /// Acquires `name` with `opts`, waiting as they say.
+    ///
+    /// A waiter first tries; if the lock is held, it subscribes to release notifications (on
+    /// backends that have them) and only then tries again, so a release in between is never
+    /// missed; it then sleeps until a notification, the holder's expiry, or the next backoff
+    /// step, whichever comes first.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] if the lock was still held when the wait ran out (at once with
+    /// [`Wait::No`]); [`Error::InvalidName`] / [`Error::InvalidOptions`]; store errors, which
+    /// end the wait.
+    ///
+    /// # Cancel safety
+    /// Cancel safe. Each attempt runs to completion in a task; if this future is dropped while
+    /// an attempt is in flight and the attempt wins the lock, the lock is released at once in
+    /// the background. A dropped waiter leaves nothing behind in the store.
+    pub async fn acquire_with(&self, name: impl IntoLockName, opts: &AcquireOptions) -> Result<LockGuard> {
+        let name = name.into_lock_name()?;
+        opts.validate()?;
+        let ttl = self.inner.capabilities.validate_ttl(opts.ttl_value())?;
+        let started = Instant::now();
+        let deadline = opts.wait_value().deadline(started)?;
+        let span =
+            tracing::debug_span!("distlock.acquire", backend = self.inner.lock.backend(), lock = %name);
+        async move {
+            if let Attempt::Acquired(guard) = self.attempt(&name, ttl, opts).await? {
+                return Ok(guard);
+            }
+            if opts.wait_value() == Wait::No {
+                return Err(timeout(&name, started));
+            }
+            let mut watch = match self.inner.lock.watch(&name).await {
+                Ok(watch) => watch,
+                Err(error) => {
+                    tracing::debug!(%error, "distlock: no release notifications, polling instead");
+                    ReleaseWatch::polling()
+                }
+            };
+            let mut schedule = WaitSchedule::new(opts, watch.is_notified());
+            loop {
+                // Subscribed first, then retried: a release in between is not lost.
+                let holder = match self.attempt(&name, ttl, opts).await? {
+                    Attempt::Acquired(guard) => return Ok(guard),
+                    Attempt::Held(holder) => holder,
+                };
+                let now = Instant::now();
+                let mut delay = schedule.next(&holder);
+                if let Some(deadline) = deadline {
+                    if deadline <= now {
+                        return Err(timeout(&name, started));
+                    }
+                    delay = delay.min(deadline - now);
+                }
+                tracing::trace!(?delay, "distlock: waiting");
+                watch.wait(delay).await;
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Runs `work` while holding `name`, then releases.
+    ///
+    /// `work` gets a [`LockContext`] with the fencing token and the lost-lock signal. If the
+    /// lock is lost while `work` runs, `work`'s future is dropped at its next await point and
+    /// the call returns [`Error::LockLost`]: code past that point never runs without the lock.
+    /// If the final release finds the lock no longer ours, the result is also
+    /// [`Error::LockLost`], since exclusion may have been broken. If the release fails because
+    /// the store is unreachable, the result of `work` is returned and the lock frees at the
+    /// end of its TTL.
+    ///
+    /// # Errors
+    /// As [`acquire_with`](Self::acquire_with), plus [`Error::LockLost`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future drops `work` and releases the lock in the background.
+    pub async fn with_lock<F, Fut, T>(
+        &self,
+        name: impl IntoLockName,
+        opts: &AcquireOptions,
+        work: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(LockContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.acquire_with(name, opts).await?;
+        let context = LockContext {
+            name: guard.name(),
+            fencing: guard.fencing_token(),
+            owner: guard.owner(),
+            lost: guard.lost_signal(),
+        };
+        let lost = guard.lost_signal();
+        tokio::select! {
+            biased;
+            reason = lost.lost() => {
+                let name = guard.name().to_string();
+                // Best effort: the lock is gone already unless the store still has our entry.
+                let _ = guard.release().await;
+                Err(Error::LockLost { name, reason })
+            }
+            output = work(context) => {
+                let name = guard.name().to_string();
+                match guard.release().await {
+                    Ok(true) => Ok(output),
+                    Ok(false) => Err(Error::LockLost { name, reason: LossReason::NotOwned }),
+                    Err(error) => {
+                        tracing::warn!(lock = %name, %error, "distlock: release after with_lock failed; the TTL will free the lock");
+                        Ok(output)
+                    }
+                }
+            }
+        }
+    }
+
+    /// One attempt, run to completion in its own task so that dropping the caller can never
+    /// strand a lock: a guard that cannot be delivered is dropped, which releases it.
+    async fn attempt(
+        &self,
+        name: &LockName,
+        ttl: std::time::Duration,
+        opts: &AcquireOptions,
+    ) -> Result<Attempt> {
+        let inner = self.inner.clone();
+        let name = name.clone();
+        let (auto_renew, max_hold) = (opts.auto_renew_value(), opts.max_hold_value());
+        let (tx, rx) = oneshot::channel();
+        tokio::spawn(async move {
+            let owner = OwnerToken::new();
+            let outcome = match inner.lock.try_acquire(&name, owner, ttl).await {
+                Ok(TryAcquire::Acquired(lease)) => {
+                    tracing::debug!(lock = %name, fencing = ?lease.fencing_token(), "distlock: acquired");
+                    Ok(Attempt::Acquired(LockGuard::start(
+                        inner.clone(),
+                        lease,
+                        auto_renew,
+                        max_hold,
+                    )))
+                }
+                Ok(TryAcquire::Held(holder)) => Ok(Attempt::Held(holder)),
+                Err(error) => Err(error),
+            };
+            // If the caller is gone, `send` hands the outcome back and it is dropped here:
+            // a guard's drop releases the lock.
+            let _ = tx.send(outcome);
+        });
+        rx.await.map_err(|_| {
+            Error::backend(
+                self.inner.lock.backend(),
+                "the acquisition task ended unexpectedly",
+            )
+        })?
+    }
+}
+
+enum Attempt {
+    Acquired(LockGuard),
+    Held(Holder),
+}
+
+fn timeout(name: &LockName, started: Instant) -> Error {
+    Error::Timeout {
+        name: name.to_string(),
+        waited: started.elapsed(),
+    }
+}
+
+impl fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClient")
+            .field("backend", &self.inner.lock)
+            .field("defaults", &self.inner.defaults)
+            .finish()
+    }
+}
+
+/// What [`LockClient::with_lock`] hands to the protected work.
+#[derive(Debug, Clone)]
+pub struct LockContext {
+    name: LockName,
+    fencing: Option<FencingToken>,
+    owner: OwnerToken,
+    lost: LostSignal,
+}
+
+impl LockContext {
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        &self.name
+    }
+
+    /// The fencing token to send with every write the lock protects.
+    pub fn fencing_token(&self) -> Option<FencingToken> {
+        self.fencing
+    }
+
+    /// The owner token of this hold.
+    pub fn owner(&self) -> OwnerToken {
+        self.owner
+    }
+
+    /// The lost-lock signal.
+    pub fn lost_signal(&self) -> &LostSignal {
+        &self.lost
+    }
+}

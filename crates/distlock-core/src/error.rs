@@ -1,0 +1,169 @@
+//! The one error type every backend reports, with variants by meaning.
+//!
+//! Backends convert their private errors into [`Error`] so that callers match on what went
+//! wrong (`Timeout`, `Unavailable`, `LockLost`, ...) and never on which store they talk to.
+
+use std::time::Duration;
+
+/// A boxed error from a store's client library, kept as the `source` of an [`Error`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The result type of every fallible distlock operation.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong when taking, keeping or giving back a distributed lock.
+///
+/// "The lock is held by someone else" is not an error: single attempts report it as
+/// [`TryAcquire::Held`](crate::TryAcquire::Held) or `Ok(None)`, and only a wait that ran out
+/// becomes [`Error::Timeout`].
+///
+/// ```
+/// use distlock_core::{Error, LockName};
+///
+/// let err = LockName::new("").unwrap_err();
+/// assert!(matches!(err, Error::InvalidName { .. }));
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lock was still held by another owner when the wait ran out.
+    #[error("timed out after {waited:?} waiting for lock {name:?}")]
+    Timeout {
+        /// The lock's name.
+        name: String,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+
+    /// The lock name breaks the contract (see [`LockName`](crate::LockName)) or cannot be
+    /// represented by the store.
+    #[error("invalid lock name: {reason}")]
+    InvalidName {
+        /// Why the name was refused.
+        reason: String,
+    },
+
+    /// An option is out of range (a zero or absurd TTL, a wait that overflows time, ...).
+    #[error("invalid options: {reason}")]
+    InvalidOptions {
+        /// Which option and why.
+        reason: String,
+    },
+
+    /// A connection URL or configuration could not be understood.
+    #[error("invalid configuration: {reason}")]
+    InvalidConfig {
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// The store could not be reached or did not answer in time.
+    #[error("{backend} is unavailable: {source}")]
+    Unavailable {
+        /// The backend's name, for example `"redis"`.
+        backend: &'static str,
+        /// The underlying error.
+        #[source]
+        source: BoxError,
+    },
+
+    /// The backend cannot do what was asked (see its [`Capabilities`](crate::Capabilities)).
+    #[error("{backend} does not support {what}")]
+    NotSupported {
+        /// The backend's name.
+        backend: &'static str,
+        /// What it cannot do.
+        what: &'static str,
+    },
+
+    /// A lock this client held is no longer held.
+    #[error("lock {name:?} was lost: {reason}")]
+    LockLost {
+        /// The lock's name.
+        name: String,
+        /// Why it was lost.
+        reason: LossReason,
+    },
+
+    /// Any other error reported by the store or its client library.
+    #[error("{backend} error: {source}")]
+    Backend {
+        /// The backend's name.
+        backend: &'static str,
+        /// The underlying error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl Error {
+    /// Builds an [`Error::Unavailable`] from any error.
+    pub fn unavailable(backend: &'static str, source: impl Into<BoxError>) -> Self {
+        Self::Unavailable {
+            backend,
+            source: source.into(),
+        }
+    }
+
+    /// Builds an [`Error::Backend`] from any error.
+    pub fn backend(backend: &'static str, source: impl Into<BoxError>) -> Self {
+        Self::Backend {
+            backend,
+            source: source.into(),
+        }
+    }
+
+    /// Builds an [`Error::InvalidOptions`].
+    pub fn invalid_options(reason: impl Into<String>) -> Self {
+        Self::InvalidOptions {
+            reason: reason.into(),
+        }
+    }
+
+    /// Builds an [`Error::InvalidName`].
+    pub fn invalid_name(reason: impl Into<String>) -> Self {
+        Self::InvalidName {
+            reason: reason.into(),
+        }
+    }
+
+    /// Builds an [`Error::InvalidConfig`].
+    pub fn invalid_config(reason: impl Into<String>) -> Self {
+        Self::InvalidConfig {
+            reason: reason.into(),
+        }
+    }
+
+    /// Whether retrying the same operation later may succeed (the store was unreachable).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Unavailable { .. })
+    }
+}
+
+/// Why a held lock stopped being held, as reported by the lost-lock signal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// A renewal or release found the lock gone or owned by someone else.
+    NotOwned,
+    /// The lease ran out before a renewal succeeded (renewals kept failing or were off).
+    Expired,
+    /// Renewals kept failing with this error until the lease ran out.
+    RenewalFailed(String),
+    /// The guard reached its maximum hold time; the watchdog stopped renewing it.
+    MaxHoldExceeded,
+    /// The store ended the session the lock was bound to.
+    SessionExpired,
+}
+
+impl std::fmt::Display for LossReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotOwned => f.write_str("the store no longer records this client as the owner"),
+            Self::Expired => f.write_str("the lease expired before it was renewed"),
+            Self::RenewalFailed(e) => write!(f, "renewal kept failing until the lease expired: {e}"),
+            Self::MaxHoldExceeded => f.write_str("the maximum hold time was reached"),
+            Self::SessionExpired => f.write_str("the store session holding the lock expired"),
+        }
+    }
+}

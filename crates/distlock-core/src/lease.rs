@@ -1,0 +1,132 @@
+//! A lease: the record of one successful acquisition.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::{FencingToken, LockName, OwnerToken};
+
+/// One successful acquisition of a lock: who holds it, since when, for how long.
+///
+/// Backends build leases in [`DistributedLock::try_acquire`](crate::DistributedLock::try_acquire)
+/// and return an updated copy from `extend`. `valid_until` is measured on this machine's
+/// monotonic clock from the moment the acquiring request was *sent*, so the local view always
+/// ends before the store's.
+///
+/// ```
+/// use distlock_core::{FencingToken, Lease, LockName, OwnerToken};
+/// use std::time::Duration;
+/// use tokio::time::Instant;
+///
+/// let lease = Lease::new(LockName::new("job")?, OwnerToken::new(), Duration::from_secs(30), Instant::now())
+///     .with_fencing(FencingToken::new(7));
+/// assert_eq!(lease.fencing_token(), Some(FencingToken::new(7)));
+/// assert!(lease.valid_until().is_some());
+/// # Ok::<(), distlock_core::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Lease {
+    name: LockName,
+    owner: OwnerToken,
+    fencing: Option<FencingToken>,
+    ttl: Duration,
+    acquired_at: Instant,
+    valid_until: Option<Instant>,
+    handle: Option<Arc<str>>,
+}
+
+impl Lease {
+    /// A TTL-bound lease whose request was sent at `sent_at`.
+    pub fn new(name: LockName, owner: OwnerToken, ttl: Duration, sent_at: Instant) -> Self {
+        Self {
+            name,
+            owner,
+            fencing: None,
+            ttl,
+            acquired_at: sent_at,
+            valid_until: sent_at.checked_add(ttl),
+            handle: None,
+        }
+    }
+
+    /// A lease bound to the client's session with the store: it has no local deadline.
+    pub fn session_bound(name: LockName, owner: OwnerToken, sent_at: Instant) -> Self {
+        Self {
+            valid_until: None,
+            ..Self::new(name, owner, Duration::ZERO, sent_at)
+        }
+    }
+
+    /// Attaches the fencing token the store issued.
+    pub fn with_fencing(mut self, token: FencingToken) -> Self {
+        self.fencing = Some(token);
+        self
+    }
+
+    /// Attaches an opaque backend handle (a ZooKeeper node path, a memcached CAS value, ...).
+    pub fn with_handle(mut self, handle: impl Into<Arc<str>>) -> Self {
+        self.handle = Some(handle.into());
+        self
+    }
+
+    /// A copy renewed by a request sent at `sent_at` for `ttl`.
+    pub fn renewed(&self, ttl: Duration, sent_at: Instant) -> Self {
+        let mut next = self.clone();
+        next.ttl = ttl;
+        if self.valid_until.is_some() {
+            next.valid_until = sent_at.checked_add(ttl);
+        }
+        next
+    }
+
+    /// Shortens the local deadline by `margin` (Redlock's clock-drift allowance).
+    pub fn with_validity_margin(mut self, margin: Duration) -> Self {
+        self.valid_until = self
+            .valid_until
+            .map(|until| until.checked_sub(margin).unwrap_or(self.acquired_at));
+        self
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        &self.name
+    }
+
+    /// The owner token stored as the lock's value.
+    pub fn owner(&self) -> OwnerToken {
+        self.owner
+    }
+
+    /// The fencing token of this acquisition, if the backend issues them.
+    pub fn fencing_token(&self) -> Option<FencingToken> {
+        self.fencing
+    }
+
+    /// The TTL most recently set on the store.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// When the acquiring request was sent.
+    pub fn acquired_at(&self) -> Instant {
+        self.acquired_at
+    }
+
+    /// The local deadline after which the lease must be treated as gone unless renewed, or
+    /// `None` for session-bound leases.
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.valid_until
+    }
+
+    /// How long the lease is still valid from now (`None` for session-bound leases).
+    pub fn remaining(&self) -> Option<Duration> {
+        self.valid_until
+            .map(|until| until.saturating_duration_since(Instant::now()))
+    }
+
+    /// The backend's opaque handle, if it attached one.
+    pub fn handle(&self) -> Option<&str> {
+        self.handle.as_deref()
+    }
+}

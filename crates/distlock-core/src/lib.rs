@@ -1,0 +1,55 @@
+//! The contract of distlock: one distributed-lock API over many stores.
+//!
+//! - [`DistributedLock`] is what a backend implements: one acquisition attempt, owner-checked
+//!   release and extend, an optional release notification, and its [`Capabilities`]. Its
+//!   documentation states the contract every backend passes (the `distlock-conformance`
+//!   suite checks it).
+//! - [`LockClient`] is what business code uses, written once for every backend: waiting with
+//!   notifications or jittered backoff, [`LockGuard`]s renewed by one watchdog task per client,
+//!   a lost-lock signal, [`LockClient::with_lock`], and cancel safety.
+//! - [`FencingToken`]s strictly increase per name on backends that promise
+//!   [`Fencing::Monotonic`]; [`OwnerToken`]s are random and never reused.
+//! - [`MemoryLock`] is the in-process reference backend.
+//!
+//! ```
+//! use distlock_core::{AcquireOptions, LockClient, MemoryLock};
+//! use std::time::Duration;
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+//! let client = LockClient::new(MemoryLock::new());
+//! let opts = AcquireOptions::new().ttl(Duration::from_secs(15)).wait_for(Duration::from_secs(5));
+//! let guard = client.acquire_with("inventory:sku-42", &opts).await?;
+//! // ... the work the lock protects, sending guard.fencing_token() with each write ...
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod capabilities;
+mod client;
+mod error;
+mod guard;
+mod lease;
+mod lock;
+mod memory;
+mod name;
+mod options;
+mod schedule;
+mod token;
+mod watch;
+mod watchdog;
+
+pub use capabilities::{Capabilities, Expiry, Fairness, Fencing, WakeUp};
+pub use client::{IntoLockName, LockClient, LockContext};
+pub use error::{BoxError, Error, LossReason, Result};
+pub use guard::{LockGuard, LostSignal};
+pub use lease::Lease;
+pub use lock::{DistributedLock, Holder, LockState, TryAcquire};
+pub use memory::MemoryLock;
+pub use name::{LockName, MAX_NAME_BYTES};
+pub use options::{AcquireOptions, Wait};
+pub use token::{FencingToken, OwnerToken};
+pub use watch::{ReleaseWatch, Woke};
+
+#[doc(no_inline)]
+pub use async_trait::async_trait;

@@ -1,0 +1,194 @@
+//! The [`DistributedLock`] trait: the primitives a backend implements, and their contract.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::{self, StreamExt};
+
+use crate::{Capabilities, Error, FencingToken, Lease, LockName, OwnerToken, ReleaseWatch, Result};
+
+/// How many renewals the default [`DistributedLock::extend_many`] keeps in flight at once.
+const EXTEND_MANY_CONCURRENCY: usize = 32;
+
+/// The primitives one store implements. Object safe: use it as `Arc<dyn DistributedLock>`.
+///
+/// Business code does not call these directly; it uses [`LockClient`](crate::LockClient), which
+/// adds waiting, the guard, watchdog renewal, the lost-lock signal and cancel safety once for
+/// every backend.
+///
+/// # Contract
+///
+/// Every backend, checked by the `distlock-conformance` suite:
+/// - **Exclusion.** At most one owner token holds a name at a time, as judged by the store.
+/// - **Owner checks.** [`release`](Self::release) and [`extend`](Self::extend) act only if the
+///   store still records the lease's owner token; otherwise they return `false` / `None` and
+///   change nothing. A stale holder can never free or extend someone else's lock.
+/// - **Expiry.** For [`Expiry::Ttl`](crate::Expiry::Ttl) backends a lock that is not extended is
+///   free once its TTL has passed on the store; for session backends, once the session ends.
+/// - **Fencing.** If [`Capabilities::fencing`] is
+///   [`Fencing::Monotonic`](crate::Fencing::Monotonic), every lease of a name carries a
+///   token greater than all earlier ones.
+/// - **Names.** Any [`LockName`] is accepted and mapped onto the store without collisions, or
+///   refused with [`Error::InvalidName`]; names are exact and case-sensitive.
+/// - **No reentrancy.** A name held by some owner is held for everyone else, including other
+///   acquisitions by the same client or task: a second acquire is just another contender.
+/// - **Bounded time.** Every method returns within the backend's operation timeout when the
+///   store does not answer, with [`Error::Unavailable`]; none hangs.
+/// - **Cancel safety.** Each method is a bounded number of round trips. If its future is
+///   dropped mid-flight, the operation may or may not have been applied on the store;
+///   [`LockClient`](crate::LockClient) runs them to completion in a task and cleans up, so
+///   backends need not.
+///
+/// # Example
+///
+/// ```
+/// use distlock_core::{DistributedLock, LockName, MemoryLock, OwnerToken, TryAcquire};
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+/// let store = MemoryLock::new();
+/// let name = LockName::new("invoice-7")?;
+/// let TryAcquire::Acquired(lease) = store.try_acquire(&name, OwnerToken::new(), Duration::from_secs(5)).await? else {
+///     unreachable!("the lock is free");
+/// };
+/// assert!(matches!(
+///     store.try_acquire(&name, OwnerToken::new(), Duration::from_secs(5)).await?,
+///     TryAcquire::Held(_)
+/// ));
+/// assert!(store.release(&lease).await?);
+/// assert!(!store.release(&lease).await?, "a second release finds it not owned");
+/// # Ok(()) }
+/// ```
+#[async_trait]
+pub trait DistributedLock: Send + Sync + fmt::Debug + 'static {
+    /// A short name of the backend for errors and traces, such as `"redis"`.
+    fn backend(&self) -> &'static str;
+
+    /// What this backend promises.
+    fn capabilities(&self) -> Capabilities;
+
+    /// One attempt to take `name` for `owner` with `ttl` (already validated by the caller
+    /// against [`Capabilities::validate_ttl`]; session backends ignore it).
+    ///
+    /// Returns [`TryAcquire::Held`] when someone else holds it; that is not an error.
+    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire>;
+
+    /// Releases the lock if the store still records `lease`'s owner. Returns whether it did.
+    async fn release(&self, lease: &Lease) -> Result<bool>;
+
+    /// Resets the lock's TTL to `ttl` if the store still records `lease`'s owner, returning the
+    /// renewed lease, or `None` if the lock is no longer ours.
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>>;
+
+    /// Renews many leases, each by its own [`Lease::ttl`], one result per lease in order.
+    ///
+    /// The watchdog calls this with every lease due for renewal. The default runs
+    /// [`extend`](Self::extend) with bounded concurrency; backends that can pipeline or batch
+    /// (Redis) override it to use fewer round trips.
+    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        let renewals: Vec<_> = leases
+            .iter()
+            .map(|lease| self.extend(lease, lease.ttl()))
+            .collect();
+        stream::iter(renewals)
+            .buffered(EXTEND_MANY_CONCURRENCY)
+            .collect()
+            .await
+    }
+
+    /// Starts listening for releases of `name`, so a waiter learns of one without polling.
+    ///
+    /// Waiters call it *before* the retry that follows a failed attempt: any release after
+    /// this call returns wakes the watch, so a release between the failed attempt and the
+    /// subscription is never lost. The default returns [`ReleaseWatch::polling`] (no
+    /// notifications; the waiter backs off with jitter instead).
+    async fn watch(&self, name: &LockName) -> Result<ReleaseWatch> {
+        let _ = name;
+        Ok(ReleaseWatch::polling())
+    }
+
+    /// Reads who holds `name` right now, for status displays. Not used for any decision.
+    async fn inspect(&self, name: &LockName) -> Result<LockState> {
+        let _ = name;
+        Err(Error::NotSupported {
+            backend: self.backend(),
+            what: "inspecting a lock",
+        })
+    }
+
+    /// One no-op round trip to the store (Redis `PING`, SQL `SELECT 1`, ...): a health check,
+    /// and the floor the benchmarks compare lock operations against.
+    async fn ping(&self) -> Result<()>;
+}
+
+/// The outcome of one acquisition attempt.
+#[derive(Debug, Clone)]
+#[must_use]
+pub enum TryAcquire {
+    /// The lock is ours.
+    Acquired(Lease),
+    /// Someone else holds it.
+    Held(Holder),
+}
+
+/// What an attempt learned about the current holder of a lock.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// Time left until the current hold expires on the store, when the store said; waiters
+    /// wake at that point because an expiry publishes nothing.
+    pub remaining: Option<Duration>,
+}
+
+impl Holder {
+    /// A holder whose remaining time is unknown.
+    pub fn unknown() -> Self {
+        Self::default()
+    }
+
+    /// A holder whose hold expires in `remaining`.
+    pub fn expiring_in(remaining: Duration) -> Self {
+        Self {
+            remaining: Some(remaining),
+        }
+    }
+}
+
+/// A snapshot of a lock as the store sees it, from [`DistributedLock::inspect`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockState {
+    /// The stored owner value (an [`OwnerToken`] for distlock clients; other clients of the
+    /// same layout may store anything), or `None` if the lock is free.
+    pub owner: Option<String>,
+    /// The fencing token of the current or last hold, if the store keeps one.
+    pub fencing: Option<FencingToken>,
+    /// Time left on the current hold, if known.
+    pub remaining: Option<Duration>,
+}
+
+impl LockState {
+    /// A free lock, optionally with the last fencing token issued.
+    pub fn free(fencing: Option<FencingToken>) -> Self {
+        Self {
+            owner: None,
+            fencing,
+            remaining: None,
+        }
+    }
+
+    /// A held lock.
+    pub fn held(owner: String, fencing: Option<FencingToken>, remaining: Option<Duration>) -> Self {
+        Self {
+            owner: Some(owner),
+            fencing,
+            remaining,
+        }
+    }
+
+    /// Whether someone holds the lock.
+    pub fn is_held(&self) -> bool {
+        self.owner.is_some()
+    }
+}

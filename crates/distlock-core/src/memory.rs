@@ -1,0 +1,226 @@
+//! [`MemoryLock`]: the in-process reference backend.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::{
+    Capabilities, DistributedLock, Error, Fencing, FencingToken, Holder, Lease, LockName, LockState,
+    OwnerToken, ReleaseWatch, Result, TryAcquire, WakeUp,
+};
+
+const BACKEND: &str = "memory";
+
+/// An in-process lock store: the reference implementation of the contract.
+///
+/// **Single process only**: it excludes tasks and threads of one process that share it (clones
+/// share one store), never other processes. Use it in unit tests and to learn the API; it
+/// passes every conformance case that applies to it. Expiry follows tokio's clock, so tests
+/// can use paused time. Fencing tokens come from one counter and strictly increase. Releases
+/// notify waiters.
+///
+/// It also has fault hooks for tests ([`MemoryLock::steal`], [`MemoryLock::set_available`]).
+///
+/// ```
+/// use distlock_core::{LockClient, MemoryLock};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+/// let store = MemoryLock::new();
+/// let (a, b) = (LockClient::new(store.clone()), LockClient::new(store.clone()));
+/// let guard = a.acquire("job").await?;
+/// assert!(b.try_acquire("job").await?.is_none());
+/// guard.release().await?;
+/// assert!(b.try_acquire("job").await?.is_some());
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Default)]
+pub struct MemoryLock {
+    store: Arc<Mutex<Store>>,
+}
+
+#[derive(Default)]
+struct Store {
+    locks: HashMap<LockName, Entry>,
+    last_fencing: u64,
+    watchers: HashMap<LockName, watch::Sender<u64>>,
+    unavailable: bool,
+}
+
+struct Entry {
+    owner: OwnerToken,
+    expires_at: Instant,
+    fencing: u64,
+}
+
+impl Store {
+    /// The live entry of `name`, dropping it if it expired.
+    fn live(&mut self, name: &LockName, now: Instant) -> Option<&mut Entry> {
+        if self.locks.get(name).is_some_and(|e| e.expires_at <= now) {
+            self.locks.remove(name);
+        }
+        self.locks.get_mut(name)
+    }
+
+    fn check_available(&self) -> Result<()> {
+        if self.unavailable {
+            return Err(Error::unavailable(
+                BACKEND,
+                "the memory store was switched off by a test",
+            ));
+        }
+        Ok(())
+    }
+
+    fn notify_release(&mut self, name: &LockName) {
+        if let Some(tx) = self.watchers.get(name) {
+            if tx.receiver_count() == 0 {
+                self.watchers.remove(name);
+            } else {
+                tx.send_modify(|n| *n = n.wrapping_add(1));
+            }
+        }
+    }
+}
+
+impl MemoryLock {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn store(&self) -> MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Fault hook: gives a held lock to a new random owner behind its holder's back (as a
+    /// competing writer or an operator would). Returns whether the lock was held.
+    pub fn steal(&self, name: &LockName) -> bool {
+        let mut store = self.store();
+        match store.live(name, Instant::now()) {
+            Some(entry) => {
+                entry.owner = OwnerToken::new();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Fault hook: while `false`, every operation fails with [`Error::Unavailable`], like a
+    /// store that went away.
+    pub fn set_available(&self, available: bool) {
+        self.store().unavailable = !available;
+    }
+
+    /// How many locks are held now whose names start with `prefix`.
+    pub fn held_count(&self, prefix: &str) -> usize {
+        let now = Instant::now();
+        self.store()
+            .locks
+            .iter()
+            .filter(|(name, e)| e.expires_at > now && name.as_str().starts_with(prefix))
+            .count()
+    }
+}
+
+impl std::fmt::Debug for MemoryLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryLock").finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl DistributedLock for MemoryLock {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(Fencing::Monotonic, WakeUp::Notification).with_cross_process(false)
+    }
+
+    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
+        let mut store = self.store();
+        store.check_available()?;
+        let now = Instant::now();
+        if let Some(entry) = store.live(name, now) {
+            return Ok(TryAcquire::Held(Holder::expiring_in(entry.expires_at - now)));
+        }
+        let expires_at = now
+            .checked_add(ttl)
+            .ok_or_else(|| Error::invalid_options(format!("a TTL of {ttl:?} overflows the clock")))?;
+        store.last_fencing += 1;
+        let fencing = store.last_fencing;
+        store.locks.insert(
+            name.clone(),
+            Entry {
+                owner,
+                expires_at,
+                fencing,
+            },
+        );
+        Ok(TryAcquire::Acquired(
+            Lease::new(name.clone(), owner, ttl, now).with_fencing(FencingToken::new(fencing)),
+        ))
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let mut store = self.store();
+        store.check_available()?;
+        let ours = store
+            .live(lease.name(), Instant::now())
+            .is_some_and(|e| e.owner == lease.owner());
+        if ours {
+            store.locks.remove(lease.name());
+            store.notify_release(lease.name());
+        }
+        Ok(ours)
+    }
+
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
+        let mut store = self.store();
+        store.check_available()?;
+        let now = Instant::now();
+        match store.live(lease.name(), now) {
+            Some(entry) if entry.owner == lease.owner() => {
+                entry.expires_at = now
+                    .checked_add(ttl)
+                    .ok_or_else(|| Error::invalid_options(format!("a TTL of {ttl:?} overflows the clock")))?;
+                Ok(Some(lease.renewed(ttl, now)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    async fn watch(&self, name: &LockName) -> Result<ReleaseWatch> {
+        let mut store = self.store();
+        store.check_available()?;
+        let rx = store
+            .watchers
+            .entry(name.clone())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe();
+        Ok(ReleaseWatch::notified(rx, ()))
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<LockState> {
+        let mut store = self.store();
+        store.check_available()?;
+        let now = Instant::now();
+        Ok(match store.live(name, now) {
+            Some(e) => LockState::held(
+                e.owner.to_string(),
+                Some(FencingToken::new(e.fencing)),
+                Some(e.expires_at - now),
+            ),
+            None => LockState::free(None),
+        })
+    }
+
+    async fn ping(&self) -> Result<()> {
+        self.store().check_available()
+    }
+}

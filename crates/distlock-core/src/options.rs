@@ -1,0 +1,162 @@
+//! [`AcquireOptions`]: TTL, how long to wait, renewal and the maximum hold time.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::{Error, Result};
+
+/// How long an acquisition may wait for a held lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// One attempt; a held lock is a [`Error::Timeout`] with zero wait (or `Ok(None)` from
+    /// `try_acquire`).
+    No,
+    /// Wait at most this long.
+    For(Duration),
+    /// Wait until the lock is acquired or an error occurs.
+    Forever,
+}
+
+impl Wait {
+    /// The instant the wait ends, or `None` for [`Wait::Forever`].
+    pub(crate) fn deadline(self, start: Instant) -> Result<Option<Instant>> {
+        match self {
+            Self::No => Ok(Some(start)),
+            Self::For(d) => start.checked_add(d).map(Some).ok_or_else(|| {
+                Error::invalid_options(format!("a wait of {d:?} is too long; use Wait::Forever"))
+            }),
+            Self::Forever => Ok(None),
+        }
+    }
+}
+
+/// Options for one acquisition. Start from [`AcquireOptions::new`] (the defaults) and change
+/// what you need.
+///
+/// Defaults: TTL 30 s, wait forever, watchdog renewal on, no maximum hold time, polling
+/// between 10 ms and 500 ms.
+///
+/// ```
+/// use distlock_core::{AcquireOptions, Wait};
+/// use std::time::Duration;
+///
+/// let opts = AcquireOptions::new()
+///     .ttl(Duration::from_secs(10))
+///     .wait(Wait::For(Duration::from_secs(3)))
+///     .max_hold(Duration::from_secs(600));
+/// assert_eq!(opts.ttl_value(), Duration::from_secs(10));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireOptions {
+    ttl: Duration,
+    wait: Wait,
+    auto_renew: bool,
+    max_hold: Option<Duration>,
+    poll_min: Duration,
+    poll_max: Duration,
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl AcquireOptions {
+    /// The defaults.
+    pub const fn new() -> Self {
+        Self {
+            ttl: Duration::from_secs(30),
+            wait: Wait::Forever,
+            auto_renew: true,
+            max_hold: None,
+            poll_min: Duration::from_millis(10),
+            poll_max: Duration::from_millis(500),
+        }
+    }
+
+    /// How long the store keeps the lock without a renewal. With renewal on, this bounds how
+    /// long a crashed holder blocks others; the watchdog renews at a third of it.
+    pub const fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long to wait for a held lock.
+    pub const fn wait(mut self, wait: Wait) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Shorthand for `wait(Wait::For(d))`.
+    pub const fn wait_for(self, d: Duration) -> Self {
+        self.wait(Wait::For(d))
+    }
+
+    /// Shorthand for `wait(Wait::No)`.
+    pub const fn no_wait(self) -> Self {
+        self.wait(Wait::No)
+    }
+
+    /// Whether the watchdog renews the lock while the guard lives (default on). When off, the
+    /// lock frees itself after the TTL and the guard reports it lost at that point.
+    pub const fn auto_renew(mut self, on: bool) -> Self {
+        self.auto_renew = on;
+        self
+    }
+
+    /// The longest the watchdog keeps the lock: after this, it stops renewing and the guard's
+    /// lost-lock signal fires ([`LossReason::MaxHoldExceeded`](crate::LossReason)); the store
+    /// frees the lock at the end of its TTL. A stuck holder cannot keep a lock forever.
+    pub const fn max_hold(mut self, max: Duration) -> Self {
+        self.max_hold = Some(max);
+        self
+    }
+
+    /// Bounds of the polling backoff used while waiting on backends without notifications
+    /// (and, four times `max`, as the safety net of backends with them).
+    pub const fn poll_interval(mut self, min: Duration, max: Duration) -> Self {
+        self.poll_min = min;
+        self.poll_max = max;
+        self
+    }
+
+    /// The TTL.
+    pub const fn ttl_value(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The wait.
+    pub const fn wait_value(&self) -> Wait {
+        self.wait
+    }
+
+    /// Whether renewal is on.
+    pub const fn auto_renew_value(&self) -> bool {
+        self.auto_renew
+    }
+
+    /// The maximum hold time.
+    pub const fn max_hold_value(&self) -> Option<Duration> {
+        self.max_hold
+    }
+
+    pub(crate) const fn poll_bounds(&self) -> (Duration, Duration) {
+        (self.poll_min, self.poll_max)
+    }
+
+    /// Checks the options that do not depend on the backend.
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.max_hold.is_some_and(|d| d.is_zero()) {
+            return Err(Error::invalid_options("max_hold must be greater than zero"));
+        }
+        if self.poll_min.is_zero() || self.poll_min > self.poll_max {
+            return Err(Error::invalid_options(format!(
+                "poll_interval needs 0 < min <= max, got {:?}..{:?}",
+                self.poll_min, self.poll_max
+            )));
+        }
+        Ok(())
+    }
+}
