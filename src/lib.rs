@@ -1,1 +1,34 @@
-//! wip
+//! distlock: one distributed-lock API over many stores.
+//!
+//! Business code asks a [`LockClient`] for a lock by name; which store backs it is decided
+//! where the client is built. This umbrella crate re-exports the contract from
+//! [`distlock_core`] (also as [`core`]) and, per Cargo feature, the backends.
+//!
+//! | feature | store | crate |
+//! |---|---|---|
+//! | (always) | in-process memory, single process only | [`MemoryLock`] |
+//!
+//! ```
+//! use distlock::{AcquireOptions, LockClient, MemoryLock};
+//! use std::time::Duration;
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+//! let client = LockClient::new(MemoryLock::new());
+//! let opts = AcquireOptions::new().ttl(Duration::from_secs(10)).wait_for(Duration::from_secs(2));
+//! let stock = client
+//!     .with_lock("inventory:sku-42", &opts, |lock| async move {
+//!         // Send lock.fencing_token() with every write this lock protects.
+//!         assert!(lock.fencing_token().is_some());
+//!         41
+//!     })
+//!     .await?;
+//! assert_eq!(stock, 41);
+//! # Ok(()) }
+//! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[doc(inline)]
+pub use distlock_core::*;
+
+/// The contract crate, for paths like `distlock::core::Lease`.
+pub use distlock_core as core;

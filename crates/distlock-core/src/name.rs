@@ -75,8 +75,9 @@ impl LockName {
     ///
     /// let safe = |c: char| c.is_ascii_graphic();
     /// assert_eq!(LockName::new("a b")?.encode(250, safe), "a%20b");
-    /// let long = LockName::new("n".repeat(400))?.encode(250, safe);
-    /// assert!(long.len() <= 250 && long.contains("%~"));
+    /// let long = LockName::new("n".repeat(400))?;
+    /// let key = long.encode(250, safe);
+    /// assert!(key.len() <= 250 && key.contains("%~"));
     /// # Ok::<(), distlock_core::Error>(())
     /// ```
     pub fn encode(&self, max_len: usize, allowed: impl Fn(char) -> bool) -> Cow<'_, str> {
@@ -84,8 +85,7 @@ impl LockName {
         if self.0.len() <= max_len && !self.0.chars().any(needs_escape) {
             return Cow::Borrowed(&self.0);
         }
-        let mut out = String::with_capacity(self.0.len().min(max_len));
-        for c in self.0.chars() {
+        let push = |out: &mut String, c: char| {
             if needs_escape(c) {
                 let mut buf = [0u8; 4];
                 for b in c.encode_utf8(&mut buf).bytes() {
@@ -94,23 +94,27 @@ impl LockName {
             } else {
                 out.push(c);
             }
+        };
+        let mut out = String::with_capacity(self.0.len().min(max_len));
+        for c in self.0.chars() {
+            push(&mut out, c);
         }
         if out.len() <= max_len {
             return Cow::Owned(out);
         }
+        // Too long: a readable prefix of whole characters, then `%~` and the digest.
         let digest = self.digest_hex();
         let keep = max_len.saturating_sub(2 + digest.len());
-        let mut cut = keep.min(out.len());
-        // Never split a character or a `%XX` escape.
-        while cut > 0 && !out.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        if let Some(pos) = out[..cut].rfind('%') {
-            if pos + 3 > cut {
-                cut = pos;
+        out.clear();
+        let mut piece = String::new();
+        for c in self.0.chars() {
+            piece.clear();
+            push(&mut piece, c);
+            if out.len() + piece.len() > keep {
+                break;
             }
+            out.push_str(&piece);
         }
-        out.truncate(cut);
         out.push_str("%~");
         out.push_str(&digest);
         Cow::Owned(out)

@@ -1,1 +1,71 @@
-//! wip
+//! Real lock stores for distlock's tests: `redis-server`, `memcached`,
+//! MariaDB and ZooKeeper (standalone or a 3-node ensemble), each started on
+//! free `127.0.0.1` ports in a temporary directory.
+//!
+//! * **Owned servers** — [`RedisServer::start`], [`MemcachedServer::start`],
+//!   [`MariaDbServer::start`], [`ZooKeeperServer::start`],
+//!   [`ZooKeeperEnsemble::start`] — belong to one test, which may stop,
+//!   `kill -9`, pause (SIGSTOP), resume (SIGCONT) and restart them (same
+//!   port, same data directory). Dropping the handle kills the server and
+//!   removes its directory, also when the test panics.
+//! * **Shared servers** — [`shared::redis`] and friends — are started once per
+//!   test binary and reused; use them only in tests that leave the server
+//!   alone. [`shared::redis_url`] and friends honour
+//!   `DISTLOCK_TEST_REDIS_URL`, `DISTLOCK_TEST_MEMCACHED_URL`,
+//!   `DISTLOCK_TEST_MYSQL_URL` and `DISTLOCK_TEST_ZOOKEEPER_URL` to use
+//!   servers you already run.
+//!
+//! The API is synchronous: `start` and `restart` block until the server
+//! passes a readiness check (a protocol-level ping, polled every 25 ms, at
+//! most 10 s for redis/memcached and 30 s for MariaDB/ZooKeeper). From async
+//! tests, call them before entering the runtime or via `spawn_blocking`.
+//!
+//! Each server's stdout/stderr go to `server.log` in its directory; a failed
+//! start reports the tail of that log. Server processes die with the test
+//! process, even on `kill -9`, through `PR_SET_PDEATHSIG` (Linux only). A
+//! missing program is reported with the command that installs it: run
+//! `scripts/install-test-deps`.
+//!
+//! ```no_run
+//! use distlock_testkit::RedisServer;
+//!
+//! let mut redis = RedisServer::start().expect("start redis");
+//! let url = redis.url(); // redis://127.0.0.1:PORT
+//! redis.pause().expect("pause");
+//! // ... the lock client must time out here ...
+//! redis.resume().expect("resume");
+//! redis.kill().expect("kill -9");
+//! redis.restart().expect("restart on the same port");
+//! # drop(url);
+//! ```
+
+mod error;
+mod mariadb;
+mod memcached;
+mod port;
+mod probe;
+mod process;
+mod redis;
+pub mod shared;
+mod spawner;
+mod sys;
+mod zookeeper;
+
+pub use error::HarnessError;
+pub use mariadb::{MariaDbOptions, MariaDbServer, MARIADB_DATABASE, MARIADB_PASSWORD, MARIADB_USER};
+pub use memcached::{MemcachedOptions, MemcachedServer};
+pub use port::free_port;
+pub use process::ServerProcess;
+pub use redis::{RedisOptions, RedisServer};
+pub use zookeeper::{
+    four_letter_word, zk_mode, ZkMode, ZooKeeperEnsemble, ZooKeeperNode, ZooKeeperOptions, ZooKeeperServer,
+    ENSEMBLE_SIZE,
+};
+
+/// A fresh temporary directory named `distlock-KIND-XXXXXX`.
+pub(crate) fn temp_dir(kind: &str) -> Result<tempfile::TempDir, HarnessError> {
+    tempfile::Builder::new()
+        .prefix(&format!("distlock-{kind}-"))
+        .tempdir()
+        .map_err(|e| HarnessError::io("creating a temporary directory", e))
+}

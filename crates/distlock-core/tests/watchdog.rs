@@ -1,0 +1,114 @@
+//! The watchdog's promises that the conformance suite cannot see from outside: renewals of
+//! many guards share few calls, and a guard outliving its runtime drops quietly.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::{
+    AcquireOptions, Capabilities, DistributedLock, Lease, LockClient, LockName, MemoryLock, OwnerToken,
+    Result, TryAcquire,
+};
+
+/// A memory store that counts renewal calls.
+#[derive(Debug, Default)]
+struct Counting {
+    inner: MemoryLock,
+    batches: AtomicUsize,
+    renewed: AtomicUsize,
+}
+
+#[async_trait]
+impl DistributedLock for Counting {
+    fn backend(&self) -> &'static str {
+        "counting"
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
+        self.inner.try_acquire(name, owner, ttl).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.inner.release(lease).await
+    }
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
+        self.inner.extend(lease, ttl).await
+    }
+    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        self.batches.fetch_add(1, Ordering::SeqCst);
+        self.renewed.fetch_add(leases.len(), Ordering::SeqCst);
+        self.inner.extend_many(leases).await
+    }
+    async fn ping(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewals_of_many_guards_are_batched() {
+    let store = Arc::new(Counting::default());
+    let client = LockClient::from_arc(store.clone());
+    let ttl = Duration::from_secs(3);
+    let mut guards = Vec::new();
+    for i in 0..200 {
+        guards.push(
+            client
+                .acquire_with(format!("lock-{i}"), &AcquireOptions::new().ttl(ttl))
+                .await
+                .expect("acquired"),
+        );
+    }
+    // Ten TTLs: each guard needs about 30 renewals.
+    tokio::time::sleep(ttl * 10).await;
+    let batches = store.batches.load(Ordering::SeqCst);
+    let renewed = store.renewed.load(Ordering::SeqCst);
+    assert!(guards.iter().all(|g| !g.is_lost()));
+    assert!(
+        renewed >= 200 * 29,
+        "each guard renewed about every TTL/3: {renewed}"
+    );
+    assert!(
+        batches <= 35,
+        "200 guards must share renewal calls, got {batches} calls"
+    );
+    for guard in guards {
+        assert!(guard.release().await.expect("released"));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_released_guard_is_no_longer_renewed() {
+    let store = Arc::new(Counting::default());
+    let client = LockClient::from_arc(store.clone());
+    let guard = client
+        .acquire_with("once", &AcquireOptions::new().ttl(Duration::from_secs(3)))
+        .await
+        .expect("acquired");
+    assert!(guard.release().await.expect("released"));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(store.renewed.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn dropping_a_guard_after_its_runtime_stopped_does_not_panic() {
+    let store = MemoryLock::new();
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let guard = runtime.block_on(async {
+        LockClient::new(store.clone())
+            .acquire("orphan")
+            .await
+            .expect("acquired")
+    });
+    drop(runtime);
+    drop(guard); // nothing to spawn on: the TTL frees the lock
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let held = LockClient::new(store.clone())
+            .try_acquire("orphan")
+            .await
+            .expect("works");
+        assert!(held.is_none(), "no release was sent, the lock waits for its TTL");
+    });
+}

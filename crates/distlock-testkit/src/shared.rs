@@ -1,0 +1,128 @@
+//! Process-wide shared servers, for tests that do not stop, kill or pause
+//! their server.
+//!
+//! Each server is started lazily by the first test that asks for it and then
+//! reused by every test of the same test binary; concurrent callers wait for
+//! that first start. Statics are never dropped, so the servers are killed and
+//! their directories removed by an `atexit` handler (libtest ends through
+//! `exit`), and, should the test process be killed outright, by their
+//! parent-death signal. A failed start is remembered: every later call
+//! returns the same error at once.
+//!
+//! The `*_url` functions return the URL from an environment variable when it
+//! is set (to run the tests against a server you already run) and only
+//! otherwise start the shared server.
+
+use std::fs;
+use std::sync::{Once, OnceLock};
+
+use crate::{HarnessError, MariaDbServer, MemcachedServer, RedisServer, ServerProcess, ZooKeeperServer};
+
+/// Points [`redis_url`] at an existing server, e.g. `redis://127.0.0.1:6379`.
+pub const REDIS_URL_ENV: &str = "DISTLOCK_TEST_REDIS_URL";
+/// Points [`memcached_url`] at an existing server, e.g.
+/// `memcache://127.0.0.1:11211`.
+pub const MEMCACHED_URL_ENV: &str = "DISTLOCK_TEST_MEMCACHED_URL";
+/// Points [`mysql_url`] at an existing server, e.g.
+/// `mysql://user:pass@127.0.0.1:3306/db`.
+pub const MYSQL_URL_ENV: &str = "DISTLOCK_TEST_MYSQL_URL";
+/// Points [`zookeeper_url`] at an existing server or ensemble, e.g.
+/// `zk://127.0.0.1:2181`.
+pub const ZOOKEEPER_URL_ENV: &str = "DISTLOCK_TEST_ZOOKEEPER_URL";
+
+type Cell<T> = OnceLock<Result<T, HarnessError>>;
+
+static REDIS: Cell<RedisServer> = OnceLock::new();
+static MEMCACHED: Cell<MemcachedServer> = OnceLock::new();
+static MARIADB: Cell<MariaDbServer> = OnceLock::new();
+static ZOOKEEPER: Cell<ZooKeeperServer> = OnceLock::new();
+
+/// The shared `redis-server` (started on first use; blocks until ready).
+pub fn redis() -> Result<&'static RedisServer, HarnessError> {
+    shared(&REDIS, RedisServer::start)
+}
+
+/// The shared `memcached` (started on first use; blocks until ready).
+pub fn memcached() -> Result<&'static MemcachedServer, HarnessError> {
+    shared(&MEMCACHED, MemcachedServer::start)
+}
+
+/// The shared MariaDB server (initialised and started on first use; blocks
+/// until ready).
+pub fn mariadb() -> Result<&'static MariaDbServer, HarnessError> {
+    shared(&MARIADB, MariaDbServer::start)
+}
+
+/// The shared standalone ZooKeeper server (started on first use; blocks
+/// until ready).
+pub fn zookeeper() -> Result<&'static ZooKeeperServer, HarnessError> {
+    shared(&ZOOKEEPER, ZooKeeperServer::start)
+}
+
+/// `$DISTLOCK_TEST_REDIS_URL` if set, else the shared server's URL.
+pub fn redis_url() -> Result<String, HarnessError> {
+    env_url(REDIS_URL_ENV).map_or_else(|| redis().map(RedisServer::url), Ok)
+}
+
+/// `$DISTLOCK_TEST_MEMCACHED_URL` if set, else the shared server's URL.
+pub fn memcached_url() -> Result<String, HarnessError> {
+    env_url(MEMCACHED_URL_ENV).map_or_else(|| memcached().map(MemcachedServer::url), Ok)
+}
+
+/// `$DISTLOCK_TEST_MYSQL_URL` if set, else the shared MariaDB's URL.
+pub fn mysql_url() -> Result<String, HarnessError> {
+    env_url(MYSQL_URL_ENV).map_or_else(|| mariadb().map(MariaDbServer::url), Ok)
+}
+
+/// `$DISTLOCK_TEST_ZOOKEEPER_URL` if set, else the shared server's URL.
+pub fn zookeeper_url() -> Result<String, HarnessError> {
+    env_url(ZOOKEEPER_URL_ENV).map_or_else(|| zookeeper().map(ZooKeeperServer::url), Ok)
+}
+
+fn env_url(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|url| !url.trim().is_empty())
+}
+
+fn shared<T>(
+    cell: &'static Cell<T>,
+    start: fn() -> Result<T, HarnessError>,
+) -> Result<&'static T, HarnessError> {
+    cell.get_or_init(|| {
+        register_cleanup();
+        start()
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
+fn register_cleanup() {
+    static REGISTERED: Once = Once::new();
+    REGISTERED.call_once(|| {
+        // If this fails, the servers still die with the process (parent-death
+        // signal); only their temporary directories would be left behind.
+        let _ = crate::sys::run_at_exit(cleanup_at_exit);
+    });
+}
+
+extern "C" fn cleanup_at_exit() {
+    // Never unwind into C.
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(Ok(server)) = REDIS.get() {
+            cleanup(server.process(), server.dir());
+        }
+        if let Some(Ok(server)) = MEMCACHED.get() {
+            cleanup(server.process(), server.dir());
+        }
+        if let Some(Ok(server)) = MARIADB.get() {
+            cleanup(server.process(), server.dir());
+        }
+        if let Some(Ok(server)) = ZOOKEEPER.get() {
+            cleanup(server.process(), server.dir());
+        }
+    });
+}
+
+fn cleanup(process: &ServerProcess, dir: &std::path::Path) {
+    process.kill_now();
+    let _ = fs::remove_dir_all(dir);
+}
