@@ -13,8 +13,8 @@ use crate::guard::LockGuard;
 use crate::schedule::WaitSchedule;
 use crate::watchdog::Watchdog;
 use crate::{
-    AcquireOptions, Capabilities, DistributedLock, Error, FencingToken, Holder, LockName, LossReason,
-    LostSignal, OwnerToken, ReleaseWatch, Result, TryAcquire, Wait,
+    AcquireOptions, Capabilities, DistributedLock, Error, Fairness, FencingToken, Holder, LockName,
+    LossReason, LostSignal, OwnerToken, ReleaseWatch, Result, TryAcquire, Wait,
 };
 
 /// Anything that names a lock: `&str`, `String`, [`LockName`].
@@ -186,7 +186,9 @@ impl LockClient {
     /// A waiter first tries; if the lock is held, it subscribes to release notifications (on
     /// backends that have them) and only then tries again, so a release in between is never
     /// missed; it then sleeps until a notification, the holder's expiry, or the next backoff
-    /// step, whichever comes first.
+    /// step, whichever comes first. On backends with a store-side FIFO queue
+    /// ([`Fairness::Fifo`]), a wait instead takes a place in that queue
+    /// ([`DistributedLock::acquire_queued`]).
     ///
     /// # Errors
     /// [`Error::Timeout`] if the lock was still held when the wait ran out (at once with
@@ -206,6 +208,13 @@ impl LockClient {
         let span =
             tracing::debug_span!("distlock.acquire", backend = self.inner.lock.backend(), lock = %name);
         async move {
+            let queued = self.inner.capabilities.fairness == Fairness::Fifo;
+            if queued && opts.wait_value() != Wait::No {
+                return match self.queued(&name, ttl, opts, deadline).await? {
+                    Some(guard) => Ok(guard),
+                    None => Err(timeout(&name, started)),
+                };
+            }
             if let Attempt::Acquired(guard) = self.attempt(&name, ttl, opts).await? {
                 return Ok(guard);
             }
@@ -326,6 +335,44 @@ impl LockClient {
             };
             // If the caller is gone, `send` hands the outcome back and it is dropped here:
             // a guard's drop releases the lock.
+            let _ = tx.send(outcome);
+        });
+        rx.await.map_err(|_| {
+            Error::backend(
+                self.inner.lock.backend(),
+                "the acquisition task ended unexpectedly",
+            )
+        })?
+    }
+}
+
+impl LockClient {
+    /// Waits in the store's own FIFO queue ([`DistributedLock::acquire_queued`]) in a task.
+    /// If the caller goes away, the task drops the queued future, which removes the queue
+    /// entry; a guard won meanwhile but not delivered is dropped, which releases it.
+    async fn queued(
+        &self,
+        name: &LockName,
+        ttl: std::time::Duration,
+        opts: &AcquireOptions,
+        deadline: Option<Instant>,
+    ) -> Result<Option<LockGuard>> {
+        let inner = self.inner.clone();
+        let name = name.clone();
+        let (auto_renew, max_hold) = (opts.auto_renew_value(), opts.max_hold_value());
+        let (mut tx, rx) = oneshot::channel();
+        tokio::spawn(async move {
+            let owner = OwnerToken::new();
+            let outcome = tokio::select! {
+                outcome = inner.lock.acquire_queued(&name, owner, ttl, deadline) => outcome,
+                _ = tx.closed() => return,
+            };
+            let outcome = outcome.map(|lease| {
+                lease.map(|lease| {
+                    tracing::debug!(lock = %name, fencing = ?lease.fencing_token(), "distlock: acquired in queue");
+                    LockGuard::start(inner.clone(), lease, auto_renew, max_hold)
+                })
+            });
             let _ = tx.send(outcome);
         });
         rx.await.map_err(|_| {

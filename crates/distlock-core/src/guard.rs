@@ -16,6 +16,8 @@ use crate::{Error, FencingToken, Lease, LockName, LossReason, OwnerToken, Result
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Status {
     Held,
+    /// The session that holds the lock is disconnected; the lock may or may not be held.
+    Suspended,
     Lost(LossReason),
     Released,
 }
@@ -39,14 +41,33 @@ impl Hold {
     }
 
     pub(crate) fn is_held(&self) -> bool {
-        matches!(*self.status.borrow(), Status::Held)
+        matches!(*self.status.borrow(), Status::Held | Status::Suspended)
+    }
+
+    /// Marks the hold suspended (its session is disconnected) or held again.
+    pub(crate) fn set_suspended(&self, suspended: bool) {
+        let (from, to) = match suspended {
+            true => (Status::Held, Status::Suspended),
+            false => (Status::Suspended, Status::Held),
+        };
+        let changed = self.status.send_if_modified(|status| {
+            if *status == from {
+                *status = to.clone();
+                true
+            } else {
+                false
+            }
+        });
+        if changed {
+            tracing::info!(lock = %self.lease().name(), suspended, "distlock: session connection changed");
+        }
     }
 
     /// Marks the hold lost (once; later calls and calls after release change nothing).
     pub(crate) fn lose(&self, reason: LossReason) {
         let name = self.lease().name().clone();
         let changed = self.status.send_if_modified(|status| {
-            if *status == Status::Held {
+            if matches!(status, Status::Held | Status::Suspended) {
                 *status = Status::Lost(reason.clone());
                 true
             } else {
@@ -60,7 +81,7 @@ impl Hold {
 
     fn mark_released(&self) {
         self.status.send_if_modified(|status| {
-            if *status == Status::Held {
+            if matches!(status, Status::Held | Status::Suspended) {
                 *status = Status::Released;
                 true
             } else {
@@ -159,6 +180,13 @@ impl LockGuard {
     /// Whether the lost-lock signal has fired.
     pub fn is_lost(&self) -> bool {
         matches!(*self.hold.status.borrow(), Status::Lost(_))
+    }
+
+    /// Whether the session holding this lock is disconnected right now (session-bound
+    /// backends only): the lock may or may not still be held. It turns back to false on
+    /// reconnection to the same session, or the lock is declared lost.
+    pub fn is_suspended(&self) -> bool {
+        matches!(*self.hold.status.borrow(), Status::Suspended)
     }
 
     /// Resolves when the lock is lost, with the reason; at once if it already was. Never

@@ -34,6 +34,7 @@ pub struct Lease {
     acquired_at: Instant,
     valid_until: Option<Instant>,
     handle: Option<Arc<str>>,
+    session_epoch: Option<u64>,
 }
 
 impl Lease {
@@ -47,13 +48,16 @@ impl Lease {
             acquired_at: sent_at,
             valid_until: sent_at.checked_add(ttl),
             handle: None,
+            session_epoch: None,
         }
     }
 
-    /// A lease bound to the client's session with the store: it has no local deadline.
-    pub fn session_bound(name: LockName, owner: OwnerToken, sent_at: Instant) -> Self {
+    /// A lease bound to the client's session `epoch` with the store (see
+    /// [`Session`](crate::Session)): it has no local deadline and lives as long as the session.
+    pub fn session_bound(name: LockName, owner: OwnerToken, epoch: u64, sent_at: Instant) -> Self {
         Self {
             valid_until: None,
+            session_epoch: Some(epoch),
             ..Self::new(name, owner, Duration::ZERO, sent_at)
         }
     }
@@ -123,6 +127,11 @@ impl Lease {
     pub fn remaining(&self) -> Option<Duration> {
         self.valid_until
             .map(|until| until.saturating_duration_since(Instant::now()))
+    }
+
+    /// The session this lease is bound to, for session-bound backends.
+    pub fn session_epoch(&self) -> Option<u64> {
+        self.session_epoch
     }
 
     /// The backend's opaque handle, if it attached one.

@@ -35,6 +35,7 @@ mod memory;
 mod name;
 mod options;
 mod schedule;
+mod session;
 mod token;
 mod watch;
 mod watchdog;
@@ -48,6 +49,7 @@ pub use lock::{DistributedLock, Holder, LockState, TryAcquire};
 pub use memory::MemoryLock;
 pub use name::{LockName, MAX_NAME_BYTES};
 pub use options::{AcquireOptions, Wait};
+pub use session::{Session, SessionState};
 pub use token::{FencingToken, OwnerToken};
 pub use watch::{ReleaseWatch, Woke};
 

@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::{self, StreamExt};
+use tokio::sync::watch;
+use tokio::time::Instant;
 
-use crate::{Capabilities, Error, FencingToken, Lease, LockName, OwnerToken, ReleaseWatch, Result};
+use crate::{Capabilities, Error, FencingToken, Lease, LockName, OwnerToken, ReleaseWatch, Result, Session};
 
 /// How many renewals the default [`DistributedLock::extend_many`] keeps in flight at once.
 const EXTEND_MANY_CONCURRENCY: usize = 32;
@@ -106,6 +108,38 @@ pub trait DistributedLock: Send + Sync + fmt::Debug + 'static {
     async fn watch(&self, name: &LockName) -> Result<ReleaseWatch> {
         let _ = name;
         Ok(ReleaseWatch::polling())
+    }
+
+    /// Waits in the store's own queue until `name` is acquired (`Ok(Some)`) or `deadline`
+    /// passes (`Ok(None)`; `None` waits forever).
+    ///
+    /// Only backends that declare [`Fairness::Fifo`](crate::Fairness::Fifo) implement it
+    /// (ZooKeeper's sequential nodes); [`LockClient`](crate::LockClient) calls it instead of
+    /// its own try-and-wait loop for those. The default returns [`Error::NotSupported`].
+    ///
+    /// # Cancel safety
+    /// Implementations must be cancel safe: when the future is dropped at any point, the
+    /// queue entry is removed (in the background if it needs a round trip) and a lock won but
+    /// not yet returned is released. `LockClient` drops it when its caller goes away.
+    async fn acquire_queued(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>> {
+        let _ = (name, owner, ttl, deadline);
+        Err(Error::NotSupported {
+            backend: self.backend(),
+            what: "waiting in a store-side queue",
+        })
+    }
+
+    /// The state of this client's session, for session-bound backends
+    /// ([`Expiry::Session`](crate::Expiry::Session)); `None` for TTL backends. The watchdog
+    /// follows it to report suspended and lost locks (see [`Session`]).
+    fn session(&self) -> Option<watch::Receiver<Session>> {
+        None
     }
 
     /// Reads who holds `name` right now, for status displays. Not used for any decision.

@@ -10,11 +10,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use crate::guard::Hold;
-use crate::{DistributedLock, Lease, LossReason};
+use crate::{DistributedLock, Lease, LossReason, Session, SessionState};
 
 /// Renewals happen when this fraction of the TTL has passed (Redisson renews at a third).
 const RENEW_DIVISOR: u32 = 3;
@@ -30,6 +30,7 @@ pub(crate) struct Watchdog {
 
 struct Shared {
     lock: Arc<dyn DistributedLock>,
+    session: Option<watch::Receiver<Session>>,
     state: Mutex<State>,
     wake: Notify,
 }
@@ -62,6 +63,7 @@ impl Watchdog {
     pub(crate) fn new(lock: Arc<dyn DistributedLock>) -> Self {
         Self {
             shared: Arc::new(Shared {
+                session: lock.session(),
                 lock,
                 state: Mutex::new(State::default()),
                 wake: Notify::new(),
@@ -81,8 +83,8 @@ impl Watchdog {
             renew_at,
             last_error: None,
         };
-        if entry.next_event(&lease).is_none() {
-            return; // session-bound, no maximum hold: nothing to do locally
+        if entry.next_event(&lease).is_none() && lease.session_epoch().is_none() {
+            return; // nothing to renew, no deadline, no session to follow
         }
         let start_task = {
             let mut state = self.shared.lock_state();
@@ -115,20 +117,35 @@ impl Shared {
 }
 
 async fn run(shared: Arc<Shared>) {
+    let mut session = shared.session.clone();
     loop {
+        let current = session.as_ref().map(|rx| *rx.borrow());
         let plan = {
             let mut state = shared.lock_state();
             if state.entries.is_empty() {
                 state.task_running = false;
                 return;
             }
-            plan(&state, Instant::now())
+            plan(&state, Instant::now(), current)
         };
         match plan {
             Plan::Sleep(until) => {
+                let session_changed = async {
+                    match session.as_mut() {
+                        Some(rx) => rx.changed().await.is_ok(),
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     _ = tokio::time::sleep_until(until) => {}
                     _ = shared.wake.notified() => {}
+                    alive = session_changed => {
+                        if !alive {
+                            // The backend is gone: its sessions are over.
+                            session = None;
+                            expire_all_sessions(&shared);
+                        }
+                    }
                 }
             }
             Plan::Work { expire, renew } => {
@@ -144,21 +161,29 @@ async fn run(shared: Arc<Shared>) {
 enum Plan {
     Sleep(Instant),
     Work {
-        /// Holds whose deadline (lease or maximum hold) has come.
+        /// Holds whose deadline (lease or maximum hold) has come or whose session ended.
         expire: Vec<u64>,
         /// Holds to renew now.
         renew: Vec<(u64, Lease)>,
     },
 }
 
-fn plan(state: &State, now: Instant) -> Plan {
+fn plan(state: &State, now: Instant, session: Option<Session>) -> Plan {
     let mut expire = Vec::new();
     let mut due = Vec::new();
     let mut soon = Vec::new();
     let mut next = None::<Instant>;
     for (&id, entry) in &state.entries {
         let lease = entry.hold.lease();
-        let deadline_passed = lease.valid_until().is_some_and(|t| t <= now)
+        let session_ended = match (lease.session_epoch(), session) {
+            (Some(epoch), Some(session)) => {
+                entry.hold.set_suspended(session.state == SessionState::Suspended);
+                !session.keeps(epoch)
+            }
+            _ => false,
+        };
+        let deadline_passed = session_ended
+            || lease.valid_until().is_some_and(|t| t <= now)
             || entry.hold.max_hold_until.is_some_and(|t| t <= now)
             || !entry.hold.is_held();
         if deadline_passed {
@@ -183,8 +208,22 @@ fn plan(state: &State, now: Instant) -> Plan {
     Plan::Work { expire, renew: due }
 }
 
+/// Every session-bound hold is lost (the backend dropped its session channel).
+fn expire_all_sessions(shared: &Shared) {
+    let mut state = shared.lock_state();
+    state.entries.retain(|_, entry| {
+        if entry.hold.lease().session_epoch().is_some() {
+            entry.hold.lose(LossReason::SessionExpired);
+            false
+        } else {
+            true
+        }
+    });
+}
+
 fn expire_holds(shared: &Shared, ids: &[u64]) {
     let now = Instant::now();
+    let session = shared.session.as_ref().map(|rx| *rx.borrow());
     let mut state = shared.lock_state();
     for id in ids {
         let Some(entry) = state.entries.remove(id) else {
@@ -193,6 +232,12 @@ fn expire_holds(shared: &Shared, ids: &[u64]) {
         let hold = entry.hold;
         if !hold.is_held() {
             continue;
+        }
+        if let (Some(epoch), Some(session)) = (hold.lease().session_epoch(), session) {
+            if !session.keeps(epoch) {
+                hold.lose(LossReason::SessionExpired);
+                continue;
+            }
         }
         if hold.max_hold_until.is_some_and(|t| t <= now) {
             tracing::info!(lock = %hold.lease().name(), "distlock: maximum hold time reached, renewal stops");

@@ -1,0 +1,207 @@
+//! The client's paths for queue-based, session-bound backends (ZooKeeper's shape), on a fake
+//! backend over the memory store: the queued wait is used and is cancel safe, and session
+//! changes drive the guard's suspended and lost states.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::{
+    AcquireOptions, Capabilities, DistributedLock, Error, Expiry, Fairness, Fencing, Lease, LockClient,
+    LockName, LossReason, MemoryLock, OwnerToken, Result, Session, SessionState, TryAcquire, WakeUp,
+};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+#[derive(Debug)]
+struct Queued {
+    store: MemoryLock,
+    session: watch::Sender<Session>,
+    in_queue: Arc<AtomicUsize>,
+    queued_calls: AtomicUsize,
+}
+
+impl Queued {
+    fn new() -> Self {
+        Self {
+            store: MemoryLock::new(),
+            session: watch::channel(Session::connected(1)).0,
+            in_queue: Arc::new(AtomicUsize::new(0)),
+            queued_calls: AtomicUsize::new(0),
+        }
+    }
+
+    fn set(&self, epoch: u64, state: SessionState) {
+        self.session.send_replace(Session { epoch, state });
+    }
+}
+
+/// Counts a queue entry while it lives.
+struct QueueEntry(Arc<AtomicUsize>);
+
+impl Drop for QueueEntry {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[async_trait]
+impl DistributedLock for Queued {
+    fn backend(&self) -> &'static str {
+        "queued"
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(Fencing::Monotonic, WakeUp::Notification)
+            .with_fairness(Fairness::Fifo)
+            .with_expiry(Expiry::Session)
+    }
+    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, _ttl: Duration) -> Result<TryAcquire> {
+        let now = Instant::now();
+        Ok(
+            match self
+                .store
+                .try_acquire(name, owner, Duration::from_secs(3600))
+                .await?
+            {
+                TryAcquire::Acquired(lease) => {
+                    let epoch = self.session.borrow().epoch;
+                    let fencing = lease.fencing_token().expect("memory issues tokens");
+                    TryAcquire::Acquired(
+                        Lease::session_bound(name.clone(), owner, epoch, now).with_fencing(fencing),
+                    )
+                }
+                held => held,
+            },
+        )
+    }
+    async fn acquire_queued(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>> {
+        self.queued_calls.fetch_add(1, Ordering::SeqCst);
+        self.in_queue.fetch_add(1, Ordering::SeqCst);
+        let _entry = QueueEntry(self.in_queue.clone());
+        loop {
+            if let TryAcquire::Acquired(lease) = self.try_acquire(name, owner, ttl).await? {
+                return Ok(Some(lease));
+            }
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.store.release(lease).await
+    }
+    async fn extend(&self, lease: &Lease, _ttl: Duration) -> Result<Option<Lease>> {
+        Ok(self
+            .store
+            .extend(lease, Duration::from_secs(3600))
+            .await?
+            .map(|_| lease.clone()))
+    }
+    fn session(&self) -> Option<watch::Receiver<Session>> {
+        Some(self.session.subscribe())
+    }
+    async fn ping(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn waits_use_the_store_queue_and_time_out() {
+    let backend = Arc::new(Queued::new());
+    let client = LockClient::from_arc(backend.clone());
+    let guard = client.acquire("job").await.expect("acquired");
+    let waited = client
+        .acquire_with("job", &AcquireOptions::new().wait_for(Duration::from_millis(100)))
+        .await;
+    assert!(matches!(waited, Err(Error::Timeout { .. })), "{waited:?}");
+    assert_eq!(
+        backend.queued_calls.load(Ordering::SeqCst),
+        2,
+        "both waits went through the queue"
+    );
+    assert!(client.try_acquire("job").await.expect("works").is_none());
+    assert_eq!(
+        backend.queued_calls.load(Ordering::SeqCst),
+        2,
+        "a single attempt does not queue"
+    );
+    assert!(guard.release().await.expect("released"));
+}
+
+#[tokio::test]
+async fn a_dropped_queued_wait_leaves_the_queue() {
+    let backend = Arc::new(Queued::new());
+    let client = LockClient::from_arc(backend.clone());
+    let guard = client.acquire("job").await.expect("acquired");
+    let cancelled = tokio::time::timeout(Duration::from_millis(50), client.acquire("job")).await;
+    assert!(cancelled.is_err());
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while backend.in_queue.load(Ordering::SeqCst) != 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the queue entry is removed once the caller went away");
+    assert!(guard.release().await.expect("released"));
+    assert!(
+        client.try_acquire("job").await.expect("works").is_some(),
+        "nothing stranded the lock"
+    );
+}
+
+#[tokio::test]
+async fn session_changes_suspend_and_then_lose_the_guard() {
+    let backend = Arc::new(Queued::new());
+    let client = LockClient::from_arc(backend.clone());
+    let guard = client.acquire("a").await.expect("acquired");
+    let other = client.acquire("b").await.expect("acquired");
+
+    backend.set(1, SessionState::Suspended);
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while !guard.is_suspended() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the guard reports the suspension");
+    assert!(!guard.is_lost(), "a suspension is not yet a loss");
+
+    backend.set(1, SessionState::Connected);
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while guard.is_suspended() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("reconnecting to the same session keeps the lock");
+    assert!(!guard.is_lost());
+
+    // A new session: the old session's locks are gone.
+    backend.set(2, SessionState::Connected);
+    let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("lost");
+    assert_eq!(reason, LossReason::SessionExpired);
+    let reason = tokio::time::timeout(Duration::from_secs(5), other.lost())
+        .await
+        .expect("lost");
+    assert_eq!(reason, LossReason::SessionExpired);
+
+    // A lock taken in the new session survives until that session expires.
+    let fresh = client.acquire("c").await.expect("acquired");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!fresh.is_lost());
+    backend.set(2, SessionState::Expired);
+    let reason = tokio::time::timeout(Duration::from_secs(5), fresh.lost())
+        .await
+        .expect("lost");
+    assert_eq!(reason, LossReason::SessionExpired);
+}
