@@ -4,11 +4,14 @@ use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::{Capabilities, Error, FencingToken, Lease, LockName, OwnerToken, ReleaseWatch, Result, Session};
+use crate::{
+    Capabilities, Error, FencingToken, Lease, LockName, LossReason, OwnerToken, ReleaseWatch, Result, Session,
+};
 
 /// How many renewals the default [`DistributedLock::extend_many`] keeps in flight at once.
 const EXTEND_MANY_CONCURRENCY: usize = 32;
@@ -139,6 +142,18 @@ pub trait DistributedLock: Send + Sync + fmt::Debug + 'static {
     /// ([`Expiry::Session`](crate::Expiry::Session)); `None` for TTL backends. The watchdog
     /// follows it to report suspended and lost locks (see [`Session`]).
     fn session(&self) -> Option<watch::Receiver<Session>> {
+        None
+    }
+
+    /// A future that resolves if the store loses this particular lease behind the client's
+    /// back (for example its ZooKeeper node was deleted), for leases nothing renews.
+    ///
+    /// The client's watchdog polls these futures in its one task, next to the session state,
+    /// and fires the guard's lost-lock signal with the reason. The future must also resolve
+    /// (with any reason) once the lease is released, so it does not linger. The default is
+    /// `None`: TTL backends learn of losses from renewals.
+    fn watch_lease(&self, lease: &Lease) -> Option<BoxFuture<'static, LossReason>> {
+        let _ = lease;
         None
     }
 

@@ -10,6 +10,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
@@ -38,6 +40,8 @@ struct Shared {
 #[derive(Default)]
 struct State {
     entries: HashMap<u64, Entry>,
+    /// Lease-loss futures from [`DistributedLock::watch_lease`] not yet picked up by the task.
+    new_lease_watches: Vec<(u64, BoxFuture<'static, LossReason>)>,
     task_running: bool,
 }
 
@@ -86,8 +90,12 @@ impl Watchdog {
         if entry.next_event(&lease).is_none() && lease.session_epoch().is_none() {
             return; // nothing to renew, no deadline, no session to follow
         }
+        let lease_watch = self.shared.lock.watch_lease(&lease);
         let start_task = {
             let mut state = self.shared.lock_state();
+            if let Some(lease_watch) = lease_watch {
+                state.new_lease_watches.push((entry.hold.id, lease_watch));
+            }
             state.entries.insert(entry.hold.id, entry);
             !std::mem::replace(&mut state.task_running, true)
         };
@@ -118,13 +126,18 @@ impl Shared {
 
 async fn run(shared: Arc<Shared>) {
     let mut session = shared.session.clone();
+    let mut lease_watches = FuturesUnordered::new();
     loop {
         let current = session.as_ref().map(|rx| *rx.borrow());
         let plan = {
             let mut state = shared.lock_state();
             if state.entries.is_empty() {
                 state.task_running = false;
+                state.new_lease_watches.clear();
                 return;
+            }
+            for (id, lost) in state.new_lease_watches.drain(..) {
+                lease_watches.push(async move { (id, lost.await) });
             }
             plan(&state, Instant::now(), current)
         };
@@ -139,6 +152,11 @@ async fn run(shared: Arc<Shared>) {
                 tokio::select! {
                     _ = tokio::time::sleep_until(until) => {}
                     _ = shared.wake.notified() => {}
+                    Some((id, reason)) = lease_watches.next(), if !lease_watches.is_empty() => {
+                        if let Some(entry) = shared.lock_state().entries.remove(&id) {
+                            entry.hold.lose(reason);
+                        }
+                    }
                     alive = session_changed => {
                         if !alive {
                             // The backend is gone: its sessions are over.

@@ -11,6 +11,7 @@ use distlock_core::{
     AcquireOptions, Capabilities, DistributedLock, Error, Expiry, Fairness, Fencing, Lease, LockClient,
     LockName, LossReason, MemoryLock, OwnerToken, Result, Session, SessionState, TryAcquire, WakeUp,
 };
+use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -20,6 +21,7 @@ struct Queued {
     session: watch::Sender<Session>,
     in_queue: Arc<AtomicUsize>,
     queued_calls: AtomicUsize,
+    stolen: watch::Sender<bool>,
 }
 
 impl Queued {
@@ -29,6 +31,7 @@ impl Queued {
             session: watch::channel(Session::connected(1)).0,
             in_queue: Arc::new(AtomicUsize::new(0)),
             queued_calls: AtomicUsize::new(0),
+            stolen: watch::channel(false).0,
         }
     }
 
@@ -104,6 +107,13 @@ impl DistributedLock for Queued {
             .extend(lease, Duration::from_secs(3600))
             .await?
             .map(|_| lease.clone()))
+    }
+    fn watch_lease(&self, _lease: &Lease) -> Option<BoxFuture<'static, LossReason>> {
+        let mut stolen = self.stolen.subscribe();
+        Some(Box::pin(async move {
+            let _ = stolen.wait_for(|s| *s).await;
+            LossReason::NotOwned
+        }))
     }
     fn session(&self) -> Option<watch::Receiver<Session>> {
         Some(self.session.subscribe())
@@ -204,4 +214,18 @@ async fn session_changes_suspend_and_then_lose_the_guard() {
         .await
         .expect("lost");
     assert_eq!(reason, LossReason::SessionExpired);
+}
+
+#[tokio::test]
+async fn a_lease_lost_behind_the_clients_back_fires_the_signal() {
+    let backend = Arc::new(Queued::new());
+    let client = LockClient::from_arc(backend.clone());
+    let guard = client.acquire("watched").await.expect("acquired");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(!guard.is_lost());
+    backend.stolen.send_replace(true);
+    let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("lost");
+    assert_eq!(reason, LossReason::NotOwned);
 }
