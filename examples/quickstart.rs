@@ -12,6 +12,7 @@ use distlock::{AcquireOptions, LockClient, MemoryLock};
 const WORKERS: usize = 8;
 const ROUNDS: usize = 25;
 
+/// Runs the workers and checks the count (also called by the test suite).
 #[tokio::main]
 pub async fn main() -> distlock::Result<()> {
     let store = MemoryLock::new();

@@ -27,6 +27,9 @@
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod connect;
+
+pub use connect::{connect, connect_from_env, default_url, open, url_from_env, URL_ENV};
 #[doc(inline)]
 pub use distlock_core::*;
 

@@ -124,7 +124,7 @@ pub fn bench_with_options<F, Fut>(
 }
 
 /// One handoff: the holder releases while the waiter waits; returns release-to-acquired.
-async fn handoff_once(
+pub async fn handoff_once(
     holder: &LockClient,
     waiter: &LockClient,
     name: &LockName,
@@ -152,7 +152,12 @@ async fn handoff_once(
 }
 
 /// `total` acquisitions of one lock shared out over the contenders; returns the elapsed time.
-async fn hot_lock(contenders: &[LockClient], name: &LockName, opts: &AcquireOptions, total: u64) -> Duration {
+pub async fn hot_lock(
+    contenders: &[LockClient],
+    name: &LockName,
+    opts: &AcquireOptions,
+    total: u64,
+) -> Duration {
     let per = total.div_ceil(contenders.len() as u64);
     let started = Instant::now();
     let tasks: Vec<_> = contenders

@@ -1,6 +1,6 @@
 //! [`Ctx`]: what every case gets: the fixture, a unique name prefix, and helpers.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use distlock_core::{Capabilities, DistributedLock, LockClient, LockName};
@@ -14,6 +14,8 @@ pub struct Ctx {
     prefix: String,
     capabilities: Capabilities,
     child_test: Option<String>,
+    notes: Arc<Mutex<Vec<String>>>,
+    quiet: bool,
 }
 
 impl Ctx {
@@ -26,7 +28,39 @@ impl Ctx {
             prefix: format!("dl-{}-{case}-", &run[..12]),
             fixture,
             child_test,
+            notes: Arc::default(),
+            quiet: false,
         }
+    }
+
+    /// The same context, collecting notes instead of printing them.
+    pub(crate) fn quiet(mut self) -> Self {
+        self.quiet = true;
+        self
+    }
+
+    /// Records a measured figure or remark of the case (printed in test output).
+    pub fn note(&self, note: impl Into<String>) {
+        let note = note.into();
+        if !self.quiet {
+            println!("{note}");
+        }
+        self.notes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(note);
+    }
+
+    /// Ends the case as skipped because the backend (or fixture) lacks what it checks.
+    pub fn skip(&self, reason: impl Into<String>) -> crate::Outcome {
+        let reason = reason.into();
+        self.note(format!("skipped by capability: {reason}"));
+        crate::Outcome::Skipped(reason)
+    }
+
+    /// The notes so far.
+    pub fn notes(&self) -> Vec<String> {
+        self.notes.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// The fixture.

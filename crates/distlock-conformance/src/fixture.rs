@@ -18,6 +18,11 @@ pub trait Fixture: Send + Sync + 'static {
     /// operator or a buggy client would), so the holder's next renewal finds it gone.
     async fn steal(&self, name: &LockName) -> Result<()>;
 
+    /// Whether [`Fixture::steal`] works; cases skip the parts that need it otherwise.
+    fn can_steal(&self) -> bool {
+        true
+    }
+
     /// How many locks whose names start with `prefix` the store considers held right now.
     /// Used to prove that nothing is left behind.
     async fn held_count(&self, prefix: &str) -> Result<usize>;

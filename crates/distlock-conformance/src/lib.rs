@@ -31,12 +31,16 @@ pub mod cases;
 pub mod child;
 mod context;
 mod fixture;
+mod live;
 mod memory;
+mod report;
 
 pub use cases::Outcome;
 pub use context::Ctx;
 pub use fixture::{Fixture, Outage};
+pub use live::LiveFixture;
 pub use memory::MemoryFixture;
+pub use report::{run_cases, Report};
 
 /// The longest any case may run before the suite calls it a hang.
 pub const CASE_LIMIT: Duration = Duration::from_secs(300);
@@ -147,16 +151,25 @@ pub const CASES: &[Case] = &[
 /// Runs the case `name` against `fixture`, failing (panicking) if it fails or runs past
 /// [`CASE_LIMIT`]. `child_test` is the test name of the cross-process entry point.
 pub async fn run_case(name: &str, fixture: Arc<dyn Fixture>, child_test: Option<String>) -> Outcome {
+    let ctx = Ctx::new(fixture, short_name(name), child_test).await;
+    run_in(name, ctx).await
+}
+
+/// Runs the case `name` in `ctx`, failing (panicking) if it fails or hangs.
+pub(crate) async fn run_in(name: &str, ctx: Ctx) -> Outcome {
     let case = CASES
         .iter()
         .find(|c| c.name == name)
         .unwrap_or_else(|| panic!("no conformance case named {name}"));
-    let short = name.split('_').next().unwrap_or(name);
-    let ctx = Ctx::new(fixture, short, child_test).await;
     match tokio::time::timeout(CASE_LIMIT, (case.run)(ctx)).await {
         Ok(outcome) => outcome,
         Err(_) => panic!("case {name} hung for {CASE_LIMIT:?}"),
     }
+}
+
+/// The case's number, `c07` for `c07_cancelled_acquire_leaves_nothing`.
+pub(crate) fn short_name(name: &str) -> &str {
+    name.split('_').next().unwrap_or(name)
 }
 
 /// Expands to one `#[tokio::test]` per conformance case for the fixture made by `$factory`

@@ -110,12 +110,6 @@ impl Watchdog {
     pub(crate) fn unregister(&self, id: u64) {
         self.shared.lock_state().entries.remove(&id);
     }
-
-    /// How many holds are being watched.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.shared.lock_state().entries.len()
-    }
 }
 
 impl Shared {

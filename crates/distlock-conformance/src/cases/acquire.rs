@@ -8,7 +8,7 @@ use distlock_core::{AcquireOptions, Error, TryAcquire};
 use super::{is_held, take, Outcome, LONG_TTL};
 use crate::Ctx;
 
-/// 1. Try-acquire of a free lock succeeds; a second client's try gets "held", not an error.
+/// Case 1: Try-acquire of a free lock succeeds; a second client's try gets "held", not an error.
 pub async fn c01_try_acquire_reports_held(ctx: Ctx) -> Outcome {
     let (a, b) = (ctx.client().await, ctx.client().await);
     let name = ctx.name("free");
@@ -44,7 +44,7 @@ pub async fn c01_try_acquire_reports_held(ctx: Ctx) -> Outcome {
     Outcome::Passed
 }
 
-/// 2. Release by the owner frees it; releasing again returns "not owned" without an error.
+/// Case 2: Release by the owner frees it; releasing again returns "not owned" without an error.
 pub async fn c02_release_then_not_owned(ctx: Ctx) -> Outcome {
     let raw = ctx.backend().await;
     let name = ctx.name("twice");
@@ -77,7 +77,7 @@ pub async fn c02_release_then_not_owned(ctx: Ctx) -> Outcome {
     Outcome::Passed
 }
 
-/// 14. Reentrancy: a second acquire of a held name by the same client is just another
+/// Case 14: Reentrancy: a second acquire of a held name by the same client is just another
 /// contender (no reentrant counting, on every backend).
 pub async fn c14_no_reentrancy(ctx: Ctx) -> Outcome {
     let a = ctx.client().await;
@@ -112,7 +112,7 @@ pub async fn c14_no_reentrancy(ctx: Ctx) -> Outcome {
     Outcome::Passed
 }
 
-/// 15. Names are exact and case-sensitive: `Lock`, `lock` and `lock ` are three locks.
+/// Case 15: Names are exact and case-sensitive: `Lock`, `lock` and `lock ` are three locks.
 pub async fn c15_names_are_exact(ctx: Ctx) -> Outcome {
     let names = ["Lock", "lock", "lock ", " lock", "LOCK", "lock\t"].map(|s| ctx.name(s));
     let mut guards = Vec::new();

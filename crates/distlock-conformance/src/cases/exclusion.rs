@@ -14,7 +14,7 @@ const CLIENTS: usize = 8;
 const ROUNDS: usize = 25;
 const MANY: usize = 500;
 
-/// 9. Mutual exclusion under contention: 8 clients x 25 rounds of a non-atomic
+/// Case 9: Mutual exclusion under contention: 8 clients x 25 rounds of a non-atomic
 /// read-sleep-write on a shared counter; the final count is exact and no overlap is seen.
 pub async fn c09_mutual_exclusion_under_contention(ctx: Ctx) -> Outcome {
     let name = ctx.name("counter");
@@ -63,7 +63,7 @@ pub async fn c09_mutual_exclusion_under_contention(ctx: Ctx) -> Outcome {
     })
     .await;
     let total = (CLIENTS * ROUNDS) as u64;
-    println!("{total} contended rounds in {:?}", started.elapsed());
+    ctx.note(format!("{total} contended rounds in {:?}", started.elapsed()));
     assert_eq!(
         overlaps.load(Ordering::SeqCst),
         0,
@@ -77,7 +77,7 @@ pub async fn c09_mutual_exclusion_under_contention(ctx: Ctx) -> Outcome {
     Outcome::Passed
 }
 
-/// 10. Different names never block each other: one client holds 500 locks at once with the
+/// Case 10: Different names never block each other: one client holds 500 locks at once with the
 /// watchdog, all renewed past their TTL, all released, nothing left behind in the store.
 pub async fn c10_many_locks_at_once(ctx: Ctx) -> Outcome {
     let client = ctx.client().await;

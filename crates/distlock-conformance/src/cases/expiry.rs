@@ -8,12 +8,12 @@ use distlock_core::{AcquireOptions, Expiry};
 use super::{is_held, take, within, Outcome, LONG_TTL};
 use crate::Ctx;
 
-/// 3. A stale owner never frees or extends someone else's lock: A takes it with a short TTL
+/// Case 3: A stale owner never frees or extends someone else's lock: A takes it with a short TTL
 /// and stops renewing, it expires, B takes it; A's release and extend report "not owned" and
 /// B still holds it.
 pub async fn c03_stale_owner_cannot_release_or_extend(ctx: Ctx) -> Outcome {
     if ctx.caps().expiry != Expiry::Ttl {
-        return super::skip("locks are session-bound, they do not expire by TTL");
+        return ctx.skip("locks are session-bound, they do not expire by TTL");
     }
     let ttl = ctx.short_ttl();
     let (a, b) = (ctx.backend().await, ctx.client().await);
@@ -47,7 +47,7 @@ pub async fn c03_stale_owner_cannot_release_or_extend(ctx: Ctx) -> Outcome {
     Outcome::Passed
 }
 
-/// 4. TTL expiry frees a lock whose holder stopped renewing (session end for session-bound
+/// Case 4: TTL expiry frees a lock whose holder stopped renewing (session end for session-bound
 /// backends), and not before.
 pub async fn c04_ttl_expiry_frees_lock(ctx: Ctx) -> Outcome {
     let ttl = ctx.short_ttl();
@@ -92,11 +92,11 @@ pub async fn c04_ttl_expiry_frees_lock(ctx: Ctx) -> Outcome {
             freed - started
         );
     }
-    println!("freed after {:?} (TTL {ttl:?})", freed - started);
+    ctx.note(format!("freed after {:?} (TTL {ttl:?})", freed - started));
     Outcome::Passed
 }
 
-/// 13. Dropping a guard without release frees the lock promptly (a background release), far
+/// Case 13: Dropping a guard without release frees the lock promptly (a background release), far
 /// sooner than its TTL.
 pub async fn c13_dropped_guard_frees_lock(ctx: Ctx) -> Outcome {
     let (a, b) = (ctx.client().await, ctx.client().await);
@@ -114,7 +114,7 @@ pub async fn c13_dropped_guard_frees_lock(ctx: Ctx) -> Outcome {
         .acquire_with(&name, &opts)
         .await
         .expect("the dropped guard's lock is free well before its TTL");
-    println!("free {:?} after drop", dropped_at.elapsed());
+    ctx.note(format!("free {:?} after drop", dropped_at.elapsed()));
     assert!(dropped_at.elapsed() < Duration::from_secs(10));
     assert!(guard.release().await.expect("works"));
     Outcome::Passed

@@ -7,7 +7,7 @@ use distlock_core::{AcquireOptions, Error, LockName, OwnerToken, MAX_NAME_BYTES}
 use super::Outcome;
 use crate::Ctx;
 
-/// 11. Empty and 10 KB names, names with spaces, newlines, NUL, slashes, unicode, names that
+/// Case 11: Empty and 10 KB names, names with spaces, newlines, NUL, slashes, unicode, names that
 /// differ only past any truncation point, zero and absurd TTLs: each works correctly or is a
 /// clear typed error; none panics, none collides.
 pub async fn c11_bad_input_is_a_typed_error(ctx: Ctx) -> Outcome {
@@ -55,7 +55,7 @@ pub async fn c11_bad_input_is_a_typed_error(ctx: Ctx) -> Outcome {
         match client.try_acquire(&name).await {
             Ok(Some(guard)) => guards.push(guard),
             Ok(None) => panic!("{name:?} collided with another name"),
-            Err(Error::InvalidName { reason }) => println!("refused {name:?}: {reason}"),
+            Err(Error::InvalidName { reason }) => ctx.note(format!("refused {name:?}: {reason}")),
             Err(e) => panic!("{name:?} gave an untyped error: {e}"),
         }
     }

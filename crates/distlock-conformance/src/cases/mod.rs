@@ -41,12 +41,6 @@ pub enum Outcome {
     Skipped(String),
 }
 
-pub(crate) fn skip(reason: impl Into<String>) -> Outcome {
-    let reason = reason.into();
-    println!("skipped by capability: {reason}");
-    Outcome::Skipped(reason)
-}
-
 /// Awaits `fut`, failing the case if it takes longer than `limit`.
 pub(crate) async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> T {
     match tokio::time::timeout(limit, fut).await {

@@ -11,7 +11,7 @@ use crate::Ctx;
 /// hang. Backends' own operation timeouts should be far below this.
 const NO_HANG: Duration = Duration::from_secs(30);
 
-/// 12. The store going away: operations return an error within a bounded time (no hang), a
+/// Case 12: The store going away: operations return an error within a bounded time (no hang), a
 /// held guard's lost-lock signal fires, and work resumes once the store is back.
 pub async fn c12_store_going_away(ctx: Ctx) -> Outcome {
     let ttl = ctx.short_ttl().max(Duration::from_secs(1));
@@ -24,7 +24,7 @@ pub async fn c12_store_going_away(ctx: Ctx) -> Outcome {
         .expect("acquired");
     let Some(outage) = ctx.fixture().outage().await else {
         guard.release().await.expect("works");
-        return super::skip("the fixture cannot take the store away");
+        return ctx.skip("the fixture cannot take the store away");
     };
     let started = Instant::now();
     let attempt = within(
@@ -37,18 +37,18 @@ pub async fn c12_store_going_away(ctx: Ctx) -> Outcome {
         attempt.is_err(),
         "an attempt against a dead store must fail, got {attempt:?}"
     );
-    println!(
+    ctx.note(format!(
         "error after {:?}: {}",
         started.elapsed(),
         attempt.err().map(|e| e.to_string()).unwrap_or_default()
-    );
+    ));
 
     let loss_limit = match ctx.caps().expiry {
         Expiry::Ttl => ttl * 2 + NO_HANG,
         _ => NO_HANG * 2,
     };
     let reason = within(loss_limit, "the lost-lock signal fires", guard.lost()).await;
-    println!("lost after {:?}: {reason}", started.elapsed());
+    ctx.note(format!("lost after {:?}: {reason}", started.elapsed()));
     assert!(guard.is_lost());
     drop(guard);
 

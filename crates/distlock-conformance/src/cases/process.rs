@@ -10,18 +10,18 @@ use tokio::process::{Child, ChildStdout, Command};
 use super::{within, Outcome, LONG_TTL};
 use crate::{child, Ctx};
 
-/// 17. Cross-process: a child process holds the lock; we cannot take it; after it releases on
+/// Case 17: Cross-process: a child process holds the lock; we cannot take it; after it releases on
 /// command we get it promptly; a second child is killed with kill -9 and we get the lock once
 /// its TTL (or session) runs out.
 pub async fn c17_cross_process_holder(ctx: Ctx) -> Outcome {
     if !ctx.caps().cross_process {
-        return super::skip("the backend is in-process only");
+        return ctx.skip("the backend is in-process only");
     }
     let Some(env) = ctx.fixture().child_env() else {
-        return super::skip("the fixture cannot be reached from a child process");
+        return ctx.skip("the fixture cannot be reached from a child process");
     };
     let Some(test) = ctx.child_test().map(str::to_owned) else {
-        return super::skip("no child entry point outside a test binary");
+        return ctx.skip("no child entry point outside a test binary");
     };
     let ttl = ctx.short_ttl().max(Duration::from_secs(1));
     let client = ctx.client().await;
@@ -60,7 +60,10 @@ pub async fn c17_cross_process_holder(ctx: Ctx) -> Outcome {
         .acquire_with(&name, &AcquireOptions::new().ttl(LONG_TTL).wait_for(limit))
         .await
         .expect("the killed child's lock frees itself");
-    println!("acquired {:?} after kill -9 (TTL {ttl:?})", killed_at.elapsed());
+    ctx.note(format!(
+        "acquired {:?} after kill -9 (TTL {ttl:?})",
+        killed_at.elapsed()
+    ));
     assert!(guard.release().await.expect("works"));
     Outcome::Passed
 }

@@ -7,11 +7,11 @@ use distlock_core::{AcquireOptions, Expiry};
 use super::{is_held, take, Outcome, LONG_TTL};
 use crate::Ctx;
 
-/// 5. Extend by the owner keeps the lock past its original TTL; the watchdog keeps a guard
+/// Case 5: Extend by the owner keeps the lock past its original TTL; the watchdog keeps a guard
 /// exclusive for at least 3x its TTL.
 pub async fn c05_extend_and_watchdog_keep_lock(ctx: Ctx) -> Outcome {
     if ctx.caps().expiry != Expiry::Ttl {
-        return super::skip("locks are session-bound, there is no TTL to extend");
+        return ctx.skip("locks are session-bound, there is no TTL to extend");
     }
     let ttl = ctx.short_ttl();
     let probe = ctx.backend().await;

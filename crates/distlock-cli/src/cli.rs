@@ -1,0 +1,138 @@
+//! The command line.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+const AFTER_HELP: &str = "\
+Stores: redis://HOST:PORT[/DB], redlock://H1:P1,H2:P2,H3:P3, mysql://USER:PASS@HOST:PORT/DB,
+sqlite://PATH, zk://H1:P1,H2:P2/CHROOT, memcache://HOST:PORT, memory://NAME (one process).
+Without --url or DISTLOCK_URL, the embedded default store is used.
+
+Exit codes of `exec`: the command's own code (128+N if killed by signal N), or
+  75  the lock was not acquired within --wait (or at once with --no-wait)
+  76  the lock was lost while the command ran; it got SIGTERM, then SIGKILL after --grace
+  126 the command cannot be executed     127 the command was not found
+Any command: 64 invalid name or duration, 69 store unavailable, 78 bad URL or store not
+compiled in, 2 usage error. `check` exits 1 if a case failed.";
+
+/// A distributed flock(1): run commands under a lock shared by many hosts, and inspect,
+/// check and benchmark lock stores.
+#[derive(Debug, Parser)]
+#[command(name = "distlock", version, after_help = AFTER_HELP)]
+pub struct Cli {
+    /// The lock store's URL (`bench` takes several to compare).
+    #[arg(long, global = true, env = "DISTLOCK_URL", value_name = "URL", action = clap::ArgAction::Append)]
+    pub url: Vec<String>,
+
+    /// More logging on stderr (-v: distlock's events, -vv: everything). RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command while holding a lock; release it when the command exits.
+    Exec(ExecArgs),
+    /// Show whether a lock is held, by whom, its fencing token and remaining TTL.
+    Status(StatusArgs),
+    /// Run the conformance suite against the store and print a table of the cases.
+    Check(CheckArgs),
+    /// Measure latency, handoff and throughput of one or more stores side by side.
+    Bench(BenchArgs),
+    /// Print shell completions.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// How long to wait for the lock (500ms, 30s, 2m); default: wait until it is free.
+    #[arg(long, short, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
+    pub wait: Option<Duration>,
+
+    /// Fail at once (exit 75) if the lock is held.
+    #[arg(long, short = 'n')]
+    pub no_wait: bool,
+
+    /// The lock's TTL; the lock is renewed every TTL/3 while the command runs.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+    pub ttl: Duration,
+
+    /// Pass the lock's fencing token to the command in this environment variable.
+    #[arg(long, value_name = "NAME")]
+    pub fencing_token_env: Option<String>,
+
+    /// After a lost lock, how long the command gets between SIGTERM and SIGKILL.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
+    pub grace: Duration,
+
+    /// The lock's name.
+    pub name: String,
+
+    /// The command and its arguments (after `--`).
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print JSON instead of a sentence.
+    #[arg(long)]
+    pub json: bool,
+
+    /// The lock's name.
+    pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Run only the cases whose names contain one of these (repeatable).
+    #[arg(long = "case", value_name = "TEXT")]
+    pub cases: Vec<String>,
+
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Operations measured per figure.
+    #[arg(long, default_value_t = 200)]
+    pub iterations: u32,
+
+    /// Also write the results to this file: CSV, or JSON if it ends in .json.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+/// Parses `500ms`, `30s`, `2m`, `1h 30m`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{text:?} is not a duration like 500ms, 30s or 2m ({e})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("soon").is_err());
+    }
+}

@@ -1,0 +1,158 @@
+//! `distlock exec`: run a command while holding a lock, like `flock(1)` across hosts.
+//!
+//! The command runs in its own process group (as `timeout(1)` runs it), so that SIGINT,
+//! SIGTERM and SIGHUP reach it exactly once: `distlock` forwards them to the whole group.
+//! While it runs, the watchdog renews the lock every TTL/3. If the lock is lost anyway, the
+//! group gets SIGTERM, then SIGKILL after `--grace`, and `distlock` exits with
+//! [`exit::LOST`]. When the command exits, the lock is released and its exit code returned.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use distlock::{AcquireOptions, Error, Result, Wait};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::cli::ExecArgs;
+use crate::exit;
+
+/// The variable that tells the command which lock it runs under.
+const LOCK_NAME_ENV: &str = "DISTLOCK_LOCK_NAME";
+
+pub async fn run(url: &str, args: ExecArgs) -> Result<u8> {
+    let client = distlock::connect(url).await?;
+    let wait = match (args.no_wait, args.wait) {
+        (true, _) => Wait::No,
+        (false, Some(d)) => Wait::For(d),
+        (false, None) => Wait::Forever,
+    };
+    let opts = AcquireOptions::new().ttl(args.ttl).wait(wait);
+    let guard = client.acquire_with(args.name.as_str(), &opts).await?;
+
+    let mut command = Command::new(&args.command[0]);
+    command
+        .args(&args.command[1..])
+        .process_group(0)
+        .env(LOCK_NAME_ENV, &args.name);
+    if let Some(variable) = &args.fencing_token_env {
+        let Some(token) = guard.fencing_token() else {
+            let _ = guard.release().await;
+            return Err(Error::NotSupported {
+                backend: client.backend().backend(),
+                what: "fencing tokens (--fencing-token-env)",
+            });
+        };
+        command.env(variable, token.to_string());
+    }
+    // Install the handlers before the child exists, so no signal slips through.
+    let mut signals = Signals::install()?;
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(error) => {
+            let _ = guard.release().await;
+            eprintln!("distlock: cannot run {:?}: {error}", args.command[0]);
+            return Ok(match error.kind() {
+                std::io::ErrorKind::NotFound => exit::NOT_FOUND,
+                _ => exit::CANNOT_EXECUTE,
+            });
+        }
+    };
+    let group = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw);
+
+    let lost = guard.lost_signal();
+    let ended = loop {
+        tokio::select! {
+            status = child.wait() => break Ended::Exited(status.map_err(|e| Error::backend("process", e))?),
+            Some(sig) = signals.next() => forward(group, sig),
+            reason = lost.lost() => {
+                eprintln!("distlock: lock {:?} was lost ({reason}); stopping the command", args.name);
+                terminate(&mut child, group, args.grace).await;
+                break Ended::Lost;
+            }
+        }
+    };
+    match ended {
+        Ended::Lost => {
+            drop(guard);
+            Ok(exit::LOST)
+        }
+        Ended::Exited(status) => {
+            match guard.release().await {
+                Ok(true) => {}
+                Ok(false) => eprintln!(
+                    "distlock: warning: lock {:?} was no longer held when the command ended",
+                    args.name
+                ),
+                Err(error) => eprintln!(
+                    "distlock: warning: releasing {:?} failed ({error}); its TTL frees it",
+                    args.name
+                ),
+            }
+            Ok(exit_code(status))
+        }
+    }
+}
+
+enum Ended {
+    Exited(ExitStatus),
+    Lost,
+}
+
+/// The command's exit code, or 128 + N if signal N killed it.
+fn exit_code(status: ExitStatus) -> u8 {
+    let code = status
+        .code()
+        .or_else(|| status.signal().map(|sig| 128 + sig))
+        .unwrap_or(1);
+    u8::try_from(code & 0xff).unwrap_or(1)
+}
+
+fn forward(group: Option<Pid>, sig: Signal) {
+    if let Some(group) = group {
+        tracing::debug!(?sig, "distlock: forwarding a signal to the command");
+        let _ = killpg(group, sig);
+    }
+}
+
+/// SIGTERM to the command's group, then SIGKILL after `grace`.
+async fn terminate(child: &mut Child, group: Option<Pid>, grace: Duration) {
+    forward(group, Signal::SIGTERM);
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        eprintln!("distlock: the command ignored SIGTERM for {grace:?}; killing it");
+        forward(group, Signal::SIGKILL);
+        let _ = child.kill().await;
+    }
+}
+
+/// The signals `distlock` forwards to the command.
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Self> {
+        let install = |kind| signal(kind).map_err(|e| Error::backend("signals", e));
+        Ok(Self {
+            interrupt: install(SignalKind::interrupt())?,
+            terminate: install(SignalKind::terminate())?,
+            hangup: install(SignalKind::hangup())?,
+        })
+    }
+
+    async fn next(&mut self) -> Option<Signal> {
+        tokio::select! {
+            Some(()) = self.interrupt.recv() => Some(Signal::SIGINT),
+            Some(()) = self.terminate.recv() => Some(Signal::SIGTERM),
+            Some(()) = self.hangup.recv() => Some(Signal::SIGHUP),
+            else => None,
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! Opening a backend from a URL: the one place that knows which stores are compiled in.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use distlock_core::{DistributedLock, Error, LockClient, MemoryLock, Result};
+
+/// The conventional environment variable naming the lock store's URL.
+pub const URL_ENV: &str = "DISTLOCK_URL";
+
+/// Opens the backend `url` names and returns a [`LockClient`] over it.
+///
+/// | scheme | store | feature |
+/// |---|---|---|
+/// | `memory://NAME` | in-process store shared by every `connect` to the same NAME in this process | always |
+///
+/// A scheme whose feature is not compiled in is an [`Error::InvalidConfig`] naming the
+/// feature to enable; so is a malformed URL. Nothing here panics.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+/// let client = distlock::connect("memory://doc").await?;
+/// let guard = client.acquire("job").await?;
+/// assert!(distlock::connect("memory://doc").await?.try_acquire("job").await?.is_none());
+/// guard.release().await?;
+/// assert!(distlock::connect("nosuch://x").await.is_err());
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`Error::InvalidConfig`] for a malformed URL or a scheme that is unknown or not compiled
+/// in; the backend's own errors (for example [`Error::Unavailable`]) when it cannot connect.
+pub async fn connect(url: &str) -> Result<LockClient> {
+    Ok(LockClient::from_arc(open(url).await?))
+}
+
+/// Opens the store named by `DISTLOCK_URL`, or the embedded default store if it is unset.
+///
+/// # Errors
+/// As [`connect`].
+pub async fn connect_from_env() -> Result<LockClient> {
+    connect(&url_from_env()).await
+}
+
+/// The URL [`connect_from_env`] uses: `DISTLOCK_URL` if set and not empty, else
+/// [`default_url`].
+pub fn url_from_env() -> String {
+    match std::env::var(URL_ENV) {
+        Ok(url) if !url.trim().is_empty() => url,
+        _ => default_url(),
+    }
+}
+
+/// The embedded default store's URL.
+pub fn default_url() -> String {
+    "memory://default".to_owned()
+}
+
+/// Opens the backend `url` names, as a shared trait object (see [`connect`]).
+///
+/// # Errors
+/// As [`connect`].
+pub async fn open(url: &str) -> Result<Arc<dyn DistributedLock>> {
+    let url = url.trim();
+    let scheme = scheme(url)?;
+    match scheme.as_str() {
+        "memory" => Ok(Arc::new(memory_store(url))),
+        other => Err(unknown_scheme(other)),
+    }
+}
+
+/// The URL's scheme, lowercased.
+fn scheme(url: &str) -> Result<String> {
+    let Some((scheme, _rest)) = url.split_once(':') else {
+        return Err(Error::invalid_config(format!(
+            "{url:?} is not a lock store URL (expected SCHEME://..., for example redis://127.0.0.1:6379)"
+        )));
+    };
+    let valid = scheme.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+    if !valid {
+        return Err(Error::invalid_config(format!("{url:?} has no valid URL scheme")));
+    }
+    Ok(scheme.to_ascii_lowercase())
+}
+
+/// Schemes that exist but whose backend is not compiled into this build, with the feature.
+const FEATURES: &[(&str, &str)] = &[
+    ("redis", "redis"),
+    ("rediss", "redis"),
+    ("redlock", "redis"),
+    ("mysql", "mysql"),
+    ("mariadb", "mysql"),
+    ("sqlite", "sqlite"),
+    ("zk", "zookeeper"),
+    ("zookeeper", "zookeeper"),
+    ("memcache", "memcached"),
+    ("memcached", "memcached"),
+];
+
+fn unknown_scheme(scheme: &str) -> Error {
+    match FEATURES.iter().find(|(s, _)| *s == scheme) {
+        Some((_, feature)) => Error::invalid_config(format!(
+            "the {scheme}:// store is not compiled in: enable distlock's `{feature}` feature"
+        )),
+        None => Error::invalid_config(format!(
+            "unknown lock store scheme {scheme:?} (known: memory, {})",
+            FEATURES.iter().map(|(s, _)| *s).collect::<Vec<_>>().join(", ")
+        )),
+    }
+}
+
+/// The process-wide memory store named by a `memory://NAME` URL.
+fn memory_store(url: &str) -> MemoryLock {
+    static STORES: OnceLock<Mutex<HashMap<String, MemoryLock>>> = OnceLock::new();
+    let name = url.split_once("://").map_or("", |(_, rest)| rest).to_owned();
+    let mut stores = STORES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    stores.entry(name).or_default().clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_urls_are_typed_errors() {
+        for url in ["", "redis", "://x", "1abc://x", "na me://x", "🔒://x"] {
+            assert!(matches!(scheme(url), Err(Error::InvalidConfig { .. })), "{url:?}");
+        }
+        assert_eq!(scheme("ReDiS://h").ok().as_deref(), Some("redis"));
+    }
+
+    #[test]
+    fn unknown_and_disabled_schemes_say_what_to_do() {
+        let err = unknown_scheme("nosuch").to_string();
+        assert!(err.contains("unknown lock store scheme"), "{err}");
+        let err = unknown_scheme("zk").to_string();
+        assert!(err.contains("`zookeeper` feature"), "{err}");
+    }
+}
