@@ -3,7 +3,7 @@
 //! [`conformance_tests!`](crate::conformance_tests) adds an ignored test `__distlock_child_entry`
 //! that does nothing in a normal run. The cross-process case starts the same binary with only
 //! that test and [`CHILD_ENV`] set; the child builds the fixture (reaching the parent's store
-//! through [`Fixture::child_env`](crate::Fixture::child_env)), acquires the lock, prints
+//! through [`Fixture::child_env`]), acquires the lock, prints
 //! [`ACQUIRED`], and releases when it reads `release` on stdin.
 
 use std::future::Future;
