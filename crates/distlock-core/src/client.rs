@@ -337,16 +337,9 @@ impl LockClient {
             // a guard's drop releases the lock.
             let _ = tx.send(outcome);
         });
-        rx.await.map_err(|_| {
-            Error::backend(
-                self.inner.lock.backend(),
-                "the acquisition task ended unexpectedly",
-            )
-        })?
+        rx.await.map_err(|_| self.task_failed())?
     }
-}
 
-impl LockClient {
     /// Waits in the store's own FIFO queue ([`DistributedLock::acquire_queued`]) in a task.
     /// If the caller goes away, the task drops the queued future, which removes the queue
     /// entry; a guard won meanwhile but not delivered is dropped, which releases it.
@@ -375,12 +368,17 @@ impl LockClient {
             });
             let _ = tx.send(outcome);
         });
-        rx.await.map_err(|_| {
-            Error::backend(
-                self.inner.lock.backend(),
-                "the acquisition task ended unexpectedly",
-            )
-        })?
+        rx.await.map_err(|_| self.task_failed())?
+    }
+}
+
+impl LockClient {
+    /// The error for an acquisition task that ended without an answer (it panicked).
+    fn task_failed(&self) -> Error {
+        Error::backend(
+            self.inner.lock.backend(),
+            "the acquisition task ended unexpectedly",
+        )
     }
 }
 
