@@ -13,6 +13,8 @@ pub const URL_ENV: &str = "DISTLOCK_URL";
 /// | scheme | store | feature |
 /// |---|---|---|
 /// | `memory://NAME` | in-process store shared by every `connect` to the same NAME in this process | always |
+/// | `sqlite://PATH` | a SQLite file, created if missing (the embedded default) | `sqlite` (default) |
+/// | `mysql://USER:PASS@HOST:PORT/DB`, `mariadb://...` | MySQL or MariaDB | `mysql` |
 ///
 /// A scheme whose feature is not compiled in is an [`Error::InvalidConfig`] naming the
 /// feature to enable; so is a malformed URL. Nothing here panics.
@@ -51,9 +53,22 @@ pub fn url_from_env() -> String {
     }
 }
 
-/// The embedded default store's URL.
+/// The embedded default store's URL: a SQLite file in a per-user location
+/// (`$XDG_STATE_HOME/distlock/locks.db`, else `~/.local/state/distlock/locks.db`), which
+/// locks between the processes of one machine with no server. Without the `sqlite` feature,
+/// an in-process memory store.
 pub fn default_url() -> String {
-    "memory://default".to_owned()
+    #[cfg(feature = "sqlite")]
+    {
+        format!(
+            "sqlite://{}",
+            distlock_sql::SqlConfig::default_sqlite_path().display()
+        )
+    }
+    #[cfg(not(feature = "sqlite"))]
+    {
+        "memory://default".to_owned()
+    }
 }
 
 /// Opens the backend `url` names, as a shared trait object (see [`connect`]).
@@ -65,6 +80,10 @@ pub async fn open(url: &str) -> Result<Arc<dyn DistributedLock>> {
     let scheme = scheme(url)?;
     match scheme.as_str() {
         "memory" => Ok(Arc::new(memory_store(url))),
+        #[cfg(feature = "sqlite")]
+        "sqlite" => Ok(Arc::new(distlock_sql::SqlLock::connect(url).await?)),
+        #[cfg(feature = "mysql")]
+        "mysql" | "mariadb" => Ok(Arc::new(distlock_sql::SqlLock::connect(url).await?)),
         other => Err(unknown_scheme(other)),
     }
 }
@@ -139,7 +158,7 @@ mod tests {
     fn unknown_and_disabled_schemes_say_what_to_do() {
         let err = unknown_scheme("nosuch").to_string();
         assert!(err.contains("unknown lock store scheme"), "{err}");
-        let err = unknown_scheme("zk").to_string();
-        assert!(err.contains("`zookeeper` feature"), "{err}");
+        let err = unknown_scheme("redis").to_string();
+        assert!(err.contains("`redis` feature"), "{err}");
     }
 }

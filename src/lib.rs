@@ -4,9 +4,11 @@
 //! where the client is built. This umbrella crate re-exports the contract from
 //! [`distlock_core`] (also as [`core`]) and, per Cargo feature, the backends.
 //!
-//! | feature | store | crate |
+//! | feature | store | type |
 //! |---|---|---|
 //! | (always) | in-process memory, single process only | [`MemoryLock`] |
+//! | `sqlite` (default) | a SQLite file: the embedded default, locks between processes of one machine | [`sql::SqlLock`] |
+//! | `mysql` | MySQL / MariaDB | [`sql::SqlLock`] |
 //!
 //! ```
 //! use distlock::{AcquireOptions, LockClient, MemoryLock};
@@ -35,3 +37,8 @@ pub use distlock_core::*;
 
 /// The contract crate, for paths like `distlock::core::Lease`.
 pub use distlock_core as core;
+
+/// The SQL backend: MySQL/MariaDB and SQLite rows with an optimistic version column.
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "mysql", feature = "sqlite"))))]
+pub use distlock_sql as sql;

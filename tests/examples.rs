@@ -1,8 +1,9 @@
-//! Runs the examples as tests, so they cannot rot.
+//! Runs the examples as tests, so they cannot rot. The multi-process examples run their built
+//! binaries (`cargo test --all-targets`, as `scripts/test-all` does, builds them first)
+//! against a temporary SQLite file.
 
-#[allow(dead_code)]
-#[path = "../examples/quickstart.rs"]
-mod quickstart;
+use std::path::PathBuf;
+use std::process::Command;
 
 #[allow(dead_code)]
 #[path = "../examples/fencing.rs"]
@@ -12,9 +13,94 @@ mod fencing;
 #[path = "../examples/lost_lock.rs"]
 mod lost_lock;
 
+/// The built example `name` (next to this test binary's directory).
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let path = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|dir| dir.join("examples").join(name))
+        .expect("the target directory");
+    assert!(
+        path.exists(),
+        "{} is not built: run `cargo test --all-targets` (or `cargo build --examples`) first",
+        path.display()
+    );
+    path
+}
+
+fn sqlite_url(dir: &tempfile::TempDir) -> String {
+    format!("sqlite://{}", dir.path().join("locks.db").display())
+}
+
 #[test]
-fn quickstart_runs_and_counts_exactly() {
-    quickstart::main().expect("the quickstart example succeeds");
+fn quickstart_counts_exactly_across_processes() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let output = Command::new(example("quickstart"))
+        .args(["--url", &sqlite_url(&dir), "--workers", "4", "--rounds", "10"])
+        .output()
+        .expect("the example runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("counter = 40 "), "{stdout}");
+}
+
+#[test]
+fn quickstart_runs_on_the_embedded_default_with_no_arguments() {
+    let state = tempfile::tempdir().expect("a temp dir");
+    let output = Command::new(example("quickstart"))
+        .args(["--workers", "2", "--rounds", "5"])
+        .env_remove("DISTLOCK_URL")
+        .env("XDG_STATE_HOME", state.path())
+        .output()
+        .expect("the example runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("counter = 10 "), "{stdout}");
+    assert!(
+        state.path().join("distlock/locks.db").exists(),
+        "the default store is the per-user SQLite file"
+    );
+}
+
+#[test]
+fn inventory_is_exact_with_the_lock() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let output = Command::new(example("inventory"))
+        .args([
+            "--url",
+            &sqlite_url(&dir),
+            "--processes",
+            "4",
+            "--orders",
+            "20",
+            "--stock",
+            "30",
+        ])
+        .output()
+        .expect("the example runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let locked = stdout
+        .lines()
+        .find(|l| l.contains("with distlock"))
+        .expect("a locked report line");
+    assert!(
+        locked.contains("sold   30, stock left    0, oversold    0"),
+        "{locked}"
+    );
 }
 
 #[tokio::test]

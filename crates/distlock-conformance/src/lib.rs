@@ -148,6 +148,23 @@ pub const CASES: &[Case] = &[
     ),
 ];
 
+tokio::task_local! {
+    static CURRENT_CASE: &'static str;
+}
+
+/// The conformance case whose fixture is being built, when called from a fixture factory run
+/// by [`conformance_tests!`] (for example to give only `c12_store_going_away` a server of its
+/// own to kill, while the other cases share one).
+pub fn current_case() -> Option<&'static str> {
+    CURRENT_CASE.try_with(|case| *case).ok()
+}
+
+/// Runs `future` (a fixture factory) with [`current_case`] set to `case`.
+#[doc(hidden)]
+pub async fn in_case<F: std::future::Future>(case: &'static str, future: F) -> F::Output {
+    CURRENT_CASE.scope(case, future).await
+}
+
 /// Runs the case `name` against `fixture`, failing (panicking) if it fails or runs past
 /// [`CASE_LIMIT`]. `child_test` is the test name of the cross-process entry point.
 pub async fn run_case(name: &str, fixture: Arc<dyn Fixture>, child_test: Option<String>) -> Outcome {
@@ -212,7 +229,7 @@ macro_rules! conformance_tests {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
-                let fixture = $factory().await;
+                let fixture = $crate::in_case(stringify!($case), $factory()).await;
                 let child = $crate::child::entry_test_name(module_path!());
                 let outcome = $crate::run_case(stringify!($case), fixture, Some(child)).await;
                 println!("{}: {:?}", stringify!($case), outcome);

@@ -101,7 +101,7 @@ impl ChildHolder {
             async {
                 loop {
                     match self.lines.next_line().await.expect("reading the child's output") {
-                        Some(line) if line.starts_with(marker) => return,
+                        Some(line) if line.contains(marker) => return,
                         Some(_) => {}
                         None => panic!("the child exited before printing {marker}"),
                     }

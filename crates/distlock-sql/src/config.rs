@@ -1,0 +1,367 @@
+//! [`SqlConfig`]: which database to use (a URL or the embedded SQLite default), the table, and
+//! the bounds every operation runs within. It owns parsing and validation; it opens nothing
+//! until [`SqlConfig::build`].
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use distlock_core::{Error, Result};
+
+use crate::sql::Dialect;
+use crate::SqlLock;
+
+/// The table used unless [`SqlConfig::with_table`] names another.
+pub const DEFAULT_TABLE: &str = "distlock_locks";
+/// How long one operation (all its statements and retries) may take by default.
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default size of each client's connection pool.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 8;
+/// The longest table name accepted (MySQL's identifier limit).
+const MAX_TABLE_LEN: usize = 64;
+
+/// How to reach the lock table: the database, the table name, and the time bounds.
+///
+/// Build it from a URL with [`SqlConfig::from_url`] (`mysql://user:pass@host:port/db`,
+/// `mariadb://...` or `sqlite://path/to/file.db`), from a file with [`SqlConfig::sqlite`], or
+/// use [`SqlConfig::embedded_default`]. `Debug` never shows the password.
+///
+/// ```
+/// use distlock_sql::SqlConfig;
+/// use std::time::Duration;
+///
+/// let config = SqlConfig::from_url("mysql://app:secret@127.0.0.1:3306/app")?
+///     .with_table("app_locks")?
+///     .with_operation_timeout(Duration::from_secs(2))
+///     .with_max_connections(4);
+/// assert!(!format!("{config:?}").contains("secret"));
+/// assert!(SqlConfig::from_url("ftp://nope").is_err());
+/// assert!(SqlConfig::from_url("").is_err());
+/// # Ok::<(), distlock_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct SqlConfig {
+    pub(crate) target: Target,
+    pub(crate) table: String,
+    pub(crate) operation_timeout: Duration,
+    pub(crate) max_connections: u32,
+    pub(crate) create_table: bool,
+}
+
+/// The database a config points at.
+#[derive(Clone)]
+pub(crate) enum Target {
+    #[cfg(feature = "mysql")]
+    MySql {
+        options: Box<sqlx::mysql::MySqlConnectOptions>,
+        /// The URL with the password replaced, for `Debug` and errors.
+        redacted: String,
+    },
+    #[cfg(feature = "sqlite")]
+    Sqlite { path: PathBuf },
+}
+
+impl SqlConfig {
+    /// Parses a connection URL: `mysql://user:pass@host:port/db` (also `mariadb://`) or
+    /// `sqlite://path/to/file.db` (relative; `sqlite:///abs/path.db` for an absolute path;
+    /// the file and its directory are created if missing).
+    ///
+    /// MySQL connections are unencrypted: this build has no TLS (no OpenSSL; rustls can be
+    /// added later), so `ssl-mode=required` fails to connect; use it over loopback or a
+    /// private network.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a malformed URL, an unknown scheme, or a scheme whose cargo
+    /// feature (`mysql`, `sqlite`) is off.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let url = url.trim();
+        let Some((scheme, rest)) = url.split_once(':') else {
+            return Err(Error::invalid_config(format!(
+                "{url:?} is not a URL; expected mysql://user:pass@host:port/db or sqlite://path/to/file.db"
+            )));
+        };
+        match scheme.to_ascii_lowercase().as_str() {
+            "mysql" | "mariadb" => Self::mysql_url(rest),
+            "sqlite" => Self::sqlite_url(rest),
+            other => Err(Error::invalid_config(format!(
+                "unknown scheme {other:?} in a SQL lock URL; expected mysql, mariadb or sqlite"
+            ))),
+        }
+    }
+
+    #[cfg(feature = "mysql")]
+    fn mysql_url(rest: &str) -> Result<Self> {
+        use std::str::FromStr;
+
+        if !rest.starts_with("//") || rest.len() <= 2 {
+            return Err(Error::invalid_config(
+                "a MySQL URL looks like mysql://user:pass@host:port/db",
+            ));
+        }
+        let url = format!("mysql:{rest}");
+        let redacted = redact_password(&url);
+        let options = sqlx::mysql::MySqlConnectOptions::from_str(&url)
+            .map_err(|e| Error::invalid_config(format!("bad MySQL URL {redacted}: {e}")))?;
+        // Expiry is judged with UTC_TIMESTAMP(), so the session time zone does not matter;
+        // sqlx sets +00:00 by default, which we keep (a URL may override it).
+        Ok(Self::with_target(Target::MySql {
+            options: Box::new(options),
+            redacted,
+        }))
+    }
+
+    #[cfg(not(feature = "mysql"))]
+    fn mysql_url(_rest: &str) -> Result<Self> {
+        Err(Error::invalid_config(
+            "MySQL/MariaDB URLs need the `mysql` feature of distlock-sql, which is off",
+        ))
+    }
+
+    #[cfg(feature = "sqlite")]
+    fn sqlite_url(rest: &str) -> Result<Self> {
+        let path = rest.strip_prefix("//").unwrap_or(rest);
+        let path = path.split_once('?').map_or(path, |(p, _query)| p);
+        if path.is_empty() {
+            return Err(Error::invalid_config(
+                "a SQLite URL names a file: sqlite://path/to/file.db or sqlite:///abs/path.db",
+            ));
+        }
+        if path == ":memory:" || path.starts_with("file::memory:") {
+            return Err(Error::invalid_config(
+                "an in-memory SQLite database is private to one connection and cannot lock \
+                 anything between clients; name a file",
+            ));
+        }
+        Ok(Self::sqlite(path))
+    }
+
+    #[cfg(not(feature = "sqlite"))]
+    fn sqlite_url(_rest: &str) -> Result<Self> {
+        Err(Error::invalid_config(
+            "SQLite URLs need the `sqlite` feature of distlock-sql, which is off",
+        ))
+    }
+
+    /// A SQLite database in the file `path` (created, with its directory, if missing).
+    #[cfg(feature = "sqlite")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+    pub fn sqlite(path: impl AsRef<Path>) -> Self {
+        Self::with_target(Target::Sqlite {
+            path: path.as_ref().to_path_buf(),
+        })
+    }
+
+    /// The embedded default: SQLite in [`SqlConfig::default_sqlite_path`]. It excludes the
+    /// processes of one machine with no server.
+    #[cfg(feature = "sqlite")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+    pub fn embedded_default() -> Self {
+        Self::sqlite(Self::default_sqlite_path())
+    }
+
+    /// Where the embedded default keeps its file: `$XDG_STATE_HOME/distlock/locks.db`, else
+    /// `$HOME/.local/state/distlock/locks.db`, else `distlock/locks.db` in the temp dir.
+    /// Every process of one user that uses the default therefore shares one file.
+    pub fn default_sqlite_path() -> PathBuf {
+        let absolute = |var: &str| {
+            std::env::var_os(var)
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+        };
+        let base = absolute("XDG_STATE_HOME")
+            .or_else(|| absolute("HOME").map(|home| home.join(".local").join("state")))
+            .unwrap_or_else(std::env::temp_dir);
+        base.join("distlock").join("locks.db")
+    }
+
+    fn with_target(target: Target) -> Self {
+        Self {
+            target,
+            table: DEFAULT_TABLE.to_owned(),
+            operation_timeout: DEFAULT_OPERATION_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            create_table: true,
+        }
+    }
+
+    /// Uses the table `table` (default [`DEFAULT_TABLE`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] unless `table` is an ASCII letter or `_` followed by up to 63
+    /// ASCII letters, digits or `_` (it is spliced into SQL, so nothing else is accepted).
+    pub fn with_table(mut self, table: &str) -> Result<Self> {
+        let mut chars = table.chars();
+        let valid = table.len() <= MAX_TABLE_LEN
+            && chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(Error::invalid_config(format!(
+                "{table:?} is not a plain table name (a letter or _, then up to 63 letters, \
+                 digits or _)"
+            )));
+        }
+        table.clone_into(&mut self.table);
+        Ok(self)
+    }
+
+    /// Bounds every operation (pool checkout, statements and internal retries) to `timeout`
+    /// (default 5 s); past it the operation fails with [`Error::Unavailable`]. Also the
+    /// connect timeout and SQLite's busy timeout.
+    pub fn with_operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The most connections this client's pool opens (default 8, at least 1).
+    pub fn with_max_connections(mut self, max: u32) -> Self {
+        self.max_connections = max.max(1);
+        self
+    }
+
+    /// Whether [`build`](Self::build) runs `CREATE TABLE IF NOT EXISTS` (default `true`). Turn
+    /// it off where a DBA creates the table from [`SqlConfig::ddl`] and the application's
+    /// user may not run DDL.
+    pub fn with_create_table(mut self, create: bool) -> Self {
+        self.create_table = create;
+        self
+    }
+
+    /// The `CREATE TABLE` statement for this config's database and table, for teams whose
+    /// DBAs create tables.
+    pub fn ddl(&self) -> String {
+        crate::sql::Statements::new(self.dialect(), &self.table).create_table
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The operation timeout.
+    pub fn operation_timeout(&self) -> Duration {
+        self.operation_timeout
+    }
+
+    /// The SQLite file, if this config uses SQLite.
+    pub fn sqlite_path(&self) -> Option<&Path> {
+        match &self.target {
+            #[cfg(feature = "sqlite")]
+            Target::Sqlite { path } => Some(path),
+            #[cfg(feature = "mysql")]
+            Target::MySql { .. } => None,
+        }
+    }
+
+    pub(crate) fn dialect(&self) -> Dialect {
+        match &self.target {
+            #[cfg(feature = "mysql")]
+            Target::MySql { .. } => Dialect::MySql,
+            #[cfg(feature = "sqlite")]
+            Target::Sqlite { .. } => Dialect::Sqlite,
+        }
+    }
+
+    /// Connects (creating the SQLite file and the table if asked) and returns the lock.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] if the database cannot be reached within the operation timeout;
+    /// [`Error::Backend`] if it refuses (bad credentials, no permission to create the table).
+    pub async fn build(self) -> Result<SqlLock> {
+        SqlLock::open(self).await
+    }
+}
+
+/// `scheme://user:***@host/...` for a URL with a password; the URL unchanged otherwise.
+#[cfg(feature = "mysql")]
+fn redact_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+            if userinfo.contains(':') {
+                format!("{scheme}://{user}:***@{host}{tail}")
+            } else {
+                format!("{scheme}://{user}@{host}{tail}")
+            }
+        }
+        None => url.to_owned(),
+    }
+}
+
+impl fmt::Debug for SqlConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut s = f.debug_struct("SqlConfig");
+        match &self.target {
+            #[cfg(feature = "mysql")]
+            Target::MySql { redacted, .. } => s.field("url", redacted),
+            #[cfg(feature = "sqlite")]
+            Target::Sqlite { path } => s.field("sqlite", path),
+        };
+        s.field("table", &self.table)
+            .field("operation_timeout", &self.operation_timeout)
+            .field("max_connections", &self.max_connections)
+            .field("create_table", &self.create_table)
+            .finish()
+    }
+}
+
+#[cfg(all(test, feature = "mysql", feature = "sqlite"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(
+            redact_password("mysql://u:p@h:1/db?x=1"),
+            "mysql://u:***@h:1/db?x=1"
+        );
+        assert_eq!(redact_password("mysql://u@h/db"), "mysql://u@h/db");
+        assert_eq!(redact_password("mysql://h/db"), "mysql://h/db");
+    }
+
+    #[test]
+    fn table_names_are_strict() {
+        let config = || SqlConfig::from_url("sqlite://x.db").expect("valid");
+        assert!(config().with_table("locks_2").is_ok());
+        for bad in ["", "1x", "a-b", "a b", "a;drop", "`x`", "ä", &"x".repeat(65)] {
+            assert!(config().with_table(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn urls() {
+        for bad in [
+            "",
+            "nope",
+            "redis://x",
+            "sqlite://",
+            "sqlite::memory:",
+            "sqlite://:memory:",
+            "mysql:",
+            "mysql://",
+            "mysql://u:p@h:notaport/db",
+        ] {
+            assert!(
+                matches!(SqlConfig::from_url(bad), Err(Error::InvalidConfig { .. })),
+                "{bad:?}"
+            );
+        }
+        let c = SqlConfig::from_url("sqlite://dir/file.db?mode=rwc").expect("valid");
+        assert_eq!(c.sqlite_path(), Some(Path::new("dir/file.db")));
+        let c = SqlConfig::from_url("sqlite:///abs/file.db").expect("valid");
+        assert_eq!(c.sqlite_path(), Some(Path::new("/abs/file.db")));
+        let c = SqlConfig::from_url("mysql://u:secret@127.0.0.1:3306/db").expect("valid");
+        assert!(!format!("{c:?}").contains("secret"));
+        assert!(SqlConfig::from_url("MariaDB://u:p@localhost/db").is_ok());
+    }
+
+    #[test]
+    fn default_path_is_absolute_or_temp() {
+        let path = SqlConfig::default_sqlite_path();
+        assert!(path.ends_with("distlock/locks.db"), "{path:?}");
+    }
+}

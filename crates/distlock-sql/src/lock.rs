@@ -1,0 +1,553 @@
+//! [`SqlLock`]: the [`DistributedLock`] over one row per lock name with an optimistic
+//! `version` column, on MySQL/MariaDB or SQLite. This module owns the connection pool and the
+//! meaning of each statement's result; the SQL text lives in `sql.rs`.
+//!
+//! # Row layout
+//!
+//! | column       | MySQL / MariaDB                           | SQLite    | meaning |
+//! |--------------|-------------------------------------------|-----------|---------|
+//! | `lock_key`   | `VARCHAR(255) ascii_bin`, primary key     | `TEXT` PK | the name, percent-escaped to printable ASCII; past 255 bytes a readable prefix + `%~` + SHA-256 ([`LockName::encode`]) |
+//! | `lock_name`  | `VARCHAR(1024) utf8mb4_bin`               | `TEXT`    | the full name, for humans |
+//! | `owner`      | `VARCHAR(64) ascii_bin NULL`              | `TEXT`    | the holder's [`OwnerToken`]; `NULL` when free |
+//! | `version`    | `BIGINT`                                  | `INTEGER` | the fencing token: `max(version + 1, clock in µs)` on every acquisition |
+//! | `expires_at` | `DATETIME(6) NULL`, UTC                   | `INTEGER` | end of the hold by the database clock (SQLite: ms since the epoch); `NULL` when free |
+//!
+//! A row is created by the first acquisition of a name and never deleted: release clears
+//! `owner` and `expires_at` and keeps `version`, so fencing tokens grow across release,
+//! expiry and re-acquisition. Because each new version is at least the database clock in
+//! microseconds, they keep growing even if someone deletes the row by hand and it is created
+//! again. A name is held iff `owner IS NOT NULL AND expires_at > now`,
+//! where `now` is always the database's clock, read inside the statement that decides; no
+//! client clock is ever compared with anything, so clients with skewed clocks stay safe.
+//!
+//! Every statement is a single autocommit statement: under MySQL's default REPEATABLE READ an
+//! `INSERT ... ON DUPLICATE KEY UPDATE` or `UPDATE` reads the latest committed row (a locking
+//! read), never a stale snapshot. No lock is tied to a connection, so pooled connections can
+//! come and go, and a lost connection loses no lock (the lease simply expires unless renewed).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::{
+    Capabilities, DistributedLock, Error, Fencing, FencingToken, Holder, Lease, LockName, LockState,
+    OwnerToken, ReleaseWatch, Result, TryAcquire, WakeUp,
+};
+use tokio::time::Instant;
+
+use crate::config::{SqlConfig, Target};
+use crate::sql::{key_char, Dialect, Statements, KEY_LEN};
+
+/// The longest TTL accepted: 30 days, as [`Capabilities::new`] declares.
+const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+/// The first and the longest pause between internal retries of a busy or deadlocked statement.
+const RETRY_FIRST: Duration = Duration::from_millis(2);
+const RETRY_MAX: Duration = Duration::from_millis(50);
+
+/// A distributed lock stored in a SQL table: MySQL/MariaDB, or a SQLite file (the embedded
+/// default, which locks between the processes of one machine with no server).
+///
+/// Cheap to clone (clones share one connection pool). Build it with [`SqlLock::connect`],
+/// [`SqlLock::embedded_default`] or [`SqlConfig::build`], and hand it to
+/// [`LockClient`](distlock_core::LockClient).
+///
+/// Capabilities: [`Fencing::Monotonic`] (the `version` column), [`WakeUp::Polling`] (waiters
+/// back off with jitter and wake at the holder's expiry), TTLs from 1 ms to 30 days in 1 ms
+/// steps, and [`inspect`](DistributedLock::inspect).
+///
+/// # Why not `GET_LOCK` or `SELECT ... FOR UPDATE`
+///
+/// Both tie the lock to one database connection: `GET_LOCK` is released when the session
+/// ends, and a row lock when the transaction ends. The holder would have to pin one connection
+/// out of its pool for as long as it holds the lock (one connection per held lock), a pool
+/// that recycles or reconnects it silently drops the lock, and a long open transaction blocks
+/// purges and other writers. A row with an owner, an expiry and a version needs no connection
+/// between statements, works with any pool, survives reconnects, has a TTL that the watchdog
+/// renews, and gives a fencing token that outlives restarts.
+///
+/// ```no_run
+/// use distlock_core::LockClient;
+/// use distlock_sql::SqlLock;
+///
+/// # #[tokio::main] async fn main() -> distlock_core::Result<()> {
+/// let client = LockClient::new(SqlLock::connect("sqlite://locks.db").await?);
+/// let guard = client.acquire("nightly-report").await?;
+/// // ... work, sending guard.fencing_token() with each write ...
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct SqlLock {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    sql: Statements,
+    config: SqlConfig,
+}
+
+enum Pool {
+    #[cfg(feature = "mysql")]
+    MySql(sqlx::MySqlPool),
+    #[cfg(feature = "sqlite")]
+    Sqlite(sqlx::SqlitePool),
+}
+
+impl SqlLock {
+    /// Connects to the database at `url` with default settings (see [`SqlConfig::from_url`]).
+    ///
+    /// # Errors
+    /// As [`SqlConfig::from_url`] and [`SqlConfig::build`].
+    pub async fn connect(url: &str) -> Result<Self> {
+        SqlConfig::from_url(url)?.build().await
+    }
+
+    /// The embedded default: a SQLite file at [`SqlConfig::default_sqlite_path`].
+    ///
+    /// # Errors
+    /// As [`SqlConfig::build`].
+    #[cfg(feature = "sqlite")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+    pub async fn embedded_default() -> Result<Self> {
+        SqlConfig::embedded_default().build().await
+    }
+
+    /// The configuration this lock was built from.
+    pub fn config(&self) -> &SqlConfig {
+        &self.inner.config
+    }
+
+    /// Closes the connection pool; later operations fail with [`Error::Unavailable`].
+    pub async fn close(&self) {
+        match &self.inner.pool {
+            #[cfg(feature = "mysql")]
+            Pool::MySql(pool) => pool.close().await,
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(pool) => pool.close().await,
+        }
+    }
+}
+
+#[async_trait]
+impl DistributedLock for SqlLock {
+    fn backend(&self) -> &'static str {
+        match self.dialect() {
+            Dialect::MySql => "mysql",
+            Dialect::Sqlite => "sqlite",
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(Fencing::Monotonic, WakeUp::Polling)
+            .with_ttl_granularity(Duration::from_millis(1))
+            .with_ttl_range(Duration::from_millis(1), MAX_TTL)
+    }
+
+    /// Acquire: insert the row, or take it over if it is free or expired, bumping `version`.
+    ///
+    /// **1 round trip** when acquired (MySQL: the version comes back as `LAST_INSERT_ID`;
+    /// SQLite: `RETURNING version`), **2** when held (the second reads the holder's remaining
+    /// time so the waiter wakes at its expiry).
+    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
+        let units = self.ttl_units(ttl)?;
+        let key = lock_key(name);
+        let key = key.as_ref();
+        let owner_str = owner.to_string();
+        let owner_str = owner_str.as_str();
+        let sql = self.inner.sql.acquire.as_str();
+        let sent = Instant::now();
+        let version: Option<i64> = match &self.inner.pool {
+            #[cfg(feature = "mysql")]
+            Pool::MySql(pool) => {
+                let done = self
+                    .run("acquiring", || {
+                        sqlx::query(sql)
+                            .bind(key)
+                            .bind(name.as_str())
+                            .bind(owner_str)
+                            .bind(units)
+                            .bind(owner_str)
+                            .bind(owner_str)
+                            .bind(owner_str)
+                            .bind(units)
+                            .execute(pool)
+                    })
+                    .await?;
+                i64::try_from(done.last_insert_id()).ok().filter(|&v| v > 0)
+            }
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(pool) => {
+                // fetch_all steps the statement to completion, so its write commits at once.
+                let rows: Vec<i64> = self
+                    .run("acquiring", || {
+                        sqlx::query_scalar(sql)
+                            .bind(key)
+                            .bind(name.as_str())
+                            .bind(owner_str)
+                            .bind(units)
+                            .fetch_all(pool)
+                    })
+                    .await?;
+                rows.first().copied()
+            }
+        };
+        match version.and_then(|v| u64::try_from(v).ok()) {
+            Some(version) => Ok(TryAcquire::Acquired(
+                Lease::new(name.clone(), owner, ttl, sent).with_fencing(FencingToken::new(version)),
+            )),
+            None => Ok(TryAcquire::Held(self.holder(key).await?)),
+        }
+    }
+
+    /// Release: clear `owner` and `expires_at` where the owner is still ours and the hold has
+    /// not expired; `version` stays. **1 round trip.**
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let key = lock_key(lease.name());
+        let key = key.as_ref();
+        let owner = lease.owner().to_string();
+        let owner = owner.as_str();
+        let sql = self.inner.sql.release.as_str();
+        let affected = match &self.inner.pool {
+            #[cfg(feature = "mysql")]
+            Pool::MySql(pool) => self
+                .run("releasing", || {
+                    sqlx::query(sql).bind(key).bind(owner).execute(pool)
+                })
+                .await?
+                .rows_affected(),
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(pool) => self
+                .run("releasing", || {
+                    sqlx::query(sql).bind(key).bind(owner).execute(pool)
+                })
+                .await?
+                .rows_affected(),
+        };
+        Ok(affected > 0)
+    }
+
+    /// Extend: move `expires_at` to the database's now + `ttl` where the owner is still ours
+    /// and the hold has not expired. **1 round trip.**
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
+        let units = self.ttl_units(ttl)?;
+        let key = lock_key(lease.name());
+        let key = key.as_ref();
+        let owner = lease.owner().to_string();
+        let owner = owner.as_str();
+        let sql = self.inner.sql.extend.as_str();
+        let sent = Instant::now();
+        let affected = match &self.inner.pool {
+            #[cfg(feature = "mysql")]
+            Pool::MySql(pool) => self
+                .run("extending", || {
+                    sqlx::query(sql).bind(units).bind(key).bind(owner).execute(pool)
+                })
+                .await?
+                .rows_affected(),
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(pool) => self
+                .run("extending", || {
+                    sqlx::query(sql).bind(key).bind(owner).bind(units).execute(pool)
+                })
+                .await?
+                .rows_affected(),
+        };
+        Ok((affected > 0).then(|| lease.renewed(ttl, sent)))
+    }
+
+    /// Wait: SQL databases publish no release notifications, so waiters poll. `LockClient`
+    /// retries with capped, jittered exponential backoff and wakes early at
+    /// [`Holder::remaining`], which a failed attempt reads from the database (its second
+    /// round trip). **0 round trips** here; each poll is one [`try_acquire`](Self::try_acquire).
+    async fn watch(&self, _name: &LockName) -> Result<ReleaseWatch> {
+        Ok(ReleaseWatch::polling())
+    }
+
+    /// Inspect: the row's owner, version and remaining time. **1 round trip.**
+    async fn inspect(&self, name: &LockName) -> Result<LockState> {
+        let key = lock_key(name);
+        let key = key.as_ref();
+        let sql = self.inner.sql.inspect.as_str();
+        let row: Option<(Option<String>, i64, Option<i64>)> = match &self.inner.pool {
+            #[cfg(feature = "mysql")]
+            Pool::MySql(pool) => {
+                self.run("inspecting", || {
+                    sqlx::query_as(sql).bind(key).fetch_optional(pool)
+                })
+                .await?
+            }
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(pool) => {
+                self.run("inspecting", || {
+                    sqlx::query_as(sql).bind(key).fetch_optional(pool)
+                })
+                .await?
+            }
+        };
+        let Some((owner, version, left)) = row else {
+            return Ok(LockState::free(None));
+        };
+        let fencing = u64::try_from(version).ok().map(FencingToken::new);
+        Ok(match (owner, self.remaining(left)) {
+            (Some(owner), Some(left)) => LockState::held(owner, fencing, Some(left)),
+            _ => LockState::free(fencing),
+        })
+    }
+
+    /// `SELECT 1`. **1 round trip.**
+    async fn ping(&self) -> Result<()> {
+        match &self.inner.pool {
+            #[cfg(feature = "mysql")]
+            Pool::MySql(pool) => {
+                self.run("ping", || sqlx::query("SELECT 1").execute(pool)).await?;
+            }
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(pool) => {
+                self.run("ping", || sqlx::query("SELECT 1").execute(pool)).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Opening, and the machinery every operation shares.
+impl SqlLock {
+    pub(crate) async fn open(config: SqlConfig) -> Result<Self> {
+        let sql = Statements::new(config.dialect(), &config.table);
+        let pool = match &config.target {
+            #[cfg(feature = "mysql")]
+            Target::MySql { options, .. } => Pool::MySql(
+                sqlx::mysql::MySqlPoolOptions::new()
+                    .max_connections(config.max_connections)
+                    .min_connections(0)
+                    .acquire_timeout(config.operation_timeout)
+                    .test_before_acquire(true)
+                    .connect_lazy_with((**options).clone()),
+            ),
+            #[cfg(feature = "sqlite")]
+            Target::Sqlite { path } => Pool::Sqlite(open_sqlite(path, &config)?),
+        };
+        let lock = Self {
+            inner: Arc::new(Inner { pool, sql, config }),
+        };
+        lock.prepare().await?;
+        Ok(lock)
+    }
+
+    /// Switches SQLite to WAL (persistent, so pooled connections need not repeat it), creates
+    /// the table if asked, and proves the database answers.
+    #[allow(irrefutable_let_patterns)] // with only the `sqlite` feature
+    async fn prepare(&self) -> Result<()> {
+        #[cfg(feature = "sqlite")]
+        if let Pool::Sqlite(pool) = &self.inner.pool {
+            // Changing the journal mode needs an exclusive lock that the busy timeout does not
+            // wait for, so several processes opening a new file at once retry here.
+            let mode: String = self
+                .run("setting WAL mode", || {
+                    sqlx::query_scalar("PRAGMA journal_mode = WAL").fetch_one(pool)
+                })
+                .await?;
+            if !mode.eq_ignore_ascii_case("wal") {
+                tracing::warn!(%mode, "distlock-sql: SQLite refused WAL mode; locking still works, slower");
+            }
+        }
+        if self.inner.config.create_table {
+            let ddl = self.inner.sql.create_table.as_str();
+            match &self.inner.pool {
+                #[cfg(feature = "mysql")]
+                Pool::MySql(pool) => {
+                    self.run("creating the lock table", || sqlx::query(ddl).execute(pool))
+                        .await?;
+                }
+                #[cfg(feature = "sqlite")]
+                Pool::Sqlite(pool) => {
+                    self.run("creating the lock table", || sqlx::query(ddl).execute(pool))
+                        .await?;
+                }
+            }
+        }
+        self.ping().await
+    }
+
+    fn dialect(&self) -> Dialect {
+        self.inner.config.dialect()
+    }
+
+    /// Runs one statement (`op` makes a fresh attempt each call) within the operation timeout,
+    /// retrying only errors that guarantee the statement changed nothing: SQLite's
+    /// `SQLITE_BUSY`/`SQLITE_LOCKED` and InnoDB's deadlock / lock-wait timeout (the statement
+    /// was rolled back). Those never reach the caller as such: when the time is up they become
+    /// [`Error::Unavailable`].
+    async fn run<T, F, Fut>(&self, what: &'static str, mut op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, sqlx::Error>>,
+    {
+        let timeout = self.inner.config.operation_timeout;
+        let deadline = Instant::now() + timeout;
+        let mut pause = RETRY_FIRST;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, op()).await {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(e)) if is_contention(&e) && Instant::now() + pause < deadline => {
+                    tracing::trace!(error = %e, what, "distlock-sql: contention, retrying");
+                    tokio::time::sleep(jittered(pause)).await;
+                    pause = (pause * 2).min(RETRY_MAX);
+                }
+                Ok(Err(e)) => return Err(map_error(self.backend(), what, e)),
+                Err(_) => {
+                    return Err(Error::unavailable(
+                        self.backend(),
+                        format!("{what}: no answer within the operation timeout of {timeout:?}"),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// How long the current holder of `key` has left (round trip 2 of a failed attempt), as
+    /// the waiter's wake-up hint. A row found free or expired meanwhile says "retry now".
+    async fn holder(&self, key: &str) -> Result<Holder> {
+        let sql = self.inner.sql.remaining.as_str();
+        let left: Option<Option<i64>> = match &self.inner.pool {
+            #[cfg(feature = "mysql")]
+            Pool::MySql(pool) => {
+                self.run("reading the holder's expiry", || {
+                    sqlx::query_scalar(sql).bind(key).fetch_optional(pool)
+                })
+                .await?
+            }
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(pool) => {
+                self.run("reading the holder's expiry", || {
+                    sqlx::query_scalar(sql).bind(key).fetch_optional(pool)
+                })
+                .await?
+            }
+        };
+        Ok(Holder::expiring_in(
+            self.remaining(left.flatten()).unwrap_or(Duration::ZERO),
+        ))
+    }
+
+    /// A stored remaining time (µs on MySQL, ms on SQLite) as a duration, `None` if not
+    /// positive.
+    fn remaining(&self, raw: Option<i64>) -> Option<Duration> {
+        let raw = u64::try_from(raw?).ok().filter(|&v| v > 0)?;
+        Some(match self.dialect() {
+            Dialect::MySql => Duration::from_micros(raw),
+            Dialect::Sqlite => Duration::from_millis(raw),
+        })
+    }
+
+    /// A TTL in the unit the dialect stores (µs on MySQL, ms rounded up on SQLite).
+    fn ttl_units(&self, ttl: Duration) -> Result<i64> {
+        if ttl.is_zero() || ttl > MAX_TTL {
+            return Err(Error::invalid_options(format!(
+                "a TTL of {ttl:?} is outside what the SQL backend accepts (1 ms to {MAX_TTL:?})"
+            )));
+        }
+        let units = match self.dialect() {
+            Dialect::MySql => ttl.as_micros().max(1),
+            Dialect::Sqlite => ttl.as_micros().div_ceil(1000),
+        };
+        // At most 30 days in µs: far below i64::MAX.
+        i64::try_from(units).map_err(|_| Error::invalid_options("TTL out of range"))
+    }
+}
+
+/// The key column's value for `name`.
+pub(crate) fn lock_key(name: &LockName) -> std::borrow::Cow<'_, str> {
+    name.encode(KEY_LEN, key_char)
+}
+
+#[cfg(feature = "sqlite")]
+fn open_sqlite(path: &std::path::Path, config: &SqlConfig) -> Result<sqlx::SqlitePool> {
+    use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions, SqliteSynchronous};
+
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            Error::backend(
+                "sqlite",
+                format!("creating the directory {} for the lock file: {e}", dir.display()),
+            )
+        })?;
+    }
+    let options = SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .busy_timeout(config.operation_timeout)
+        .synchronous(SqliteSynchronous::Normal);
+    Ok(SqlitePoolOptions::new()
+        .max_connections(config.max_connections)
+        .min_connections(0)
+        .acquire_timeout(config.operation_timeout)
+        .connect_lazy_with(options))
+}
+
+impl std::fmt::Debug for SqlLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlLock")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `pause` ± 50 %, so contending retries spread out.
+fn jittered(pause: Duration) -> Duration {
+    let factor: f64 = rand::random_range(0.5..1.5);
+    pause.mul_f64(factor)
+}
+
+/// Errors after which the statement certainly changed nothing and may simply run again.
+fn is_contention(error: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = error else {
+        return false;
+    };
+    #[cfg(feature = "mysql")]
+    if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        // ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT: InnoDB rolled the statement back.
+        return matches!(my.number(), 1213 | 1205);
+    }
+    #[cfg(feature = "sqlite")]
+    if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+        // SQLITE_BUSY and SQLITE_LOCKED with their extended codes (low byte 5 or 6).
+        let code = db.code().and_then(|c| c.parse::<i32>().ok()).unwrap_or_default();
+        return matches!(code & 0xff, 5 | 6);
+    }
+    false
+}
+
+/// Connection failures, pool timeouts and a database that stays busy are
+/// [`Error::Unavailable`]; everything else is [`Error::Backend`].
+fn map_error(backend: &'static str, what: &'static str, error: sqlx::Error) -> Error {
+    let unavailable = match &error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => is_contention(&error) || is_server_going_away(&**db),
+        _ => false,
+    };
+    let source = format!("{what}: {error}");
+    if unavailable {
+        Error::unavailable(backend, source)
+    } else {
+        Error::backend(backend, source)
+    }
+}
+
+/// MySQL server errors that mean "the server is going away", not "the statement is wrong".
+fn is_server_going_away(db: &dyn sqlx::error::DatabaseError) -> bool {
+    #[cfg(feature = "mysql")]
+    if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        // ER_SERVER_SHUTDOWN, ER_CON_COUNT_ERROR, ER_QUERY_INTERRUPTED, ER_CONNECTION_KILLED
+        return matches!(my.number(), 1053 | 1040 | 1317 | 1927);
+    }
+    let _ = db;
+    false
+}

@@ -1,0 +1,158 @@
+//! The SQL text of every statement, per dialect. This module owns the row layout and the
+//! statements only; it runs nothing (see `lock.rs`).
+//!
+//! Both dialects store the same row (see the crate docs for the layout) and judge expiry with
+//! the database's clock only: MySQL's `UTC_TIMESTAMP(6)` (fixed for one statement, and
+//! independent of the session's `time_zone`, unlike `NOW()`), SQLite's `julianday('now')`
+//! (fixed for one statement) as integer milliseconds since the Unix epoch.
+//!
+//! `version`, the fencing token, starts at the database clock in microseconds (SQLite: its
+//! millisecond clock × 1000) and every acquisition sets it to `max(version + 1, clock)`. So it
+//! grows by at least one per acquisition, and a row deleted by hand (an operator's "force
+//! unlock") and created again still starts above every token issued before: the clock runs
+//! far ahead of `version + 1` unless a name were acquired more than once per microsecond.
+
+/// The SQL dialect of a database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(all(feature = "mysql", feature = "sqlite")), allow(dead_code))]
+pub(crate) enum Dialect {
+    /// MySQL 5.7+/8.x and MariaDB 10.3+.
+    MySql,
+    /// SQLite 3.35+ (for `RETURNING`); the bundled one is newer.
+    Sqlite,
+}
+
+/// The longest lock key: names that do not fit (after escaping) are cut and suffixed with
+/// their SHA-256, see [`distlock_core::LockName::encode`].
+pub(crate) const KEY_LEN: usize = 255;
+
+/// Whether `c` may appear unescaped in a key. Printable ASCII without space: the key column is
+/// ASCII with a binary collation, and leaving spaces out avoids MySQL's PAD SPACE comparison
+/// (where `'a'` equals `'a '`).
+pub(crate) fn key_char(c: char) -> bool {
+    c.is_ascii_graphic()
+}
+
+/// MySQL's clock in microseconds since the Unix epoch, from UTC only (no time zone involved).
+const MYSQL_CLOCK_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
+
+/// SQLite's clock in integer milliseconds since the Unix epoch. `'now'` is the same for every
+/// use within one statement.
+const SQLITE_NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
+
+/// The statements of one dialect, with the table name spliced in (it was validated as a
+/// plain identifier by `SqlConfig::with_table`).
+#[derive(Debug, Clone)]
+pub(crate) struct Statements {
+    pub(crate) create_table: String,
+    /// Binds, MySQL: key, name, owner, ttl µs, owner, owner, owner, ttl µs. The fencing token comes
+    /// back as `last_insert_id` (0: held).
+    /// Binds, SQLite: key, name, owner, ttl ms. `RETURNING version` yields a row iff acquired.
+    pub(crate) acquire: String,
+    /// Binds: key. Yields the holder's remaining time (µs on MySQL, ms on SQLite), if held.
+    pub(crate) remaining: String,
+    /// Binds: key, owner. One affected row iff released.
+    pub(crate) release: String,
+    /// Binds, MySQL: ttl µs, key, owner. SQLite: key, owner, ttl ms. One affected row iff
+    /// extended (MySQL counts matched rows: sqlx sets `CLIENT_FOUND_ROWS`).
+    pub(crate) extend: String,
+    /// Binds: key. Yields owner, version, remaining time (µs / ms).
+    pub(crate) inspect: String,
+}
+
+impl Statements {
+    pub(crate) fn new(dialect: Dialect, table: &str) -> Self {
+        match dialect {
+            Dialect::MySql => Self::mysql(table),
+            Dialect::Sqlite => Self::sqlite(table),
+        }
+    }
+
+    fn mysql(table: &str) -> Self {
+        let t = format!("`{table}`");
+        Self {
+            create_table: format!(
+                "CREATE TABLE IF NOT EXISTS {t} (\n  \
+                 lock_key   VARCHAR({KEY_LEN}) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n  \
+                 lock_name  VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n  \
+                 owner      VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL,\n  \
+                 version    BIGINT NOT NULL,\n  \
+                 expires_at DATETIME(6) NULL,\n  \
+                 PRIMARY KEY (lock_key)\n\
+                 ) ENGINE=InnoDB"
+            ),
+            // One statement: insert the row, or take it over only if it is free or expired.
+            // ON DUPLICATE KEY UPDATE assigns left to right, each assignment seeing the ones
+            // before: `owner` is decided first, then `version` and `expires_at` change only if
+            // the owner is now ours. `LAST_INSERT_ID(expr)` puts the new version (or 0 when
+            // the row was kept) into the OK packet, so the caller learns whether it won and
+            // its fencing token without a second round trip, independent of how affected rows
+            // are counted.
+            acquire: format!(
+                "INSERT INTO {t} (lock_key, lock_name, owner, version, expires_at) \
+                 VALUES (?, ?, ?, LAST_INSERT_ID({MYSQL_CLOCK_US}), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND) \
+                 ON DUPLICATE KEY UPDATE \
+                 owner = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), ?, owner), \
+                 version = IF(owner <=> ?, LAST_INSERT_ID(GREATEST(version + 1, {MYSQL_CLOCK_US})), \
+                 version + LAST_INSERT_ID(0)), \
+                 expires_at = IF(owner <=> ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at)"
+            ),
+            remaining: format!(
+                "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {t} \
+                 WHERE lock_key = ? AND owner IS NOT NULL"
+            ),
+            release: format!(
+                "UPDATE {t} SET owner = NULL, expires_at = NULL \
+                 WHERE lock_key = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)"
+            ),
+            extend: format!(
+                "UPDATE {t} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+                 WHERE lock_key = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)"
+            ),
+            inspect: format!(
+                "SELECT owner, version, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) \
+                 FROM {t} WHERE lock_key = ?"
+            ),
+        }
+    }
+
+    fn sqlite(table: &str) -> Self {
+        let t = format!("\"{table}\"");
+        let now = SQLITE_NOW_MS;
+        Self {
+            create_table: format!(
+                "CREATE TABLE IF NOT EXISTS {t} (\n  \
+                 lock_key   TEXT NOT NULL PRIMARY KEY,\n  \
+                 lock_name  TEXT NOT NULL,\n  \
+                 owner      TEXT,\n  \
+                 version    INTEGER NOT NULL,\n  \
+                 expires_at INTEGER\n\
+                 ) WITHOUT ROWID"
+            ),
+            // One statement: the upsert's DO UPDATE runs only if the row is free or expired
+            // (or already ours: a retried attempt), and RETURNING yields a row only if the
+            // statement inserted or updated one.
+            acquire: format!(
+                "INSERT INTO {t} (lock_key, lock_name, owner, version, expires_at) \
+                 VALUES (?1, ?2, ?3, {now} * 1000, {now} + ?4) \
+                 ON CONFLICT (lock_key) DO UPDATE SET \
+                 owner = excluded.owner, version = MAX(version + 1, {now} * 1000), \
+                 expires_at = excluded.expires_at \
+                 WHERE owner IS NULL OR expires_at <= {now} OR owner = excluded.owner \
+                 RETURNING version"
+            ),
+            remaining: format!(
+                "SELECT expires_at - {now} FROM {t} WHERE lock_key = ?1 AND owner IS NOT NULL"
+            ),
+            release: format!(
+                "UPDATE {t} SET owner = NULL, expires_at = NULL \
+                 WHERE lock_key = ?1 AND owner = ?2 AND expires_at > {now}"
+            ),
+            extend: format!(
+                "UPDATE {t} SET expires_at = {now} + ?3 \
+                 WHERE lock_key = ?1 AND owner = ?2 AND expires_at > {now}"
+            ),
+            inspect: format!("SELECT owner, version, expires_at - {now} FROM {t} WHERE lock_key = ?1"),
+        }
+    }
+}

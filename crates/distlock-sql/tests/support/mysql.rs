@@ -1,0 +1,133 @@
+//! The conformance fixture for MySQL/MariaDB: a `mariadbd` started by distlock-testkit in a
+//! temporary data directory (or the server named by `DISTLOCK_TEST_MYSQL_URL`).
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use distlock_conformance::{Fixture, Outage};
+use distlock_core::{DistributedLock, Error, LockName, OwnerToken, Result};
+use distlock_sql::{SqlConfig, SqlLock};
+use distlock_testkit::shared::MYSQL_URL_ENV;
+use distlock_testkit::MariaDbServer;
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+
+/// The operation timeout of the fixture's clients: short, so outage cases end quickly.
+pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Which server a fixture uses.
+pub enum Server {
+    /// The test binary's shared server, or the one named by `DISTLOCK_TEST_MYSQL_URL`.
+    Shared,
+    /// A server of its own, which the fixture may kill and restart.
+    Owned,
+}
+
+/// One MariaDB server plus an admin pool for the fault hooks.
+pub struct MySqlFixture {
+    url: String,
+    owned: Option<Arc<Mutex<MariaDbServer>>>,
+    admin: MySqlPool,
+}
+
+impl MySqlFixture {
+    /// A fixture on the shared server or on a server of its own.
+    pub async fn start(server: Server) -> Self {
+        let env_url = std::env::var(MYSQL_URL_ENV).ok().filter(|u| !u.trim().is_empty());
+        let (url, owned) = match (env_url, server) {
+            (Some(url), _) => (url, None),
+            (None, Server::Shared) => {
+                let url = tokio::task::spawn_blocking(distlock_testkit::shared::mysql_url)
+                    .await
+                    .expect("the starter thread")
+                    .expect("the shared mariadbd starts");
+                (url, None)
+            }
+            (None, Server::Owned) => {
+                let server = tokio::task::spawn_blocking(MariaDbServer::start)
+                    .await
+                    .expect("the starter thread")
+                    .expect("mariadbd starts");
+                (server.url(), Some(Arc::new(Mutex::new(server))))
+            }
+        };
+        // The first client creates the table.
+        client(&url).await.expect("the server answers");
+        let admin = MySqlPoolOptions::new()
+            .max_connections(2)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_lazy(&url)
+            .expect("a valid URL");
+        Self { url, owned, admin }
+    }
+}
+
+/// A new client of the server at `url`, with its own pool.
+pub async fn client(url: &str) -> Result<SqlLock> {
+    SqlConfig::from_url(url)?
+        .with_operation_timeout(OPERATION_TIMEOUT)
+        .build()
+        .await
+}
+
+fn admin_error(e: sqlx::Error) -> Error {
+    Error::backend("mysql", e)
+}
+
+#[async_trait::async_trait]
+impl Fixture for MySqlFixture {
+    async fn backend(&self) -> Result<Arc<dyn DistributedLock>> {
+        Ok(Arc::new(client(&self.url).await?))
+    }
+
+    async fn steal(&self, name: &LockName) -> Result<()> {
+        sqlx::query("UPDATE distlock_locks SET owner = ? WHERE lock_name = ? AND owner IS NOT NULL")
+            .bind(OwnerToken::new().to_string())
+            .bind(name.as_str())
+            .execute(&self.admin)
+            .await
+            .map_err(admin_error)?;
+        Ok(())
+    }
+
+    async fn held_count(&self, prefix: &str) -> Result<usize> {
+        let count: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM distlock_locks WHERE LEFT(lock_name, CHAR_LENGTH(?)) = ? \
+             AND owner IS NOT NULL AND expires_at > UTC_TIMESTAMP(6)",
+        )
+        .bind(prefix)
+        .bind(prefix)
+        .fetch_one(&self.admin)
+        .await
+        .map_err(admin_error)?;
+        Ok(usize::try_from(count).unwrap_or(0))
+    }
+
+    /// `kill -9` of the fixture's own mariadbd; restored by restarting it on the same port
+    /// and data directory. `None` on the shared server, which other tests are using.
+    async fn outage(&self) -> Option<Box<dyn Outage>> {
+        let server = self.owned.clone()?;
+        let killer = server.clone();
+        tokio::task::spawn_blocking(move || killer.lock().unwrap_or_else(PoisonError::into_inner).kill())
+            .await
+            .ok()?
+            .ok()?;
+        Some(Box::new(KilledServer(server)))
+    }
+
+    fn child_env(&self) -> Option<Vec<(String, String)>> {
+        Some(vec![(MYSQL_URL_ENV.to_owned(), self.url.clone())])
+    }
+}
+
+struct KilledServer(Arc<Mutex<MariaDbServer>>);
+
+#[async_trait::async_trait]
+impl Outage for KilledServer {
+    async fn restore(self: Box<Self>) {
+        let server = self.0;
+        tokio::task::spawn_blocking(move || server.lock().unwrap_or_else(PoisonError::into_inner).restart())
+            .await
+            .expect("the restarter thread")
+            .expect("mariadbd restarts");
+    }
+}
