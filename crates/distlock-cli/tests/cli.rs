@@ -1,0 +1,317 @@
+//! End-to-end tests of the built `distlock` binary on a SQLite file shared by processes.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_distlock");
+
+fn sqlite_url(dir: &Path) -> String {
+    format!("sqlite://{}", dir.join("locks.db").display())
+}
+
+fn distlock(url: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .env_remove("DISTLOCK_URL")
+        .arg("--url")
+        .arg(url)
+        .args(args);
+    command
+}
+
+fn run(command: &mut Command) -> Output {
+    command.output().expect("distlock runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn wait_for_file(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn wait_exit(child: &mut Child, limit: Duration) -> Option<i32> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("waitable") {
+            return status.code();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "distlock did not exit within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// 20 concurrent `distlock exec` processes each do a non-atomic read-sleep-write of a counter
+/// file: the count must be exact. Also used by the server backends' tests.
+pub fn counter_is_exact_with_20_processes(url: &str, dir: &Path) {
+    let counter = dir.join("counter");
+    std::fs::write(&counter, "0").expect("counter");
+    let script = format!(
+        "n=$(cat '{0}'); sleep 0.02; echo $((n + 1)) > '{0}'",
+        counter.display()
+    );
+    let children: Vec<Child> = (0..20)
+        .map(|_| {
+            distlock(
+                url,
+                &[
+                    "exec",
+                    "--wait",
+                    "120s",
+                    "--ttl",
+                    "10s",
+                    "e2e-counter",
+                    "--",
+                    "sh",
+                    "-c",
+                    &script,
+                ],
+            )
+            .spawn()
+            .expect("distlock starts")
+        })
+        .collect();
+    for mut child in children {
+        let status = child.wait().expect("waited");
+        assert!(status.success(), "a distlock exec failed: {status}");
+    }
+    let count = std::fs::read_to_string(&counter).expect("counter");
+    assert_eq!(
+        count.trim(),
+        "20",
+        "lost updates: exclusion across processes broke"
+    );
+}
+
+#[test]
+fn twenty_processes_count_exactly_on_sqlite() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    counter_is_exact_with_20_processes(&sqlite_url(dir.path()), dir.path());
+}
+
+#[test]
+fn exit_codes_timeout_child_failure_and_missing_command() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = sqlite_url(dir.path());
+    let started = dir.path().join("started");
+    let mut holder = distlock(&url, &["exec", "held", "--", "sh", "-c"])
+        .arg(format!("touch '{}'; sleep 5", started.display()))
+        .spawn()
+        .expect("distlock starts");
+    wait_for_file(&started);
+
+    let begun = Instant::now();
+    let out = run(&mut distlock(
+        &url,
+        &["exec", "--wait", "300ms", "held", "--", "true"],
+    ));
+    assert_eq!(out.status.code(), Some(75), "timeout: {}", text(&out.stderr));
+    assert!(begun.elapsed() >= Duration::from_millis(250));
+    assert!(text(&out.stderr).contains("timed out"), "{}", text(&out.stderr));
+    let out = run(&mut distlock(&url, &["exec", "--no-wait", "held", "--", "true"]));
+    assert_eq!(out.status.code(), Some(75), "no-wait on a held lock");
+    let _ = holder.kill();
+    let _ = holder.wait();
+
+    let out = run(&mut distlock(&url, &["exec", "free", "--", "sh", "-c", "exit 3"]));
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "the command's exit code is passed through"
+    );
+    let out = run(&mut distlock(&url, &["exec", "free", "--", "/no/such/command"]));
+    assert_eq!(out.status.code(), Some(127));
+    let out = run(&mut distlock(
+        &url,
+        &[
+            "exec",
+            "--fencing-token-env",
+            "TOKEN",
+            "free",
+            "--",
+            "sh",
+            "-c",
+            "test -n \"$TOKEN\" && echo \"$TOKEN\"",
+        ],
+    ));
+    assert!(out.status.success());
+    assert!(
+        text(&out.stdout).trim().parse::<u64>().is_ok(),
+        "the fencing token is passed: {}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn a_lost_lock_terminates_the_command_and_exits_76() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = sqlite_url(dir.path());
+    let started = dir.path().join("started");
+    let term = dir.path().join("term");
+    let script = format!(
+        "trap 'touch \"{}\"; exit 0' TERM; touch '{}'; while :; do sleep 0.05; done",
+        term.display(),
+        started.display()
+    );
+    let mut holder = distlock(
+        &url,
+        &[
+            "exec", "--ttl", "1s", "--grace", "5s", "paused", "--", "sh", "-c", &script,
+        ],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("distlock starts");
+    wait_for_file(&started);
+    // Freeze distlock (not its command) past its TTL, as a GC pause or a stopped VM would.
+    let pid = holder.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .expect("kill")
+        .success());
+    std::thread::sleep(Duration::from_millis(2500));
+    let out = run(&mut distlock(
+        &url,
+        &["exec", "--no-wait", "paused", "--", "true"],
+    ));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the expired lock is free for others: {}",
+        text(&out.stderr)
+    );
+    assert!(Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .expect("kill")
+        .success());
+    let code = wait_exit(&mut holder, Duration::from_secs(20));
+    assert_eq!(code, Some(76), "distlock reports the lost lock");
+    assert!(term.exists(), "the command got SIGTERM");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut holder.stderr.take().expect("stderr"), &mut stderr).expect("read");
+    assert!(stderr.contains("was lost"), "{stderr}");
+}
+
+#[test]
+fn signals_are_forwarded_to_the_command() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = sqlite_url(dir.path());
+    let started = dir.path().join("started");
+    let got = dir.path().join("got");
+    let script = format!(
+        "trap 'echo TERM > \"{}\"; exit 7' TERM; touch '{}'; while :; do sleep 0.05; done",
+        got.display(),
+        started.display()
+    );
+    let mut holder = distlock(&url, &["exec", "forward", "--", "sh", "-c", &script])
+        .spawn()
+        .expect("starts");
+    wait_for_file(&started);
+    let pid = holder.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill")
+        .success());
+    assert_eq!(
+        wait_exit(&mut holder, Duration::from_secs(20)),
+        Some(7),
+        "the command's own exit code"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&got).expect("the trap ran").trim(),
+        "TERM"
+    );
+    let out = run(&mut distlock(
+        &url,
+        &["exec", "--no-wait", "forward", "--", "true"],
+    ));
+    assert!(out.status.success(), "released after the command exited");
+}
+
+#[test]
+fn bad_input_gives_one_line_errors() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = sqlite_url(dir.path());
+    for (args, code) in [
+        (vec!["--url", "not a url", "status", "x"], 78),
+        (vec!["--url", "nosuch://host", "status", "x"], 78),
+        (vec!["--url", "mysql://", "status", "x"], 78),
+        (vec!["--url", &url, "status", ""], 64),
+        (vec!["--url", &url, "exec", "--ttl", "0s", "x", "--", "true"], 64),
+    ] {
+        let out = run(Command::new(BIN).env_remove("DISTLOCK_URL").args(&args));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        assert_eq!(
+            stderr.trim().lines().count(),
+            1,
+            "{args:?}: one line, got {stderr:?}"
+        );
+        assert!(stderr.starts_with("distlock: "), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    let out = run(Command::new(BIN).args(["exec", "--wait", "soon", "x", "--", "true"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("not a duration like 500ms"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn status_reports_holder_and_json() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = sqlite_url(dir.path());
+    let out = run(&mut distlock(&url, &["status", "--json", "report"]));
+    assert!(out.status.success());
+    assert!(
+        text(&out.stdout).contains("\"held\":false"),
+        "{}",
+        text(&out.stdout)
+    );
+    let started = dir.path().join("started");
+    let mut holder = distlock(&url, &["exec", "report", "--", "sh", "-c"])
+        .arg(format!("touch '{}'; sleep 5", started.display()))
+        .spawn()
+        .expect("starts");
+    wait_for_file(&started);
+    let out = run(&mut distlock(&url, &["status", "--json", "report"]));
+    let json = text(&out.stdout);
+    assert!(
+        json.contains("\"held\":true") && json.contains("\"fencing_token\":"),
+        "{json}"
+    );
+    let out = run(&mut distlock(&url, &["status", "report"]));
+    assert!(
+        text(&out.stdout).contains("report: held by "),
+        "{}",
+        text(&out.stdout)
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
+
+#[test]
+fn check_passes_on_sqlite_and_lists_every_case() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = run(&mut distlock(&sqlite_url(dir.path()), &["check"]));
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    for case in distlock_conformance::CASES {
+        assert!(stdout.contains(case.name), "{} missing from\n{stdout}", case.name);
+    }
+    assert!(stdout.contains(" 0 failed"), "{stdout}");
+}
