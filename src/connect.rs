@@ -15,6 +15,7 @@ pub const URL_ENV: &str = "DISTLOCK_URL";
 /// | `memory://NAME` | in-process store shared by every `connect` to the same NAME in this process | always |
 /// | `sqlite://PATH` | a SQLite file, created if missing (the embedded default) | `sqlite` (default) |
 /// | `mysql://USER:PASS@HOST:PORT/DB`, `mariadb://...` | MySQL or MariaDB | `mysql` |
+/// | `zk://HOST:PORT[,HOST:PORT...][/CHROOT][?session_timeout=10s]`, `zookeeper://...` | ZooKeeper | `zookeeper` |
 ///
 /// A scheme whose feature is not compiled in is an [`Error::InvalidConfig`] naming the
 /// feature to enable; so is a malformed URL. Nothing here panics.
@@ -84,6 +85,10 @@ pub async fn open(url: &str) -> Result<Arc<dyn DistributedLock>> {
         "sqlite" => Ok(Arc::new(distlock_sql::SqlLock::connect(url).await?)),
         #[cfg(feature = "mysql")]
         "mysql" | "mariadb" => Ok(Arc::new(distlock_sql::SqlLock::connect(url).await?)),
+        #[cfg(feature = "zookeeper")]
+        "zk" | "zookeeper" => Ok(Arc::new(
+            distlock_zookeeper::ZooKeeperLock::connect_url(url).await?,
+        )),
         other => Err(unknown_scheme(other)),
     }
 }

@@ -9,6 +9,7 @@
 //! | (always) | in-process memory, single process only | [`MemoryLock`] |
 //! | `sqlite` (default) | a SQLite file: the embedded default, locks between processes of one machine | [`sql::SqlLock`] |
 //! | `mysql` | MySQL / MariaDB | [`sql::SqlLock`] |
+//! | `zookeeper` | ZooKeeper 3.5+: FIFO waiters, session-bound locks | [`zookeeper::ZooKeeperLock`] |
 //!
 //! ```
 //! use distlock::{AcquireOptions, LockClient, MemoryLock};
@@ -42,3 +43,8 @@ pub use distlock_core as core;
 #[cfg(any(feature = "mysql", feature = "sqlite"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "mysql", feature = "sqlite"))))]
 pub use distlock_sql as sql;
+
+/// The ZooKeeper backend: the standard lock recipe with FIFO waiters and session-bound locks.
+#[cfg(feature = "zookeeper")]
+#[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
+pub use distlock_zookeeper as zookeeper;

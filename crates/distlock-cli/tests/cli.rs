@@ -304,14 +304,37 @@ fn status_reports_holder_and_json() {
     let _ = holder.wait();
 }
 
-#[test]
-fn check_passes_on_sqlite_and_lists_every_case() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let out = run(&mut distlock(&sqlite_url(dir.path()), &["check"]));
+/// `distlock check` against `url` passes and its table lists every case.
+fn check_passes(url: &str) {
+    let out = run(&mut distlock(url, &["check"]));
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
     for case in distlock_conformance::CASES {
         assert!(stdout.contains(case.name), "{} missing from\n{stdout}", case.name);
     }
     assert!(stdout.contains(" 0 failed"), "{stdout}");
+}
+
+#[test]
+fn check_passes_on_sqlite_and_lists_every_case() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    check_passes(&sqlite_url(dir.path()));
+}
+
+#[test]
+fn mariadb_counter_and_check() {
+    let url =
+        distlock_testkit::shared::mysql_url().expect("MariaDB for the tests (scripts/install-test-deps)");
+    let dir = tempfile::tempdir().expect("temp dir");
+    counter_is_exact_with_20_processes(&url, dir.path());
+    check_passes(&url);
+}
+
+#[test]
+fn zookeeper_counter_and_check() {
+    let url = distlock_testkit::shared::zookeeper_url()
+        .expect("ZooKeeper for the tests (scripts/install-test-deps)");
+    let dir = tempfile::tempdir().expect("temp dir");
+    counter_is_exact_with_20_processes(&url, dir.path());
+    check_passes(&url);
 }

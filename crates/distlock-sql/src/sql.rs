@@ -110,8 +110,8 @@ impl Statements {
                  WHERE lock_key = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)"
             ),
             inspect: format!(
-                "SELECT owner, version, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) \
-                 FROM {t} WHERE lock_key = ?"
+                "SELECT CAST(owner AS CHAR CHARACTER SET utf8mb4), version, \
+                 TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {t} WHERE lock_key = ?"
             ),
         }
     }

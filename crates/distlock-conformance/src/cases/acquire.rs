@@ -33,10 +33,31 @@ pub async fn c01_try_acquire_reports_held(ctx: Ctx) -> Outcome {
         matches!(attempt, TryAcquire::Held(_)),
         "the raw attempt must report Held"
     );
+    if ctx.caps().inspect {
+        let state = raw.inspect(&name).await.expect("inspect works");
+        assert_eq!(
+            state.owner,
+            Some(guard.owner().to_string()),
+            "inspect shows the holder"
+        );
+        if ctx.caps().fencing != distlock_core::Fencing::None {
+            assert_eq!(
+                state.fencing,
+                guard.fencing_token(),
+                "inspect shows the fencing token"
+            );
+        }
+    }
     assert!(
         guard.release().await.expect("release works"),
         "the owner releases it"
     );
+    if ctx.caps().inspect {
+        assert!(
+            !raw.inspect(&name).await.expect("inspect works").is_held(),
+            "inspect shows it free"
+        );
+    }
     assert!(
         b.try_acquire(&name).await.expect("works").is_some(),
         "free again after release"
