@@ -14,6 +14,8 @@ pub const URL_ENV: &str = "DISTLOCK_URL";
 /// |---|---|---|
 /// | `memory://NAME` | in-process store shared by every `connect` to the same NAME in this process | always |
 /// | `sqlite://PATH` | a SQLite file, created if missing (the embedded default) | `sqlite` (default) |
+/// | `redis://[USER:PASS@]HOST:PORT[/DB]`, `rediss://...` | one Redis server | `redis` (`redis-tls` for `rediss`) |
+/// | `redlock://[USER:PASS@]H1:P1,H2:P2,H3:P3[/DB]` | Redlock over independent Redis masters | `redis` |
 /// | `mysql://USER:PASS@HOST:PORT/DB`, `mariadb://...` | MySQL or MariaDB | `mysql` |
 /// | `zk://HOST:PORT[,HOST:PORT...][/CHROOT][?session_timeout=10s]`, `zookeeper://...` | ZooKeeper | `zookeeper` |
 ///
@@ -81,6 +83,14 @@ pub async fn open(url: &str) -> Result<Arc<dyn DistributedLock>> {
     let scheme = scheme(url)?;
     match scheme.as_str() {
         "memory" => Ok(Arc::new(memory_store(url))),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" | "redis+unix" | "valkey" | "valkeys" => {
+            Ok(Arc::new(distlock_redis::RedisLock::connect(url).await?))
+        }
+        #[cfg(feature = "redis")]
+        "redlock" | "redlocks" => Ok(Arc::new(
+            distlock_redis::RedlockConfig::from_url(url)?.build().await?,
+        )),
         #[cfg(feature = "sqlite")]
         "sqlite" => Ok(Arc::new(distlock_sql::SqlLock::connect(url).await?)),
         #[cfg(feature = "mysql")]
@@ -114,7 +124,11 @@ fn scheme(url: &str) -> Result<String> {
 const FEATURES: &[(&str, &str)] = &[
     ("redis", "redis"),
     ("rediss", "redis"),
+    ("redis+unix", "redis"),
+    ("valkey", "redis"),
+    ("valkeys", "redis"),
     ("redlock", "redis"),
+    ("redlocks", "redis"),
     ("mysql", "mysql"),
     ("mariadb", "mysql"),
     ("sqlite", "sqlite"),
@@ -163,7 +177,7 @@ mod tests {
     fn unknown_and_disabled_schemes_say_what_to_do() {
         let err = unknown_scheme("nosuch").to_string();
         assert!(err.contains("unknown lock store scheme"), "{err}");
-        let err = unknown_scheme("redis").to_string();
-        assert!(err.contains("`redis` feature"), "{err}");
+        let err = unknown_scheme("memcache").to_string();
+        assert!(err.contains("`memcached` feature"), "{err}");
     }
 }

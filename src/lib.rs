@@ -8,6 +8,7 @@
 //! |---|---|---|
 //! | (always) | in-process memory, single process only | [`MemoryLock`] |
 //! | `sqlite` (default) | a SQLite file: the embedded default, locks between processes of one machine | [`sql::SqlLock`] |
+//! | `redis` | Redis (one server), Redlock (several masters) | [`redis::RedisLock`], [`redis::Redlock`] |
 //! | `mysql` | MySQL / MariaDB | [`sql::SqlLock`] |
 //! | `zookeeper` | ZooKeeper 3.5+: FIFO waiters, session-bound locks | [`zookeeper::ZooKeeperLock`] |
 //!
@@ -43,6 +44,11 @@ pub use distlock_core as core;
 #[cfg(any(feature = "mysql", feature = "sqlite"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "mysql", feature = "sqlite"))))]
 pub use distlock_sql as sql;
+
+/// The Redis backend: `SET NX PX` with atomic scripts, release notifications, and Redlock.
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use distlock_redis as redis;
 
 /// The ZooKeeper backend: the standard lock recipe with FIFO waiters and session-bound locks.
 #[cfg(feature = "zookeeper")]

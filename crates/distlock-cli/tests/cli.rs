@@ -338,3 +338,27 @@ fn zookeeper_counter_and_check() {
     counter_is_exact_with_20_processes(&url, dir.path());
     check_passes(&url);
 }
+
+#[test]
+fn redis_counter_and_check() {
+    let url = distlock_testkit::shared::redis_url()
+        .expect("redis-server for the tests (scripts/install-test-deps)");
+    let dir = tempfile::tempdir().expect("temp dir");
+    counter_is_exact_with_20_processes(&url, dir.path());
+    check_passes(&url);
+}
+
+#[test]
+fn redlock_counter_and_check() {
+    let masters: Vec<_> = (0..3)
+        .map(|_| distlock_testkit::RedisServer::start().expect("redis-server (scripts/install-test-deps)"))
+        .collect();
+    let hosts: Vec<String> = masters
+        .iter()
+        .map(|m| format!("127.0.0.1:{}", m.port()))
+        .collect();
+    let url = format!("redlock://{}", hosts.join(","));
+    let dir = tempfile::tempdir().expect("temp dir");
+    counter_is_exact_with_20_processes(&url, dir.path());
+    check_passes(&url);
+}

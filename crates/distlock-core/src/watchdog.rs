@@ -289,7 +289,16 @@ async fn renew_holds(shared: &Shared, batch: Vec<(u64, Lease)>) {
         match result {
             Some(Ok(Some(renewed))) => {
                 let ttl = renewed.ttl();
-                entry.hold.set_lease(renewed.renewed(ttl, sent_at));
+                // Measured from when the batch was sent, but never later than the backend's
+                // own deadline, which may carry a validity margin (Redlock's clock drift).
+                let local = renewed.renewed(ttl, sent_at);
+                entry
+                    .hold
+                    .set_lease(if renewed.valid_until() < local.valid_until() {
+                        renewed.clone()
+                    } else {
+                        local
+                    });
                 entry.renew_at = sent_at.checked_add(ttl / RENEW_DIVISOR);
                 entry.last_error = None;
             }

@@ -112,3 +112,69 @@ fn dropping_a_guard_after_its_runtime_stopped_does_not_panic() {
         assert!(held.is_none(), "no release was sent, the lock waits for its TTL");
     });
 }
+
+/// A store whose leases carry a validity margin, as Redlock's clock-drift allowance does.
+#[derive(Debug, Default)]
+struct Margined {
+    inner: MemoryLock,
+    last_extend: std::sync::Mutex<Option<tokio::time::Instant>>,
+}
+
+const MARGIN: Duration = Duration::from_millis(300);
+
+#[async_trait]
+impl DistributedLock for Margined {
+    fn backend(&self) -> &'static str {
+        "margined"
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
+        Ok(match self.inner.try_acquire(name, owner, ttl).await? {
+            TryAcquire::Acquired(lease) => TryAcquire::Acquired(lease.with_validity_margin(MARGIN)),
+            held => held,
+        })
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.inner.release(lease).await
+    }
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
+        *self.last_extend.lock().expect("not poisoned") = Some(tokio::time::Instant::now());
+        Ok(self
+            .inner
+            .extend(lease, ttl)
+            .await?
+            .map(|l| l.with_validity_margin(MARGIN)))
+    }
+    async fn ping(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewals_keep_the_backends_validity_margin() {
+    let store = Arc::new(Margined::default());
+    let client = LockClient::from_arc(store.clone());
+    let ttl = Duration::from_secs(3);
+    let guard = client
+        .acquire_with("margin", &AcquireOptions::new().ttl(ttl))
+        .await
+        .expect("acquired");
+    for _ in 0..5 {
+        tokio::time::sleep(ttl / 2).await;
+        let renewed_at = store
+            .last_extend
+            .lock()
+            .expect("not poisoned")
+            .expect("renewed by now");
+        let until = guard.lease().valid_until().expect("TTL lease");
+        assert!(
+            until <= renewed_at + ttl - MARGIN,
+            "the local deadline lost the margin: {:?} past the renewal",
+            until - renewed_at
+        );
+    }
+    assert!(!guard.is_lost());
+    assert!(guard.release().await.expect("released"));
+}

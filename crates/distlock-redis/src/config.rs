@@ -1,0 +1,473 @@
+//! Configuration of the single-instance [`RedisLock`](crate::RedisLock) and of
+//! [`Redlock`](crate::Redlock): URLs, key prefix, timeouts, replica acknowledgement.
+//!
+//! Owns parsing and validation; it may not connect (that is `build`'s job). A malformed URL is
+//! an [`Error::InvalidConfig`], never a panic, and `Debug` never shows a password.
+
+use std::fmt;
+use std::time::Duration;
+
+use distlock_core::{Error, Result};
+
+/// How long any one operation may take before it fails with [`Error::Unavailable`].
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long connecting may take.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How to reach one Redis server and how to use it for locks.
+///
+/// URLs: `redis://[user:pass@]host:port[/db]`, `redis+unix:///path[?db=N]`, and `rediss://`
+/// when the crate is built with the `tls-rustls` feature (rustls with the `ring` provider and
+/// the webpki root certificates; no OpenSSL). Without it a `rediss://` URL is an
+/// [`Error::InvalidConfig`].
+///
+/// ```
+/// use distlock_redis::RedisConfig;
+/// use std::time::Duration;
+///
+/// let config = RedisConfig::from_url("redis://:secret@127.0.0.1:6379/0")?
+///     .with_prefix("locks:")
+///     .with_operation_timeout(Duration::from_millis(500));
+/// assert!(!format!("{config:?}").contains("secret"));
+/// assert!(RedisConfig::from_url("not a url").is_err());
+/// # Ok::<(), distlock_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct RedisConfig {
+    pub(crate) client: redis::Client,
+    pub(crate) url: String,
+    pub(crate) prefix: String,
+    pub(crate) operation_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) replicas: Option<ReplicaAck>,
+    pub(crate) notifications: bool,
+}
+
+/// Wait for `count` replicas to acknowledge each acquisition, at most `timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaAck {
+    pub(crate) count: u32,
+    pub(crate) timeout: Duration,
+}
+
+impl RedisConfig {
+    /// Parses `url`. Nothing connects yet.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] if the URL is malformed or names an unsupported scheme.
+    pub fn from_url(url: &str) -> Result<Self> {
+        Ok(Self {
+            client: parse_url(url)?,
+            url: redact(url),
+            prefix: String::new(),
+            operation_timeout: DEFAULT_OPERATION_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            replicas: None,
+            notifications: true,
+        })
+    }
+
+    /// Puts every lock key under `prefix` (default: none, so the key is the lock name itself,
+    /// as other clients of the same layout expect).
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Bounds every operation (default [`DEFAULT_OPERATION_TIMEOUT`]); past it the operation
+    /// fails with [`Error::Unavailable`] even if the server hangs (for example when paused).
+    pub fn with_operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+
+    /// Bounds connecting (default [`DEFAULT_CONNECT_TIMEOUT`]).
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// After each acquisition, `WAIT` until `count` replicas acknowledged it, at most
+    /// `timeout` (as Redisson's `checkLockSyncedSlaves`); if fewer do, the lock is released
+    /// again and the attempt fails with [`Error::Unavailable`]. It costs no extra round trip
+    /// (the `WAIT` is pipelined behind the acquire script) but the replicas' delay.
+    ///
+    /// This **narrows, not closes**, the failover window: replication stays asynchronous, a
+    /// replica that acknowledged may still not be the one promoted, and a failover between
+    /// the write and the acknowledgement loses the lock as before. Use it to make a lost lock
+    /// after a failover rarer, not impossible; for that, fence the protected resource.
+    pub fn with_wait_for_replicas(mut self, count: u32, timeout: Duration) -> Self {
+        self.replicas = (count > 0).then_some(ReplicaAck { count, timeout });
+        self
+    }
+
+    /// Whether waiters subscribe to release announcements (default `true`). With `false`
+    /// waiters poll with backoff, as a comparison for the benchmarks; releases still publish.
+    pub fn with_notifications(mut self, on: bool) -> Self {
+        self.notifications = on;
+        self
+    }
+
+    /// Connects: see [`RedisLock::build`](crate::RedisLock::build).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for bad settings, [`Error::Unavailable`] if the server cannot
+    /// be reached within the connect timeout.
+    pub async fn build(self) -> Result<crate::RedisLock> {
+        crate::RedisLock::build(self).await
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.operation_timeout.is_zero() || self.connect_timeout.is_zero() {
+            return Err(Error::invalid_config("timeouts must be greater than zero"));
+        }
+        if let Some(ack) = self.replicas {
+            if ack.timeout.is_zero() {
+                return Err(Error::invalid_config(
+                    "the replica acknowledgement timeout must be greater than zero (WAIT 0 waits forever)",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &self.url)
+            .field("prefix", &self.prefix)
+            .field("operation_timeout", &self.operation_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("replicas", &self.replicas)
+            .field("notifications", &self.notifications)
+            .finish()
+    }
+}
+
+/// Redlock over N independent masters (N odd: 3 or 5).
+///
+/// ```
+/// use distlock_redis::RedlockConfig;
+///
+/// let config = RedlockConfig::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])?;
+/// assert_eq!(config.quorum(), 2);
+/// assert!(RedlockConfig::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002"]).is_err(), "even N");
+/// # Ok::<(), distlock_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct RedlockConfig {
+    pub(crate) nodes: Vec<RedisConfig>,
+    pub(crate) node_timeout: Duration,
+    pub(crate) notifications: bool,
+    pub(crate) drift_factor: f64,
+    pub(crate) drift_floor: Duration,
+}
+
+/// The per-node timeout of Redlock's operations (during acquire it is also capped at half the
+/// TTL).
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(200);
+
+impl RedlockConfig {
+    /// Parses one URL per master.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] if a URL is malformed or the number of masters is not odd and
+    /// at least 3.
+    pub fn new<I, S>(urls: I) -> Result<Self>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let nodes = urls
+            .into_iter()
+            .map(|url| RedisConfig::from_url(url.as_ref()))
+            .collect::<Result<Vec<_>>>()?;
+        if nodes.len() < 3 || nodes.len() % 2 == 0 {
+            return Err(Error::invalid_config(format!(
+                "Redlock needs an odd number of at least 3 independent masters, got {}",
+                nodes.len()
+            )));
+        }
+        Ok(Self {
+            nodes,
+            node_timeout: DEFAULT_NODE_TIMEOUT,
+            notifications: true,
+            drift_factor: 0.01,
+            drift_floor: Duration::from_millis(2),
+        })
+    }
+
+    /// Parses `redlock://[user:pass@]host1:port1,host2:port2,host3:port3[/db]` (`redlocks://`
+    /// for TLS): the same credentials and database on every master.
+    ///
+    /// ```
+    /// use distlock_redis::RedlockConfig;
+    ///
+    /// let config = RedlockConfig::from_url("redlock://:pw@10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379/2")?;
+    /// assert_eq!(config.quorum(), 2);
+    /// assert!(!format!("{config:?}").contains("pw"));
+    /// # Ok::<(), distlock_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for another scheme, a malformed host list, or an even number
+    /// of masters.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let bad = || {
+            Error::invalid_config(format!(
+                "not a Redlock URL (redlock://h1:p1,h2:p2,h3:p3[/db]): {}",
+                redact(url)
+            ))
+        };
+        let (scheme, rest) = url.split_once("://").ok_or_else(bad)?;
+        let node_scheme = match scheme {
+            "redlock" => "redis",
+            "redlocks" => "rediss",
+            _ => return Err(bad()),
+        };
+        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(authority_end);
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
+            None => (String::new(), authority),
+        };
+        if hosts.split(',').any(str::is_empty) {
+            return Err(bad());
+        }
+        Self::new(
+            hosts
+                .split(',')
+                .map(|host| format!("{node_scheme}://{userinfo}{host}{tail}")),
+        )
+    }
+
+    /// How many masters must agree: a strict majority.
+    pub fn quorum(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    /// Puts every lock key under `prefix` on every master.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        let prefix = prefix.into();
+        for node in &mut self.nodes {
+            node.prefix.clone_from(&prefix);
+        }
+        self
+    }
+
+    /// Bounds each master's answer during acquire, extend and release (default
+    /// [`DEFAULT_NODE_TIMEOUT`], and never more than half the TTL during acquire): a dead
+    /// master must not eat the lock's validity. Keep it far below the TTLs you use (the
+    /// validity left after the slowest answer is what the holder gets); raise it only where
+    /// the client or the masters are slow under bursts.
+    pub fn with_node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
+        self
+    }
+
+    /// The clock-drift allowance subtracted from each lease's validity: `factor * ttl +
+    /// floor` (default `0.01 * ttl + 2 ms`, as in the Redlock description).
+    pub fn with_clock_drift(mut self, factor: f64, floor: Duration) -> Self {
+        self.drift_factor = factor;
+        self.drift_floor = floor;
+        self
+    }
+
+    /// Whether waiters subscribe to release announcements on every master (default `true`);
+    /// with `false` they poll with backoff.
+    pub fn with_notifications(mut self, on: bool) -> Self {
+        self.notifications = on;
+        self
+    }
+
+    /// Bounds connecting to each master.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        for node in &mut self.nodes {
+            node.connect_timeout = timeout;
+        }
+        self
+    }
+
+    /// Connects to every master that answers: see [`Redlock::build`](crate::Redlock::build).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for bad settings.
+    pub async fn build(self) -> Result<crate::Redlock> {
+        crate::Redlock::build(self).await
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.node_timeout.is_zero() {
+            return Err(Error::invalid_config(
+                "the node timeout must be greater than zero",
+            ));
+        }
+        if !(0.0..0.5).contains(&self.drift_factor) {
+            return Err(Error::invalid_config(
+                "the clock drift factor must be in [0, 0.5)",
+            ));
+        }
+        self.nodes.iter().try_for_each(RedisConfig::validate)
+    }
+
+    pub(crate) fn drift(&self, ttl: Duration) -> Duration {
+        ttl.mul_f64(self.drift_factor) + self.drift_floor
+    }
+}
+
+impl fmt::Debug for RedlockConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedlockConfig")
+            .field("nodes", &self.nodes.iter().map(|n| &n.url).collect::<Vec<_>>())
+            .field("node_timeout", &self.node_timeout)
+            .field("notifications", &self.notifications)
+            .field("drift_factor", &self.drift_factor)
+            .field("drift_floor", &self.drift_floor)
+            .finish()
+    }
+}
+
+fn parse_url(url: &str) -> Result<redis::Client> {
+    #[cfg(feature = "tls-rustls")]
+    if url.starts_with("rediss://") || url.starts_with("valkeys://") {
+        // rustls needs a process-wide crypto provider; install ring unless the application
+        // installed one already (then this does nothing).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+    if !matches!(
+        scheme,
+        Some("redis" | "rediss" | "redis+unix" | "unix" | "valkey" | "valkeys")
+    ) {
+        return Err(Error::invalid_config(format!(
+            "not a Redis URL (redis://[user:pass@]host:port[/db]): {}",
+            redact(url)
+        )));
+    }
+    redis::Client::open(url).map_err(|e| Error::invalid_config(format!("bad Redis URL {}: {e}", redact(url))))
+}
+
+/// `url` with the password of its user info, and any `pass`/`password` query parameter (as
+/// `redis+unix://` URLs carry it), replaced by `***`.
+pub(crate) fn redact(url: &str) -> String {
+    let redacted = redact_userinfo(url);
+    match redacted.split_once('?') {
+        Some((base, query)) => {
+            let params: Vec<String> = query
+                .split('&')
+                .map(|param| match param.split_once('=') {
+                    Some((key, _))
+                        if key.eq_ignore_ascii_case("pass") || key.eq_ignore_ascii_case("password") =>
+                    {
+                        format!("{key}=***")
+                    }
+                    _ => param.to_owned(),
+                })
+                .collect();
+            format!("{base}?{}", params.join("&"))
+        }
+        None => redacted,
+    }
+}
+
+fn redact_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return if url.contains('@') {
+            "<unparsable URL>".to_owned()
+        } else {
+            url.to_owned()
+        };
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+            format!("{scheme}://{user}:***@{host}{tail}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_urls_are_config_errors() {
+        for url in [
+            "",
+            "nonsense",
+            "http://x:1",
+            "redis://",
+            "redis://host:notaport",
+            "redis://h:1/x",
+        ] {
+            assert!(
+                matches!(RedisConfig::from_url(url), Err(Error::InvalidConfig { .. })),
+                "{url:?}"
+            );
+        }
+        assert!(RedisConfig::from_url("redis://127.0.0.1:6379/3").is_ok());
+        assert!(RedisConfig::from_url("redis://user:pw@localhost:6379").is_ok());
+        let tls = RedisConfig::from_url("rediss://localhost:6380");
+        if cfg!(feature = "tls-rustls") {
+            assert!(tls.is_ok(), "{tls:?}");
+        } else {
+            assert!(matches!(tls, Err(Error::InvalidConfig { .. })), "{tls:?}");
+        }
+    }
+
+    #[test]
+    fn debug_hides_passwords() {
+        let config = RedisConfig::from_url("redis://alice:hunter2@127.0.0.1:6379/1").expect("valid");
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("alice:***@127.0.0.1:6379/1"), "{shown}");
+        assert_eq!(redact("redis://:pw@h:1"), "redis://:***@h:1");
+        assert_eq!(redact("redis://h:1/0"), "redis://h:1/0");
+        assert_eq!(
+            redact("redis+unix:///tmp/r.sock?db=1&pass=hunter2"),
+            "redis+unix:///tmp/r.sock?db=1&pass=***"
+        );
+        let err = RedisConfig::from_url("redis://a:hunter2@h:port").expect_err("bad port");
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+        let redlock =
+            RedlockConfig::new(["redis://:pw1@a:1", "redis://:pw2@b:1", "redis://:pw3@c:1"]).expect("valid");
+        assert!(!format!("{redlock:?}").contains("pw"), "{redlock:?}");
+    }
+
+    #[test]
+    fn redlock_urls() {
+        let config = RedlockConfig::from_url("redlock://u:secret@a:1,b:2,c:3/4").expect("valid");
+        let urls: Vec<_> = config.nodes.iter().map(|n| n.url.as_str()).collect();
+        assert_eq!(
+            urls,
+            [
+                "redis://u:***@a:1/4",
+                "redis://u:***@b:2/4",
+                "redis://u:***@c:3/4"
+            ]
+        );
+        for bad in [
+            "redis://a:1,b:2,c:3",
+            "redlock://a:1,,c:3",
+            "redlock://a:1,b:2",
+            "redlock://",
+        ] {
+            assert!(
+                matches!(RedlockConfig::from_url(bad), Err(Error::InvalidConfig { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn redlock_needs_an_odd_majority() {
+        assert!(RedlockConfig::new(["redis://a:1"]).is_err());
+        assert!(RedlockConfig::new(["redis://a:1", "redis://b:1", "redis://c:1", "redis://d:1"]).is_err());
+        let five = RedlockConfig::new((1..=5).map(|i| format!("redis://h:{i}"))).expect("valid");
+        assert_eq!(five.quorum(), 3);
+    }
+}

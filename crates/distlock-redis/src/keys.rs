@@ -1,0 +1,227 @@
+//! The key layout: which Redis keys and channel one lock name uses.
+//!
+//! Owns the mapping from a [`LockName`] to bytes on the server; it may not talk to the server.
+//!
+//! For a lock `name` under the configured `prefix` (default empty):
+//!
+//! | what            | bytes                                         | type, lifetime                   |
+//! |-----------------|-----------------------------------------------|----------------------------------|
+//! | lock key        | `<prefix><name>`                              | string = owner token, `PX` ttl   |
+//! | fencing counter | `{<slot tag>}` `0xFF` `fence:` `<lock key>`    | integer (`INCR`), no TTL         |
+//! | release channel | `distlock:released:<lock key>`                | pub/sub channel, not a key       |
+//!
+//! - The **lock key is the name as is** (names are at most 1024 bytes and Redis keys are
+//!   binary safe), so a plain `SET <name> <token> NX PX <ttl>` by redis-py's `Lock`, redsync
+//!   and friends excludes us and we exclude them. The value is the [`OwnerToken`] in hyphenated
+//!   UUID form.
+//! - The **fencing counter** contains a `0xFF` byte, which never occurs in UTF-8. Lock names
+//!   and prefixes are UTF-8, so no lock key of any distlock client can equal a counter key,
+//!   whatever the name. The full lock key comes last, so two locks never share a counter.
+//!   Counters are never deleted (deleting one would let tokens go back): one small integer per
+//!   name ever locked stays on the server.
+//! - **Redis Cluster**: the acquire script touches the lock key and its counter, so both must
+//!   hash to one slot. Redis hashes only the `{...}` hash tag of a key when it has a non-empty
+//!   one. The counter's tag is therefore the lock key's own hash input: its hash tag if it has
+//!   one, else the whole key. A whole key containing `}` (such as `a}b`) cannot sit inside
+//!   braces; such keys get a short synthetic tag `distlock-<n>` chosen to hash to the same slot
+//!   (found by a search over `n`, about 16k CRC16 computations, only for such names).
+//! - The release channel is in pub/sub's own namespace and carries the full lock key, so it
+//!   is unique per lock.
+//!
+//! [`OwnerToken`]: distlock_core::OwnerToken
+
+use distlock_core::LockName;
+
+/// Marks the derived keys: a byte that never occurs in UTF-8 text.
+const NOT_UTF8: u8 = 0xFF;
+const FENCE_MARK: &[u8] = b"fence:";
+const CHANNEL_PREFIX: &[u8] = b"distlock:released:";
+const CLUSTER_SLOTS: u16 = 16384;
+
+/// The keys of one configured key space (one prefix).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct KeySpace {
+    prefix: String,
+}
+
+/// The keys and channel of one lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LockKeys {
+    /// `<prefix><name>`.
+    pub(crate) lock: Vec<u8>,
+    /// The fencing counter, in the lock key's hash slot.
+    pub(crate) fence: Vec<u8>,
+    /// The pub/sub channel a release is announced on.
+    pub(crate) channel: Vec<u8>,
+}
+
+impl KeySpace {
+    pub(crate) fn new(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+        }
+    }
+
+    /// The lock key of `name`: `<prefix><name>`.
+    pub(crate) fn lock_key(&self, name: &str) -> Vec<u8> {
+        let mut key = Vec::with_capacity(self.prefix.len() + name.len());
+        key.extend_from_slice(self.prefix.as_bytes());
+        key.extend_from_slice(name.as_bytes());
+        key
+    }
+
+    pub(crate) fn keys(&self, name: &LockName) -> LockKeys {
+        let lock = self.lock_key(name.as_str());
+        LockKeys {
+            fence: fence_key(&lock),
+            channel: channel(&lock),
+            lock,
+        }
+    }
+
+    /// A `SCAN MATCH` pattern for lock keys whose names start with `name_prefix`.
+    pub(crate) fn scan_pattern(&self, name_prefix: &str) -> Vec<u8> {
+        let mut pattern = Vec::new();
+        for b in self.lock_key(name_prefix) {
+            if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
+                pattern.push(b'\\');
+            }
+            pattern.push(b);
+        }
+        pattern.push(b'*');
+        pattern
+    }
+}
+
+/// The fencing counter key of `lock_key` (see the module docs).
+fn fence_key(lock_key: &[u8]) -> Vec<u8> {
+    let hashed = hash_input(lock_key);
+    let mut key = Vec::with_capacity(lock_key.len() * 2 + 16);
+    key.push(b'{');
+    if hashed.contains(&b'}') {
+        key.extend_from_slice(synthetic_tag(slot(hashed)).as_bytes());
+    } else {
+        key.extend_from_slice(hashed);
+    }
+    key.push(b'}');
+    key.push(NOT_UTF8);
+    key.extend_from_slice(FENCE_MARK);
+    key.extend_from_slice(lock_key);
+    key
+}
+
+fn channel(lock_key: &[u8]) -> Vec<u8> {
+    let mut channel = Vec::with_capacity(CHANNEL_PREFIX.len() + lock_key.len());
+    channel.extend_from_slice(CHANNEL_PREFIX);
+    channel.extend_from_slice(lock_key);
+    channel
+}
+
+/// The part of `key` Redis Cluster hashes: the content of the first `{...}` if non-empty,
+/// else the whole key.
+pub(crate) fn hash_input(key: &[u8]) -> &[u8] {
+    if let Some(open) = key.iter().position(|&b| b == b'{') {
+        if let Some(len) = key[open + 1..].iter().position(|&b| b == b'}') {
+            if len > 0 {
+                return &key[open + 1..open + 1 + len];
+            }
+        }
+    }
+    key
+}
+
+/// The cluster hash slot of `key`.
+#[cfg(test)]
+fn key_slot(key: &[u8]) -> u16 {
+    slot(hash_input(key))
+}
+
+fn slot(hashed: &[u8]) -> u16 {
+    crc16(hashed) % CLUSTER_SLOTS
+}
+
+/// A brace-free tag whose slot is `target`.
+fn synthetic_tag(target: u16) -> String {
+    (0u64..)
+        .map(|n| format!("distlock-{n}"))
+        .find(|tag| slot(tag.as_bytes()) == target)
+        .unwrap_or_default() // unreachable: the search covers every slot within ~200k steps
+}
+
+/// CRC16/XMODEM, the hash of Redis Cluster.
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(prefix: &str, name: &str) -> LockKeys {
+        KeySpace::new(prefix).keys(&LockName::new(name).expect("valid"))
+    }
+
+    #[test]
+    fn crc16_matches_redis() {
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        // Values from `CLUSTER KEYSLOT`.
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(
+            key_slot(b"{user1000}.following"),
+            key_slot(b"{user1000}.followers")
+        );
+        assert_eq!(key_slot(b"foo{}{bar}"), slot(b"foo{}{bar}"));
+        assert_eq!(key_slot(b"foo{{bar}}zap"), slot(b"{bar"));
+    }
+
+    #[test]
+    fn the_lock_key_is_the_name() {
+        let k = keys("app:", "orders/42");
+        assert_eq!(k.lock, b"app:orders/42");
+        assert_eq!(k.channel, b"distlock:released:app:orders/42");
+    }
+
+    #[test]
+    fn counter_shares_the_lock_keys_slot() {
+        for name in [
+            "plain",
+            "{tag}rest",
+            "a}b",
+            "{}x",
+            "x{}y}",
+            "a}b{c",
+            "{",
+            "}",
+            "{{}}",
+            "ключ",
+        ] {
+            let k = keys("p:", name);
+            assert_eq!(key_slot(&k.fence), key_slot(&k.lock), "{name:?}");
+            assert!(std::str::from_utf8(&k.fence).is_err(), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn counters_never_collide() {
+        let a = keys("", "a}b");
+        let b = keys("", "a}c");
+        assert_ne!(a.fence, b.fence);
+        assert_ne!(keys("", "x").fence, keys("", "{x}").fence);
+    }
+
+    #[test]
+    fn scan_patterns_escape_globs() {
+        assert_eq!(KeySpace::new("p").scan_pattern("a*[b]"), b"pa\\*\\[b\\]*");
+    }
+}

@@ -1,0 +1,553 @@
+//! [`RedisLock`]: the lock on one Redis server. Its type docs give the key layout, the round
+//! trips of each operation and what its fencing tokens promise.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::{
+    Capabilities, DistributedLock, Error, Fencing, FencingToken, Holder, Lease, LockName, LockState,
+    OwnerToken, ReleaseWatch, Result, TryAcquire, WakeUp,
+};
+use redis::Value;
+use tokio::time::Instant;
+
+use crate::config::RedisConfig;
+use crate::keys::{KeySpace, LockKeys};
+use crate::node::{self, Node, BACKEND};
+use crate::scripts;
+use crate::subscriber::Subscriber;
+
+/// The longest TTL accepted (30 days), as [`Capabilities::new`] declares.
+const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// A distributed lock on one Redis server. Cheap to clone; clones share the connections: one
+/// multiplexed connection for commands (reconnecting by itself), one pub/sub connection opened
+/// with the first wait, and a third only with [`RedisConfig::with_wait_for_replicas`].
+///
+/// # Key layout
+///
+/// One lock `name` uses:
+///
+/// - `<prefix><name>`: a string holding the owner token, with a `PX` TTL. The same layout as
+///   redis-py's `Lock`, redsync and most "SET NX PX" locks, so they exclude each other.
+/// - `{<slot tag>}\xFFfence:<prefix><name>`: the fencing counter, `INCR`ed by every
+///   acquisition, never expiring (one small integer per name ever locked stays behind). The
+///   `0xFF` byte never occurs in UTF-8, so no lock name can collide with a counter. The slot
+///   tag is the lock key's own Redis Cluster hash input (its `{...}` tag, else the whole key;
+///   for a whole key containing `}`, a synthetic tag of the same slot), so both keys share a
+///   hash slot and the scripts are Cluster-safe. (This crate connects to a single server;
+///   a Cluster client is not included.)
+/// - channel `distlock:released:<prefix><name>`: every release publishes the old owner token.
+///
+/// # Round trips
+///
+/// | operation            | round trips                                                    |
+/// |----------------------|----------------------------------------------------------------|
+/// | `try_acquire`        | 1 (script; +1 the first time the server sees it: `EVAL`)     |
+/// | ... with replicas    | 1 (script and `WAIT` pipelined) + the replicas' delay          |
+/// | `release`, `extend`  | 1 (script)                                                     |
+/// | `extend_many(n)`     | 1 (one pipeline of `n` scripts)                                |
+/// | `watch`              | 0 if the channel is already subscribed, else 1 (+1 to connect) |
+/// | `inspect`, `ping`    | 1                                                              |
+///
+/// # Fencing
+///
+/// Tokens come from `INCR` on a counter that never expires, so they strictly increase while
+/// the server keeps its data: [`Fencing::BestEffort`]. A restart without persistence, a
+/// `FLUSHALL`, an eviction under an `allkeys-*` `maxmemory` policy, or a failover to a replica
+/// that missed the last `INCR` can make them go back.
+///
+/// ```no_run
+/// use distlock_core::LockClient;
+/// use distlock_redis::RedisLock;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+/// let client = LockClient::new(RedisLock::connect("redis://127.0.0.1:6379").await?);
+/// let guard = client.acquire("inventory:sku-42").await?;
+/// // ... work, sending guard.fencing_token() with each write ...
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisLock {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    node: Node,
+    /// A second connection for acquisitions that `WAIT` for replicas: `WAIT` blocks its
+    /// connection, and must not hold up releases and renewals on the shared one.
+    acks: Option<Node>,
+    keys: KeySpace,
+    config: RedisConfig,
+    subscriber: Subscriber,
+}
+
+impl RedisLock {
+    /// Connects to `url` with the default configuration.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a malformed URL, [`Error::Unavailable`] if the server
+    /// does not answer within the connect timeout.
+    pub async fn connect(url: &str) -> Result<Self> {
+        RedisConfig::from_url(url)?.build().await
+    }
+
+    /// Connects with `config`. The pub/sub connection opens later, with the first wait.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect).
+    pub async fn build(config: RedisConfig) -> Result<Self> {
+        config.validate()?;
+        let node = Node::connect(
+            config.client.clone(),
+            config.url.clone(),
+            config.operation_timeout,
+            config.connect_timeout,
+        )
+        .await?;
+        let acks = match config.replicas {
+            // Its calls include the replicas' delay.
+            Some(ack) => Some(
+                Node::connect(
+                    config.client.clone(),
+                    config.url.clone(),
+                    config.operation_timeout + ack.timeout,
+                    config.connect_timeout,
+                )
+                .await?,
+            ),
+            None => None,
+        };
+        let subscriber = Subscriber::new(
+            node.client().clone(),
+            node.url().to_owned(),
+            node.timeout(),
+            node.connect_timeout(),
+        );
+        Ok(Self {
+            inner: Arc::new(Inner {
+                keys: KeySpace::new(config.prefix.clone()),
+                node,
+                acks,
+                config,
+                subscriber,
+            }),
+        })
+    }
+
+    /// The configuration this lock was built with.
+    pub fn config(&self) -> &RedisConfig {
+        &self.inner.config
+    }
+
+    /// The key a lock name is stored under: `<prefix><name>`.
+    pub fn lock_key(&self, name: &LockName) -> Vec<u8> {
+        self.inner.keys.lock_key(name.as_str())
+    }
+
+    /// The key of a lock's fencing counter (see the key layout above).
+    pub fn fencing_key(&self, name: &LockName) -> Vec<u8> {
+        self.keys(name).fence
+    }
+
+    /// The pub/sub channel a lock's releases are announced on.
+    pub fn release_channel(&self, name: &LockName) -> Vec<u8> {
+        self.keys(name).channel
+    }
+
+    pub(crate) fn keys(&self, name: &LockName) -> LockKeys {
+        self.inner.keys.keys(name)
+    }
+
+    /// How many lock keys whose names start with `name_prefix` exist now (a `SCAN`, for tests
+    /// and status pages; fencing counters are not counted).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn count_held(&self, name_prefix: &str) -> Result<usize> {
+        let pattern = self.inner.keys.scan_pattern(name_prefix);
+        scan_count(&self.inner.node, &pattern).await
+    }
+
+    /// The [`Capabilities`] of a single Redis server.
+    pub fn single_instance_capabilities() -> Capabilities {
+        Capabilities::new(Fencing::BestEffort, WakeUp::Notification)
+            .with_ttl_granularity(Duration::from_millis(1))
+            .with_ttl_range(Duration::from_millis(1), MAX_TTL)
+    }
+}
+
+/// The TTL in whole milliseconds (rounded up), or an error past [`MAX_TTL`].
+pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64> {
+    if ttl > MAX_TTL {
+        return Err(Error::invalid_options(format!(
+            "a TTL of {ttl:?} is longer than the {MAX_TTL:?} Redis locks accept"
+        )));
+    }
+    let ms = u64::try_from(ttl.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+    Ok(ms.max(1))
+}
+
+/// What one node said to the acquire script.
+pub(crate) enum Acquired {
+    Yes(u64),
+    /// Held by someone else (this value), for this long if the holder set a TTL.
+    No {
+        remaining: Option<Duration>,
+        holder: Option<Vec<u8>>,
+    },
+}
+
+/// Runs the acquire script on `node` (bounded by `limit`).
+pub(crate) async fn acquire_on(
+    node: &Node,
+    limit: Duration,
+    keys: &LockKeys,
+    owner: &str,
+    ttl_ms: u64,
+) -> Result<Acquired> {
+    let ttl_arg = ttl_ms.to_string();
+    let reply: Value = node
+        .script_within(
+            limit,
+            &scripts::ACQUIRE,
+            &[&keys.lock, &keys.fence],
+            &[owner.as_bytes(), ttl_arg.as_bytes()],
+        )
+        .await?;
+    parse_acquire(reply)
+}
+
+/// As [`acquire_on`] without the fencing counter (Redlock): a granted lock reports token 0.
+pub(crate) async fn acquire_unfenced_on(
+    node: &Node,
+    limit: Duration,
+    keys: &LockKeys,
+    owner: &str,
+    ttl_ms: u64,
+) -> Result<Acquired> {
+    let ttl_arg = ttl_ms.to_string();
+    let reply: Value = node
+        .script_within(
+            limit,
+            &scripts::ACQUIRE_UNFENCED,
+            &[&keys.lock],
+            &[owner.as_bytes(), ttl_arg.as_bytes()],
+        )
+        .await?;
+    parse_acquire(reply)
+}
+
+/// Reads the acquire script's reply.
+fn parse_acquire(reply: Value) -> Result<Acquired> {
+    let parts: Vec<Value> = redis::from_redis_value(reply).map_err(|e| node::map_error(e.into()))?;
+    let mut parts = parts.into_iter();
+    let won = parts.next().map(|v| node::int_reply(&v)).transpose()?;
+    let n = parts
+        .next()
+        .map(|v| node::int_reply(&v))
+        .transpose()?
+        .unwrap_or(-1);
+    Ok(if won == Some(1) {
+        Acquired::Yes(u64::try_from(n).unwrap_or(0))
+    } else {
+        Acquired::No {
+            remaining: u64::try_from(n).ok().map(Duration::from_millis),
+            holder: parts.next().and_then(|v| redis::from_redis_value(v).ok()),
+        }
+    })
+}
+
+/// Runs the release script on `node` (bounded by `limit`): whether our key was deleted.
+pub(crate) async fn release_on(node: &Node, limit: Duration, keys: &LockKeys, owner: &str) -> Result<bool> {
+    let released: i64 = node
+        .script_within(
+            limit,
+            &scripts::RELEASE,
+            &[&keys.lock],
+            &[owner.as_bytes(), &keys.channel],
+        )
+        .await?;
+    Ok(released == 1)
+}
+
+/// Runs the extend script on `node` (bounded by `limit`): whether we still own the key.
+pub(crate) async fn extend_on(
+    node: &Node,
+    limit: Duration,
+    keys: &LockKeys,
+    owner: &str,
+    ttl_ms: u64,
+) -> Result<bool> {
+    let ttl_arg = ttl_ms.to_string();
+    let extended: i64 = node
+        .script_within(
+            limit,
+            &scripts::EXTEND,
+            &[&keys.lock],
+            &[owner.as_bytes(), ttl_arg.as_bytes()],
+        )
+        .await?;
+    Ok(extended == 1)
+}
+
+/// Renews many `(keys, owner, ttl ms)` on `node` in one pipeline of `EVALSHA`s (a second one
+/// with `EVAL` only if the server did not know the script). One result per entry, in order.
+pub(crate) async fn extend_many_on(node: &Node, batch: &[(LockKeys, String, u64)]) -> Vec<Result<bool>> {
+    let build = |use_eval: bool| {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for (keys, owner, ttl_ms) in batch {
+            let ttl_arg = ttl_ms.to_string();
+            let keys_arg: [&[u8]; 1] = [&keys.lock];
+            let args: [&[u8]; 2] = [owner.as_bytes(), ttl_arg.as_bytes()];
+            pipe.add_command(if use_eval {
+                node::eval(&scripts::EXTEND, &keys_arg, &args)
+            } else {
+                node::evalsha(&scripts::EXTEND, &keys_arg, &args)
+            });
+        }
+        pipe
+    };
+    let mut replies = node.pipeline(&build(false)).await;
+    let unknown_script = matches!(&replies, Ok(values) if values.iter().any(|v| matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")));
+    if unknown_script {
+        replies = node.pipeline(&build(true)).await;
+    }
+    match replies {
+        Ok(values) if values.len() == batch.len() => values
+            .iter()
+            .map(|v| node::int_reply(v).map(|n| n == 1))
+            .collect(),
+        Ok(values) => batch
+            .iter()
+            .map(|_| {
+                Err(Error::backend(
+                    BACKEND,
+                    format!("{} replies to a pipeline of {}", values.len(), batch.len()),
+                ))
+            })
+            .collect(),
+        Err(e) => batch.iter().map(|_| Err(node::copy_error(&e))).collect(),
+    }
+}
+
+/// `SCAN`s `node` for keys matching `pattern`, counting only lock keys (UTF-8).
+pub(crate) async fn scan_keys(node: &Node, pattern: &[u8]) -> Result<Vec<Vec<u8>>> {
+    let mut cursor: u64 = 0;
+    let mut found = Vec::new();
+    loop {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(1000);
+        let (next, keys): (u64, Vec<Vec<u8>>) = node.query(&cmd).await?;
+        found.extend(keys.into_iter().filter(|k| std::str::from_utf8(k).is_ok()));
+        if next == 0 {
+            return Ok(found);
+        }
+        cursor = next;
+    }
+}
+
+async fn scan_count(node: &Node, pattern: &[u8]) -> Result<usize> {
+    let mut keys = scan_keys(node, pattern).await?;
+    keys.sort();
+    keys.dedup(); // SCAN may return a key twice
+    Ok(keys.len())
+}
+
+#[async_trait]
+impl DistributedLock for RedisLock {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = Self::single_instance_capabilities();
+        if !self.inner.config.notifications {
+            caps.wake_up = WakeUp::Polling;
+        }
+        caps
+    }
+
+    /// One round trip: the acquire script (`SET NX PX`, then `INCR` of the fencing counter,
+    /// or the holder's `PTTL`). With replica acknowledgement, the `WAIT` rides in the same
+    /// pipeline; if too few replicas confirm, the lock is released (one more round trip) and
+    /// the attempt fails with [`Error::Unavailable`].
+    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
+        let ttl_ms = ttl_millis(ttl)?;
+        let keys = self.keys(name);
+        let token = owner.to_string();
+        let sent_at = Instant::now();
+        let node = &self.inner.node;
+        let outcome = match self.inner.config.replicas {
+            None => acquire_on(node, node.timeout(), &keys, &token, ttl_ms).await?,
+            Some(ack) => {
+                let outcome = self.acquire_with_wait(&keys, &token, ttl_ms, ack).await?;
+                if let Some(outcome) = outcome {
+                    outcome
+                } else {
+                    // Too few replicas: give the lock back, then report.
+                    let _ = release_on(node, node.timeout(), &keys, &token).await;
+                    return Err(Error::unavailable(
+                        BACKEND,
+                        format!(
+                            "fewer than {} replicas acknowledged the lock within {:?}",
+                            ack.count, ack.timeout
+                        ),
+                    ));
+                }
+            }
+        };
+        Ok(match outcome {
+            Acquired::Yes(fencing) => TryAcquire::Acquired(
+                Lease::new(name.clone(), owner, ttl, sent_at).with_fencing(FencingToken::new(fencing)),
+            ),
+            Acquired::No {
+                remaining: Some(remaining),
+                ..
+            } => TryAcquire::Held(Holder::expiring_in(remaining)),
+            Acquired::No { remaining: None, .. } => TryAcquire::Held(Holder::unknown()),
+        })
+    }
+
+    /// One round trip: compare-and-delete, publishing on the lock's channel if deleted.
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let keys = self.keys(lease.name());
+        let node = &self.inner.node;
+        release_on(node, node.timeout(), &keys, &lease.owner().to_string()).await
+    }
+
+    /// One round trip: compare-and-`PEXPIRE`.
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
+        let ttl_ms = ttl_millis(ttl)?;
+        let keys = self.keys(lease.name());
+        let sent_at = Instant::now();
+        let node = &self.inner.node;
+        let ours = extend_on(node, node.timeout(), &keys, &lease.owner().to_string(), ttl_ms).await?;
+        Ok(ours.then(|| lease.renewed(ttl, sent_at)))
+    }
+
+    /// One round trip for all leases: a pipeline of extend scripts.
+    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        let mut batch = Vec::with_capacity(leases.len());
+        let mut slots = Vec::with_capacity(leases.len());
+        let mut results: Vec<Option<Result<Option<Lease>>>> = Vec::with_capacity(leases.len());
+        for lease in leases {
+            match ttl_millis(lease.ttl()) {
+                Ok(ms) => {
+                    slots.push(results.len());
+                    results.push(None);
+                    batch.push((self.keys(lease.name()), lease.owner().to_string(), ms));
+                }
+                Err(e) => results.push(Some(Err(e))),
+            }
+        }
+        let sent_at = Instant::now();
+        let replies = if batch.is_empty() {
+            Vec::new()
+        } else {
+            extend_many_on(&self.inner.node, &batch).await
+        };
+        for (slot, reply) in slots.into_iter().zip(replies) {
+            let lease = &leases[slot];
+            results[slot] = Some(reply.map(|ours| ours.then(|| lease.renewed(lease.ttl(), sent_at))));
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::backend(BACKEND, "no reply for a renewal"))))
+            .collect()
+    }
+
+    /// Subscribes to the lock's release channel on this client's one pub/sub connection; the
+    /// watch fires on every release published after this returns.
+    async fn watch(&self, name: &LockName) -> Result<ReleaseWatch> {
+        if !self.inner.config.notifications {
+            return Ok(ReleaseWatch::polling());
+        }
+        let keys = self.keys(name);
+        self.inner.subscriber.watch(&keys.channel).await
+    }
+
+    /// One round trip: `GET`, `PTTL` and the fencing counter, read atomically by a script.
+    async fn inspect(&self, name: &LockName) -> Result<LockState> {
+        let keys = self.keys(name);
+        let (owner, pttl, fencing): (Option<Vec<u8>>, i64, Option<u64>) = self
+            .inner
+            .node
+            .script(&scripts::INSPECT, &[&keys.lock, &keys.fence], &[])
+            .await?;
+        let fencing = fencing.map(FencingToken::new);
+        let remaining = u64::try_from(pttl).ok().map(Duration::from_millis);
+        // Other clients of the layout may store any bytes as the owner.
+        Ok(match owner {
+            Some(owner) => LockState::held(String::from_utf8_lossy(&owner).into_owned(), fencing, remaining),
+            None => LockState::free(fencing),
+        })
+    }
+
+    /// One round trip: `PING`.
+    async fn ping(&self) -> Result<()> {
+        let pong: String = self.inner.node.query(&redis::cmd("PING")).await?;
+        if pong == "PONG" {
+            Ok(())
+        } else {
+            Err(Error::backend(BACKEND, format!("PING answered {pong:?}")))
+        }
+    }
+}
+
+impl RedisLock {
+    /// The acquire script and `WAIT count timeout` in one pipeline. `None` if we won the lock
+    /// but too few replicas acknowledged it.
+    async fn acquire_with_wait(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        ttl_ms: u64,
+        ack: crate::config::ReplicaAck,
+    ) -> Result<Option<Acquired>> {
+        let node = self.inner.acks.as_ref().unwrap_or(&self.inner.node);
+        let ttl_arg = ttl_ms.to_string();
+        let wait_ms = u64::try_from(ack.timeout.as_millis()).unwrap_or(u64::MAX).max(1);
+        let build = |use_eval: bool| {
+            let keys_arg: [&[u8]; 2] = [&keys.lock, &keys.fence];
+            let args: [&[u8]; 2] = [token.as_bytes(), ttl_arg.as_bytes()];
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            pipe.add_command(if use_eval {
+                node::eval(&scripts::ACQUIRE, &keys_arg, &args)
+            } else {
+                node::evalsha(&scripts::ACQUIRE, &keys_arg, &args)
+            });
+            pipe.cmd("WAIT").arg(ack.count).arg(wait_ms);
+            pipe
+        };
+        // The replicas' delay is part of the round trip.
+        let limit = node.timeout().max(self.inner.node.timeout() + ack.timeout);
+        let mut replies = node.pipeline_within(limit, &build(false)).await?;
+        if matches!(replies.first(), Some(Value::ServerError(e)) if e.code() == "NOSCRIPT") {
+            replies = node.pipeline_within(limit, &build(true)).await?;
+        }
+        let [script, wait] = <[Value; 2]>::try_from(replies)
+            .map_err(|r| Error::backend(BACKEND, format!("{} replies to a pipeline of 2", r.len())))?;
+        let acquired = parse_acquire(script)?;
+        if !matches!(acquired, Acquired::Yes(_)) {
+            return Ok(Some(acquired));
+        }
+        let acked = node::int_reply(&wait)?;
+        if acked < i64::from(ack.count) {
+            return Ok(None);
+        }
+        Ok(Some(acquired))
+    }
+}
+
+impl std::fmt::Debug for RedisLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisLock")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,548 @@
+//! [`Redlock`]: one lock over N independent Redis masters. Its type docs give the layout, the
+//! algorithm with its round trips, and why it issues no fencing tokens.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::{
+    Capabilities, DistributedLock, Error, Fencing, Holder, Lease, LockName, LockState, OwnerToken, Result,
+    TryAcquire, WakeUp,
+};
+use futures::future::join_all;
+use futures::stream::{FuturesUnordered, StreamExt};
+use rand::Rng;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::config::RedlockConfig;
+use crate::keys::{KeySpace, LockKeys};
+use crate::lock::{
+    acquire_unfenced_on, extend_many_on, extend_on, release_on, scan_keys, ttl_millis, Acquired,
+};
+use crate::node::{Node, BACKEND};
+use crate::subscriber::{Keep, Subscriber};
+
+/// The shortest per-node timeout during acquire, however short the TTL.
+const MIN_NODE_TIMEOUT: Duration = Duration::from_millis(5);
+/// The per-node timeout during acquire is at most `ttl / ACQUIRE_TIMEOUT_DIVISOR`: a guard for
+/// very short TTLs only (the default node timeout is far below usual TTLs). Safety does not
+/// depend on it: the validity left is checked after all answers.
+const ACQUIRE_TIMEOUT_DIVISOR: u32 = 2;
+/// The longest random pause after a split vote.
+const SPLIT_RETRY_MAX: Duration = Duration::from_millis(5);
+
+/// A lock over N independent Redis masters (N odd, 3 or 5), the algorithm of the Redis
+/// documentation ("Distributed Locks with Redis"). Cheap to clone; clones share the
+/// connections.
+///
+/// # Key layout
+///
+/// On every master, exactly the single-instance layout of [`RedisLock`](crate::RedisLock):
+/// `<prefix><name>` holds the owner token with a `PX` TTL, so single-instance clients of one
+/// master see Redlock's locks. No fencing counter is kept (see below). The masters are
+/// independent: no replication between them.
+///
+/// # Algorithm and round trips
+///
+/// - **acquire**: the acquire script on all masters at once, each bounded by the node timeout
+///   (200 ms by default, far below usual TTLs; capped at half the TTL for very short ones).
+///   Safety comes from the validity check; the timeout only stops a dead master from eating
+///   the validity. Success needs a majority **and** remaining validity
+///   `ttl - elapsed - drift > 0` (`drift = 0.01 * ttl + 2 ms` by default); the lease's local
+///   deadline is `sent + ttl - drift`. On failure the lock is released on all masters. One
+///   parallel round trip (two on failure).
+/// - **release**: compare-and-delete on all masters, one parallel round trip. `true` if a
+///   majority deleted our key, `false` if a majority did not hold it, an error if too few
+///   answered to tell.
+/// - **extend**: compare-and-`PEXPIRE` on all masters, one parallel round trip; kept only
+///   with a majority and remaining validity. `extend_many` sends one pipeline per master.
+/// - **wait**: every release publishes on each master that held the lock; a waiter subscribes
+///   on every master (one pub/sub connection per master and client) and wakes on the first
+///   announcement, else at the time a majority of holds expire. After a split vote (no
+///   majority for anyone, the lock free somewhere) the attempt reports a short random wait,
+///   the "retry after a random delay" of the algorithm, so contenders do not collide again.
+///
+/// With a minority of masters down, everything works (slower only by the node timeout while
+/// their connections fail). With a majority down, every operation fails with
+/// [`Error::Unavailable`] within the node timeout: no hang and no false success.
+///
+/// # Fencing: none
+///
+/// Redlock cannot issue fencing tokens (Kleppmann, "How to do distributed locking", 2016):
+/// counters on independent masters are not a consensus. Had each master a counter, the
+/// maximum over the majority that granted a lock would still not be monotonic, even without
+/// crashes: attempts that fail still count on the minority that granted them, so one master's
+/// counter runs ahead, and the next holder's majority may not include that master. Restarts
+/// without persistence make it worse. So no counter is kept,
+/// [`Capabilities::fencing`] is [`Fencing::None`] and leases carry no token. Redlock also
+/// assumes bounded clock drift, network delay and process pauses: a holder paused past its
+/// validity can still act. Use it where an occasional double holder costs efficiency, not
+/// correctness; for correctness, fence the resource with a store that gives
+/// [`Fencing::Monotonic`].
+///
+/// ```no_run
+/// use distlock_core::LockClient;
+/// use distlock_redis::{Redlock, RedlockConfig};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+/// let redlock = RedlockConfig::new([
+///     "redis://10.0.0.1:6379",
+///     "redis://10.0.0.2:6379",
+///     "redis://10.0.0.3:6379",
+/// ])?
+/// .build()
+/// .await?;
+/// let client = LockClient::new(redlock);
+/// let guard = client.acquire("nightly-report").await?;
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Redlock {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    nodes: Vec<Node>,
+    /// One pub/sub connection per master, opened with the first wait.
+    subscribers: Vec<Subscriber>,
+    keys: KeySpace,
+    config: RedlockConfig,
+}
+
+/// What the masters said to one operation.
+#[derive(Debug, Default)]
+struct Tally {
+    yes: usize,
+    no: usize,
+    errors: Vec<String>,
+}
+
+impl Redlock {
+    /// Sets up connections to every master; they connect on first use, so masters that are
+    /// down now do not stop the others.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for bad settings.
+    pub async fn build(config: RedlockConfig) -> Result<Self> {
+        config.validate()?;
+        let nodes = config
+            .nodes
+            .iter()
+            .map(|node| {
+                Node::lazy(
+                    node.client.clone(),
+                    node.url.clone(),
+                    config.node_timeout,
+                    node.connect_timeout,
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let prefix = config.nodes.first().map(|n| n.prefix.clone()).unwrap_or_default();
+        let subscribers = nodes
+            .iter()
+            .map(|node| {
+                Subscriber::new(
+                    node.client().clone(),
+                    node.url().to_owned(),
+                    node.timeout(),
+                    node.connect_timeout(),
+                )
+            })
+            .collect();
+        Ok(Self {
+            inner: Arc::new(Inner {
+                nodes,
+                subscribers,
+                keys: KeySpace::new(prefix),
+                config,
+            }),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RedlockConfig {
+        &self.inner.config
+    }
+
+    fn quorum(&self) -> usize {
+        self.inner.nodes.len() / 2 + 1
+    }
+
+    fn keys(&self, name: &LockName) -> LockKeys {
+        self.inner.keys.keys(name)
+    }
+
+    /// How many locks whose names start with `name_prefix` are held on a majority of the
+    /// masters that answer (a `SCAN` on each, for tests and status pages).
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] if fewer than a majority of masters answer.
+    pub async fn count_held(&self, name_prefix: &str) -> Result<usize> {
+        let pattern = self.inner.keys.scan_pattern(name_prefix);
+        let scans = join_all(self.inner.nodes.iter().map(|n| scan_keys(n, &pattern))).await;
+        let mut counts = std::collections::HashMap::<Vec<u8>, usize>::new();
+        let mut answered = 0;
+        for keys in scans.into_iter().flatten() {
+            answered += 1;
+            let mut keys = keys;
+            keys.sort();
+            keys.dedup();
+            for key in keys {
+                *counts.entry(key).or_default() += 1;
+            }
+        }
+        if answered < self.quorum() {
+            return Err(self.no_majority("count", answered, &[]));
+        }
+        Ok(counts.values().filter(|&&n| n >= self.quorum()).count())
+    }
+
+    /// The per-node bound during acquire: the node timeout, at most half the TTL.
+    fn acquire_limit(&self, ttl: Duration) -> Duration {
+        self.inner
+            .config
+            .node_timeout
+            .min(ttl / ACQUIRE_TIMEOUT_DIVISOR)
+            .max(MIN_NODE_TIMEOUT)
+    }
+
+    fn no_majority(&self, what: &str, answered: usize, errors: &[String]) -> Error {
+        Error::unavailable(
+            BACKEND,
+            format!(
+                "Redlock {what}: only {answered} of {} masters answered, {} needed; {}",
+                self.inner.nodes.len(),
+                self.quorum(),
+                errors.join("; ")
+            ),
+        )
+    }
+
+    /// Releases on every master, bounded by the node timeout.
+    async fn release_all(&self, keys: &LockKeys, token: &str) -> Tally {
+        let limit = self.inner.config.node_timeout;
+        let replies = join_all(
+            self.inner
+                .nodes
+                .iter()
+                .map(|node| release_on(node, limit, keys, token)),
+        )
+        .await;
+        tally(replies)
+    }
+
+    /// The time until enough masters are free for a majority, if the holders said.
+    fn remaining(&self, free: usize, mut held: Vec<Option<Duration>>) -> Option<Duration> {
+        let needed = self.quorum().checked_sub(free)?.checked_sub(1)?;
+        // `None` (no TTL) sorts last: it never frees by itself.
+        held.sort_by_key(|r| r.map_or((1, Duration::ZERO), |d| (0, d)));
+        held.get(needed).copied().flatten()
+    }
+}
+
+fn tally(replies: Vec<Result<bool>>) -> Tally {
+    let mut tally = Tally::default();
+    for reply in replies {
+        match reply {
+            Ok(true) => tally.yes += 1,
+            Ok(false) => tally.no += 1,
+            Err(e) => tally.errors.push(crate::node::detail(&e)),
+        }
+    }
+    tally
+}
+
+#[async_trait]
+impl DistributedLock for Redlock {
+    fn backend(&self) -> &'static str {
+        "redlock"
+    }
+
+    /// No fencing (see the type docs), notified waiters (unless switched off), 1 ms TTL
+    /// granularity, TTLs from 10 ms (below that the drift allowance eats the validity).
+    fn capabilities(&self) -> Capabilities {
+        let wake_up = if self.inner.config.notifications {
+            WakeUp::Notification
+        } else {
+            WakeUp::Polling
+        };
+        Capabilities::new(Fencing::None, wake_up)
+            .with_ttl_granularity(Duration::from_millis(1))
+            .with_ttl_range(Duration::from_millis(10), Duration::from_secs(30 * 24 * 3600))
+    }
+
+    /// One parallel round trip to all masters (another to release them if it failed).
+    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
+        let ttl_ms = ttl_millis(ttl)?;
+        let keys = self.keys(name);
+        let token = owner.to_string();
+        let limit = self.acquire_limit(ttl);
+        let sent_at = Instant::now();
+        let replies = join_all(
+            self.inner
+                .nodes
+                .iter()
+                .map(|node| acquire_unfenced_on(node, limit, &keys, &token, ttl_ms)),
+        )
+        .await;
+        let elapsed = sent_at.elapsed();
+        let drift = self.inner.config.drift(ttl);
+        let (mut won, mut held, mut errors) = (0, Vec::new(), Vec::new());
+        let mut holders = std::collections::HashMap::<Option<Vec<u8>>, usize>::new();
+        for reply in replies {
+            match reply {
+                Ok(Acquired::Yes(_)) => won += 1,
+                Ok(Acquired::No { remaining, holder }) => {
+                    held.push(remaining);
+                    *holders.entry(holder).or_default() += 1;
+                }
+                Err(e) => errors.push(crate::node::detail(&e)),
+            }
+        }
+        let someone_holds_a_majority = holders
+            .iter()
+            .any(|(holder, &count)| holder.is_some() && count >= self.quorum());
+        let valid = ttl.checked_sub(elapsed).and_then(|t| t.checked_sub(drift));
+        if won >= self.quorum() && valid.is_some_and(|v| !v.is_zero()) {
+            return Ok(TryAcquire::Acquired(
+                Lease::new(name.clone(), owner, ttl, sent_at).with_validity_margin(drift),
+            ));
+        }
+        // Failed: give back whatever we got, including on masters whose reply was lost.
+        let _ = self.release_all(&keys, &token).await;
+        let answered = won + held.len();
+        if answered < self.quorum() {
+            return Err(self.no_majority("acquire", answered, &errors));
+        }
+        if won >= self.quorum() {
+            tracing::debug!(
+                ?elapsed,
+                "distlock-redis: Redlock majority came too late to be valid"
+            );
+            return Ok(TryAcquire::Held(Holder::unknown()));
+        }
+        if !someone_holds_a_majority {
+            // A split vote: nobody holds a majority. Retry after a short random pause.
+            let pause = rand::rng().random_range(Duration::from_millis(1)..=SPLIT_RETRY_MAX);
+            return Ok(TryAcquire::Held(Holder::expiring_in(pause)));
+        }
+        Ok(TryAcquire::Held(match self.remaining(won, held) {
+            Some(remaining) => Holder::expiring_in(remaining),
+            None => Holder::unknown(),
+        }))
+    }
+
+    /// One parallel round trip: compare-and-delete on all masters.
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let keys = self.keys(lease.name());
+        let tally = self.release_all(&keys, &lease.owner().to_string()).await;
+        let n = self.inner.nodes.len();
+        if tally.yes >= self.quorum() {
+            Ok(true)
+        } else if tally.no > n - self.quorum() {
+            Ok(false)
+        } else {
+            Err(self.no_majority("release", tally.yes + tally.no, &tally.errors))
+        }
+    }
+
+    /// One parallel round trip: compare-and-`PEXPIRE` on all masters; kept with a majority.
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
+        let ttl_ms = ttl_millis(ttl)?;
+        let keys = self.keys(lease.name());
+        let token = lease.owner().to_string();
+        let limit = self.inner.config.node_timeout;
+        let sent_at = Instant::now();
+        let replies = join_all(
+            self.inner
+                .nodes
+                .iter()
+                .map(|node| extend_on(node, limit, &keys, &token, ttl_ms)),
+        )
+        .await;
+        let tally = tally(replies);
+        self.judge_extension(lease, ttl, sent_at, &tally)
+    }
+
+    /// One pipeline per master, all masters at once.
+    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        // Leases with an invalid TTL never reach the masters (`PEXPIRE 0` would delete).
+        let mut batch = Vec::with_capacity(leases.len());
+        let mut batched = Vec::with_capacity(leases.len());
+        for (i, lease) in leases.iter().enumerate() {
+            if let Ok(ms) = ttl_millis(lease.ttl()) {
+                batch.push((self.keys(lease.name()), lease.owner().to_string(), ms));
+                batched.push(i);
+            }
+        }
+        let sent_at = Instant::now();
+        let per_node = if batch.is_empty() {
+            Vec::new()
+        } else {
+            join_all(self.inner.nodes.iter().map(|node| extend_many_on(node, &batch))).await
+        };
+        let mut results: Vec<Result<Option<Lease>>> = leases
+            .iter()
+            .map(|lease| ttl_millis(lease.ttl()).map(|_| None))
+            .collect();
+        for (j, &i) in batched.iter().enumerate() {
+            let replies = per_node
+                .iter()
+                .map(|replies| match replies.get(j) {
+                    Some(Ok(ours)) => Ok(*ours),
+                    Some(Err(e)) => Err(crate::node::copy_error(e)),
+                    None => Err(Error::backend(BACKEND, "missing reply")),
+                })
+                .collect();
+            let lease = &leases[i];
+            results[i] = self.judge_extension(lease, lease.ttl(), sent_at, &tally(replies));
+        }
+        results
+    }
+
+    /// Subscribes on every master at once (each bounded by the node timeout) and returns a
+    /// watch that fires on the first announcement from any of them. Fails only if no master
+    /// confirmed the subscription (the waiter then polls).
+    async fn watch(&self, name: &LockName) -> Result<distlock_core::ReleaseWatch> {
+        if !self.inner.config.notifications {
+            return Ok(distlock_core::ReleaseWatch::polling());
+        }
+        let keys = self.keys(name);
+        let limit = self.inner.config.node_timeout;
+        let subscriptions = join_all(self.inner.subscribers.iter().map(|subscriber| async {
+            match tokio::time::timeout(limit, subscriber.subscribe(&keys.channel)).await {
+                Ok(subscribed) => subscribed,
+                Err(_) => Err(Error::unavailable(
+                    BACKEND,
+                    format!("no SUBSCRIBE answer within {limit:?}"),
+                )),
+            }
+        }))
+        .await;
+        let mut errors = Vec::new();
+        let live: Vec<(watch::Receiver<u64>, Keep)> = subscriptions
+            .into_iter()
+            .filter_map(|s| s.map_err(|e| errors.push(crate::node::detail(&e))).ok())
+            .collect();
+        if live.is_empty() {
+            return Err(self.no_majority("watch", 0, &errors));
+        }
+        let (tx, rx) = watch::channel(0u64);
+        tokio::spawn(forward_releases(live, tx));
+        Ok(distlock_core::ReleaseWatch::notified(rx, ()))
+    }
+
+    /// Reads every master; the holder is the owner a majority agrees on.
+    async fn inspect(&self, name: &LockName) -> Result<LockState> {
+        let keys = self.keys(name);
+        let mut pipe = redis::pipe();
+        pipe.cmd("GET").arg(&keys.lock).cmd("PTTL").arg(&keys.lock);
+        let reads = join_all(self.inner.nodes.iter().map(|node| node.pipeline(&pipe))).await;
+        let mut answered = 0;
+        let mut owners = std::collections::HashMap::<String, Vec<Option<Duration>>>::new();
+        for read in reads.into_iter().flatten() {
+            answered += 1;
+            let mut values = read.into_iter();
+            let owner: Option<String> = values.next().and_then(|v| redis::from_redis_value(v).ok());
+            let pttl: Option<i64> = values.next().and_then(|v| redis::from_redis_value(v).ok());
+            if let Some(owner) = owner {
+                owners.entry(owner).or_default().push(
+                    pttl.and_then(|p| u64::try_from(p).ok())
+                        .map(Duration::from_millis),
+                );
+            }
+        }
+        if answered < self.quorum() {
+            return Err(self.no_majority("inspect", answered, &[]));
+        }
+        Ok(
+            match owners.into_iter().find(|(_, ttls)| ttls.len() >= self.quorum()) {
+                Some((owner, ttls)) => {
+                    let remaining = ttls.into_iter().flatten().min();
+                    LockState::held(owner, None, remaining)
+                }
+                None => LockState::free(None),
+            },
+        )
+    }
+
+    /// `PING` on all masters; fine with a majority.
+    async fn ping(&self) -> Result<()> {
+        let ping = redis::cmd("PING");
+        let replies = join_all(self.inner.nodes.iter().map(|node| node.query::<String>(&ping))).await;
+        let mut errors = Vec::new();
+        let answered = replies
+            .into_iter()
+            .filter_map(|r| r.map_err(|e| errors.push(crate::node::detail(&e))).ok())
+            .count();
+        if answered >= self.quorum() {
+            Ok(())
+        } else {
+            Err(self.no_majority("ping", answered, &errors))
+        }
+    }
+}
+
+impl Redlock {
+    fn judge_extension(
+        &self,
+        lease: &Lease,
+        ttl: Duration,
+        sent_at: Instant,
+        tally: &Tally,
+    ) -> Result<Option<Lease>> {
+        let n = self.inner.nodes.len();
+        let drift = self.inner.config.drift(ttl);
+        if tally.yes >= self.quorum() {
+            let elapsed = sent_at.elapsed();
+            if ttl
+                .checked_sub(elapsed)
+                .and_then(|t| t.checked_sub(drift))
+                .is_none()
+            {
+                return Err(Error::unavailable(
+                    BACKEND,
+                    format!("Redlock extend took {elapsed:?}, longer than the TTL allows"),
+                ));
+            }
+            return Ok(Some(lease.renewed(ttl, sent_at).with_validity_margin(drift)));
+        }
+        if tally.no > n - self.quorum() {
+            return Ok(None);
+        }
+        Err(self.no_majority("extend", tally.yes + tally.no, &tally.errors))
+    }
+}
+
+/// Bumps `tx` whenever any master announces a release, until the watch is dropped or every
+/// master's subscription is gone (then `tx` drops and the waiter polls).
+async fn forward_releases(masters: Vec<(watch::Receiver<u64>, Keep)>, tx: watch::Sender<u64>) {
+    let changed = |(mut rx, keep): (watch::Receiver<u64>, Keep)| async move {
+        let alive = rx.changed().await.is_ok();
+        (alive, rx, keep)
+    };
+    let mut pending: FuturesUnordered<_> = masters.into_iter().map(changed).collect();
+    loop {
+        tokio::select! {
+            () = tx.closed() => return,
+            next = pending.next() => match next {
+                Some((true, rx, keep)) => {
+                    tx.send_modify(|n| *n = n.wrapping_add(1));
+                    pending.push(changed((rx, keep)));
+                }
+                Some((false, _, _)) => {}
+                None => return,
+            },
+        }
+    }
+}
+
+impl std::fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redlock")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}

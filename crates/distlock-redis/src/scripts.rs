@@ -1,0 +1,109 @@
+//! The Lua scripts: every decision that reads and then writes runs atomically on the server.
+//!
+//! Owns the script texts and their SHA1s; running them (`EVALSHA`, falling back to `EVAL` on
+//! `NOSCRIPT`) is [`Node::script`](crate::node::Node::script)'s job.
+//!
+//! Each script touches only keys passed in `KEYS` and all of one lock's keys share a hash
+//! slot (see [`keys`](crate::keys)), so they run unchanged on Redis Cluster.
+
+use std::sync::LazyLock;
+
+/// One script: its text (for `EVAL`) and its SHA1 (for `EVALSHA`).
+pub(crate) struct LuaScript {
+    code: &'static str,
+    script: redis::Script,
+}
+
+impl LuaScript {
+    fn new(code: &'static str) -> Self {
+        Self {
+            code,
+            script: redis::Script::new(code),
+        }
+    }
+
+    /// The script's text.
+    pub(crate) fn code(&self) -> &'static str {
+        self.code
+    }
+
+    /// The script's SHA1 in hex.
+    pub(crate) fn sha1(&self) -> &str {
+        self.script.get_hash()
+    }
+}
+
+/// Acquire: `SET lock token NX PX ttl`; on success `INCR` the fencing counter.
+///
+/// `KEYS[1]` lock key, `KEYS[2]` fencing counter; `ARGV[1]` owner token, `ARGV[2]` TTL in ms.
+/// Returns `{1, fencing token}` when acquired, `{0, PTTL of the holder, holder's value}` when
+/// held (PTTL `-1`: the holder set no TTL).
+pub(crate) static ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(
+        r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, redis.call('INCR', KEYS[2])}
+end
+return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1])}
+",
+    )
+});
+
+/// Acquire without a fencing counter (Redlock, whose masters cannot make tokens monotonic).
+///
+/// `KEYS[1]` lock key; `ARGV[1]` owner token, `ARGV[2]` TTL in ms. Returns `{1, 0}` when
+/// acquired, else as [`ACQUIRE`].
+pub(crate) static ACQUIRE_UNFENCED: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(
+        r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, 0}
+end
+return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1])}
+",
+    )
+});
+
+/// Release: compare-and-delete, then announce the release.
+///
+/// `KEYS[1]` lock key; `ARGV[1]` owner token, `ARGV[2]` release channel. Returns 1 if the key
+/// held our token and was deleted, 0 otherwise (a stale owner deletes nothing).
+pub(crate) static RELEASE: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(
+        r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], ARGV[1])
+  return 1
+end
+return 0
+",
+    )
+});
+
+/// Extend: compare-and-`PEXPIRE`.
+///
+/// `KEYS[1]` lock key; `ARGV[1]` owner token, `ARGV[2]` TTL in ms. Returns 1 if the key held
+/// our token and got the new TTL, 0 otherwise.
+pub(crate) static EXTEND: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(
+        r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+",
+    )
+});
+
+/// Inspect: the holder, its remaining TTL and the last fencing token, in one consistent read.
+///
+/// `KEYS[1]` lock key, `KEYS[2]` fencing counter. Returns `{owner or false, PTTL, counter or
+/// false}`.
+pub(crate) static INSPECT: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(
+        r"
+return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
+",
+    )
+});
