@@ -17,6 +17,7 @@ pub const URL_ENV: &str = "DISTLOCK_URL";
 /// | `redis://[USER:PASS@]HOST:PORT[/DB]`, `rediss://...` | one Redis server | `redis` (`redis-tls` for `rediss`) |
 /// | `redlock://[USER:PASS@]H1:P1,H2:P2,H3:P3[/DB]` | Redlock over independent Redis masters | `redis` |
 /// | `mysql://USER:PASS@HOST:PORT/DB`, `mariadb://...` | MySQL or MariaDB | `mysql` |
+/// | `memcache://HOST:PORT[,HOST:PORT...]`, `memcached://...` | memcached | `memcached` |
 /// | `zk://HOST:PORT[,HOST:PORT...][/CHROOT][?session_timeout=10s]`, `zookeeper://...` | ZooKeeper | `zookeeper` |
 ///
 /// A scheme whose feature is not compiled in is an [`Error::InvalidConfig`] naming the
@@ -91,6 +92,8 @@ pub async fn open(url: &str) -> Result<Arc<dyn DistributedLock>> {
         "redlock" | "redlocks" => Ok(Arc::new(
             distlock_redis::RedlockConfig::from_url(url)?.build().await?,
         )),
+        #[cfg(feature = "memcached")]
+        "memcache" | "memcached" => Ok(Arc::new(distlock_memcached::MemcachedLock::connect(url).await?)),
         #[cfg(feature = "sqlite")]
         "sqlite" => Ok(Arc::new(distlock_sql::SqlLock::connect(url).await?)),
         #[cfg(feature = "mysql")]
@@ -177,7 +180,7 @@ mod tests {
     fn unknown_and_disabled_schemes_say_what_to_do() {
         let err = unknown_scheme("nosuch").to_string();
         assert!(err.contains("unknown lock store scheme"), "{err}");
-        let err = unknown_scheme("memcache").to_string();
-        assert!(err.contains("`memcached` feature"), "{err}");
+        let err = unknown_scheme("zk").to_string();
+        assert!(err.contains("`zookeeper` feature"), "{err}");
     }
 }

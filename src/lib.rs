@@ -10,6 +10,7 @@
 //! | `sqlite` (default) | a SQLite file: the embedded default, locks between processes of one machine | [`sql::SqlLock`] |
 //! | `redis` | Redis (one server), Redlock (several masters) | [`redis::RedisLock`], [`redis::Redlock`] |
 //! | `mysql` | MySQL / MariaDB | [`sql::SqlLock`] |
+//! | `memcached` | memcached: `add` with expiry, CAS-guarded; a restart or eviction frees locks | [`memcached::MemcachedLock`] |
 //! | `zookeeper` | ZooKeeper 3.5+: FIFO waiters, session-bound locks | [`zookeeper::ZooKeeperLock`] |
 //!
 //! ```
@@ -44,6 +45,11 @@ pub use distlock_core as core;
 #[cfg(any(feature = "mysql", feature = "sqlite"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "mysql", feature = "sqlite"))))]
 pub use distlock_sql as sql;
+
+/// The memcached backend: `add` with expiry, CAS-guarded release and extend.
+#[cfg(feature = "memcached")]
+#[cfg_attr(docsrs, doc(cfg(feature = "memcached")))]
+pub use distlock_memcached as memcached;
 
 /// The Redis backend: `SET NX PX` with atomic scripts, release notifications, and Redlock.
 #[cfg(feature = "redis")]

@@ -362,3 +362,12 @@ fn redlock_counter_and_check() {
     counter_is_exact_with_20_processes(&url, dir.path());
     check_passes(&url);
 }
+
+#[test]
+fn memcached_counter_and_check() {
+    let url = distlock_testkit::shared::memcached_url()
+        .expect("memcached for the tests (scripts/install-test-deps)");
+    let dir = tempfile::tempdir().expect("temp dir");
+    counter_is_exact_with_20_processes(&url, dir.path());
+    check_passes(&url);
+}

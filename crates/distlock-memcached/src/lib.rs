@@ -1,0 +1,53 @@
+//! memcached backend of distlock: a lock is one item created with `add` and an expiry,
+//! released and renewed by single CAS-guarded meta commands, with best-effort fencing tokens.
+//!
+//! - [`MemcachedLock`] (built from a [`MemcachedConfig`], URL `memcache://host:port`, several
+//!   hosts separated by commas) implements [`distlock_core::DistributedLock`]; business code
+//!   uses it through [`distlock_core::LockClient`].
+//! - Release, extend and a failed attempt are one round trip each; a winning acquisition is
+//!   two (the second records the fencing token in the lock item). The watchdog's renewals
+//!   are pipelined, 64 leases per round trip. Waiters poll (memcached has no
+//!   notifications), waking at the holder's expiry.
+//! - **Read the guarantees on [`MemcachedLock`] before using it**: a memcached restart, or an
+//!   eviction under memory pressure, silently frees locks. A held guard notices at its next
+//!   renewal and fires its lost-lock signal, and no stale holder can ever release or extend
+//!   a newer holder's lock, but between the loss and that renewal two holders can overlap.
+//!   Fencing tokens are [`Fencing::BestEffort`](distlock_core::Fencing::BestEffort). Use a
+//!   dedicated instance started with `-M`, and delay restarts by the longest TTL.
+//!
+//! The client speaks the protocol itself (a few hundred lines over tokio TCP) rather than
+//! through the `memcache` crate, to bind every CAS-guarded command to the server process
+//! that issued the CAS (memcached restarts its CAS counter at 1), and to use the classic
+//! `add`/`cas` commands where memcached 1.6's meta `ms` would delete a holder's item on a
+//! full server; see [`MemcachedLock`].
+//!
+//! ```no_run
+//! use distlock_core::{AcquireOptions, LockClient};
+//! use distlock_memcached::MemcachedConfig;
+//! use std::time::Duration;
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+//! let lock = MemcachedConfig::from_url("memcache://127.0.0.1:11211")?
+//!     .with_namespace("billing")?
+//!     .with_operation_timeout(Duration::from_millis(500))
+//!     .build()?;
+//! let client = LockClient::new(lock);
+//! let opts = AcquireOptions::new().ttl(Duration::from_secs(10)).wait_for(Duration::from_secs(5));
+//! let guard = client.acquire_with("ledger", &opts).await?;
+//! println!("fencing token {:?} (best effort)", guard.fencing_token());
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod config;
+mod keys;
+mod lock;
+mod pool;
+mod wire;
+
+pub use config::{
+    MemcachedConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_NAMESPACE,
+    DEFAULT_OPERATION_TIMEOUT, DEFAULT_PORT, URL_ENV,
+};
+pub use lock::{MemcachedLock, MAX_TTL, MIN_TTL};

@@ -1,0 +1,899 @@
+//! [`MemcachedLock`]: the lock primitives on memcached's meta protocol.
+//!
+//! Key layout (details in `keys.rs`): for namespace `ns` and lock name `n`,
+//! - `ns:l:<enc(n)>` = `<owner token> <fencing token>` (the owner token is a UUID; the
+//!   fencing token is added by the winning acquisition's second round trip), expiry = the
+//!   TTL rounded up to whole seconds **plus one second** (see "TTLs" on [`MemcachedLock`]);
+//! - `ns:f:<enc(n)>` = the fencing counter, an `incr` counter seeded with the unix time in
+//!   microseconds when it is (re)created, expiry 30 days, refreshed on each use.
+//!
+//! Every lease remembers the lock item's CAS value and the identity of the server process
+//! (pid and start time) that issued it, in [`Lease::handle`]. CAS-guarded commands only go out
+//! on a connection that reaches that same process (see `wire.rs` for why).
+//!
+//! Operations, top to bottom: acquire, release, extend, wait.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use distlock_core::{
+    Capabilities, DistributedLock, Error, Fencing, FencingToken, Holder, Lease, LockName, LockState,
+    OwnerToken, ReleaseWatch, Result, TryAcquire, WakeUp,
+};
+use futures::future::join_all;
+use tokio::time::Instant;
+
+use crate::config::MemcachedConfig;
+use crate::keys::{self, Keys};
+use crate::pool::Server;
+use crate::wire::{Batch, Code, Epoch, Reply, WireError};
+
+const BACKEND: &str = "memcached";
+
+/// memcached reads an expiry above 30 days as an absolute unix time.
+const SERVER_MAX_RELATIVE_SECS: u64 = 30 * 24 * 3600;
+/// Added to every expiry we send: memcached's clock ticks once a second, so an item can
+/// expire up to one second before `sent + expiry`. With the extra second the server keeps
+/// the item at least until the lease's local deadline (`sent + TTL`).
+const EXPIRY_SLACK_SECS: u64 = 1;
+/// Leases per pipelined renewal batch.
+const EXTEND_BATCH: usize = 64;
+/// The fencing counter's expiry (refreshed on every acquisition attempt).
+const COUNTER_TTL_SECS: u32 = 30 * 24 * 3600;
+
+/// The shortest TTL: one second, memcached's granularity.
+pub const MIN_TTL: Duration = Duration::from_secs(1);
+/// The longest TTL: 30 days minus the one second of expiry slack.
+pub const MAX_TTL: Duration = Duration::from_secs(SERVER_MAX_RELATIVE_SECS - EXPIRY_SLACK_SECS);
+
+/// A lock client of one or more memcached servers. Cheap to clone; clones share connections.
+///
+/// Built from a [`MemcachedConfig`]; used through [`distlock_core::LockClient`].
+///
+/// # How it works
+///
+/// | operation | commands | round trips |
+/// |---|---|---|
+/// | acquire, held | `add <lock> 0 <ttl+1>` + `mg <lock> c t v` + `ma <fence> N J T v`, pipelined | 1 |
+/// | acquire, won | the same, then `cas <lock>` (writes `<owner> <token>`) + `mg <lock> c v` | 2 |
+/// | release | `md <lock> C<cas>` | 1 |
+/// | extend | `cas <lock> 0 <ttl+1> <len> <cas>` + `mg <lock> c v`, pipelined | 1 |
+/// | extend_many (watchdog) | the same pairs for up to 64 leases per pipeline, all servers at once | 1 per 64 leases per server |
+/// | wait | polling with jittered backoff, waking at the holder's expiry (`mg t`) | per attempt: 1 |
+/// | inspect (owner, fencing token, seconds left) | `mg <lock> v t` | 1 |
+/// | ping | `mn` on every server | 1 |
+///
+/// A new connection costs one more round trip (`stats`, to learn the server process).
+/// Release (two more) and extend (one more) need extra round trips only in one rare case:
+/// the CAS changed and the item still holds our owner token, which happens when an earlier
+/// renewal was applied but its reply was lost (a timeout); we then take the new CAS and
+/// retry once, still CAS-guarded.
+///
+/// The item-creating writes are the classic `add` and `cas` commands, not meta `ms`: when
+/// memcached 1.6 cannot allocate the new item (a full server started with `-M`), `ms`
+/// unlinks the existing item in every mode, so a contender's failed `ms ... ME` would delete
+/// the holder's lock (tested in `tests/eviction.rs`). Classic `add` and `cas` leave it alone.
+///
+/// # Guarantees, and what memcached cannot promise
+///
+/// - **Exclusion** comes from `add`: the store keeps at most one item per key.
+/// - **Release and extend are single atomic compare-and-act commands** (`md` with `C<cas>`,
+///   classic `cas`), never a read followed by a write, so a holder whose lock expired and was
+///   taken by someone else cannot delete or extend the new holder's lock.
+/// - **Restarts.** memcached keeps nothing across a restart, and it restarts its CAS
+///   counter, so an old lease's CAS could match a new holder's item. Each lease is bound to
+///   the server process that issued it; against any other process release returns `false`
+///   and extend `None`, without sending anything. A held guard therefore reports the loss
+///   at its next renewal, and no holder is ever told it still holds a lock a new client
+///   has taken. Until that renewal, though, the old holder and a new one **can both believe
+///   they hold the lock**: a restart silently frees every lock. (A warm restart with `-e`
+///   keeps the items, but it is still another process: old holders report the loss and
+///   their items expire at their TTL.)
+/// - **Eviction.** Under memory pressure memcached evicts items, locks included, even
+///   before their TTL. The next renewal finds the item gone (or, if someone took the lock
+///   since, another CAS) and the guard's lost-lock signal fires; until then, exclusion is
+///   broken as after a restart.
+/// - **Fencing tokens are best effort** ([`Fencing::BestEffort`]). They come from a per-name
+///   counter incremented in the same pipeline as the `add`, so they strictly increase while
+///   the server keeps the counter. A restart or an eviction loses it; the next attempt then
+///   re-creates it at the attempting client's unix time in microseconds. That stays above
+///   every earlier token as long as (a) fewer attempts were made on the lost counter than
+///   microseconds passed between its creation and its re-creation, and (b) the re-creating
+///   client's clock is not behind the clock of the client that created the lost counter by
+///   more than that same interval (clocks kept in sync by NTP, never stepped back). Neither
+///   is checked, hence "best effort". Attempts that find the lock held also draw a number,
+///   so tokens have gaps. The lock item records its holder's token, which
+///   [`DistributedLock::inspect`] reports.
+/// - **TTLs** are whole seconds on the server: a TTL is rounded up to whole seconds (the
+///   lease's TTL) and one more second is added to the expiry sent, because memcached's
+///   once-a-second clock can expire an item up to a second early. The lease's local
+///   deadline is `sent + TTL`, which the server never undercuts; the server frees an
+///   abandoned lock between TTL and TTL + 1 s after it was set. TTLs run from 1 s to 30
+///   days minus 1 s (longer ones would be read as absolute times).
+/// - **Several servers**: each name lives on exactly one server (rendezvous hashing); there
+///   is no replication, so losing a server loses (frees) the locks on it. There is no
+///   failover either: while a server is down, its names fail with [`Error::Unavailable`],
+///   because rerouting them would let clients with different views of the servers both
+///   hold the same name. Every client must list the same servers (in any order).
+/// - **Connect to memcached directly**, not through a proxy (mcrouter, twemproxy): the
+///   restart protection reads the server's pid and start time from `stats` on each new
+///   connection, and a proxy would answer with its own.
+///
+/// # Mitigations
+///
+/// - Use a **dedicated** memcached instance (or pool) for locks, so cache traffic cannot
+///   evict them, with memory to spare.
+/// - Start it with **`-M`**, so that a full server returns errors instead of evicting held
+///   locks: acquisitions fail with [`Error::Backend`], and so do renewals (a renewal writes
+///   a new item); the watchdog keeps retrying and, if memory does not free up, the guard
+///   reports `RenewalFailed` at its local deadline, before the server can free the item. The
+///   loss is loud and never early. (Tested in `tests/eviction.rs`.)
+/// - After a crash, **delay the restart by the longest TTL in use**: every old holder's
+///   renewals fail meanwhile, so each has seen its loss before the locks can be taken again.
+/// - Treat fencing tokens as a second line of defence only. For locks that must survive a
+///   restart, use a backend with [`Fencing::Monotonic`].
+///
+/// ```no_run
+/// use distlock_core::{AcquireOptions, LockClient};
+/// use distlock_memcached::MemcachedConfig;
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+/// let lock = MemcachedConfig::from_url("memcache://127.0.0.1:11211")?.build()?;
+/// let client = LockClient::new(lock);
+/// let opts = AcquireOptions::new().ttl(Duration::from_secs(10)).wait_for(Duration::from_secs(5));
+/// let guard = client.acquire_with("nightly-report", &opts).await?;
+/// tokio::select! {
+///     reason = guard.lost() => eprintln!("lost the lock: {reason}"),
+///     _ = async { /* the protected work */ } => {}
+/// }
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct MemcachedLock {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: MemcachedConfig,
+    servers: Vec<Server>,
+    keys: Keys,
+}
+
+/// Where one lock name lives.
+struct Located<'a> {
+    server: &'a Server,
+    lock_key: String,
+    fence_key: String,
+}
+
+/// What a lease carries in its handle: the item's CAS and the issuing server process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Handle {
+    cas: u64,
+    epoch: Epoch,
+}
+
+impl Handle {
+    fn encode(self) -> String {
+        format!(
+            "cas={};pid={};started={}",
+            self.cas, self.epoch.pid, self.epoch.started
+        )
+    }
+
+    fn decode(text: &str) -> Option<Self> {
+        let mut parts = text.split(';');
+        let mut field = |name: &str| -> Option<u64> { parts.next()?.strip_prefix(name)?.parse().ok() };
+        let cas = field("cas=")?;
+        let pid = field("pid=")?;
+        let started = field("started=")?;
+        Some(Self {
+            cas,
+            epoch: Epoch { pid, started },
+        })
+    }
+
+    fn of(lease: &Lease) -> Result<Self> {
+        lease.handle().and_then(Self::decode).ok_or_else(|| {
+            Error::backend(
+                BACKEND,
+                "the lease was not issued by the memcached backend (no CAS handle)",
+            )
+        })
+    }
+}
+
+impl MemcachedLock {
+    pub(crate) fn from_config(config: MemcachedConfig) -> Self {
+        let servers = config
+            .servers()
+            .iter()
+            .map(|addr| Server::new(addr.clone(), config.max_connections(), config.connect_timeout()))
+            .collect();
+        Self {
+            inner: Arc::new(Inner {
+                keys: Keys::new(config.namespace()),
+                servers,
+                config,
+            }),
+        }
+    }
+
+    /// A client of the servers in `url` (`memcache://host:port[,host:port...]`) with the
+    /// default settings, after checking that every server answers a no-op.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a bad URL; [`Error::Unavailable`] if a server does not
+    /// answer within the operation timeout.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let lock = MemcachedConfig::from_url(url)?.build()?;
+        lock.ping().await?;
+        Ok(lock)
+    }
+
+    /// The configuration it was built from.
+    pub fn config(&self) -> &MemcachedConfig {
+        &self.inner.config
+    }
+
+    /// The key of `name`'s lock item (for operators and tests; see the key layout).
+    pub fn lock_key(&self, name: &LockName) -> String {
+        self.inner.keys.lock_key(&self.inner.keys.encoded(name))
+    }
+
+    /// The key of `name`'s fencing counter.
+    pub fn fence_key(&self, name: &LockName) -> String {
+        self.inner.keys.fence_key(&self.inner.keys.encoded(name))
+    }
+
+    /// The server (`host:port`) that holds `name`'s items.
+    pub fn server_of(&self, name: &LockName) -> &str {
+        self.locate(name).server.addr()
+    }
+
+    fn locate(&self, name: &LockName) -> Located<'_> {
+        let encoded = self.inner.keys.encoded(name);
+        let index = keys::route(&encoded, self.inner.servers.iter().map(Server::addr));
+        Located {
+            server: &self.inner.servers[index],
+            lock_key: self.inner.keys.lock_key(&encoded),
+            fence_key: self.inner.keys.fence_key(&encoded),
+        }
+    }
+
+    /// Sends `batch` on one connection to `server` and reads every reply, all within the
+    /// operation timeout. With `bound_to`, sends nothing and returns `None` if the
+    /// connection reaches another server process than the lease's.
+    async fn exchange(
+        &self,
+        server: &Server,
+        batch: &Batch,
+        bound_to: Option<Epoch>,
+    ) -> Result<Option<(Epoch, Vec<Reply>)>> {
+        let (epoch, replies) = self
+            .exchange_with(server, |epoch| {
+                bound_to.is_none_or(|bound| bound == epoch).then_some(batch)
+            })
+            .await?;
+        Ok(replies.map(|replies| (epoch, replies)))
+    }
+
+    /// The general form of [`exchange`](Self::exchange): `build` sees which server process
+    /// the connection reaches before anything is sent, and returns the batch to send, or
+    /// `None` to send nothing.
+    async fn exchange_with<'b>(
+        &self,
+        server: &Server,
+        build: impl FnOnce(Epoch) -> Option<&'b Batch>,
+    ) -> Result<(Epoch, Option<Vec<Reply>>)> {
+        let limit = self.inner.config.operation_timeout();
+        let work = async {
+            let mut checkout = server.checkout().await?;
+            let epoch = checkout.conn().epoch();
+            let Some(batch) = build(epoch) else {
+                checkout.put_back();
+                return Ok((epoch, None));
+            };
+            let replies = checkout.conn().exchange(batch).await?;
+            // A refused command may leave its data block unread: do not reuse that stream.
+            if !replies.iter().any(|r| matches!(r.code, Code::Refused(_))) {
+                checkout.put_back();
+            }
+            Ok::<_, WireError>((epoch, Some(replies)))
+        };
+        match tokio::time::timeout(limit, work).await {
+            Ok(Ok(outcome)) => Ok(outcome),
+            Ok(Err(WireError::Io(e))) => Err(Error::unavailable(BACKEND, format!("{}: {e}", server.addr()))),
+            Ok(Err(WireError::Protocol(e))) => {
+                Err(Error::backend(BACKEND, format!("{}: {e}", server.addr())))
+            }
+            Err(_) => Err(Error::unavailable(
+                BACKEND,
+                format!("{} did not answer within {limit:?}", server.addr()),
+            )),
+        }
+    }
+
+    /// [`exchange`](Self::exchange) on whatever process the server runs now.
+    async fn exchange_any(&self, server: &Server, batch: &Batch) -> Result<(Epoch, Vec<Reply>)> {
+        match self.exchange(server, batch, None).await? {
+            Some(outcome) => Ok(outcome),
+            None => Err(Error::backend(BACKEND, "an unbound exchange was refused")),
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Acquire
+
+    /// One `add` of the owner token, pipelined with a read of the item (its CAS if the add
+    /// won, the holder's remaining TTL if it lost) and the fencing counter's increment.
+    /// **1 round trip when the lock is held, 2 when the attempt wins** (the second records
+    /// the token in the item, see [`record_token`](Self::record_token)); one more on a new
+    /// connection.
+    async fn acquire_once(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
+        let (lease_ttl, expiry) = ttl_on_server(ttl)?;
+        let at = self.locate(name);
+        let owner_text = owner.to_string();
+        let mut batch = Batch::new();
+        batch.add(&at.lock_key, owner_text.as_bytes(), expiry);
+        batch.get(&at.lock_key, "c t v");
+        batch.incr_or_seed(&at.fence_key, fence_seed(), COUNTER_TTL_SECS);
+        let sent_at = Instant::now();
+        let (epoch, replies) = self.exchange_any(at.server, &batch).await?;
+        let [added, item, fenced] = replies.as_slice() else {
+            return Err(unexpected(at.server, "three replies", &replies));
+        };
+        match &added.code {
+            Code::Hd => {}
+            Code::Ns => return Ok(TryAcquire::Held(holder_from(item))),
+            Code::Refused(message) => return Err(refused(at.server, message)),
+            _ => return Err(unexpected(at.server, "STORED or NOT_STORED", added)),
+        }
+        // Stored. The read right behind it on the same connection sees our item, unless it
+        // vanished in between (deleted, or evicted at once): then we never held it usefully.
+        let cas = match (&item.code, item.text()) {
+            (Code::Va, Some(value)) if value == owner_text => item
+                .flag_num::<u64>('c')
+                .ok_or_else(|| unexpected(at.server, "a CAS", item))?,
+            _ => return Ok(TryAcquire::Held(holder_from(item))),
+        };
+        let handle = Handle { cas, epoch };
+        let token = match fenced.code {
+            Code::Va => fenced.text().and_then(|t| t.trim().parse::<u64>().ok()),
+            _ => None,
+        };
+        let Some(token) = token else {
+            // Ours, but without a token: give it back rather than hand out an unfenced lease
+            // (a full `-M` server refuses to create the counter, for example).
+            let _ = self.delete_if_cas(&at, handle).await;
+            return Err(Error::backend(
+                BACKEND,
+                format!(
+                    "{}: the fencing counter failed: {:?}",
+                    at.server.addr(),
+                    fenced.code
+                ),
+            ));
+        };
+        let lease = Lease::new(name.clone(), owner, lease_ttl, sent_at)
+            .with_fencing(FencingToken::new(token))
+            .with_handle(handle.encode());
+        self.record_token(&at, lease, handle, expiry).await
+    }
+
+    /// The winner's second round trip: `cas <lock>` rewrites the item as `<owner> <token>`
+    /// (so that [`DistributedLock::inspect`] shows the holder's token), pipelined with
+    /// `mg <lock> c v` for the new CAS. The token cannot be in the `add` itself: it must be
+    /// drawn after the `add` won, or an earlier attempt's token could reach a later holder.
+    /// **1 round trip.**
+    async fn record_token(
+        &self,
+        at: &Located<'_>,
+        lease: Lease,
+        handle: Handle,
+        expiry: u32,
+    ) -> Result<TryAcquire> {
+        let mut batch = Batch::new();
+        batch.replace_if_cas(&at.lock_key, item_value(&lease).as_bytes(), expiry, handle.cas);
+        batch.get(&at.lock_key, "c v");
+        let outcome = match self.exchange(at.server, &batch, Some(handle.epoch)).await {
+            Ok(Some((_, replies))) => match replies.as_slice() {
+                [stored, item] => renewal_outcome(
+                    at.server,
+                    &lease,
+                    handle,
+                    lease.ttl(),
+                    lease.acquired_at(),
+                    stored,
+                    item,
+                ),
+                _ => Err(unexpected(at.server, "two replies", &replies)),
+            },
+            Ok(None) => Ok(Renewal::Done(None)), // the server restarted in between
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(Renewal::Done(Some(recorded))) => Ok(TryAcquire::Acquired(recorded)),
+            // Deleted, replaced or restarted away within the round trip: not ours after all.
+            Ok(Renewal::Done(None) | Renewal::RetryWith(_)) => Ok(TryAcquire::Held(Holder::unknown())),
+            Err(e) => {
+                // Refused (a full `-M` server) or no answer: give the lock back if we can.
+                let _ = self.delete_if_cas(at, handle).await;
+                Err(e)
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Release
+
+    /// `md <lock> C<cas>` on the lease's server process: deletes only the item this lease
+    /// created (or renewed). **1 round trip**; 3 in the lost-renewal-reply case described on
+    /// [`MemcachedLock`].
+    async fn release_once(&self, lease: &Lease) -> Result<bool> {
+        let mut handle = Handle::of(lease)?;
+        let at = self.locate(lease.name());
+        for attempt in 0..2 {
+            let Some(code) = self.delete_if_cas(&at, handle).await? else {
+                return Ok(false); // another server process: our item died with the old one
+            };
+            match code {
+                Code::Hd => return Ok(true),
+                Code::Nf => return Ok(false),
+                Code::Ex if attempt == 0 => {
+                    match self.current_cas_if_ours(&at, lease.owner(), handle.epoch).await? {
+                        Some(cas) => handle.cas = cas,
+                        None => return Ok(false),
+                    }
+                }
+                Code::Ex => return Ok(false),
+                Code::Refused(message) => return Err(refused(at.server, &message)),
+                other => {
+                    return Err(Error::backend(
+                        BACKEND,
+                        format!("{}: unexpected reply {other:?} to md", at.server.addr()),
+                    ))
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    async fn delete_if_cas(&self, at: &Located<'_>, handle: Handle) -> Result<Option<Code>> {
+        let mut batch = Batch::new();
+        batch.delete_if_cas(&at.lock_key, handle.cas);
+        Ok(self
+            .exchange(at.server, &batch, Some(handle.epoch))
+            .await?
+            .and_then(|(_, replies)| replies.into_iter().next())
+            .map(|reply| reply.code))
+    }
+
+    /// The item's current CAS if it still holds `owner`'s token on the lease's server
+    /// process. Owner tokens are random and never reused, so within one server process an
+    /// item holding ours was written by us. Only used to recover from a renewal that was
+    /// applied but whose reply was lost; the command that follows is still CAS-guarded.
+    async fn current_cas_if_ours(
+        &self,
+        at: &Located<'_>,
+        owner: OwnerToken,
+        epoch: Epoch,
+    ) -> Result<Option<u64>> {
+        let mut batch = Batch::new();
+        batch.get(&at.lock_key, "v c");
+        let Some((_, replies)) = self.exchange(at.server, &batch, Some(epoch)).await? else {
+            return Ok(None);
+        };
+        let owner = owner.to_string();
+        Ok(replies
+            .first()
+            .filter(|r| r.code == Code::Va && r.text().map(owner_of) == Some(owner.as_str()))
+            .and_then(|r| r.flag_num::<u64>('c')))
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Extend
+
+    /// `cas <lock> 0 <ttl+1> <len> <cas>` with our owner token on the lease's server
+    /// process: rewrites the item with the new expiry only if it is still the one we wrote,
+    /// pipelined with `mg <lock> c v` to learn the new CAS. **1 round trip**; 2 in the
+    /// lost-renewal-reply case (the pipelined read already shows whether the item is ours).
+    async fn extend_once(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
+        let mut handle = Handle::of(lease)?;
+        let (lease_ttl, expiry) = ttl_on_server(ttl)?;
+        let at = self.locate(lease.name());
+        let value = item_value(lease);
+        for attempt in 0..2 {
+            let mut batch = Batch::new();
+            batch.replace_if_cas(&at.lock_key, value.as_bytes(), expiry, handle.cas);
+            batch.get(&at.lock_key, "c v");
+            let sent_at = Instant::now();
+            let Some((_, replies)) = self.exchange(at.server, &batch, Some(handle.epoch)).await? else {
+                return Ok(None);
+            };
+            let [stored, item] = replies.as_slice() else {
+                return Err(unexpected(at.server, "two replies", &replies));
+            };
+            match renewal_outcome(at.server, lease, handle, lease_ttl, sent_at, stored, item)? {
+                Renewal::Done(outcome) => return Ok(outcome),
+                Renewal::RetryWith(cas) if attempt == 0 => handle.cas = cas,
+                Renewal::RetryWith(_) => return Ok(None),
+            }
+        }
+        Ok(None)
+    }
+
+    /// The watchdog's batch renewal: per server, up to 64 leases' `cas` + `mg` pairs in one
+    /// pipeline, the pipelines of all servers and chunks in flight at once. **1 round trip
+    /// per server and 64 leases**; a lease in the lost-renewal-reply case is retried alone.
+    async fn extend_all(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        let mut groups: Vec<Vec<usize>> = vec![Vec::new(); self.inner.servers.len()];
+        for (i, lease) in leases.iter().enumerate() {
+            let encoded = self.inner.keys.encoded(lease.name());
+            groups[keys::route(&encoded, self.inner.servers.iter().map(Server::addr))].push(i);
+        }
+        let chunks = groups
+            .iter()
+            .enumerate()
+            .flat_map(|(server, indices)| indices.chunks(EXTEND_BATCH).map(move |chunk| (server, chunk)));
+        let outcomes = join_all(chunks.map(|(server, chunk)| async move {
+            let outcomes = self
+                .extend_chunk(&self.inner.servers[server], leases, chunk)
+                .await;
+            chunk.iter().copied().zip(outcomes).collect::<Vec<_>>()
+        }))
+        .await;
+        let mut results: Vec<Option<Result<Option<Lease>>>> = leases.iter().map(|_| None).collect();
+        let mut retry = Vec::new();
+        for (i, outcome) in outcomes.into_iter().flatten() {
+            match outcome {
+                Ok(Renewal::Done(done)) => results[i] = Some(Ok(done)),
+                Ok(Renewal::RetryWith(_)) => retry.push(i),
+                Err(e) => results[i] = Some(Err(e)),
+            }
+        }
+        let retried = join_all(
+            retry
+                .iter()
+                .map(|&i| self.extend_once(&leases[i], leases[i].ttl())),
+        )
+        .await;
+        for (i, outcome) in retry.into_iter().zip(retried) {
+            results[i] = Some(outcome);
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::backend(BACKEND, "a renewal got no result"))))
+            .collect()
+    }
+
+    async fn extend_chunk(&self, server: &Server, leases: &[Lease], chunk: &[usize]) -> Vec<Result<Renewal>> {
+        // What each lease needs, or why it cannot be renewed at all.
+        let prepared: Vec<Result<(Handle, Duration, u32, String)>> = chunk
+            .iter()
+            .map(|&i| {
+                let lease = &leases[i];
+                let handle = Handle::of(lease)?;
+                let (lease_ttl, expiry) = ttl_on_server(lease.ttl())?;
+                let key = self.inner.keys.lock_key(&self.inner.keys.encoded(lease.name()));
+                Ok((handle, lease_ttl, expiry, key))
+            })
+            .collect();
+        let mut sent = Vec::new(); // positions in `chunk` that went out, in pipeline order
+        let mut batch = Batch::new();
+        let sent_at = Instant::now();
+        let exchanged = self
+            .exchange_with(server, |epoch| {
+                for (pos, prep) in prepared.iter().enumerate() {
+                    if let Ok((handle, _, expiry, key)) = prep {
+                        if handle.epoch == epoch {
+                            let value = item_value(&leases[chunk[pos]]);
+                            batch.replace_if_cas(key, value.as_bytes(), *expiry, handle.cas);
+                            batch.get(key, "c v");
+                            sent.push(pos);
+                        }
+                    }
+                }
+                (!sent.is_empty()).then_some(&batch)
+            })
+            .await;
+        let mut replies = match exchanged {
+            Ok((_, replies)) => replies.unwrap_or_default().into_iter(),
+            Err(e) => {
+                return prepared
+                    .into_iter()
+                    .map(|p| p.and_then(|_| Err(same_error(&e))))
+                    .collect()
+            }
+        };
+        let mut outcomes: Vec<Result<Renewal>> = prepared
+            .iter()
+            .map(|p| match p {
+                // Not sent: the lease's server process is gone, and its lock with it.
+                Ok(_) => Ok(Renewal::Done(None)),
+                Err(e) => Err(same_error(e)),
+            })
+            .collect();
+        for pos in sent {
+            let (Some(stored), Some(item)) = (replies.next(), replies.next()) else {
+                outcomes[pos] = Err(Error::backend(BACKEND, "a pipelined renewal got no reply"));
+                continue;
+            };
+            if let Ok((handle, lease_ttl, _, _)) = &prepared[pos] {
+                let lease = &leases[chunk[pos]];
+                outcomes[pos] = renewal_outcome(server, lease, *handle, *lease_ttl, sent_at, &stored, &item);
+            }
+        }
+        outcomes
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Wait
+
+    /// memcached publishes nothing on release or expiry, so waiters poll: `LockClient` backs
+    /// off with jitter between attempts (`AcquireOptions::poll_interval`, 10 ms to 500 ms by
+    /// default) and wakes at the holder's expiry, which every failed attempt learns from the
+    /// `mg <lock> c t v` in its pipeline. **0 round trips** to subscribe; each retry is one
+    /// acquisition attempt (1 round trip).
+    fn release_watch(&self) -> ReleaseWatch {
+        ReleaseWatch::polling()
+    }
+
+    /// `mg <lock> v t`: the owner token, the holder's fencing token and the whole seconds
+    /// left. **1 round trip.**
+    async fn inspect_once(&self, name: &LockName) -> Result<LockState> {
+        let at = self.locate(name);
+        let mut batch = Batch::new();
+        batch.get(&at.lock_key, "v t");
+        let (_, replies) = self.exchange_any(at.server, &batch).await?;
+        let Some(reply) = replies.first() else {
+            return Err(unexpected(at.server, "one reply", &replies));
+        };
+        match &reply.code {
+            Code::Va => {
+                let value = String::from_utf8_lossy(reply.value.as_deref().unwrap_or_default()).into_owned();
+                let token = value
+                    .split_once(' ')
+                    .and_then(|(_, token)| token.parse::<u64>().ok())
+                    .map(FencingToken::new);
+                Ok(LockState::held(
+                    owner_of(&value).to_owned(),
+                    token,
+                    remaining(reply),
+                ))
+            }
+            Code::En => Ok(LockState::free(None)),
+            Code::Refused(message) => Err(refused(at.server, message)),
+            _ => Err(unexpected(at.server, "VA or EN", reply)),
+        }
+    }
+
+    /// `mn` on every server, concurrently. **1 round trip.**
+    async fn ping_all(&self) -> Result<()> {
+        let pings = self.inner.servers.iter().map(|server| async move {
+            let mut batch = Batch::new();
+            batch.noop();
+            let (_, replies) = self.exchange_any(server, &batch).await?;
+            match replies.first().map(|r| &r.code) {
+                Some(Code::Mn) => Ok(()),
+                _ => Err(unexpected(server, "MN", &replies)),
+            }
+        });
+        join_all(pings).await.into_iter().collect()
+    }
+}
+
+#[async_trait]
+impl DistributedLock for MemcachedLock {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(Fencing::BestEffort, WakeUp::Polling)
+            .with_ttl_granularity(Duration::from_secs(1))
+            .with_ttl_range(MIN_TTL, MAX_TTL)
+    }
+
+    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
+        self.acquire_once(name, owner, ttl).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.release_once(lease).await
+    }
+
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
+        self.extend_once(lease, ttl).await
+    }
+
+    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        self.extend_all(leases).await
+    }
+
+    async fn watch(&self, _name: &LockName) -> Result<ReleaseWatch> {
+        Ok(self.release_watch())
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<LockState> {
+        self.inspect_once(name).await
+    }
+
+    async fn ping(&self) -> Result<()> {
+        self.ping_all().await
+    }
+}
+
+impl fmt::Debug for MemcachedLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemcachedLock")
+            .field("servers", &self.inner.config.servers())
+            .field("namespace", &self.inner.config.namespace())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one renewal's replies (`cas`, then `mg c v`) mean.
+enum Renewal {
+    /// Renewed (the new lease) or not ours (`None`).
+    Done(Option<Lease>),
+    /// The CAS changed but the item still holds our token: an earlier renewal was applied
+    /// and its reply lost. Retry with this CAS.
+    RetryWith(u64),
+}
+
+fn renewal_outcome(
+    server: &Server,
+    lease: &Lease,
+    handle: Handle,
+    lease_ttl: Duration,
+    sent_at: Instant,
+    stored: &Reply,
+    item: &Reply,
+) -> Result<Renewal> {
+    // Within one server process only we ever write our owner token.
+    let owner = lease.owner().to_string();
+    let ours = match (&item.code, item.text()) {
+        (Code::Va, Some(value)) if owner_of(value) == owner => item.flag_num::<u64>('c'),
+        _ => None,
+    };
+    match (&stored.code, ours) {
+        (Code::Hd, Some(cas)) => {
+            let renewed = Handle { cas, ..handle };
+            Ok(Renewal::Done(Some(
+                lease.renewed(lease_ttl, sent_at).with_handle(renewed.encode()),
+            )))
+        }
+        (Code::Ex, Some(cas)) => Ok(Renewal::RetryWith(cas)),
+        (Code::Hd | Code::Ex | Code::Nf, _) => Ok(Renewal::Done(None)),
+        (Code::Refused(message), _) => Err(refused(server, message)),
+        _ => Err(unexpected(server, "STORED, EXISTS or NOT_FOUND", stored)),
+    }
+}
+
+/// The lock item's value: `<owner> <fencing token>` (just `<owner>` between the `add` and
+/// the acquisition's second round trip).
+fn item_value(lease: &Lease) -> String {
+    match lease.fencing_token() {
+        Some(token) => format!("{} {token}", lease.owner()),
+        None => lease.owner().to_string(),
+    }
+}
+
+/// The owner part of a lock item's value.
+fn owner_of(value: &str) -> &str {
+    value.split(' ').next().unwrap_or(value)
+}
+
+/// One error reported for each lease of a failed pipeline (errors are not `Clone`).
+fn same_error(e: &Error) -> Error {
+    match e {
+        Error::Unavailable { .. } => Error::unavailable(BACKEND, e.to_string()),
+        Error::InvalidOptions { reason } => Error::invalid_options(reason.clone()),
+        _ => Error::backend(BACKEND, e.to_string()),
+    }
+}
+
+/// The lease's TTL (rounded up to whole seconds) and the expiry to send (one second more).
+fn ttl_on_server(ttl: Duration) -> Result<(Duration, u32)> {
+    if ttl.is_zero() {
+        return Err(Error::invalid_options("the TTL must be greater than zero"));
+    }
+    let secs = ttl.as_secs().saturating_add(u64::from(ttl.subsec_nanos() > 0));
+    let expiry = secs.saturating_add(EXPIRY_SLACK_SECS);
+    if expiry > SERVER_MAX_RELATIVE_SECS {
+        return Err(Error::invalid_options(format!(
+            "a TTL of {ttl:?} is longer than memcached can hold ({MAX_TTL:?})"
+        )));
+    }
+    let expiry = u32::try_from(expiry).map_err(|_| Error::invalid_options("TTL out of range"))?;
+    Ok((Duration::from_secs(secs), expiry))
+}
+
+/// The seed of a (re)created fencing counter: the unix time in microseconds.
+fn fence_seed() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2))
+        .unwrap_or(1)
+}
+
+/// What a failed add learned about the holder from `mg <lock> c t v`.
+fn holder_from(probe: &Reply) -> Holder {
+    match probe.code {
+        Code::Hd | Code::Va => remaining(probe).map_or_else(Holder::unknown, Holder::expiring_in),
+        // Gone between the add and the read: worth retrying at once.
+        Code::En => Holder::expiring_in(Duration::ZERO),
+        _ => Holder::unknown(),
+    }
+}
+
+/// The `t` flag: whole seconds left (the item expires within the last of them), `-1` for an
+/// item without expiry (not one of ours).
+fn remaining(reply: &Reply) -> Option<Duration> {
+    reply
+        .flag_num::<i64>('t')
+        .and_then(|t| u64::try_from(t).ok())
+        .map(Duration::from_secs)
+}
+
+fn refused(server: &Server, message: &str) -> Error {
+    Error::backend(
+        BACKEND,
+        format!("{} refused the command: {message}", server.addr()),
+    )
+}
+
+fn unexpected(server: &Server, wanted: &str, got: &impl fmt::Debug) -> Error {
+    Error::backend(
+        BACKEND,
+        format!("{}: expected {wanted}, got {got:?}", server.addr()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttls_round_up_and_get_a_second_of_slack() {
+        let ok = |ms| ttl_on_server(Duration::from_millis(ms)).expect("valid");
+        assert_eq!(ok(1), (Duration::from_secs(1), 2));
+        assert_eq!(ok(1000), (Duration::from_secs(1), 2));
+        assert_eq!(ok(1500), (Duration::from_secs(2), 3));
+        assert!(ttl_on_server(MAX_TTL).is_ok());
+        assert!(ttl_on_server(MAX_TTL + Duration::from_millis(1)).is_err());
+        assert!(ttl_on_server(Duration::ZERO).is_err());
+        assert!(ttl_on_server(Duration::MAX).is_err());
+    }
+
+    #[test]
+    fn handles_round_trip() {
+        let h = Handle {
+            cas: 42,
+            epoch: Epoch {
+                pid: 7,
+                started: 1_700_000_000,
+            },
+        };
+        assert_eq!(Handle::decode(&h.encode()), Some(h));
+        assert_eq!(Handle::decode("cas=1"), None);
+    }
+
+    #[test]
+    fn capabilities_match_the_server() {
+        let lock = MemcachedConfig::from_url("memcache://127.0.0.1:1")
+            .and_then(MemcachedConfig::build)
+            .expect("valid");
+        let caps = lock.capabilities();
+        assert_eq!(caps.fencing, Fencing::BestEffort);
+        assert_eq!(caps.wake_up, WakeUp::Polling);
+        assert_eq!(caps.ttl_granularity, Duration::from_secs(1));
+        assert_eq!((caps.min_ttl, caps.max_ttl), (MIN_TTL, MAX_TTL));
+        assert!(caps.validate_ttl(Duration::from_secs(31 * 24 * 3600)).is_err());
+    }
+}

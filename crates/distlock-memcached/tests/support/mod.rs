@@ -1,0 +1,233 @@
+//! The conformance fixture for memcached, and helpers shared by this crate's tests.
+//!
+//! Servers: cases that leave the server alone share one per test binary; the outage case
+//! (and any test thread whose name is not a case) gets its own, because it kills it. A child
+//! process of the cross-process case reaches the parent's server through
+//! `DISTLOCK_TEST_MEMCACHED_URL`. memcached cannot list keys, so the fixture remembers every
+//! name its clients tried and counts held locks by probing those names' items.
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_conformance::{Fixture, Outage};
+use distlock_core::{DistributedLock, Error, Lease, LockName, LockState, OwnerToken, Result, TryAcquire};
+use distlock_memcached::{MemcachedConfig, MemcachedLock};
+use distlock_testkit::{shared, MemcachedOptions, MemcachedServer};
+use futures::stream::{self, StreamExt};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+/// The conformance case that kills its server.
+const OUTAGE_CASE: &str = "c12_store_going_away";
+
+/// Whether this fixture needs a server of its own: the outage case kills it.
+fn needs_own_server() -> bool {
+    distlock_conformance::current_case().is_none_or(|case| case == OUTAGE_CASE)
+}
+
+/// Starts a server from a blocking thread (the testkit API blocks).
+pub async fn start_server(options: MemcachedOptions) -> MemcachedServer {
+    tokio::task::spawn_blocking(move || MemcachedServer::start_with(options))
+        .await
+        .expect("joined")
+        .expect("memcached starts (run scripts/install-test-deps)")
+}
+
+/// The shared server's URL (or `$DISTLOCK_TEST_MEMCACHED_URL`).
+pub async fn shared_url() -> String {
+    tokio::task::spawn_blocking(shared::memcached_url)
+        .await
+        .expect("joined")
+        .expect("the shared memcached starts (run scripts/install-test-deps)")
+}
+
+/// A client of `url` with short timeouts, as the tests want.
+pub fn lock(url: &str) -> MemcachedLock {
+    MemcachedConfig::from_url(url)
+        .expect("valid URL")
+        .with_operation_timeout(Duration::from_secs(1))
+        .with_connect_timeout(Duration::from_millis(500))
+        .build()
+        .expect("valid config")
+}
+
+/// Sends raw text protocol to `addr` and returns the first reply line (as an operator's
+/// `nc` would).
+pub async fn raw(addr: &str, command: &str) -> std::io::Result<String> {
+    let mut stream = BufReader::new(TcpStream::connect(addr).await?);
+    stream.get_mut().write_all(command.as_bytes()).await?;
+    let mut line = String::new();
+    stream.read_line(&mut line).await?;
+    Ok(line.trim_end().to_owned())
+}
+
+/// A server owned by one fixture, killed and restarted by its outage.
+type Owned = Arc<Mutex<MemcachedServer>>;
+
+/// One memcached under test.
+pub struct MemcachedFixture {
+    url: String,
+    own: Option<Owned>,
+    names: Arc<Mutex<BTreeSet<LockName>>>,
+}
+
+impl MemcachedFixture {
+    /// A fixture on the server at `url`, owning `own` if given.
+    pub fn new(url: String, own: Option<MemcachedServer>) -> Self {
+        Self {
+            url,
+            own: own.map(|s| Arc::new(Mutex::new(s))),
+            names: Arc::default(),
+        }
+    }
+}
+
+/// The conformance fixture factory.
+pub async fn fixture() -> Arc<dyn Fixture> {
+    if let Ok(url) = std::env::var(shared::MEMCACHED_URL_ENV) {
+        return Arc::new(MemcachedFixture::new(url, None));
+    }
+    if needs_own_server() {
+        let server = start_server(MemcachedOptions::default()).await;
+        return Arc::new(MemcachedFixture::new(server.url(), Some(server)));
+    }
+    Arc::new(MemcachedFixture::new(shared_url().await, None))
+}
+
+#[async_trait]
+impl Fixture for MemcachedFixture {
+    async fn backend(&self) -> Result<Arc<dyn DistributedLock>> {
+        Ok(Arc::new(Recorded {
+            inner: lock(&self.url),
+            names: self.names.clone(),
+        }))
+    }
+
+    async fn steal(&self, name: &LockName) -> Result<()> {
+        let probe = lock(&self.url);
+        let command = format!("md {}\r\n", probe.lock_key(name));
+        let reply = raw(probe.server_of(name), &command)
+            .await
+            .map_err(|e| Error::unavailable("memcached", e))?;
+        println!("steal {name:?}: md -> {reply}");
+        Ok(())
+    }
+
+    async fn held_count(&self, prefix: &str) -> Result<usize> {
+        let names: Vec<LockName> = {
+            let names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
+            names
+                .iter()
+                .filter(|n| n.as_str().starts_with(prefix))
+                .cloned()
+                .collect()
+        };
+        let probe = lock(&self.url);
+        let states: Vec<Result<LockState>> = stream::iter(names)
+            .map(|name| {
+                let probe = probe.clone();
+                async move { probe.inspect(&name).await }
+            })
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        let mut held = 0;
+        for state in states {
+            held += usize::from(state?.is_held());
+        }
+        Ok(held)
+    }
+
+    async fn outage(&self) -> Option<Box<dyn Outage>> {
+        let own = self.own.clone()?;
+        let killer = own.clone();
+        tokio::task::spawn_blocking(move || {
+            killer
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .kill()
+                .expect("kill -9");
+        })
+        .await
+        .expect("joined");
+        Some(Box::new(Restart { server: own }))
+    }
+
+    fn child_env(&self) -> Option<Vec<(String, String)>> {
+        Some(vec![(shared::MEMCACHED_URL_ENV.to_owned(), self.url.clone())])
+    }
+
+    fn short_ttl(&self) -> Duration {
+        Duration::from_secs(2)
+    }
+}
+
+/// Restarts the killed server (same port; memcached comes back empty).
+struct Restart {
+    server: Owned,
+}
+
+#[async_trait]
+impl Outage for Restart {
+    async fn restore(self: Box<Self>) {
+        let server = self.server;
+        tokio::task::spawn_blocking(move || {
+            let mut server = server.lock().unwrap_or_else(PoisonError::into_inner);
+            if !server.is_running() {
+                server.restart().expect("restart");
+            }
+        })
+        .await
+        .expect("joined");
+    }
+}
+
+/// A client that records every name it is asked about, so the fixture can count held locks
+/// (memcached cannot list keys). Everything else goes straight to the real client.
+#[derive(Debug)]
+struct Recorded {
+    inner: MemcachedLock,
+    names: Arc<Mutex<BTreeSet<LockName>>>,
+}
+
+#[async_trait]
+impl DistributedLock for Recorded {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+
+    fn capabilities(&self) -> distlock_core::Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
+        self.names
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.clone());
+        self.inner.try_acquire(name, owner, ttl).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.inner.release(lease).await
+    }
+
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
+        self.inner.extend(lease, ttl).await
+    }
+
+    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        self.inner.extend_many(leases).await
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<LockState> {
+        self.inner.inspect(name).await
+    }
+
+    async fn ping(&self) -> Result<()> {
+        self.inner.ping().await
+    }
+}
