@@ -1,9 +1,9 @@
 //! Runs the examples as tests, so they cannot rot. The multi-process examples run their built
-//! binaries (`cargo test --all-targets`, as `scripts/test-all` does, builds them first)
-//! against a temporary SQLite file.
+//! binaries against a temporary SQLite file.
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::OnceLock;
 
 #[allow(dead_code)]
 #[path = "../examples/fencing.rs"]
@@ -13,19 +13,26 @@ mod fencing;
 #[path = "../examples/lost_lock.rs"]
 mod lost_lock;
 
-/// The built example `name` (next to this test binary's directory).
+/// The built example `name`, built (or brought up to date) first by a nested `cargo build`:
+/// `cargo test` builds examples only as test harnesses, and Cargo releases its build lock
+/// before it runs tests.
 fn example(name: &str) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "-p", "distlock", "--examples"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building the examples failed");
+    });
     let exe = std::env::current_exe().expect("the test binary's path");
     let path = exe
         .parent()
         .and_then(|deps| deps.parent())
         .map(|dir| dir.join("examples").join(name))
         .expect("the target directory");
-    assert!(
-        path.exists(),
-        "{} is not built: run `cargo test --all-targets` (or `cargo build --examples`) first",
-        path.display()
-    );
+    assert!(path.exists(), "{} was not built", path.display());
     path
 }
 

@@ -55,6 +55,14 @@ async fn many_waiters_fifo_one_wakeup_per_release() {
         .await
         .expect("the waiter joins the queue");
     }
+    // The last waiter's node exists before its listing returns: wait for that listing.
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while backend.stats().children_listings < WAITERS as u64 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("every waiter lists the queue once");
     let before = backend.stats();
     assert_eq!(before.watch_events, 0, "no waiter woke while the holder held");
     assert_eq!(
