@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use distlock_core::{DistributedLock, Error, LockClient, MemoryLock, Result};
+use distlock_core::{AcquireOptions, DistributedLock, Error, LockClient, MemoryLock, Result};
 
 /// The conventional environment variable naming the lock store's URL.
 pub const URL_ENV: &str = "DISTLOCK_URL";
@@ -38,6 +38,55 @@ pub const URL_ENV: &str = "DISTLOCK_URL";
 /// in; the backend's own errors (for example [`Error::Unavailable`]) when it cannot connect.
 pub async fn connect(url: &str) -> Result<LockClient> {
     Ok(LockClient::from_arc(open(url).await?))
+}
+
+/// Builds a [`LockClient`] from a URL (or `DISTLOCK_URL`), with default acquire options.
+///
+/// ```
+/// use distlock::{AcquireOptions, ClientBuilder};
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
+/// let client = ClientBuilder::new("memory://builder")
+///     .defaults(AcquireOptions::new().ttl(Duration::from_secs(10)).wait_for(Duration::from_secs(1)))
+///     .connect()
+///     .await?;
+/// assert_eq!(client.defaults().ttl_value(), Duration::from_secs(10));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    url: String,
+    defaults: AcquireOptions,
+}
+
+impl ClientBuilder {
+    /// A builder for the store at `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            defaults: AcquireOptions::new(),
+        }
+    }
+
+    /// A builder for the store named by `DISTLOCK_URL`, or the embedded default.
+    pub fn from_env() -> Self {
+        Self::new(url_from_env())
+    }
+
+    /// The options [`LockClient::acquire`] and [`LockClient::try_acquire`] use.
+    pub fn defaults(mut self, defaults: AcquireOptions) -> Self {
+        self.defaults = defaults;
+        self
+    }
+
+    /// Opens the store.
+    ///
+    /// # Errors
+    /// As [`connect`].
+    pub async fn connect(self) -> Result<LockClient> {
+        Ok(LockClient::from_arc(open(&self.url).await?).with_defaults(self.defaults))
+    }
 }
 
 /// Opens the store named by `DISTLOCK_URL`, or the embedded default store if it is unset.

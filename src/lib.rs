@@ -34,7 +34,7 @@
 
 mod connect;
 
-pub use connect::{connect, connect_from_env, default_url, open, url_from_env, URL_ENV};
+pub use connect::{connect, connect_from_env, default_url, open, url_from_env, ClientBuilder, URL_ENV};
 #[doc(inline)]
 pub use distlock_core::*;
 

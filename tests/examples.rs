@@ -13,6 +13,10 @@ mod fencing;
 #[path = "../examples/lost_lock.rs"]
 mod lost_lock;
 
+#[allow(dead_code)]
+#[path = "../examples/any_store.rs"]
+mod any_store;
+
 /// The built example `name`, built (or brought up to date) first by a nested `cargo build`:
 /// `cargo test` builds examples only as test harnesses, and Cargo releases its build lock
 /// before it runs tests.
@@ -129,4 +133,41 @@ async fn lost_lock_stops_the_work_at_the_loss() {
         .expect("the example runs");
     // A 1 s maximum hold and 100 ms batches: the work stops near 10 batches, not later.
     assert!((5..=15).contains(&batches), "{batches} batches");
+}
+
+/// Every store this build has, on the test servers.
+fn every_enabled_store(dir: &tempfile::TempDir) -> Vec<String> {
+    #[allow(unused_mut)]
+    let mut urls = vec!["memory://any-store".to_owned(), sqlite_url(dir)];
+    #[cfg(feature = "mysql")]
+    urls.push(
+        distlock_testkit::shared::mysql_url().expect("MariaDB for the tests (scripts/install-test-deps)"),
+    );
+    #[cfg(feature = "redis")]
+    urls.push(
+        distlock_testkit::shared::redis_url()
+            .expect("redis-server for the tests (scripts/install-test-deps)"),
+    );
+    #[cfg(feature = "zookeeper")]
+    urls.push(
+        distlock_testkit::shared::zookeeper_url()
+            .expect("ZooKeeper for the tests (scripts/install-test-deps)"),
+    );
+    #[cfg(feature = "memcached")]
+    urls.push(
+        distlock_testkit::shared::memcached_url()
+            .expect("memcached for the tests (scripts/install-test-deps)"),
+    );
+    urls
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_business_code_runs_on_every_enabled_store() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let urls = every_enabled_store(&dir);
+    let results = any_store::run(&urls).await.expect("the example runs");
+    assert_eq!(results.len(), urls.len());
+    for (url, sold, left) in results {
+        assert_eq!((sold, left), (30, 0), "{url}: every seat sold exactly once");
+    }
 }

@@ -371,3 +371,46 @@ fn memcached_counter_and_check() {
     counter_is_exact_with_20_processes(&url, dir.path());
     check_passes(&url);
 }
+
+#[test]
+fn bench_compares_stores_and_writes_csv_and_json() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sqlite = sqlite_url(dir.path());
+    let csv = dir.path().join("bench.csv");
+    let out = run(Command::new(BIN)
+        .env_remove("DISTLOCK_URL")
+        .args([
+            "bench",
+            "--url",
+            &sqlite,
+            "--url",
+            "memory://bench",
+            "--iterations",
+            "20",
+            "--out",
+        ])
+        .arg(&csv));
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(
+        stdout.contains("acq+rel (us)") && stdout.contains("memory://bench"),
+        "{stdout}"
+    );
+    let written = std::fs::read_to_string(&csv).expect("the CSV");
+    let lines: Vec<&str> = written.lines().collect();
+    assert_eq!(lines.len(), 3, "a header and one row per store: {written}");
+    assert!(lines[0].starts_with("url,backend,roundtrip_x2_us"), "{written}");
+    assert!(lines[1].starts_with(&format!("{sqlite},sqlite,")), "{written}");
+
+    let json = dir.path().join("bench.json");
+    let out = run(Command::new(BIN)
+        .env_remove("DISTLOCK_URL")
+        .args(["bench", "--url", "memory://bench", "--iterations", "10", "--out"])
+        .arg(&json));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let written = std::fs::read_to_string(&json).expect("the JSON");
+    assert!(
+        written.trim_start().starts_with('[') && written.contains("\"hot_lock_ops_per_s\""),
+        "{written}"
+    );
+}
