@@ -80,9 +80,13 @@ fn one_url(urls: &[String]) -> distlock::Result<String> {
 
 /// `-v` shows distlock's own events, `-vv` everything; `RUST_LOG` overrides both.
 fn init_tracing(verbose: u8, quiet: bool) {
+    // Without -v, warnings from distlock's own crates only: a client library's retries are
+    // noise unless they end in an error, which distlock reports itself.
+    const OWN_WARNINGS: &str = "error,distlock=warn,distlock_core=warn,distlock_cli=warn,distlock_sql=warn,\
+                                distlock_redis=warn,distlock_zookeeper=warn,distlock_memcached=warn";
     let default = match verbose {
         0 if quiet => "error",
-        0 => "warn",
+        0 => OWN_WARNINGS,
         1 => "distlock=debug,distlock_core=debug,info",
         _ => "trace",
     };
