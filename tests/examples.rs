@@ -40,6 +40,27 @@ fn example(name: &str) -> PathBuf {
     path
 }
 
+/// Runs the built example `name` with `args` (and `env` overrides); it must succeed. Returns
+/// its standard output.
+fn run_example(name: &str, args: &[&str], env: &[(&str, Option<&std::path::Path>)]) -> String {
+    let mut command = Command::new(example(name));
+    command.args(args);
+    for (key, value) in env {
+        match value {
+            Some(value) => command.env(key, value),
+            None => command.env_remove(key),
+        };
+    }
+    let output = command.output().expect("the example runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
 fn sqlite_url(dir: &tempfile::TempDir) -> String {
     format!("sqlite://{}", dir.path().join("locks.db").display())
 }
@@ -47,15 +68,11 @@ fn sqlite_url(dir: &tempfile::TempDir) -> String {
 #[test]
 fn quickstart_counts_exactly_across_processes() {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let output = Command::new(example("quickstart"))
-        .args(["--url", &sqlite_url(&dir), "--workers", "4", "--rounds", "10"])
-        .output()
-        .expect("the example runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    let url = sqlite_url(&dir);
+    let stdout = run_example(
+        "quickstart",
+        &["--url", &url, "--workers", "4", "--rounds", "10"],
+        &[],
     );
     assert!(stdout.contains("counter = 40 "), "{stdout}");
 }
@@ -63,17 +80,10 @@ fn quickstart_counts_exactly_across_processes() {
 #[test]
 fn quickstart_runs_on_the_embedded_default_with_no_arguments() {
     let state = tempfile::tempdir().expect("a temp dir");
-    let output = Command::new(example("quickstart"))
-        .args(["--workers", "2", "--rounds", "5"])
-        .env_remove("DISTLOCK_URL")
-        .env("XDG_STATE_HOME", state.path())
-        .output()
-        .expect("the example runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    let stdout = run_example(
+        "quickstart",
+        &["--workers", "2", "--rounds", "5"],
+        &[("DISTLOCK_URL", None), ("XDG_STATE_HOME", Some(state.path()))],
     );
     assert!(stdout.contains("counter = 10 "), "{stdout}");
     assert!(
@@ -85,24 +95,20 @@ fn quickstart_runs_on_the_embedded_default_with_no_arguments() {
 #[test]
 fn inventory_is_exact_with_the_lock() {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let output = Command::new(example("inventory"))
-        .args([
+    let url = sqlite_url(&dir);
+    let stdout = run_example(
+        "inventory",
+        &[
             "--url",
-            &sqlite_url(&dir),
+            &url,
             "--processes",
             "4",
             "--orders",
             "20",
             "--stock",
             "30",
-        ])
-        .output()
-        .expect("the example runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+        ],
+        &[],
     );
     let locked = stdout
         .lines()

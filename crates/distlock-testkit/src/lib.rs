@@ -43,7 +43,7 @@ mod error;
 mod mariadb;
 mod memcached;
 mod port;
-mod probe;
+pub mod probe;
 mod process;
 mod redis;
 pub mod shared;

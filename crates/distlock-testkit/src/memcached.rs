@@ -8,7 +8,7 @@ use std::time::Duration;
 use tempfile::TempDir;
 
 use crate::port::{free_port, retry_if_port_taken};
-use crate::probe::{self, loopback, PROBE_TIMEOUT};
+use crate::probe::{self, loopback};
 use crate::process::{delegate_process_controls, find_program, ProcessSpec};
 use crate::{sys, temp_dir, HarnessError, ServerProcess};
 
@@ -130,11 +130,5 @@ delegate_process_controls!(MemcachedServer);
 
 /// `version` -> `VERSION x.y.z`.
 fn version(addr: SocketAddr) -> Result<(), String> {
-    let reply =
-        probe::exchange(addr, b"version\r\n", probe::has_line, PROBE_TIMEOUT).map_err(|e| e.to_string())?;
-    if reply.starts_with(b"VERSION ") {
-        Ok(())
-    } else {
-        Err(format!("version answered {:?}", String::from_utf8_lossy(&reply)))
-    }
+    probe::expect_line(addr, b"version\r\n", b"VERSION ")
 }

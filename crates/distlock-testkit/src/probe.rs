@@ -1,20 +1,21 @@
-//! Small raw-TCP exchanges used by the readiness checks.
+//! Small raw-TCP exchanges: the readiness checks, and protocol pings for tests that need to
+//! see a server answer (or not) without a client library.
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::Duration;
 
 /// Connect/read/write timeout of one readiness probe.
-pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+pub const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// `127.0.0.1:port`.
-pub(crate) fn loopback(port: u16) -> SocketAddr {
+pub fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from((Ipv4Addr::LOCALHOST, port))
 }
 
 /// Connects to `addr`, sends `request` and reads until `done(reply so far)`
 /// or the peer closes the connection. Every step is bounded by `timeout`.
-pub(crate) fn exchange(
+pub fn exchange(
     addr: SocketAddr,
     request: &[u8],
     done: impl Fn(&[u8]) -> bool,
@@ -36,14 +37,29 @@ pub(crate) fn exchange(
     Ok(reply)
 }
 
+/// Sends `request` and checks that the one-line reply starts with `prefix` (a protocol ping,
+/// such as `PING` -> `+PONG`).
+pub(crate) fn expect_line(addr: SocketAddr, request: &[u8], prefix: &[u8]) -> Result<(), String> {
+    let reply = exchange(addr, request, has_line, PROBE_TIMEOUT).map_err(|e| e.to_string())?;
+    if reply.starts_with(prefix) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} answered {:?}",
+            String::from_utf8_lossy(request).trim(),
+            String::from_utf8_lossy(&reply)
+        ))
+    }
+}
+
 /// True once `reply` holds a complete line.
-pub(crate) fn has_line(reply: &[u8]) -> bool {
+pub fn has_line(reply: &[u8]) -> bool {
     reply.ends_with(b"\r\n") || reply.ends_with(b"\n")
 }
 
 /// Reads the MySQL/MariaDB handshake greeting; `Ok(server version)` when
 /// the server accepts connections, `Err(reason)` otherwise.
-pub(crate) fn mysql_greeting(addr: SocketAddr, timeout: Duration) -> Result<String, String> {
+pub fn mysql_greeting(addr: SocketAddr, timeout: Duration) -> Result<String, String> {
     let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(|e| e.to_string())?;
     stream
         .set_read_timeout(Some(timeout))

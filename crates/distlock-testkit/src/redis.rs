@@ -8,7 +8,7 @@ use std::time::Duration;
 use tempfile::TempDir;
 
 use crate::port::{free_port, retry_if_port_taken};
-use crate::probe::{self, loopback, PROBE_TIMEOUT};
+use crate::probe::{self, loopback};
 use crate::process::{delegate_process_controls, find_program, ProcessSpec};
 use crate::{temp_dir, HarnessError, ServerProcess};
 
@@ -123,11 +123,5 @@ delegate_process_controls!(RedisServer);
 
 /// `PING` -> `+PONG`.
 fn ping(addr: SocketAddr) -> Result<(), String> {
-    let reply =
-        probe::exchange(addr, b"PING\r\n", probe::has_line, PROBE_TIMEOUT).map_err(|e| e.to_string())?;
-    if reply.starts_with(b"+PONG") {
-        Ok(())
-    } else {
-        Err(format!("PING answered {:?}", String::from_utf8_lossy(&reply)))
-    }
+    probe::expect_line(addr, b"PING\r\n", b"+PONG")
 }

@@ -1,41 +1,24 @@
 //! Tests of the harness against the real servers (install them with
 //! `scripts/install-test-deps`).
 
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::io::{self, BufRead, BufReader, Write};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use distlock_testkit::{
-    shared, HarnessError, MariaDbOptions, MariaDbServer, MemcachedOptions, MemcachedServer, RedisOptions,
-    RedisServer, ZkMode, ZooKeeperEnsemble, ZooKeeperOptions, ZooKeeperServer,
+    probe, shared, HarnessError, MariaDbOptions, MariaDbServer, MemcachedOptions, MemcachedServer,
+    RedisOptions, RedisServer, ZkMode, ZooKeeperEnsemble, ZooKeeperOptions, ZooKeeperServer,
 };
 
 /// Short enough that a paused server makes the ping fail quickly.
 const PING_TIMEOUT: Duration = Duration::from_millis(300);
 
-fn addr(port: u16) -> SocketAddr {
-    SocketAddr::from((Ipv4Addr::LOCALHOST, port))
-}
-
 /// Sends `request`, reads until `done` or EOF, all with short timeouts.
 fn exchange(port: u16, request: &[u8], done: fn(&[u8]) -> bool) -> io::Result<Vec<u8>> {
-    let mut stream = TcpStream::connect_timeout(&addr(port), PING_TIMEOUT)?;
-    stream.set_read_timeout(Some(PING_TIMEOUT))?;
-    stream.set_write_timeout(Some(PING_TIMEOUT))?;
-    stream.write_all(request)?;
-    let mut reply = Vec::new();
-    let mut chunk = [0u8; 1024];
-    while !done(&reply) {
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            break;
-        }
-        reply.extend_from_slice(&chunk[..n]);
-    }
-    Ok(reply)
+    probe::exchange(probe::loopback(port), request, done, PING_TIMEOUT)
 }
 
 fn line(reply: &[u8]) -> bool {
@@ -75,7 +58,7 @@ fn mysql_greeting(port: u16) -> io::Result<()> {
 }
 
 fn assert_refused(port: u16) {
-    let err = TcpStream::connect_timeout(&addr(port), PING_TIMEOUT)
+    let err = TcpStream::connect_timeout(&probe::loopback(port), PING_TIMEOUT)
         .expect_err("nothing should listen on the port any more");
     assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused, "{err}");
 }
