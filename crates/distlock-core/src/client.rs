@@ -9,11 +9,13 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::cleanup::release_in_background;
 use crate::guard::LockGuard;
+use crate::hold::HoldOptions;
 use crate::schedule::WaitSchedule;
 use crate::watchdog::Watchdog;
 use crate::{
-    AcquireOptions, Capabilities, DistributedLock, Error, Fairness, FencingToken, Holder, LockName,
+    AcquireOptions, Capabilities, DistributedLock, Error, Fairness, FencingToken, Holder, Lease, LockName,
     LossReason, LostSignal, OwnerToken, ReleaseWatch, Result, TryAcquire, Wait,
 };
 
@@ -207,6 +209,12 @@ impl LockClient {
         let deadline = opts.wait_value().deadline(started)?;
         let span =
             tracing::debug_span!("distlock.acquire", backend = self.inner.lock.backend(), lock = %name);
+        // Every step of a bounded wait is cut at its deadline (an attempt cut there still
+        // runs to completion in its task, and cleans up after itself).
+        let step_deadline = match opts.wait_value() {
+            Wait::For(_) => deadline,
+            Wait::No | Wait::Forever => None,
+        };
         async move {
             let queued = self.inner.capabilities.fairness == Fairness::Fifo;
             if queued && opts.wait_value() != Wait::No {
@@ -215,26 +223,32 @@ impl LockClient {
                     None => Err(timeout(&name, started)),
                 };
             }
-            if let Attempt::Acquired(guard) = self.attempt(&name, ttl, opts).await? {
+            if let Attempt::Acquired(guard) =
+                within_deadline(step_deadline, &name, started, self.attempt(&name, ttl, opts)).await??
+            {
                 return Ok(guard);
             }
             if opts.wait_value() == Wait::No {
                 return Err(timeout(&name, started));
             }
-            let mut watch = match self.inner.lock.watch(&name).await {
-                Ok(watch) => watch,
-                Err(error) => {
-                    tracing::debug!(%error, "distlock: no release notifications, polling instead");
-                    ReleaseWatch::polling()
-                }
-            };
+            let mut watch =
+                match within_deadline(step_deadline, &name, started, self.inner.lock.watch(&name)).await? {
+                    Ok(watch) => watch,
+                    Err(error) => {
+                        tracing::debug!(%error, "distlock: no release notifications, polling instead");
+                        ReleaseWatch::polling()
+                    }
+                };
             let mut schedule = WaitSchedule::new(opts, watch.is_notified());
             loop {
                 // Subscribed first, then retried: a release in between is not lost.
-                let holder = match self.attempt(&name, ttl, opts).await? {
-                    Attempt::Acquired(guard) => return Ok(guard),
-                    Attempt::Held(holder) => holder,
-                };
+                let holder =
+                    match within_deadline(step_deadline, &name, started, self.attempt(&name, ttl, opts))
+                        .await??
+                    {
+                        Attempt::Acquired(guard) => return Ok(guard),
+                        Attempt::Held(holder) => holder,
+                    };
                 let now = Instant::now();
                 let mut delay = schedule.next(&holder);
                 if let Some(deadline) = deadline {
@@ -284,21 +298,26 @@ impl LockClient {
             lost: guard.lost_signal(),
         };
         let lost = guard.lost_signal();
+        let name = guard.name().to_string();
         tokio::select! {
             biased;
-            reason = lost.lost() => {
-                let name = guard.name().to_string();
+            reason = lost.lost_or_suspended() => {
                 // Best effort: the lock is gone already unless the store still has our entry.
                 let _ = guard.release().await;
                 Err(Error::LockLost { name, reason })
             }
             output = work(context) => {
-                let name = guard.name().to_string();
+                // The work may have run past the deadline without yielding (a blocked runtime):
+                // then it did not run under the lock for sure.
+                if let Some(reason) = guard.lost_signal_reason() {
+                    let _ = guard.release().await;
+                    return Err(Error::LockLost { name, reason });
+                }
                 match guard.release().await {
                     Ok(true) => Ok(output),
                     Ok(false) => Err(Error::LockLost { name, reason: LossReason::NotOwned }),
                     Err(error) => {
-                        tracing::warn!(lock = %name, %error, "distlock: release after with_lock failed; the TTL will free the lock");
+                        tracing::warn!(lock = %name, %error, "distlock: release after with_lock failed; retrying in the background");
                         Ok(output)
                     }
                 }
@@ -307,7 +326,9 @@ impl LockClient {
     }
 
     /// One attempt, run to completion in its own task so that dropping the caller can never
-    /// strand a lock: a guard that cannot be delivered is dropped, which releases it.
+    /// strand a lock: a guard that cannot be delivered is dropped, which releases it, and an
+    /// attempt whose outcome is unknown (a timeout, a cut connection) is followed by an
+    /// owner-checked release under the same owner token, in the background.
     async fn attempt(
         &self,
         name: &LockName,
@@ -316,22 +337,29 @@ impl LockClient {
     ) -> Result<Attempt> {
         let inner = self.inner.clone();
         let name = name.clone();
-        let (auto_renew, max_hold) = (opts.auto_renew_value(), opts.max_hold_value());
+        let options = HoldOptions::from(opts);
         let (tx, rx) = oneshot::channel();
         tokio::spawn(async move {
             let owner = OwnerToken::new();
+            let sent_at = Instant::now();
             let outcome = match inner.lock.try_acquire(&name, owner, ttl).await {
                 Ok(TryAcquire::Acquired(lease)) => {
                     tracing::debug!(lock = %name, fencing = ?lease.fencing_token(), "distlock: acquired");
-                    Ok(Attempt::Acquired(LockGuard::start(
-                        inner.clone(),
-                        lease,
-                        auto_renew,
-                        max_hold,
-                    )))
+                    Ok(Attempt::Acquired(LockGuard::start(inner.clone(), lease, options)))
                 }
                 Ok(TryAcquire::Held(holder)) => Ok(Attempt::Held(holder)),
-                Err(error) => Err(error),
+                Err(error) => {
+                    if error.is_ambiguous() {
+                        tracing::debug!(lock = %name, %error, "distlock: acquisition outcome unknown; cleaning up by owner");
+                        let lease = Lease::new(name.clone(), owner, ttl, sent_at);
+                        release_in_background(
+                            inner.lock.clone(),
+                            lease,
+                            "an acquisition whose outcome is unknown",
+                        );
+                    }
+                    Err(error)
+                }
             };
             // If the caller is gone, `send` hands the outcome back and it is dropped here:
             // a guard's drop releases the lock.
@@ -352,7 +380,7 @@ impl LockClient {
     ) -> Result<Option<LockGuard>> {
         let inner = self.inner.clone();
         let name = name.clone();
-        let (auto_renew, max_hold) = (opts.auto_renew_value(), opts.max_hold_value());
+        let options = HoldOptions::from(opts);
         let (mut tx, rx) = oneshot::channel();
         tokio::spawn(async move {
             let owner = OwnerToken::new();
@@ -363,7 +391,7 @@ impl LockClient {
             let outcome = outcome.map(|lease| {
                 lease.map(|lease| {
                     tracing::debug!(lock = %name, fencing = ?lease.fencing_token(), "distlock: acquired in queue");
-                    LockGuard::start(inner.clone(), lease, auto_renew, max_hold)
+                    LockGuard::start(inner.clone(), lease, options)
                 })
             });
             let _ = tx.send(outcome);
@@ -385,6 +413,21 @@ impl LockClient {
 enum Attempt {
     Acquired(LockGuard),
     Held(Holder),
+}
+
+/// Runs one step of a wait, cut with [`Error::Timeout`] at `deadline` if there is one.
+async fn within_deadline<T>(
+    deadline: Option<Instant>,
+    name: &LockName,
+    started: Instant,
+    step: impl Future<Output = T>,
+) -> Result<T> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, step)
+            .await
+            .map_err(|_| timeout(name, started)),
+        None => Ok(step.await),
+    }
 }
 
 fn timeout(name: &LockName, started: Instant) -> Error {

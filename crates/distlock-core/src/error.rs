@@ -134,6 +134,20 @@ impl Error {
         }
     }
 
+    /// Whether the operation that failed with this error may still have been applied by the
+    /// store: a timeout or a cut connection after the request was sent (`Unavailable`), or a
+    /// store error whose cause is unknown (`Backend`). `LockClient` cleans up after such an
+    /// acquisition attempt with an owner-checked release under the same owner token.
+    ///
+    /// ```
+    /// use distlock_core::Error;
+    /// assert!(Error::unavailable("redis", "timed out").is_ambiguous());
+    /// assert!(!Error::invalid_name("empty").is_ambiguous());
+    /// ```
+    pub fn is_ambiguous(&self) -> bool {
+        matches!(self, Self::Unavailable { .. } | Self::Backend { .. })
+    }
+
     /// Whether retrying the same operation later may succeed (the store was unreachable).
     pub fn is_transient(&self) -> bool {
         matches!(self, Self::Unavailable { .. })
@@ -154,6 +168,11 @@ pub enum LossReason {
     MaxHoldExceeded,
     /// The store ended the session the lock was bound to.
     SessionExpired,
+    /// The session holding the lock lost contact with the store, so the lock may be gone.
+    /// Only [`LockClient::with_lock`](crate::LockClient::with_lock) stops on it (Curator's
+    /// rule: a suspended session is not safe); a guard reports it through
+    /// [`LockGuard::is_suspended`](crate::LockGuard::is_suspended) and stays usable.
+    SessionSuspended,
 }
 
 impl std::fmt::Display for LossReason {
@@ -163,6 +182,7 @@ impl std::fmt::Display for LossReason {
             Self::Expired => f.write_str("the lease expired before it was renewed"),
             Self::RenewalFailed(e) => write!(f, "renewal kept failing until the lease expired: {e}"),
             Self::MaxHoldExceeded => f.write_str("the maximum hold time was reached"),
+            Self::SessionSuspended => f.write_str("the session holding the lock lost contact with the store"),
             Self::SessionExpired => f.write_str("the store session holding the lock expired"),
         }
     }

@@ -84,6 +84,13 @@ impl Lease {
         next
     }
 
+    /// This lease with its local deadline moved no later than `until` (a renewal whose outcome
+    /// is unknown may still shorten the store's expiry).
+    pub(crate) fn capped_at(mut self, until: Instant) -> Self {
+        self.valid_until = self.valid_until.map(|current| current.min(until));
+        self
+    }
+
     /// Shortens the local deadline by `margin` (Redlock's clock-drift allowance).
     pub fn with_validity_margin(mut self, margin: Duration) -> Self {
         self.valid_until = self

@@ -26,9 +26,11 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod capabilities;
+mod cleanup;
 mod client;
 mod error;
 mod guard;
+mod hold;
 mod lease;
 mod lock;
 mod memory;
@@ -36,6 +38,7 @@ mod name;
 mod options;
 mod schedule;
 mod session;
+mod signal;
 mod token;
 mod watch;
 mod watchdog;
@@ -43,13 +46,14 @@ mod watchdog;
 pub use capabilities::{Capabilities, Expiry, Fairness, Fencing, WakeUp};
 pub use client::{IntoLockName, LockClient, LockContext};
 pub use error::{BoxError, Error, LossReason, Result};
-pub use guard::{LockGuard, LostSignal};
+pub use guard::LockGuard;
 pub use lease::Lease;
 pub use lock::{DistributedLock, Holder, LockState, TryAcquire};
 pub use memory::MemoryLock;
 pub use name::{LockName, MAX_NAME_BYTES};
 pub use options::{AcquireOptions, Wait};
 pub use session::{Session, SessionState};
+pub use signal::{HoldEnd, LostSignal};
 pub use token::{FencingToken, OwnerToken};
 pub use watch::{ReleaseWatch, Woke};
 

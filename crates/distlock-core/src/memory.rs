@@ -14,6 +14,8 @@ use crate::{
 };
 
 const BACKEND: &str = "memory";
+/// The fewest operations between two sweeps of expired entries and idle watchers.
+const SWEEP_EVERY: usize = 64;
 
 /// An in-process lock store: the reference implementation of the contract.
 ///
@@ -48,6 +50,8 @@ struct Store {
     last_fencing: u64,
     watchers: HashMap<LockName, watch::Sender<u64>>,
     unavailable: bool,
+    /// Operations since the last sweep of expired entries and idle watchers.
+    since_sweep: usize,
 }
 
 struct Entry {
@@ -57,8 +61,22 @@ struct Entry {
 }
 
 impl Store {
+    /// Drops expired entries and watchers nobody listens to, once every so many operations,
+    /// so that a store used with ever new names stays as small as what is live (amortized
+    /// O(1) per operation: a sweep costs the store's size, and comes after as many operations).
+    fn sweep(&mut self, now: Instant) {
+        self.since_sweep += 1;
+        if self.since_sweep < SWEEP_EVERY.max(self.locks.len() + self.watchers.len()) {
+            return;
+        }
+        self.since_sweep = 0;
+        self.locks.retain(|_, entry| entry.expires_at > now);
+        self.watchers.retain(|_, tx| tx.receiver_count() > 0);
+    }
+
     /// The live entry of `name`, dropping it if it expired.
     fn live(&mut self, name: &LockName, now: Instant) -> Option<&mut Entry> {
+        self.sweep(now);
         if self.locks.get(name).is_some_and(|e| e.expires_at <= now) {
             self.locks.remove(name);
         }
@@ -113,6 +131,13 @@ impl MemoryLock {
     /// store that went away.
     pub fn set_available(&self, available: bool) {
         self.store().unavailable = !available;
+    }
+
+    /// How many entries (held or expired locks, and release watchers) the store keeps right
+    /// now: a test hook showing that unique names do not make it grow without bound.
+    pub fn footprint(&self) -> usize {
+        let store = self.store();
+        store.locks.len() + store.watchers.len()
     }
 
     /// How many locks are held now whose names start with `prefix`.
@@ -198,6 +223,7 @@ impl DistributedLock for MemoryLock {
     async fn watch(&self, name: &LockName) -> Result<ReleaseWatch> {
         let mut store = self.store();
         store.check_available()?;
+        store.sweep(Instant::now());
         let rx = store
             .watchers
             .entry(name.clone())

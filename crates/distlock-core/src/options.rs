@@ -53,6 +53,7 @@ pub struct AcquireOptions {
     wait: Wait,
     auto_renew: bool,
     max_hold: Option<Duration>,
+    safety_margin: Option<Duration>,
     poll_min: Duration,
     poll_max: Duration,
 }
@@ -71,6 +72,7 @@ impl AcquireOptions {
             wait: Wait::Forever,
             auto_renew: true,
             max_hold: None,
+            safety_margin: None,
             poll_min: Duration::from_millis(10),
             poll_max: Duration::from_millis(500),
         }
@@ -104,6 +106,47 @@ impl AcquireOptions {
     pub const fn auto_renew(mut self, on: bool) -> Self {
         self.auto_renew = on;
         self
+    }
+
+    /// How long before the lease's local deadline the lost-lock signal fires, so that it leads
+    /// the store's expiry even when timers fire late, the scheduler is slow or the clocks run
+    /// at slightly different rates. The default is a tenth of the TTL, at most 2 s
+    /// ([`default_safety_margin`](Self::default_safety_margin)). It must be shorter than the
+    /// TTL. Session-bound backends (ZooKeeper) keep their own margin against the session
+    /// timeout.
+    ///
+    /// ```
+    /// use distlock_core::AcquireOptions;
+    /// use std::time::Duration;
+    ///
+    /// let opts = AcquireOptions::new().ttl(Duration::from_secs(10)).safety_margin(Duration::from_millis(500));
+    /// assert_eq!(opts.safety_margin_value(), Duration::from_millis(500));
+    /// assert_eq!(AcquireOptions::new().ttl(Duration::from_secs(10)).safety_margin_value(), Duration::from_secs(1));
+    /// ```
+    pub const fn safety_margin(mut self, margin: Duration) -> Self {
+        self.safety_margin = Some(margin);
+        self
+    }
+
+    /// The default safety margin for `ttl`: a tenth of it, at most 2 s.
+    pub fn default_safety_margin(ttl: Duration) -> Duration {
+        (ttl / 10).min(Duration::from_secs(2))
+    }
+
+    /// The safety margin in effect for this TTL.
+    pub fn safety_margin_value(&self) -> Duration {
+        self.margin_for(self.ttl)
+    }
+
+    /// The safety margin in effect for a lease of `ttl` (an explicit margin, or the default).
+    fn margin_for(&self, ttl: Duration) -> Duration {
+        self.safety_margin
+            .unwrap_or_else(|| Self::default_safety_margin(ttl))
+    }
+
+    /// The margin set with [`safety_margin`](Self::safety_margin), if any.
+    pub(crate) const fn explicit_safety_margin(&self) -> Option<Duration> {
+        self.safety_margin
     }
 
     /// The longest the watchdog keeps the lock: after this, it stops renewing and the guard's
@@ -150,6 +193,14 @@ impl AcquireOptions {
     pub(crate) fn validate(&self) -> Result<()> {
         if self.max_hold.is_some_and(|d| d.is_zero()) {
             return Err(Error::invalid_options("max_hold must be greater than zero"));
+        }
+        if let Some(margin) = self.safety_margin {
+            if margin >= self.ttl {
+                return Err(Error::invalid_options(format!(
+                    "the safety margin ({margin:?}) must be shorter than the TTL ({:?})",
+                    self.ttl
+                )));
+            }
         }
         if self.poll_min.is_zero() || self.poll_min > self.poll_max {
             return Err(Error::invalid_options(format!(

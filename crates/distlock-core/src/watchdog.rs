@@ -1,30 +1,40 @@
-//! The watchdog: one task per client renews every held lease of that client, in batches.
+//! The watchdog: one task per client renews every held lease of that client, in batches, and
+//! records losses.
 //!
-//! It owns the renewal schedule and the local deadlines; it may not decide ownership, which
-//! only the store's answers do. Guards register when acquired and unregister when released,
-//! leaked or dropped. The task starts with the first registration and ends when none is left.
-//! All leases due at one wake-up (and any due within a tenth of their TTL) go to the backend
-//! in one [`DistributedLock::extend_many`] call, which a backend can pipeline.
+//! It owns the renewal schedule; it may not decide ownership, which only the store's answers
+//! do, and it is not what makes a guard lost on time: every hold checks its own deadline
+//! against the clock ([`Hold::check_lost`]). The watchdog's job is to renew early enough that
+//! this never happens, and to fire signals for the guards nobody is looking at.
+//!
+//! - Holds wait in a timer heap keyed by their next event (renewal, deadline, maximum hold), so
+//!   registering one is O(log n) and wakes the task only when it is due before the task's
+//!   current sleep.
+//! - All holds due at one wake-up (and any due within a tenth of their TTL) go to the backend
+//!   in one [`DistributedLock::extend_many`] call, which a backend can pipeline. Each batch runs
+//!   in a task of its own, so a store that hangs on one batch delays neither other renewals
+//!   nor the detection of expiries; a panicking backend fails that batch's renewals only.
+//! - The task starts with the first registration and ends when no hold is left. If it dies
+//!   with its runtime, a flag dropped with it lets the next registration start a new one.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
-use tokio::sync::{watch, Notify};
+use futures::FutureExt;
+use tokio::sync::{watch, Notify, OwnedMutexGuard};
 use tokio::time::Instant;
 
-use crate::guard::Hold;
+use crate::hold::{Hold, Renewal};
 use crate::{DistributedLock, Lease, LossReason, Session, SessionState};
 
-/// Renewals happen when this fraction of the TTL has passed (Redisson renews at a third).
-const RENEW_DIVISOR: u32 = 3;
-/// Leases due within `ttl / PIGGYBACK_DIVISOR` ride along with a batch that is due now.
+/// Holds due within `ttl / PIGGYBACK_DIVISOR` ride along with a batch that is due now.
 const PIGGYBACK_DIVISOR: u32 = 10;
-/// Bounds on the pause before retrying a failed renewal.
-const RETRY_MIN: Duration = Duration::from_millis(20);
-const RETRY_MAX: Duration = Duration::from_secs(1);
+/// How long the task sleeps when nothing is scheduled (it is woken by new work).
+const IDLE: Duration = Duration::from_secs(3600);
 
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
@@ -39,28 +49,14 @@ struct Shared {
 
 #[derive(Default)]
 struct State {
-    entries: HashMap<u64, Entry>,
+    holds: HashMap<u64, Arc<Hold>>,
+    /// `(when, hold id)`; entries of holds gone or rescheduled are skipped when they come up.
+    timers: BinaryHeap<Reverse<(Instant, u64)>>,
     /// Lease-loss futures from [`DistributedLock::watch_lease`] not yet picked up by the task.
     new_lease_watches: Vec<(u64, BoxFuture<'static, LossReason>)>,
     task_running: bool,
-}
-
-struct Entry {
-    hold: Arc<Hold>,
-    /// When to renew next (`None`: this hold is not renewed).
-    renew_at: Option<Instant>,
-    /// The last renewal error, reported if the lease runs out.
-    last_error: Option<String>,
-}
-
-impl Entry {
-    /// The instant this entry must be looked at, at the latest.
-    fn next_event(&self, lease: &Lease) -> Option<Instant> {
-        [self.renew_at, lease.valid_until(), self.hold.max_hold_until]
-            .into_iter()
-            .flatten()
-            .min()
-    }
+    /// Until when the task sleeps (`None` while it works).
+    sleeping_until: Option<Instant>,
 }
 
 impl Watchdog {
@@ -78,37 +74,37 @@ impl Watchdog {
     /// Starts watching a fresh hold. Must run inside a tokio runtime.
     pub(crate) fn register(&self, hold: Arc<Hold>) {
         let lease = hold.lease();
-        let renew_at = match (hold.auto_renew, lease.valid_until()) {
-            (true, Some(_)) => lease.acquired_at().checked_add(lease.ttl() / RENEW_DIVISOR),
-            _ => None,
-        };
-        let entry = Entry {
-            hold,
-            renew_at,
-            last_error: None,
-        };
-        if entry.next_event(&lease).is_none() && lease.session_epoch().is_none() {
+        let event = hold.next_event();
+        if event.is_none() && lease.session_epoch().is_none() {
             return; // nothing to renew, no deadline, no session to follow
         }
-        let lease_watch = self.shared.lock.watch_lease(&lease);
-        let start_task = {
-            let mut state = self.shared.lock_state();
-            if let Some(lease_watch) = lease_watch {
-                state.new_lease_watches.push((entry.hold.id, lease_watch));
+        if let (Some(epoch), Some(session)) = (lease.session_epoch(), &self.shared.session) {
+            let session = *session.borrow();
+            if apply_session(&hold, epoch, session) {
+                return; // its session is already over
             }
-            state.entries.insert(entry.hold.id, entry);
-            !std::mem::replace(&mut state.task_running, true)
-        };
-        if start_task {
-            tokio::spawn(run(self.shared.clone()));
-        } else {
-            self.shared.wake.notify_one();
+        }
+        let lease_watch = self.shared.lock.watch_lease(&lease);
+        let has_watch = lease_watch.is_some();
+        let mut state = self.shared.lock_state();
+        if let Some(lease_watch) = lease_watch {
+            state.new_lease_watches.push((hold.id, lease_watch));
+        }
+        state.holds.insert(hold.id, hold.clone());
+        self.shared.schedule(state, hold.id, event, has_watch);
+    }
+
+    /// Looks at a hold again after a manual renewal changed its schedule.
+    pub(crate) fn reschedule(&self, hold: &Hold) {
+        let state = self.shared.lock_state();
+        if state.holds.contains_key(&hold.id) {
+            self.shared.schedule(state, hold.id, hold.next_event(), false);
         }
     }
 
     /// Stops watching a hold (released, leaked or dropped).
     pub(crate) fn unregister(&self, id: u64) {
-        self.shared.lock_state().entries.remove(&id);
+        self.shared.lock_state().holds.remove(&id);
     }
 }
 
@@ -116,209 +112,241 @@ impl Shared {
     fn lock_state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Puts `id`'s next event on the timer heap and makes sure the task will see it: starts the
+    /// task if none runs, wakes it if the event comes before its current sleep ends (or
+    /// `wake` asks for it). Must run inside a tokio runtime.
+    fn schedule(
+        self: &Arc<Self>,
+        mut state: MutexGuard<'_, State>,
+        id: u64,
+        event: Option<Instant>,
+        wake: bool,
+    ) {
+        if let Some(at) = event {
+            state.timers.push(Reverse((at, id)));
+        }
+        if !std::mem::replace(&mut state.task_running, true) {
+            drop(state);
+            tokio::spawn(run(self.clone()));
+            return;
+        }
+        let earlier = event.is_some_and(|at| state.sleeping_until.is_some_and(|sleep| at < sleep));
+        drop(state);
+        if wake || earlier {
+            self.wake.notify_one();
+        }
+    }
+}
+
+/// Clears `task_running` when the task ends, however it ends (its runtime shutting down
+/// drops it mid-sleep), so that the next registration starts a new task.
+struct Running(Option<Arc<Shared>>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.take() {
+            let mut state = shared.lock_state();
+            state.task_running = false;
+            state.sleeping_until = None;
+        }
+    }
 }
 
 async fn run(shared: Arc<Shared>) {
+    let mut running = Running(Some(shared.clone()));
     let mut session = shared.session.clone();
     let mut lease_watches = FuturesUnordered::new();
     loop {
-        let current = session.as_ref().map(|rx| *rx.borrow());
-        let plan = {
+        let now = Instant::now();
+        let (due, next) = {
             let mut state = shared.lock_state();
-            if state.entries.is_empty() {
-                state.task_running = false;
+            if state.holds.is_empty() {
+                // Cleared under the same lock that saw no hold, so a registration either came
+                // before (and is seen) or starts a new task.
                 state.new_lease_watches.clear();
+                state.task_running = false;
+                running.0 = None;
                 return;
             }
             for (id, lost) in state.new_lease_watches.drain(..) {
                 lease_watches.push(async move { (id, lost.await) });
             }
-            plan(&state, Instant::now(), current)
+            let due = collect_due(&mut state, now);
+            let next = state.timers.peek().map_or(now + IDLE, |Reverse((at, _))| *at);
+            state.sleeping_until = due.is_empty().then_some(next);
+            (due, next)
         };
-        match plan {
-            Plan::Sleep(until) => {
-                let session_changed = async {
-                    match session.as_mut() {
-                        Some(rx) => rx.changed().await.is_ok(),
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    _ = tokio::time::sleep_until(until) => {}
-                    _ = shared.wake.notified() => {}
-                    Some((id, reason)) = lease_watches.next(), if !lease_watches.is_empty() => {
-                        if let Some(entry) = shared.lock_state().entries.remove(&id) {
-                            entry.hold.lose(reason);
-                        }
-                    }
-                    alive = session_changed => {
-                        if !alive {
-                            // The backend is gone: its sessions are over.
-                            session = None;
-                            expire_all_sessions(&shared);
-                        }
-                    }
+        if !due.is_empty() {
+            tokio::spawn(renew(shared.clone(), due));
+            continue;
+        }
+        let session_changed = async {
+            match session.as_mut() {
+                Some(rx) => rx.changed().await.is_ok(),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep_until(next) => {}
+            _ = shared.wake.notified() => {}
+            Some((id, reason)) = lease_watches.next(), if !lease_watches.is_empty() => {
+                let hold = shared.lock_state().holds.remove(&id);
+                if let Some(hold) = hold {
+                    hold.lose(reason);
                 }
             }
-            Plan::Work { expire, renew } => {
-                expire_holds(&shared, &expire);
-                if !renew.is_empty() {
-                    renew_holds(&shared, renew).await;
+            alive = session_changed => {
+                let current = session.as_ref().filter(|_| alive).map(|rx| *rx.borrow());
+                if current.is_none() {
+                    session = None; // the backend is gone: its sessions are over
                 }
+                follow_session(&shared, current);
             }
         }
     }
 }
 
-enum Plan {
-    Sleep(Instant),
-    Work {
-        /// Holds whose deadline (lease or maximum hold) has come or whose session ended.
-        expire: Vec<u64>,
-        /// Holds to renew now.
-        renew: Vec<(u64, Lease)>,
-    },
+/// One hold to renew, with its renewal slot taken.
+struct Due {
+    hold: Arc<Hold>,
+    lease: Lease,
+    _slot: OwnedMutexGuard<()>,
 }
 
-fn plan(state: &State, now: Instant, session: Option<Session>) -> Plan {
-    let mut expire = Vec::new();
+/// Takes every timer that has come (and, when something is due, those within their
+/// piggyback window), records losses, and returns the holds to renew now.
+fn collect_due(state: &mut State, now: Instant) -> Vec<Due> {
     let mut due = Vec::new();
-    let mut soon = Vec::new();
-    let mut next = None::<Instant>;
-    for (&id, entry) in &state.entries {
-        let lease = entry.hold.lease();
-        let session_ended = match (lease.session_epoch(), session) {
-            (Some(epoch), Some(session)) => {
-                entry.hold.set_suspended(session.state == SessionState::Suspended);
-                !session.keeps(epoch)
-            }
-            _ => false,
-        };
-        let deadline_passed = session_ended
-            || lease.valid_until().is_some_and(|t| t <= now)
-            || entry.hold.max_hold_until.is_some_and(|t| t <= now)
-            || !entry.hold.is_held();
-        if deadline_passed {
-            expire.push(id);
-            continue;
-        }
-        if let Some(renew_at) = entry.renew_at {
-            if renew_at <= now {
-                due.push((id, lease.clone()));
-            } else if renew_at <= now + lease.ttl() / PIGGYBACK_DIVISOR {
-                soon.push((id, lease.clone()));
-            }
-        }
-        next = next.into_iter().chain(entry.next_event(&lease)).min();
-    }
-    if expire.is_empty() && due.is_empty() {
-        return Plan::Sleep(next.unwrap_or(now + Duration::from_secs(3600)));
-    }
-    if !due.is_empty() {
-        due.extend(soon);
-    }
-    Plan::Work { expire, renew: due }
-}
-
-/// Every session-bound hold is lost (the backend dropped its session channel).
-fn expire_all_sessions(shared: &Shared) {
-    let mut state = shared.lock_state();
-    state.entries.retain(|_, entry| {
-        if entry.hold.lease().session_epoch().is_some() {
-            entry.hold.lose(LossReason::SessionExpired);
-            false
-        } else {
-            true
-        }
-    });
-}
-
-fn expire_holds(shared: &Shared, ids: &[u64]) {
-    let now = Instant::now();
-    let session = shared.session.as_ref().map(|rx| *rx.borrow());
-    let mut state = shared.lock_state();
-    for id in ids {
-        let Some(entry) = state.entries.remove(id) else {
+    let mut later = Vec::new();
+    while let Some(&Reverse((at, id))) = state.timers.peek() {
+        let Some(hold) = state.holds.get(&id).cloned() else {
+            state.timers.pop();
             continue;
         };
-        let hold = entry.hold;
-        if !hold.is_held() {
-            continue;
+        let window = match due.is_empty() {
+            true => Duration::ZERO,
+            false => hold.lease().ttl() / PIGGYBACK_DIVISOR,
+        };
+        if at > now + window {
+            break;
         }
-        if let (Some(epoch), Some(session)) = (hold.lease().session_epoch(), session) {
-            if !session.keeps(epoch) {
-                hold.lose(LossReason::SessionExpired);
-                continue;
-            }
+        state.timers.pop();
+        if !hold.is_active() {
+            state.holds.remove(&id);
+            continue;
         }
         if hold.max_hold_until.is_some_and(|t| t <= now) {
             tracing::info!(lock = %hold.lease().name(), "distlock: maximum hold time reached, renewal stops");
             hold.lose(LossReason::MaxHoldExceeded);
+            state.holds.remove(&id);
             continue;
         }
-        let reason = match entry.last_error {
-            Some(error) => LossReason::RenewalFailed(error),
-            None => LossReason::Expired,
+        let renew = hold.renew_at().is_some_and(|t| t <= now + window);
+        // A renewal already in flight (a manual extend) reschedules the hold when it ends.
+        let slot = renew
+            .then(|| hold.renewing.clone().try_lock_owned().ok())
+            .flatten();
+        match slot {
+            Some(slot) => {
+                let lease = hold.lease();
+                if let Some(deadline) = hold.deadline() {
+                    later.push(Reverse((deadline, id))); // watched while the batch is out
+                }
+                due.push(Due {
+                    hold,
+                    lease,
+                    _slot: slot,
+                });
+            }
+            None => {
+                let next = match renew {
+                    true => hold.deadline(), // in flight elsewhere: watch the deadline only
+                    false => hold.next_event(),
+                };
+                // An event in the piggyback window that is not a renewal waits for its time.
+                if let Some(next) = next {
+                    later.push(Reverse((next.max(at), id)));
+                }
+                if at > now {
+                    break;
+                }
+            }
+        }
+    }
+    state.timers.extend(later);
+    due
+}
+
+/// Renews one batch and records each answer; runs in a task of its own.
+async fn renew(shared: Arc<Shared>, batch: Vec<Due>) {
+    let leases: Vec<Lease> = batch.iter().map(|d| d.lease.clone()).collect();
+    // Past the latest deadline in the batch every hold in it is lost anyway.
+    let bound = leases
+        .iter()
+        .filter_map(Lease::valid_until)
+        .max()
+        .unwrap_or_else(|| Instant::now() + IDLE);
+    let sent_at = Instant::now();
+    tracing::debug!(count = leases.len(), "distlock: renewing");
+    let renewal = AssertUnwindSafe(shared.lock.extend_many(&leases)).catch_unwind();
+    let results = match tokio::time::timeout_at(bound, renewal).await {
+        Ok(Ok(results)) => Ok(results),
+        Ok(Err(_panic)) => Err("the backend panicked while renewing"),
+        Err(_elapsed) => Err("the store did not answer before the leases ran out"),
+    };
+    let mut results = match results {
+        Ok(results) => results.into_iter().map(Some).collect::<Vec<_>>(),
+        Err(why) => {
+            tracing::warn!(count = leases.len(), why, "distlock: renewal batch failed");
+            Vec::new()
+        }
+    };
+    results.resize_with(batch.len(), || None);
+    for (due, result) in batch.into_iter().zip(results) {
+        let renewal = match result {
+            Some(Ok(Some(renewed))) => Renewal::Renewed(renewed),
+            Some(Ok(None)) => Renewal::NotOwned,
+            Some(Err(error)) => Renewal::Unknown(error.to_string()),
+            None => Renewal::Unknown("the renewal got no answer".to_owned()),
         };
-        hold.lose(reason);
+        let Due { hold, lease, _slot } = due;
+        hold.settle(sent_at, lease.ttl(), renewal);
+        drop(_slot);
+        let state = shared.lock_state();
+        if !hold.is_active() {
+            drop(state);
+            shared.lock_state().holds.remove(&hold.id);
+        } else if state.holds.contains_key(&hold.id) {
+            shared.schedule(state, hold.id, hold.next_event(), false);
+        }
     }
 }
 
-async fn renew_holds(shared: &Shared, batch: Vec<(u64, Lease)>) {
-    let (ids, leases): (Vec<u64>, Vec<Lease>) = batch.into_iter().unzip();
-    // Never wait on the store past the earliest local deadline in the batch: the lost-lock
-    // signal must fire on time even if the store hangs.
-    let deadline = leases
-        .iter()
-        .filter_map(Lease::valid_until)
-        .min()
-        .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
-    let sent_at = Instant::now();
-    tracing::debug!(count = leases.len(), "distlock: renewing");
-    let results = tokio::time::timeout_at(deadline, shared.lock.extend_many(&leases)).await;
-    let now = Instant::now();
+/// Applies a session change to every session-bound hold (`None`: the backend dropped its
+/// session channel, so all its sessions are over).
+fn follow_session(shared: &Shared, session: Option<Session>) {
     let mut state = shared.lock_state();
-    for (i, (id, lease)) in ids.into_iter().zip(&leases).enumerate() {
-        let Some(entry) = state.entries.get_mut(&id) else {
-            continue;
-        }; // released meanwhile
-        let result = match &results {
-            Ok(results) => results.get(i).map(|r| r.as_ref().map_err(ToString::to_string)),
-            Err(_) => Some(Err("the store did not answer before the lease ran out".to_owned())),
+    state.holds.retain(|_, hold| {
+        let Some(epoch) = hold.lease().session_epoch() else {
+            return true;
         };
-        match result {
-            Some(Ok(Some(renewed))) => {
-                let ttl = renewed.ttl();
-                // Measured from when the batch was sent, but never later than the backend's
-                // own deadline, which may carry a validity margin (Redlock's clock drift).
-                let local = renewed.renewed(ttl, sent_at);
-                entry
-                    .hold
-                    .set_lease(if renewed.valid_until() < local.valid_until() {
-                        renewed.clone()
-                    } else {
-                        local
-                    });
-                entry.renew_at = sent_at.checked_add(ttl / RENEW_DIVISOR);
-                entry.last_error = None;
-            }
-            Some(Ok(None)) => {
-                tracing::debug!(lock = %lease.name(), "distlock: renewal found the lock not ours");
-                let entry = state.entries.remove(&id);
-                if let Some(entry) = entry {
-                    entry.hold.lose(LossReason::NotOwned);
-                }
-            }
-            Some(Err(error)) => {
-                tracing::debug!(lock = %lease.name(), %error, "distlock: renewal failed, retrying");
-                let retry = (lease.ttl() / PIGGYBACK_DIVISOR).clamp(RETRY_MIN, RETRY_MAX);
-                entry.renew_at = now.checked_add(retry);
-                entry.last_error = Some(error);
-            }
+        match session {
+            Some(session) => !apply_session(hold, epoch, session),
             None => {
-                entry.renew_at = now.checked_add(RETRY_MIN);
-                entry.last_error = Some("the backend returned too few renewal results".to_owned());
+                hold.lose(LossReason::SessionExpired);
+                false
             }
         }
+    });
+}
+
+/// Brings a session-bound hold in line with its session; returns whether the hold is over.
+fn apply_session(hold: &Hold, epoch: u64, session: Session) -> bool {
+    if !session.keeps(epoch) {
+        hold.lose(LossReason::SessionExpired);
+        return true;
     }
+    hold.set_suspended(session.state == SessionState::Suspended);
+    false
 }

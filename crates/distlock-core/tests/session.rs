@@ -229,3 +229,34 @@ async fn a_lease_lost_behind_the_clients_back_fires_the_signal() {
         .expect("lost");
     assert_eq!(reason, LossReason::NotOwned);
 }
+
+#[tokio::test]
+async fn with_lock_stops_when_the_session_is_suspended() {
+    // Curator's rule: a suspended session may have lost the lock already (the server can
+    // expire it while we cannot hear), so work that must never run without it stops.
+    let backend = Arc::new(Queued::new());
+    let client = LockClient::from_arc(backend.clone());
+    let suspend = {
+        let backend = backend.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            backend.set(1, SessionState::Suspended);
+            std::future::pending::<()>().await;
+        }
+    };
+    let opts = AcquireOptions::new();
+    let outcome = tokio::time::timeout(Duration::from_secs(5), async {
+        tokio::select! {
+            outcome = client.with_lock("suspended", &opts, |_| async {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }) => outcome,
+            _ = suspend => unreachable!(),
+        }
+    })
+    .await
+    .expect("with_lock stops on suspension");
+    match outcome {
+        Err(Error::LockLost { reason, .. }) => assert_eq!(reason, LossReason::SessionSuspended),
+        other => panic!("expected LockLost on suspension, got {other:?}"),
+    }
+}

@@ -1,0 +1,286 @@
+//! [`Hold`]: the state of one held lock, shared by its guard, its lost-lock signals and the
+//! watchdog, and the rules that turn renewal answers into a local deadline.
+//!
+//! The local deadline is what every "is it still held?" answer rests on. It is derived from
+//! the lease (sent time + TTL, minus the backend's validity margin) minus the hold's safety
+//! margin, and it is checked against the clock by every reader, so a guard past its deadline
+//! is lost whatever the watchdog has managed to record. This module may not talk to the
+//! store; it only records what the store answered.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::{AcquireOptions, Lease, LossReason};
+
+/// Renewals happen when this fraction of the TTL has passed (Redisson renews at a third).
+const RENEW_DIVISOR: u32 = 3;
+/// Bounds on the pause before retrying a failed renewal (a tenth of the TTL in between).
+const RETRY_MIN: Duration = Duration::from_millis(20);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// Where a hold stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Status {
+    Held,
+    /// The session that holds the lock is disconnected; the lock may or may not be held.
+    Suspended,
+    Lost(LossReason),
+    /// The guard was released, dropped or leaked: the hold ended on its owner's terms.
+    Released,
+}
+
+/// What a guard asks of its hold, from [`AcquireOptions`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HoldOptions {
+    pub(crate) auto_renew: bool,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) safety_margin: Option<Duration>,
+}
+
+impl From<&AcquireOptions> for HoldOptions {
+    fn from(opts: &AcquireOptions) -> Self {
+        Self {
+            auto_renew: opts.auto_renew_value(),
+            max_hold: opts.max_hold_value(),
+            safety_margin: opts.explicit_safety_margin(),
+        }
+    }
+}
+
+/// What one renewal round trip came back with.
+#[derive(Debug)]
+pub(crate) enum Renewal {
+    /// The store renewed it; the backend's lease (it may carry a validity margin).
+    Renewed(Lease),
+    /// The store no longer records us as the owner.
+    NotOwned,
+    /// No answer, or an error: the renewal may or may not have been applied.
+    Unknown(String),
+}
+
+/// The state of one hold.
+pub(crate) struct Hold {
+    pub(crate) id: u64,
+    state: Mutex<State>,
+    status: watch::Sender<Status>,
+    pub(crate) auto_renew: bool,
+    pub(crate) max_hold_until: Option<Instant>,
+    safety_margin: Option<Duration>,
+    /// One renewal of this hold in flight at a time (watchdog or manual), so that each answer
+    /// is the store's latest word on every request sent before it.
+    pub(crate) renewing: Arc<tokio::sync::Mutex<()>>,
+}
+
+struct State {
+    lease: Lease,
+    /// When the watchdog renews next (`None`: it does not).
+    renew_at: Option<Instant>,
+    /// The shortest TTL among renewals whose outcome is unknown: one of them may still be
+    /// applied after any later renewal, so no later deadline may outrun it.
+    unsettled_ttl: Option<Duration>,
+    /// The last renewal error, reported if the lease runs out.
+    last_error: Option<String>,
+}
+
+impl Hold {
+    pub(crate) fn new(id: u64, lease: Lease, options: HoldOptions) -> Self {
+        let max_hold_until = options.max_hold.and_then(|d| lease.acquired_at().checked_add(d));
+        let renew_at = match (options.auto_renew, lease.valid_until()) {
+            (true, Some(_)) => lease.acquired_at().checked_add(lease.ttl() / RENEW_DIVISOR),
+            _ => None,
+        };
+        Self {
+            id,
+            state: Mutex::new(State {
+                lease,
+                renew_at,
+                unsettled_ttl: None,
+                last_error: None,
+            }),
+            status: watch::channel(Status::Held).0,
+            auto_renew: options.auto_renew,
+            max_hold_until,
+            safety_margin: options.safety_margin,
+            renewing: Arc::default(),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn lease(&self) -> Lease {
+        self.state().lease.clone()
+    }
+
+    /// The safety margin for a lease of `ttl`.
+    pub(crate) fn margin_for(&self, ttl: Duration) -> Duration {
+        self.safety_margin
+            .unwrap_or_else(|| AcquireOptions::default_safety_margin(ttl))
+    }
+
+    /// The instant from which the hold counts as lost unless renewed: the lease's local
+    /// deadline minus the safety margin (`None` for session-bound leases).
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        deadline_of(&self.state().lease, self)
+    }
+
+    /// When the watchdog should renew next.
+    pub(crate) fn renew_at(&self) -> Option<Instant> {
+        self.state().renew_at
+    }
+
+    /// The instant the watchdog must look at this hold, at the latest.
+    pub(crate) fn next_event(&self) -> Option<Instant> {
+        let state = self.state();
+        [
+            state.renew_at,
+            deadline_of(&state.lease, self),
+            self.max_hold_until,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    pub(crate) fn status(&self) -> Status {
+        self.status.borrow().clone()
+    }
+
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Status> {
+        self.status.subscribe()
+    }
+
+    /// Why the hold is lost, if it is: its status says so, or its deadline has passed (then it
+    /// is marked lost here, whatever the watchdog has managed to record).
+    pub(crate) fn check_lost(&self) -> Option<LossReason> {
+        match self.status() {
+            Status::Lost(reason) => return Some(reason),
+            Status::Released => return None,
+            Status::Held | Status::Suspended => {}
+        }
+        let now = Instant::now();
+        let reason = {
+            let state = self.state();
+            if deadline_of(&state.lease, self).is_none_or(|t| t > now) {
+                return None;
+            }
+            match &state.last_error {
+                Some(error) => LossReason::RenewalFailed(error.clone()),
+                None => LossReason::Expired,
+            }
+        };
+        self.lose(reason);
+        match self.status() {
+            Status::Lost(reason) => Some(reason),
+            _ => None,
+        }
+    }
+
+    /// Whether the hold is still held (or suspended) and inside its deadline.
+    pub(crate) fn is_active(&self) -> bool {
+        matches!(self.status(), Status::Held | Status::Suspended) && self.check_lost().is_none()
+    }
+
+    /// Records what a renewal sent at `sent_at` for `ttl` came back with.
+    pub(crate) fn settle(&self, sent_at: Instant, ttl: Duration, renewal: Renewal) {
+        let mut state = self.state();
+        match renewal {
+            Renewal::Renewed(renewed) => {
+                // The store's expiry is at least `sent_at + ttl`, unless a renewal with an
+                // unknown outcome and a shorter TTL is applied after this one.
+                let floor = state.unsettled_ttl.map_or(ttl, |unsettled| unsettled.min(ttl));
+                let mut lease = renewed.renewed(ttl, sent_at);
+                if let Some(until) = sent_at.checked_add(floor) {
+                    lease = lease.capped_at(until);
+                }
+                // Never later than the backend's own deadline, which may carry a validity
+                // margin (Redlock's clock drift).
+                if let Some(until) = renewed.valid_until() {
+                    lease = lease.capped_at(until);
+                }
+                state.renew_at = match (self.auto_renew, lease.valid_until()) {
+                    (true, Some(_)) => sent_at.checked_add(ttl / RENEW_DIVISOR),
+                    _ => None,
+                };
+                state.lease = lease;
+                state.last_error = None;
+            }
+            Renewal::NotOwned => {
+                drop(state);
+                tracing::debug!(lock = %self.lease().name(), "distlock: renewal found the lock not ours");
+                self.lose(LossReason::NotOwned);
+            }
+            Renewal::Unknown(error) => {
+                state.unsettled_ttl = Some(state.unsettled_ttl.map_or(ttl, |u| u.min(ttl)));
+                if let Some(until) = sent_at.checked_add(ttl) {
+                    state.lease = state.lease.clone().capped_at(until);
+                }
+                if self.auto_renew && state.lease.valid_until().is_some() {
+                    let retry = (state.lease.ttl() / 10).clamp(RETRY_MIN, RETRY_MAX);
+                    state.renew_at = Instant::now().checked_add(retry);
+                }
+                tracing::debug!(lock = %state.lease.name(), %error, "distlock: renewal failed, retrying");
+                state.last_error = Some(error);
+            }
+        }
+    }
+
+    /// Marks the hold suspended (its session is disconnected) or held again.
+    pub(crate) fn set_suspended(&self, suspended: bool) {
+        let (from, to) = match suspended {
+            true => (Status::Held, Status::Suspended),
+            false => (Status::Suspended, Status::Held),
+        };
+        let changed = self.status.send_if_modified(|status| {
+            if *status == from {
+                *status = to.clone();
+                true
+            } else {
+                false
+            }
+        });
+        if changed {
+            tracing::info!(lock = %self.lease().name(), suspended, "distlock: session connection changed");
+        }
+    }
+
+    /// Marks the hold lost (once; later calls and calls after the end change nothing).
+    pub(crate) fn lose(&self, reason: LossReason) {
+        let changed = self.status.send_if_modified(|status| {
+            if matches!(status, Status::Held | Status::Suspended) {
+                *status = Status::Lost(reason.clone());
+                true
+            } else {
+                false
+            }
+        });
+        if changed {
+            tracing::warn!(lock = %self.lease().name(), %reason, "distlock: lock lost");
+        }
+    }
+
+    /// Marks the hold ended by its owner (released, dropped or leaked), unless it was lost.
+    pub(crate) fn end(&self) {
+        self.status.send_if_modified(|status| {
+            if matches!(status, Status::Held | Status::Suspended) {
+                *status = Status::Released;
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
+
+fn deadline_of(lease: &Lease, hold: &Hold) -> Option<Instant> {
+    let until = lease.valid_until()?;
+    Some(
+        until
+            .checked_sub(hold.margin_for(lease.ttl()))
+            .unwrap_or(lease.acquired_at()),
+    )
+}

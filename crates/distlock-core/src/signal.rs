@@ -1,0 +1,142 @@
+//! [`LostSignal`]: a hold's lost-lock signal and its end, for work running in other tasks.
+//!
+//! Every answer here checks the hold's local deadline against the clock as well as what the
+//! watchdog recorded, so a starved watchdog can delay a renewal but never a "lost".
+
+use std::fmt;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::hold::{Hold, Status};
+use crate::LossReason;
+
+/// How a hold ended, from [`LostSignal::ended`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HoldEnd {
+    /// Its guard was released, dropped or leaked: the owner is done with it.
+    Released,
+    /// The lock was lost.
+    Lost(LossReason),
+}
+
+/// A cloneable handle on a guard's lost-lock signal, for `select!` in another task.
+///
+/// It also tells a worker that holds only the signal when the hold ended for any reason
+/// ([`ended`](Self::ended)), so a worker stops when its owner returned early.
+///
+/// ```
+/// use distlock_core::{HoldEnd, LockClient, MemoryLock};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+/// let client = LockClient::new(MemoryLock::new());
+/// let guard = client.acquire("job").await?;
+/// let signal = guard.lost_signal();
+/// let worker = tokio::spawn(async move {
+///     tokio::select! {
+///         end = signal.ended() => Some(end),
+///         _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => None,
+///     }
+/// });
+/// guard.release().await?;
+/// assert_eq!(worker.await.expect("joined"), Some(HoldEnd::Released));
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LostSignal {
+    hold: Arc<Hold>,
+    rx: watch::Receiver<Status>,
+}
+
+impl LostSignal {
+    pub(crate) fn new(hold: Arc<Hold>) -> Self {
+        let rx = hold.subscribe();
+        Self { hold, rx }
+    }
+
+    /// Whether the lock was lost (also true once the lease's local deadline has passed, even
+    /// if the watchdog could not run to record it).
+    pub fn is_lost(&self) -> bool {
+        self.hold.check_lost().is_some()
+    }
+
+    /// Whether the hold has ended: lost, or its guard released, dropped or leaked.
+    pub fn is_ended(&self) -> bool {
+        self.is_lost() || self.hold.status() == Status::Released
+    }
+
+    /// Resolves when the lock is lost (at once if it already was), at the latest at the
+    /// lease's local deadline; never after a normal release.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn lost(&self) -> LossReason {
+        match self.until(|_| false).await {
+            HoldEnd::Lost(reason) => reason,
+            HoldEnd::Released => std::future::pending().await,
+        }
+    }
+
+    /// Resolves when the hold ends, however it ends.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn ended(&self) -> HoldEnd {
+        self.until(|status| *status == Status::Released).await
+    }
+
+    /// Resolves when the lock is lost or its session is suspended (the lock may be gone):
+    /// the point where work that must never run without the lock stops.
+    pub(crate) async fn lost_or_suspended(&self) -> LossReason {
+        match self.until(|status| *status == Status::Suspended).await {
+            HoldEnd::Lost(reason) => reason,
+            HoldEnd::Released => std::future::pending().await,
+        }
+    }
+
+    /// Waits until the hold is lost (by status or by the clock) or `stop` holds for its
+    /// status; a stop on `Suspended` reports [`LossReason::SessionSuspended`].
+    async fn until(&self, stop: impl Fn(&Status) -> bool) -> HoldEnd {
+        let mut rx = self.rx.clone();
+        loop {
+            if let Some(reason) = self.hold.check_lost() {
+                return HoldEnd::Lost(reason);
+            }
+            let status = rx.borrow_and_update().clone();
+            if stop(&status) {
+                return match status {
+                    Status::Suspended => HoldEnd::Lost(LossReason::SessionSuspended),
+                    _ => HoldEnd::Released,
+                };
+            }
+            if status == Status::Released {
+                // Only `ended` stops here; `lost` and `lost_or_suspended` never resolve.
+                return HoldEnd::Released;
+            }
+            let deadline = self.hold.deadline();
+            tokio::select! {
+                // The sender lives in the hold, which this signal keeps alive.
+                _ = rx.changed() => {}
+                _ = sleep_until(deadline) => {}
+            }
+        }
+    }
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl fmt::Debug for LostSignal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LostSignal")
+            .field("lost", &self.is_lost())
+            .field("ended", &self.is_ended())
+            .finish()
+    }
+}
