@@ -415,7 +415,9 @@ enum Attempt {
     Held(Holder),
 }
 
-/// Runs one step of a wait, cut with [`Error::Timeout`] at `deadline` if there is one.
+/// Runs one step of a wait, cut with [`Error::Timeout`] at `deadline` if there is one. A step
+/// is not started once the deadline has passed: an attempt started then could still win the
+/// lock after the caller was told it timed out.
 async fn within_deadline<T>(
     deadline: Option<Instant>,
     name: &LockName,
@@ -423,6 +425,7 @@ async fn within_deadline<T>(
     step: impl Future<Output = T>,
 ) -> Result<T> {
     match deadline {
+        Some(deadline) if deadline <= Instant::now() => Err(timeout(name, started)),
         Some(deadline) => tokio::time::timeout_at(deadline, step)
             .await
             .map_err(|_| timeout(name, started)),
