@@ -170,6 +170,10 @@ impl Hold {
             }
             match &state.last_error {
                 Some(error) => LossReason::RenewalFailed(error.clone()),
+                // A renewal still out when the deadline came got no answer in time.
+                None if self.renewing.try_lock().is_err() => LossReason::RenewalFailed(
+                    "the store did not answer the renewal before the deadline".to_owned(),
+                ),
                 None => LossReason::Expired,
             }
         };
