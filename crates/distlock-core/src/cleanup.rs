@@ -17,7 +17,7 @@ use crate::{DistributedLock, Lease};
 
 /// First pause before retrying a cleanup; it doubles up to [`RETRY_MAX`].
 const RETRY_MIN: Duration = Duration::from_millis(50);
-const RETRY_MAX: Duration = Duration::from_secs(2);
+const RETRY_MAX: Duration = Duration::from_secs(1);
 /// How long a cleanup of a lease without a local deadline (session-bound) is retried.
 const SESSION_LEASE_LIMIT: Duration = Duration::from_secs(60);
 

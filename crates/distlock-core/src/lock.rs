@@ -40,6 +40,14 @@ const EXTEND_MANY_CONCURRENCY: usize = 32;
 ///   acquisitions by the same client or task: a second acquire is just another contender.
 /// - **Bounded time.** Every method returns within the backend's operation timeout when the
 ///   store does not answer, with [`Error::Unavailable`]; none hangs.
+/// - **Ambiguous outcomes.** An error after the request may have left the socket (a timeout,
+///   a cut connection) means the operation may or may not have been applied; such errors are
+///   [`Error::Unavailable`] (or [`Error::Backend`]), never a definite "no" (see
+///   [`Error::is_ambiguous`]). After an ambiguous `try_acquire`,
+///   [`LockClient`](crate::LockClient) calls [`release`](Self::release) in the background with
+///   `Lease::new(name, owner, ttl, sent_at)`: the same owner token, but no handle and no
+///   fencing token. `release` must therefore find what it needs (a node path, a CAS value)
+///   from the name and owner alone, and free the lock only if the store records that owner.
 /// - **Cancel safety.** Each method is a bounded number of round trips. If its future is
 ///   dropped mid-flight, the operation may or may not have been applied on the store;
 ///   [`LockClient`](crate::LockClient) runs them to completion in a task and cleans up, so
@@ -80,6 +88,9 @@ pub trait DistributedLock: Send + Sync + fmt::Debug + 'static {
     async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire>;
 
     /// Releases the lock if the store still records `lease`'s owner. Returns whether it did.
+    ///
+    /// Works on a lease that carries only the name and owner (no handle, no fencing token),
+    /// as the cleanup after an ambiguous acquisition sends.
     async fn release(&self, lease: &Lease) -> Result<bool>;
 
     /// Resets the lock's TTL to `ttl` if the store still records `lease`'s owner, returning the
