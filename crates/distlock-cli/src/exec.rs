@@ -1,10 +1,31 @@
 //! `distlock exec`: run a command while holding a lock, like `flock(1)` across hosts.
 //!
-//! The command runs in its own process group (as `timeout(1)` runs it), so that SIGINT,
-//! SIGTERM and SIGHUP reach it exactly once: `distlock` forwards them to the whole group.
-//! While it runs, the watchdog renews the lock every TTL/3. If the lock is lost anyway, the
-//! group gets SIGTERM, then SIGKILL after `--grace`, and `distlock` exits with
-//! [`exit::LOST`]. When the command exits, the lock is released and its exit code returned.
+//! The command runs in a process group of its own, apart from `distlock`'s (as `timeout(1)`
+//! runs it), so that SIGINT, SIGTERM and SIGHUP reach it exactly once: `distlock` forwards
+//! them to the whole group. While it runs, the watchdog renews the lock every TTL/3. If the
+//! lock is lost anyway, the group gets SIGTERM, then SIGKILL after `--grace`, and `distlock`
+//! exits with [`exit::LOST`]. When the command exits, the lock is released and its exit code
+//! returned.
+//!
+//! # The command never outlives the lock (Linux)
+//!
+//! `flock(1)` cannot run a command without its lock: the lock lives as long as the command.
+//! Here the lock lives in a store and expires after its TTL once `distlock` stops renewing
+//! it, so the command must not outlive `distlock`. On Linux:
+//! - **the command's process group is killed with SIGKILL when `distlock` dies, however it
+//!   dies** (an error, a panic, `kill -9`, the OOM killer): a group leader process watches
+//!   `distlock` and kills the group within milliseconds, long before the TTL frees the lock
+//!   for another holder (see [`crate::group`] for the mechanism);
+//! - when the command ends (by itself, on a forwarded signal or on a lost lock), whatever it
+//!   left running in its group gets SIGKILL before the lock is released, so no background
+//!   process of the command runs on outside the lock;
+//! - a process that leaves the group (`setsid`, a daemon that detaches) escapes both; only a
+//!   cgroup (`systemd-run --scope`, a systemd unit) contains those.
+//!
+//! On other platforms only the normal paths hold: signal forwarding, the lost-lock SIGTERM
+//! then SIGKILL, and the release when the command exits. If `distlock` is killed there, the
+//! command runs on until it ends while the lock expires after its TTL, so another holder can
+//! run beside it; and what the command leaves in its group when it exits is not killed.
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
@@ -18,6 +39,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::cli::ExecArgs;
 use crate::exit;
+use crate::group::CommandGroup;
 
 /// The variable that tells the command which lock it runs under.
 const LOCK_NAME_ENV: &str = "DISTLOCK_LOCK_NAME";
@@ -33,10 +55,7 @@ pub async fn run(url: &str, args: ExecArgs) -> Result<u8> {
     let guard = client.acquire_with(args.name.as_str(), &opts).await?;
 
     let mut command = Command::new(&args.command[0]);
-    command
-        .args(&args.command[1..])
-        .process_group(0)
-        .env(LOCK_NAME_ENV, &args.name);
+    command.args(&args.command[1..]).env(LOCK_NAME_ENV, &args.name);
     if let Some(variable) = &args.fencing_token_env {
         let Some(token) = guard.fencing_token() else {
             let _ = guard.release().await;
@@ -47,11 +66,22 @@ pub async fn run(url: &str, args: ExecArgs) -> Result<u8> {
         };
         command.env(variable, token.to_string());
     }
+    // From here on, an early return drops `group` (killing it) before `guard`.
+    let group = match CommandGroup::start() {
+        Ok(group) => group,
+        Err(error) => {
+            let _ = guard.release().await;
+            eprintln!("distlock: cannot start the command's process group: {error}");
+            return Ok(exit::SOFTWARE);
+        }
+    };
+    group.enroll(&mut command);
     // Install the handlers before the child exists, so no signal slips through.
     let mut signals = Signals::install()?;
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(error) => {
+            group.end().await;
             let _ = guard.release().await;
             eprintln!("distlock: cannot run {:?}: {error}", args.command[0]);
             return Ok(match error.kind() {
@@ -60,23 +90,22 @@ pub async fn run(url: &str, args: ExecArgs) -> Result<u8> {
             });
         }
     };
-    let group = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .map(Pid::from_raw);
+    let pgid = group.id(&child);
 
     let lost = guard.lost_signal();
     let ended = loop {
         tokio::select! {
             status = child.wait() => break Ended::Exited(status.map_err(|e| Error::backend("process", e))?),
-            Some(sig) = signals.next() => forward(group, sig),
+            Some(sig) = signals.next() => forward(pgid, sig),
             reason = lost.lost() => {
                 eprintln!("distlock: lock {:?} was lost ({reason}); stopping the command", args.name);
-                terminate(&mut child, group, args.grace).await;
+                terminate(&mut child, pgid, args.grace).await;
                 break Ended::Lost;
             }
         }
     };
+    // Nothing of the command's group may run on outside the lock.
+    group.end().await;
     match ended {
         Ended::Lost => {
             drop(guard);

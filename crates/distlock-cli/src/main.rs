@@ -8,6 +8,7 @@ mod check;
 mod cli;
 mod exec;
 mod exit;
+mod group;
 mod status;
 
 use std::process::ExitCode;
@@ -17,6 +18,14 @@ use clap::{CommandFactory, Parser};
 use crate::cli::{Cli, Command};
 
 fn main() -> ExitCode {
+    // `distlock exec` re-executes itself as its command's group leader: no runtime, no CLI.
+    #[cfg(target_os = "linux")]
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|arg| arg == group::LEADER_ARG)
+    {
+        return group::lead();
+    }
     let cli = Cli::parse();
     // `check` loses locks on purpose; its table reports what matters.
     let quiet = matches!(cli.command, Command::Check(_));

@@ -1,0 +1,300 @@
+//! `distlock exec` never outlives its lock: the command's whole process group dies with
+//! `distlock`, however `distlock` dies (SIGKILL included), and nothing is left behind when it
+//! exits normally. End-to-end on a SQLite file; Linux only (the guarantee is Linux's).
+#![cfg(target_os = "linux")]
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+
+const BIN: &str = env!("CARGO_BIN_EXE_distlock");
+
+/// The hidden argument of `distlock`'s group leader (`src/group.rs`).
+const LEADER_ARG: &str = "__exec-group-leader";
+
+/// Well under every TTL used here: the group must be gone within this after distlock dies.
+const GONE_WITHIN: Duration = Duration::from_secs(5);
+
+fn sqlite_url(dir: &Path) -> String {
+    format!("sqlite://{}", dir.join("locks.db").display())
+}
+
+fn distlock(url: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .env_remove("DISTLOCK_URL")
+        .arg("--url")
+        .arg(url)
+        .args(args);
+    command
+}
+
+/// Waits until `path` holds a line and returns it.
+fn read_when_written(path: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if text.ends_with('\n') {
+                return text.trim().to_owned();
+            }
+        }
+        assert!(Instant::now() < deadline, "{} never written", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn pid_in(path: &Path) -> i32 {
+    let text = read_when_written(path);
+    text.parse()
+        .unwrap_or_else(|_| panic!("{} holds no pid: {text:?}", path.display()))
+}
+
+/// `(state, process group)` of a process, from `/proc/PID/stat`.
+fn state_and_group(pid: i32) -> Option<(char, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "PID (COMM) STATE PPID PGRP ...": COMM may hold spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut fields = rest.split(' ');
+    let state = fields.next()?.chars().next()?;
+    let _ppid = fields.next()?;
+    let group = fields.next()?.parse().ok()?;
+    Some((state, group))
+}
+
+/// Processes of group `pgid` that can still run: zombies (`Z`, dead, waiting to be reaped)
+/// do not count.
+fn live_members(pgid: i32) -> Vec<String> {
+    let mut members = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        if let Some((state, group)) = state_and_group(pid) {
+            if group == pgid && state != 'Z' && state != 'X' {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+                members.push(format!("{pid} {state} {}", cmdline.trim()));
+            }
+        }
+    }
+    members
+}
+
+/// Waits up to `limit` for group `pgid` to have no live process; returns how long it took.
+fn group_gone_within(pgid: i32, limit: Duration) -> Result<Duration, Vec<String>> {
+    let begun = Instant::now();
+    loop {
+        let members = live_members(pgid);
+        if members.is_empty() {
+            return Ok(begun.elapsed());
+        }
+        if begun.elapsed() > limit {
+            return Err(members);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Kills what a failed run left behind, so a failing test does not leak writers.
+struct GroupCleanup(Option<i32>);
+
+impl Drop for GroupCleanup {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            if !live_members(pgid).is_empty() {
+                let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+fn file_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+/// A command whose grandchild ignores SIGTERM and appends a timestamp to `out` every 50 ms;
+/// it writes its own pid to `leader` and the grandchild's to `grandchild`.
+fn writer_script(dir: &Path) -> (String, PathBuf, PathBuf, PathBuf) {
+    let out = dir.join("out");
+    let leader = dir.join("leader");
+    let grandchild = dir.join("grandchild");
+    let script = format!(
+        "trap '' TERM INT HUP; echo $$ > '{leader}'; \
+         (trap '' TERM INT HUP; while :; do date +%s%N >> '{out}'; sleep 0.05; done) & \
+         echo $! > '{grandchild}'; wait",
+        leader = leader.display(),
+        out = out.display(),
+        grandchild = grandchild.display(),
+    );
+    (script, out, leader, grandchild)
+}
+
+/// Starts `distlock exec` of the writer script and returns it with the command's process
+/// group once the grandchild is writing.
+fn start_writer(url: &str, dir: &Path, name: &str, ttl: &str) -> (Child, i32, PathBuf) {
+    let (script, out, leader, grandchild) = writer_script(dir);
+    let holder = distlock(url, &["exec", "--ttl", ttl, name, "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("distlock starts");
+    let leader = pid_in(&leader);
+    let grandchild = pid_in(&grandchild);
+    let (_, pgid) = state_and_group(leader).expect("the command runs");
+    let (_, grandchild_group) = state_and_group(grandchild).expect("the grandchild runs");
+    assert_eq!(grandchild_group, pgid, "the grandchild is in the command's group");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while file_len(&out) == 0 {
+        assert!(Instant::now() < deadline, "the grandchild never wrote");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    (holder, pgid, out)
+}
+
+/// Asserts that `out` no longer grows.
+fn assert_not_growing(out: &Path) {
+    let before = file_len(out);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(file_len(out), before, "{} still grows", out.display());
+}
+
+#[test]
+fn sigkill_of_distlock_kills_the_commands_whole_group() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = sqlite_url(dir.path());
+    let (mut holder, pgid, out) = start_writer(&url, dir.path(), "job", "20s");
+    let _cleanup = GroupCleanup(Some(pgid));
+
+    holder.kill().expect("SIGKILL to distlock");
+    holder.wait().expect("reaped");
+    let took = group_gone_within(pgid, GONE_WITHIN).unwrap_or_else(|survivors| {
+        panic!("{GONE_WITHIN:?} after distlock died, its command's group still runs: {survivors:?}")
+    });
+    eprintln!("the command's group was gone {took:?} after SIGKILL of distlock (TTL 20s)");
+    assert_not_growing(&out);
+    assert_eq!(
+        kill(Pid::from_raw(-pgid), None)
+            .err()
+            .filter(|e| *e != Errno::ESRCH),
+        None,
+        "signalling the group finds only zombies or nothing"
+    );
+}
+
+#[test]
+fn forwarded_signals_leave_the_group_protected() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = sqlite_url(dir.path());
+    let (mut holder, pgid, out) = start_writer(&url, dir.path(), "job", "20s");
+    let _cleanup = GroupCleanup(Some(pgid));
+
+    // The command ignores these; whatever else is in its group must survive them too.
+    let pid = Pid::from_raw(i32::try_from(holder.id()).expect("pid"));
+    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        kill(pid, sig).expect("signal to distlock");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        holder.try_wait().expect("waitable").is_none(),
+        "distlock keeps waiting"
+    );
+
+    holder.kill().expect("SIGKILL to distlock");
+    holder.wait().expect("reaped");
+    if let Err(survivors) = group_gone_within(pgid, GONE_WITHIN) {
+        panic!("after forwarded signals and SIGKILL of distlock, the group still runs: {survivors:?}");
+    }
+    assert_not_growing(&out);
+}
+
+#[test]
+fn a_normal_exit_leaves_no_process_of_the_group_behind() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = sqlite_url(dir.path());
+    let leader = dir.path().join("leader");
+    let background = dir.path().join("background");
+    let go = dir.path().join("go");
+    let script = format!(
+        "echo $$ > '{}'; sleep 1000 & echo $! > '{}'; while [ ! -e '{}' ]; do sleep 0.02; done; exit 3",
+        leader.display(),
+        background.display(),
+        go.display()
+    );
+    let mut holder = distlock(&url, &["exec", "job", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("distlock starts");
+    let command = pid_in(&leader);
+    let _ = pid_in(&background);
+    let (_, pgid) = state_and_group(command).expect("the command runs");
+    let _cleanup = GroupCleanup(Some(pgid));
+    let members = live_members(pgid);
+    let leader = std::fs::read(format!("/proc/{pgid}/cmdline")).unwrap_or_default();
+    assert!(
+        String::from_utf8_lossy(&leader).contains(LEADER_ARG),
+        "a distlock group leader leads the command's group: {members:?}"
+    );
+
+    std::fs::write(&go, "").expect("go");
+    let status = holder.wait().expect("distlock exits");
+    assert_eq!(status.code(), Some(3), "the command's exit code");
+    // distlock has exited: nothing of the command's group may run on, be it a process the
+    // command left in the background or one distlock started to guard the group.
+    let left = live_members(pgid);
+    assert!(
+        left.is_empty(),
+        "left behind after distlock exited: {left:?} (the group while running: {members:?})"
+    );
+    let free = distlock(&url, &["exec", "--no-wait", "job", "--", "true"])
+        .status()
+        .expect("distlock runs");
+    assert!(free.success(), "the lock was released");
+}
+
+#[test]
+fn the_group_leader_refuses_to_run_outside_exec_and_kills_only_its_own_group() {
+    // Each run is isolated in a group of its own, so a leader that wrongly kills its group
+    // cannot reach the test runner.
+    let out = Command::new(BIN)
+        .arg(LEADER_ARG)
+        .process_group(0)
+        .stdin(Stdio::null())
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(64), "stdin is not a pipe: refused");
+
+    let out = Command::new("sh")
+        .args(["-c", ": | \"$0\" \"$1\"; echo \"exit $?\"", BIN, LEADER_ARG])
+        .process_group(0)
+        .output()
+        .expect("runs");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "exit 64",
+        "not the leader of its group: refused, nothing killed"
+    );
+
+    // Run as `exec` runs it: the end of its stdin kills its group, itself included.
+    let mut leader = Command::new(BIN)
+        .arg(LEADER_ARG)
+        .process_group(0)
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        leader.try_wait().expect("waitable").is_none(),
+        "it waits on its pipe"
+    );
+    drop(leader.stdin.take());
+    let status = leader.wait().expect("waited");
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9),
+        "SIGKILL to its own group: {status}"
+    );
+}
