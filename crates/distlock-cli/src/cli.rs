@@ -14,8 +14,15 @@ Exit codes of `exec`: the command's own code (128+N if killed by signal N), or
   75  the lock was not acquired within --wait (or at once with --no-wait)
   76  the lock was lost while the command ran; it got SIGTERM, then SIGKILL after --grace
   126 the command cannot be executed     127 the command was not found
+  70  the command's process group could not be set up
 Any command: 64 invalid name or duration, 69 store unavailable, 78 bad URL or store not
-compiled in, 2 usage error. `check` exits 1 if a case failed.";
+compiled in, 2 usage error. `check` exits 1 if a case failed.
+
+`exec` runs the command in a process group of its own. On Linux that group is killed with
+SIGKILL when distlock dies, however it dies (kill -9 included), and whatever the command
+leaves in it is killed when the command ends, before the lock is released. Processes that
+leave the group (setsid, daemons) are not covered. Elsewhere, if distlock is killed the
+command runs on while the lock expires after its TTL.";
 
 /// A distributed flock(1): run commands under a lock shared by many hosts, and inspect,
 /// check and benchmark lock stores.

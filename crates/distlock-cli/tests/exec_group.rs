@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nix::errno::Errno;
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
@@ -83,6 +82,29 @@ fn live_members(pgid: i32) -> Vec<String> {
         }
     }
     members
+}
+
+/// Processes that can still run and carry `marker` in their environment.
+fn live_with_marker(marker: &str) -> Vec<String> {
+    let needle = format!("DISTLOCK_TEST_MARK={marker}\0");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Some((state, _)) = state_and_group(pid) else {
+            continue;
+        };
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        if state != 'Z' && String::from_utf8_lossy(&environ).contains(&needle) {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            found.push(format!(
+                "{pid} {state} {}",
+                String::from_utf8_lossy(&cmdline).replace('\0', " ")
+            ));
+        }
+    }
+    found
 }
 
 /// Waits up to `limit` for group `pgid` to have no live process; returns how long it took.
@@ -176,12 +198,36 @@ fn sigkill_of_distlock_kills_the_commands_whole_group() {
     });
     eprintln!("the command's group was gone {took:?} after SIGKILL of distlock (TTL 20s)");
     assert_not_growing(&out);
+}
+
+/// The reproduced defect: `exec --ttl 2s`, SIGKILL of distlock, and once the TTL has freed
+/// the lock a second `exec` of the same lock must run alone.
+#[test]
+fn after_sigkill_the_next_holder_runs_alone() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = sqlite_url(dir.path());
+    let (mut holder, pgid, out) = start_writer(&url, dir.path(), "job", "2s");
+    let _cleanup = GroupCleanup(Some(pgid));
+    holder.kill().expect("SIGKILL to distlock");
+    holder.wait().expect("reaped");
+
+    // The next holder gets the lock after the TTL and watches the first one's file.
+    let script = format!(
+        "a=$(wc -c < '{0}'); sleep 1; b=$(wc -c < '{0}'); echo \"$a $b\"",
+        out.display()
+    );
+    let begun = Instant::now();
+    let next = distlock(&url, &["exec", "--wait", "30s", "job", "--", "sh", "-c", &script])
+        .output()
+        .expect("distlock runs");
+    assert!(next.status.success(), "{}", String::from_utf8_lossy(&next.stderr));
+    let sizes = String::from_utf8_lossy(&next.stdout).trim().to_owned();
+    let (a, b) = sizes.split_once(' ').expect("two sizes");
     assert_eq!(
-        kill(Pid::from_raw(-pgid), None)
-            .err()
-            .filter(|e| *e != Errno::ESRCH),
-        None,
-        "signalling the group finds only zombies or nothing"
+        a,
+        b,
+        "the first command wrote while the next holder ran ({:?} after the kill)",
+        begun.elapsed()
     );
 }
 
@@ -297,4 +343,44 @@ fn the_group_leader_refuses_to_run_outside_exec_and_kills_only_its_own_group() {
         Some(9),
         "SIGKILL to its own group: {status}"
     );
+}
+
+/// Whatever way `exec` ends, nothing it started (group leader, command, leftovers) runs on.
+#[test]
+fn no_process_is_left_behind_on_any_exit_path() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = sqlite_url(dir.path());
+    let marker = dir.path().display().to_string();
+    let run = |args: &[&str]| {
+        distlock(&url, args)
+            .env("DISTLOCK_TEST_MARK", &marker)
+            // Not piped: a leftover holding a pipe would make the wait its own.
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .status()
+            .expect("distlock runs")
+            .code()
+    };
+    let started = dir.path().join("started");
+    let mut holder = distlock(&url, &["exec", "held", "--", "sh", "-c"])
+        .arg(format!("touch '{}'; sleep 30", started.display()))
+        .spawn()
+        .expect("distlock starts");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !started.exists() {
+        assert!(Instant::now() < deadline, "the holder never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for (args, code) in [
+        (&["exec", "job", "--", "true"][..], 0),
+        (&["exec", "job", "--", "sh", "-c", "sleep 30 & exit 3"][..], 3),
+        (&["exec", "job", "--", "/no/such/command"][..], 127),
+        (&["exec", "--no-wait", "held", "--", "true"][..], 75),
+    ] {
+        assert_eq!(run(args), Some(code), "{args:?}");
+        let left = live_with_marker(&marker);
+        assert!(left.is_empty(), "{args:?} left behind: {left:?}");
+    }
+    let _ = holder.kill();
+    let _ = holder.wait();
 }
