@@ -15,6 +15,10 @@
 //!   `DISTLOCK_TEST_MYSQL_URL` and `DISTLOCK_TEST_ZOOKEEPER_URL` to use
 //!   servers you already run.
 //!
+//! * **Fault proxies** — [`FaultProxy`] sits between a client and a server on
+//!   loopback and adds latency, black-holes traffic (a silent partition),
+//!   drops replies, resets or refuses connections, and counts bytes.
+//!
 //! The API is synchronous: `start` and `restart` block until the server
 //! passes a readiness check (a protocol-level ping, polled every 25 ms, at
 //! most 10 s for redis/memcached and 30 s for MariaDB/ZooKeeper). From async
@@ -45,6 +49,7 @@ mod memcached;
 mod port;
 pub mod probe;
 mod process;
+pub mod proxy;
 mod redis;
 pub mod shared;
 mod spawner;
@@ -56,6 +61,7 @@ pub use mariadb::{MariaDbOptions, MariaDbServer, MARIADB_DATABASE, MARIADB_PASSW
 pub use memcached::{MemcachedOptions, MemcachedServer};
 pub use port::free_port;
 pub use process::ServerProcess;
+pub use proxy::{Direction, FaultProxies, FaultProxy, Traffic};
 pub use redis::{RedisOptions, RedisServer};
 pub use zookeeper::{
     four_letter_word, zk_mode, ZkMode, ZooKeeperEnsemble, ZooKeeperNode, ZooKeeperOptions, ZooKeeperServer,

@@ -1,0 +1,158 @@
+//! The fault proxy against a real redis-server, spoken to over raw TCP: each control does what
+//! it says to live connections, and only that.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use distlock_testkit::{Direction, FaultProxy, RedisServer};
+
+fn redis() -> RedisServer {
+    RedisServer::start().expect("redis-server starts (run scripts/install-test-deps)")
+}
+
+fn connect(proxy: &FaultProxy) -> TcpStream {
+    let stream = TcpStream::connect(proxy.addr()).expect("connects to the proxy");
+    stream
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .expect("timeout set");
+    stream
+}
+
+/// Sends one `PING` and reads the reply (`Err` with the read's error kind if none came).
+fn ping(stream: &mut TcpStream) -> Result<String, ErrorKind> {
+    stream.write_all(b"PING\r\n").map_err(|e| e.kind())?;
+    let mut buf = [0u8; 64];
+    match stream.read(&mut buf) {
+        Ok(0) => Err(ErrorKind::UnexpectedEof),
+        Ok(n) => Ok(String::from_utf8_lossy(&buf[..n]).into_owned()),
+        Err(e) => Err(e.kind()),
+    }
+}
+
+fn is_timeout(kind: ErrorKind) -> bool {
+    matches!(kind, ErrorKind::WouldBlock | ErrorKind::TimedOut)
+}
+
+#[test]
+fn forwards_and_counts_bytes() {
+    let server = redis();
+    let proxy = FaultProxy::start(server.addr()).expect("proxy starts");
+    let mut stream = connect(&proxy);
+    assert_eq!(ping(&mut stream).as_deref(), Ok("+PONG\r\n"));
+    // Counters are updated right after the write; give the proxy's thread a moment.
+    std::thread::sleep(Duration::from_millis(50));
+    let traffic = proxy.traffic();
+    assert_eq!(traffic.to_server, 6, "PING\\r\\n");
+    assert_eq!(traffic.to_client, 7, "+PONG\\r\\n");
+    assert_eq!(proxy.connections(), 1);
+}
+
+#[test]
+fn blackhole_is_silent_and_heals_without_losing_bytes() {
+    let server = redis();
+    let proxy = FaultProxy::start(server.addr()).expect("proxy starts");
+    let mut stream = connect(&proxy);
+    assert!(ping(&mut stream).is_ok());
+    proxy.blackhole();
+    // No reply, no RST, no FIN: the read just times out, and again.
+    for _ in 0..2 {
+        let outcome = ping(&mut stream);
+        assert!(
+            matches!(outcome, Err(kind) if is_timeout(kind)),
+            "a black hole must be silent, got {outcome:?}"
+        );
+    }
+    // A new connection is accepted and silent too.
+    let mut fresh = connect(&proxy);
+    assert!(matches!(ping(&mut fresh), Err(kind) if is_timeout(kind)));
+    proxy.heal();
+    // The held PINGs are delivered after the heal, as retransmission would.
+    let mut replies = String::new();
+    let mut buf = [0u8; 64];
+    while replies.matches("+PONG").count() < 2 {
+        let n = stream.read(&mut buf).expect("held replies arrive after heal");
+        assert!(n > 0, "the connection stayed open");
+        replies.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert_eq!(ping(&mut stream).as_deref(), Ok("+PONG\r\n"));
+}
+
+#[test]
+fn dropped_replies_still_run_the_command() {
+    let server = redis();
+    let proxy = FaultProxy::start(server.addr()).expect("proxy starts");
+    let mut stream = connect(&proxy);
+    proxy.drop_replies();
+    stream.write_all(b"SET proxied yes\r\n").expect("written");
+    let mut buf = [0u8; 64];
+    let read = stream.read(&mut buf);
+    assert!(
+        matches!(&read, Err(e) if is_timeout(e.kind())),
+        "the reply must be lost, got {read:?}"
+    );
+    proxy.heal();
+    // The command ran: a direct connection sees the key.
+    let mut direct = TcpStream::connect(server.addr()).expect("direct");
+    direct.write_all(b"GET proxied\r\n").expect("written");
+    let n = direct.read(&mut buf).expect("reply");
+    assert_eq!(&buf[..n], b"$3\r\nyes\r\n");
+}
+
+#[test]
+fn reset_sends_rst_and_refuse_closes_new_connections() {
+    let server = redis();
+    let proxy = FaultProxy::start(server.addr()).expect("proxy starts");
+    let mut stream = connect(&proxy);
+    assert!(ping(&mut stream).is_ok());
+    proxy.reset();
+    std::thread::sleep(Duration::from_millis(100));
+    let outcome = ping(&mut stream);
+    assert!(
+        matches!(
+            outcome,
+            Err(ErrorKind::ConnectionReset | ErrorKind::BrokenPipe | ErrorKind::UnexpectedEof)
+        ),
+        "a reset connection must fail at once, got {outcome:?}"
+    );
+    assert_eq!(proxy.connections(), 0);
+    // New connections work after a reset.
+    assert!(ping(&mut connect(&proxy)).is_ok());
+
+    proxy.refuse(true);
+    let mut refused = connect(&proxy);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(ping(&mut refused).is_err(), "a refused connection is closed");
+    proxy.heal();
+    assert!(ping(&mut connect(&proxy)).is_ok());
+}
+
+#[test]
+fn latency_delays_each_direction() {
+    let server = redis();
+    let proxy = FaultProxy::start(server.addr()).expect("proxy starts");
+    let mut stream = connect(&proxy);
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout set");
+    proxy.set_latency(Direction::ToServer, Duration::from_millis(150), Duration::ZERO);
+    proxy.set_latency(
+        Direction::ToClient,
+        Duration::from_millis(100),
+        Duration::from_millis(20),
+    );
+    let started = Instant::now();
+    assert!(ping(&mut stream).is_ok());
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_secs(3),
+        "one round trip through 150 + 100..120 ms took {took:?}"
+    );
+    proxy.heal();
+    let started = Instant::now();
+    assert!(ping(&mut stream).is_ok());
+    assert!(
+        started.elapsed() < Duration::from_millis(200),
+        "healed: no added latency"
+    );
+}
