@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{DistributedLock, LockName, Result};
+use distlock_testkit::FaultProxies;
 
 /// One store under test, as the suite sees it. Each backend's `tests/conformance.rs`
 /// implements it in a few lines and calls [`conformance_tests!`](crate::conformance_tests).
@@ -39,6 +40,20 @@ pub trait Fixture: Send + Sync + 'static {
         None
     }
 
+    /// Fault hook: a NEW client of the same store whose every connection goes through fresh
+    /// fault proxies, one in front of each server of the store (a ZooKeeper ensemble's
+    /// members, Redlock's masters). `None` if the fixture cannot (an embedded or in-process
+    /// store, a live store the suite did not start): the fault cases then skip, saying so.
+    async fn proxied_backend(&self) -> Option<Result<Proxied>> {
+        None
+    }
+
+    /// The operation timeout the fixture's clients are built with: the bound within which
+    /// every call against a silent store must return.
+    fn operation_timeout(&self) -> Duration {
+        Duration::from_secs(5)
+    }
+
     /// The TTL the suite uses for leases meant to expire during a case. At least the
     /// backend's TTL granularity; keep it short so the suite stays fast.
     fn short_ttl(&self) -> Duration {
@@ -51,4 +66,12 @@ pub trait Fixture: Send + Sync + 'static {
 pub trait Outage: Send {
     /// Brings the store back (restart or resume the server) and waits until it answers.
     async fn restore(self: Box<Self>);
+}
+
+/// A client whose connections go through fault proxies, from [`Fixture::proxied_backend`].
+pub struct Proxied {
+    /// The client.
+    pub lock: Arc<dyn DistributedLock>,
+    /// The proxies between it and the store's servers; dropping them cuts the client off.
+    pub faults: FaultProxies,
 }

@@ -37,7 +37,8 @@ mod report;
 
 pub use cases::Outcome;
 pub use context::Ctx;
-pub use fixture::{Fixture, Outage};
+pub use distlock_testkit::{Direction, FaultProxies, FaultProxy};
+pub use fixture::{Fixture, Outage, Proxied};
 pub use live::LiveFixture;
 pub use memory::MemoryFixture;
 pub use report::{run_cases, Report};
@@ -146,6 +147,26 @@ pub const CASES: &[Case] = &[
         c20_with_lock,
         "with_lock runs under the lock and stops with LockLost when it is lost"
     ),
+    case!(
+        c21_timed_out_acquire_leaves_nothing,
+        "an acquire whose reply is lost or too slow errs in bounded time and strands nothing"
+    ),
+    case!(
+        c22_silent_partition_of_a_holder,
+        "a silently partitioned holder hears of the loss before anyone else can acquire"
+    ),
+    case!(
+        c23_slow_store,
+        "a slow store never yields two holders; renewals keep the lock; waits keep deadlines"
+    ),
+    case!(
+        c24_waiters_survive_resets,
+        "after every connection is reset, a release still wakes waiters by notification"
+    ),
+    case!(
+        c25_no_exhaustion_after_timeouts,
+        "20 timeouts against a black hole leave the client healthy for 100 leases"
+    ),
 ];
 
 tokio::task_local! {
@@ -217,6 +238,11 @@ macro_rules! conformance_tests {
             c18_max_hold_time,
             c19_no_renewal_reports_expiry,
             c20_with_lock,
+            c21_timed_out_acquire_leaves_nothing,
+            c22_silent_partition_of_a_holder,
+            c23_slow_store,
+            c24_waiters_survive_resets,
+            c25_no_exhaustion_after_timeouts,
         );
 
         #[test]

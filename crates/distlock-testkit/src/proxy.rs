@@ -261,6 +261,11 @@ impl std::fmt::Debug for FaultProxy {
 pub struct FaultProxies(pub Vec<FaultProxy>);
 
 impl FaultProxies {
+    /// Adds the proxies of `other` to these.
+    pub fn extend(&mut self, other: FaultProxies) {
+        self.0.extend(other.0);
+    }
+
     /// One proxy in front of each of `upstreams`.
     pub fn start(upstreams: impl IntoIterator<Item = SocketAddr>) -> Result<Self, HarnessError> {
         upstreams
@@ -324,6 +329,42 @@ impl FaultProxies {
     pub fn connections(&self) -> usize {
         self.0.iter().map(FaultProxy::connections).sum()
     }
+}
+
+/// Rewrites a store URL (`scheme://[user@]host:port[,host:port...][/path][?query]`) so that
+/// every server it names is reached through a fresh [`FaultProxy`]; returns the new URL and the
+/// proxies.
+///
+/// ```
+/// # fn main() -> Result<(), distlock_testkit::HarnessError> {
+/// let (url, proxies) = distlock_testkit::proxy::through_proxies("zk://127.0.0.1:2181,127.0.0.1:2182/locks")?;
+/// assert_eq!(proxies.0.len(), 2);
+/// assert!(url.starts_with("zk://127.0.0.1:") && url.ends_with("/locks"));
+/// # Ok(()) }
+/// ```
+pub fn through_proxies(url: &str) -> Result<(String, FaultProxies), HarnessError> {
+    let bad = || HarnessError::Other(format!("cannot put a proxy in front of {url:?}"));
+    let (scheme, rest) = url.split_once("://").ok_or_else(bad)?;
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
+        None => (String::new(), authority),
+    };
+    let upstreams = hosts
+        .split(',')
+        .map(|host| {
+            std::net::ToSocketAddrs::to_socket_addrs(host)
+                .ok()
+                .and_then(|mut addrs| addrs.next())
+                .ok_or_else(bad)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let proxies = FaultProxies::start(upstreams)?;
+    Ok((
+        format!("{scheme}://{userinfo}{}{tail}", proxies.host_ports()),
+        proxies,
+    ))
 }
 
 async fn accept_loop(listener: TcpListener, control: Arc<Control>, mut stop: watch::Receiver<bool>) {

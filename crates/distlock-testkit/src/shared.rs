@@ -16,7 +16,10 @@
 use std::fs;
 use std::sync::{Once, OnceLock};
 
-use crate::{HarnessError, MariaDbServer, MemcachedServer, RedisServer, ServerProcess, ZooKeeperServer};
+use crate::{
+    HarnessError, MariaDbServer, MemcachedServer, RedisServer, ServerProcess, ZooKeeperEnsemble,
+    ZooKeeperServer,
+};
 
 /// Points [`redis_url`] at an existing server, e.g. `redis://127.0.0.1:6379`.
 pub const REDIS_URL_ENV: &str = "DISTLOCK_TEST_REDIS_URL";
@@ -36,6 +39,7 @@ static REDIS: Cell<RedisServer> = OnceLock::new();
 static MEMCACHED: Cell<MemcachedServer> = OnceLock::new();
 static MARIADB: Cell<MariaDbServer> = OnceLock::new();
 static ZOOKEEPER: Cell<ZooKeeperServer> = OnceLock::new();
+static ZOOKEEPER_ENSEMBLE: Cell<ZooKeeperEnsemble> = OnceLock::new();
 
 /// The shared `redis-server` (started on first use; blocks until ready).
 pub fn redis() -> Result<&'static RedisServer, HarnessError> {
@@ -57,6 +61,11 @@ pub fn mariadb() -> Result<&'static MariaDbServer, HarnessError> {
 /// until ready).
 pub fn zookeeper() -> Result<&'static ZooKeeperServer, HarnessError> {
     shared(&ZOOKEEPER, ZooKeeperServer::start)
+}
+
+/// The shared 3-node ZooKeeper ensemble (started on first use; blocks until a quorum formed).
+pub fn zookeeper_ensemble() -> Result<&'static ZooKeeperEnsemble, HarnessError> {
+    shared(&ZOOKEEPER_ENSEMBLE, ZooKeeperEnsemble::start)
 }
 
 /// `$DISTLOCK_TEST_REDIS_URL` if set, else the shared server's URL.
@@ -118,6 +127,12 @@ extern "C" fn cleanup_at_exit() {
         }
         if let Some(Ok(server)) = ZOOKEEPER.get() {
             cleanup(server.process(), server.dir());
+        }
+        if let Some(Ok(ensemble)) = ZOOKEEPER_ENSEMBLE.get() {
+            for node in ensemble.nodes() {
+                node.process().kill_now();
+            }
+            let _ = fs::remove_dir_all(ensemble.dir());
         }
     });
 }

@@ -9,6 +9,7 @@ use distlock_core::{DistributedLock, Lease, LockName, OwnerToken, TryAcquire};
 mod acquire;
 mod exclusion;
 mod expiry;
+mod faults;
 mod fencing;
 mod input;
 mod lost;
@@ -23,6 +24,10 @@ pub use acquire::{
 pub use exclusion::{c09_mutual_exclusion_under_contention, c10_many_locks_at_once};
 pub use expiry::{
     c03_stale_owner_cannot_release_or_extend, c04_ttl_expiry_frees_lock, c13_dropped_guard_frees_lock,
+};
+pub use faults::{
+    c21_timed_out_acquire_leaves_nothing, c22_silent_partition_of_a_holder, c23_slow_store,
+    c24_waiters_survive_resets, c25_no_exhaustion_after_timeouts,
 };
 pub use fencing::c08_fencing_tokens_increase;
 pub use input::c11_bad_input_is_a_typed_error;

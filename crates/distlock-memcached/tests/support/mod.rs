@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_conformance::{Fixture, Outage};
+use distlock_conformance::{Fixture, Outage, Proxied};
 use distlock_core::{DistributedLock, Error, Lease, LockName, LockState, OwnerToken, Result, TryAcquire};
 use distlock_memcached::{MemcachedConfig, MemcachedLock};
 use distlock_testkit::{shared, MemcachedOptions, MemcachedServer};
@@ -45,10 +45,13 @@ pub async fn shared_url() -> String {
 }
 
 /// A client of `url` with short timeouts, as the tests want.
+/// The fixture's operation timeout.
+pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(1);
+
 pub fn lock(url: &str) -> MemcachedLock {
     MemcachedConfig::from_url(url)
         .expect("valid URL")
-        .with_operation_timeout(Duration::from_secs(1))
+        .with_operation_timeout(OPERATION_TIMEOUT)
         .with_connect_timeout(Duration::from_millis(500))
         .build()
         .expect("valid config")
@@ -104,6 +107,21 @@ impl Fixture for MemcachedFixture {
             inner: lock(&self.url),
             names: self.names.clone(),
         }))
+    }
+
+    async fn proxied_backend(&self) -> Option<Result<Proxied>> {
+        let (url, faults) = distlock_testkit::proxy::through_proxies(&self.url).ok()?;
+        Some(Ok(Proxied {
+            lock: Arc::new(Recorded {
+                inner: lock(&url),
+                names: self.names.clone(),
+            }),
+            faults,
+        }))
+    }
+
+    fn operation_timeout(&self) -> Duration {
+        OPERATION_TIMEOUT
     }
 
     async fn steal(&self, name: &LockName) -> Result<()> {

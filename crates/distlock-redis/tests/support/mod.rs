@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_conformance::{Fixture, Outage};
+use distlock_conformance::{Fixture, Outage, Proxied};
 use distlock_core::{DistributedLock, Error, LockName, Result};
 use distlock_redis::{RedisConfig, RedisLock, Redlock, RedlockConfig};
 use distlock_testkit::{shared, RedisServer};
@@ -76,10 +76,20 @@ impl RedisFixture {
 
     /// A client of the server.
     pub async fn lock(&self) -> RedisLock {
-        RedisConfig::from_url(&self.url)
+        lock_at(&self.url).await
+    }
+}
+
+/// The fixtures' operation and connect timeout.
+pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A client of the server at `url`, as the fixture builds them.
+pub async fn lock_at(url: &str) -> RedisLock {
+    {
+        RedisConfig::from_url(url)
             .expect("valid URL")
-            .with_operation_timeout(Duration::from_secs(1))
-            .with_connect_timeout(Duration::from_secs(1))
+            .with_operation_timeout(OPERATION_TIMEOUT)
+            .with_connect_timeout(OPERATION_TIMEOUT)
             .build()
             .await
             .expect("connects")
@@ -119,6 +129,18 @@ impl Fixture for RedisFixture {
 
     async fn held_count(&self, prefix: &str) -> Result<usize> {
         self.lock().await.count_held(prefix).await
+    }
+
+    async fn proxied_backend(&self) -> Option<Result<Proxied>> {
+        let (url, faults) = distlock_testkit::proxy::through_proxies(&self.url).ok()?;
+        Some(Ok(Proxied {
+            lock: Arc::new(lock_at(&url).await),
+            faults,
+        }))
+    }
+
+    fn operation_timeout(&self) -> Duration {
+        OPERATION_TIMEOUT
     }
 
     async fn outage(&self) -> Option<Box<dyn Outage>> {
@@ -173,12 +195,19 @@ impl RedlockFixture {
 
     /// A client of the masters.
     pub async fn redlock(&self) -> Redlock {
+        redlock_at(&self.urls).await
+    }
+}
+
+/// A Redlock client of the masters at `urls`, as the fixture builds them.
+pub async fn redlock_at(urls: &[String]) -> Redlock {
+    {
         // Generous: debug builds on a busy 2-core machine answer bursts of 500 acquisitions
         // over 5 masters in up to ~300 ms.
-        RedlockConfig::new(&self.urls)
+        RedlockConfig::new(urls)
             .expect("valid URLs")
-            .with_node_timeout(Duration::from_secs(1))
-            .with_connect_timeout(Duration::from_secs(1))
+            .with_node_timeout(OPERATION_TIMEOUT)
+            .with_connect_timeout(OPERATION_TIMEOUT)
             .build()
             .await
             .expect("builds")
@@ -253,6 +282,24 @@ impl Fixture for RedlockFixture {
 
     async fn held_count(&self, prefix: &str) -> Result<usize> {
         self.redlock().await.count_held(prefix).await
+    }
+
+    async fn proxied_backend(&self) -> Option<Result<Proxied>> {
+        let mut faults = distlock_conformance::FaultProxies::default();
+        let mut urls = Vec::new();
+        for url in &self.urls {
+            let (proxied, proxies) = distlock_testkit::proxy::through_proxies(url).ok()?;
+            urls.push(proxied);
+            faults.extend(proxies);
+        }
+        Some(Ok(Proxied {
+            lock: Arc::new(redlock_at(&urls).await),
+            faults,
+        }))
+    }
+
+    fn operation_timeout(&self) -> Duration {
+        OPERATION_TIMEOUT
     }
 
     /// Kills a majority of the masters.

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use distlock_conformance::{Fixture, Outage};
+use distlock_conformance::{Fixture, Outage, Proxied};
 use distlock_core::{DistributedLock, Error, LockName, OwnerToken, Result};
 use distlock_sql::{SqlConfig, SqlLock};
 use distlock_testkit::shared::MYSQL_URL_ENV;
@@ -77,6 +77,18 @@ fn admin_error(e: sqlx::Error) -> Error {
 impl Fixture for MySqlFixture {
     async fn backend(&self) -> Result<Arc<dyn DistributedLock>> {
         Ok(Arc::new(client(&self.url).await?))
+    }
+
+    async fn proxied_backend(&self) -> Option<Result<Proxied>> {
+        let (url, faults) = distlock_testkit::proxy::through_proxies(&self.url).ok()?;
+        Some(client(&url).await.map(|lock| Proxied {
+            lock: Arc::new(lock),
+            faults,
+        }))
+    }
+
+    fn operation_timeout(&self) -> Duration {
+        OPERATION_TIMEOUT
     }
 
     async fn steal(&self, name: &LockName) -> Result<()> {

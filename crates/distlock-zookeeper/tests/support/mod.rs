@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_conformance::{Fixture, Outage};
+use distlock_conformance::{Fixture, Outage, Proxied};
 use distlock_core::{DistributedLock, Error, LockName, Result};
 use distlock_testkit::{shared, ZooKeeperServer};
 use distlock_zookeeper::{ZooKeeperConfig, ZooKeeperLock};
@@ -57,6 +57,15 @@ impl ZkFixture {
     }
 
     /// Over a standalone server of its own, which `outage` may kill.
+    /// A fixture over the test binary's shared 3-node ensemble (never killed by a case).
+    pub async fn ensemble() -> Self {
+        let url = tokio::task::spawn_blocking(|| shared::zookeeper_ensemble().map(|e| e.url()))
+            .await
+            .expect("joined")
+            .expect("the shared ZooKeeper ensemble starts");
+        Self::over(url, None).await
+    }
+
     pub async fn own() -> Self {
         let server = tokio::task::spawn_blocking(ZooKeeperServer::start)
             .await
@@ -109,6 +118,18 @@ pub async fn fixture() -> Arc<dyn Fixture> {
 impl Fixture for ZkFixture {
     async fn backend(&self) -> Result<Arc<dyn DistributedLock>> {
         Ok(Arc::new(ZooKeeperLock::connect(config(&self.url)).await?))
+    }
+
+    async fn proxied_backend(&self) -> Option<Result<Proxied>> {
+        let (url, faults) = distlock_testkit::proxy::through_proxies(&self.url).ok()?;
+        Some(ZooKeeperLock::connect(config(&url)).await.map(|lock| Proxied {
+            lock: Arc::new(lock) as Arc<dyn DistributedLock>,
+            faults,
+        }))
+    }
+
+    fn operation_timeout(&self) -> Duration {
+        OPERATION_TIMEOUT
     }
 
     /// Deletes the holder's node (the first in the queue).

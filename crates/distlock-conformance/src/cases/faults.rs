@@ -1,0 +1,348 @@
+//! Network faults between a client and its store, made for real by fault proxies on loopback
+//! ([`Fixture::proxied_backend`](crate::Fixture::proxied_backend)): lost replies, a slow
+//! store, a silent partition of a holder, connection resets, a black hole. Each case records
+//! the instants it measures with `ctx.note`.
+
+use std::time::{Duration, Instant};
+
+use distlock_core::{AcquireOptions, Error, Expiry, LockClient, LockName, WakeUp};
+use distlock_testkit::{Direction, FaultProxies};
+use futures::future::join_all;
+
+use super::{within, Outcome, LONG_TTL};
+use crate::{Ctx, Proxied};
+
+/// Slack on top of the operation timeout for "returns within the bound" checks.
+const SLACK: Duration = Duration::from_secs(3);
+/// A bound no single step of these cases may exceed (a hang).
+const NO_HANG: Duration = Duration::from_secs(60);
+
+/// A client through fault proxies, or the reason to skip.
+async fn proxied(ctx: &Ctx) -> Result<(LockClient, FaultProxies), Outcome> {
+    match ctx.fixture().proxied_backend().await {
+        Some(Ok(Proxied { lock, faults })) => Ok((LockClient::from_arc(lock), faults)),
+        Some(Err(error)) => panic!("the fixture could not open a client through a fault proxy: {error}"),
+        None => Err(ctx.skip("needs a fault proxy between client and store (not available for this store)")),
+    }
+}
+
+/// Case 21: An acquire whose reply is lost, or that outlives the operation timeout on a slow
+/// store, fails with a typed error within the bound and leaves nothing behind: once the
+/// network heals, another client gets the lock within about an operation timeout, not after
+/// the TTL or session timeout.
+pub async fn c21_timed_out_acquire_leaves_nothing(ctx: Ctx) -> Outcome {
+    let op = ctx.fixture().operation_timeout();
+    for fault in ["dropped replies", "a store slower than the operation timeout"] {
+        let (client, faults) = match proxied(&ctx).await {
+            Ok(pair) => pair,
+            Err(skip) => return skip,
+        };
+        let name = ctx.name(&format!("ambiguous-{}", fault.len()));
+        match fault {
+            "dropped replies" => faults.drop_replies(),
+            _ => faults.set_latency(
+                Direction::ToClient,
+                op + Duration::from_millis(500),
+                Duration::ZERO,
+            ),
+        }
+        let started = Instant::now();
+        let opts = AcquireOptions::new().ttl(LONG_TTL).no_wait();
+        let outcome = within(
+            NO_HANG,
+            "an acquire on a faulty network",
+            client.try_acquire_with(&name, &opts),
+        )
+        .await;
+        let failed_after = started.elapsed();
+        let error = match outcome {
+            Err(error) => error,
+            Ok(guard) => panic!("{fault}: the acquire cannot have heard an answer, got {guard:?}"),
+        };
+        assert!(
+            error.is_ambiguous() || matches!(error, Error::Timeout { .. }),
+            "{fault}: an unknown outcome must be a typed, ambiguous error, got {error}"
+        );
+        assert!(
+            failed_after <= op + SLACK,
+            "{fault}: the error came after {failed_after:?}, past the operation timeout {op:?}"
+        );
+        faults.heal();
+        let healed = Instant::now();
+        let other = ctx.client().await;
+        let wait = AcquireOptions::new().ttl(LONG_TTL).wait_for(op * 3 + SLACK * 2);
+        let guard = within(
+            NO_HANG,
+            "another client's acquire after the heal",
+            other.acquire_with(&name, &wait),
+        )
+        .await
+        .unwrap_or_else(|e| {
+            panic!("{fault}: the lock stayed taken after the heal (stranded by the failed attempt): {e}")
+        });
+        let recovered = healed.elapsed();
+        ctx.note(format!(
+            "{fault}: error after {failed_after:?} ({error}); another client acquired {recovered:?} after the heal"
+        ));
+        assert!(
+            recovered <= op * 2 + SLACK,
+            "{fault}: another client waited {recovered:?} after the heal; the failed attempt's cleanup must free it within about an operation timeout"
+        );
+        guard.release().await.expect("released");
+        drop(client);
+    }
+    Outcome::Passed
+}
+
+/// Case 22: A holder cut off by a silent partition (no RST, no FIN) hears that its lock is
+/// lost, and `with_lock` stops its work, BEFORE any other client can acquire it.
+pub async fn c22_silent_partition_of_a_holder(ctx: Ctx) -> Outcome {
+    let (holder, faults) = match proxied(&ctx).await {
+        Ok(pair) => pair,
+        Err(skip) => return skip,
+    };
+    let op = ctx.fixture().operation_timeout();
+    let ttl = (op * 3).max(ctx.short_ttl());
+    let opts = AcquireOptions::new().ttl(ttl);
+    let (held, worked) = (ctx.name("partition-guard"), ctx.name("partition-work"));
+    let guard = holder.acquire_with(&held, &opts).await.expect("acquired");
+    let (work_started_tx, work_started) = tokio::sync::oneshot::channel();
+    let work = {
+        let (holder, worked, opts) = (holder.clone(), worked.clone(), opts.clone());
+        tokio::spawn(async move {
+            let outcome = holder
+                .with_lock(&worked, &opts, |_| async move {
+                    let _ = work_started_tx.send(());
+                    std::future::pending::<()>().await;
+                })
+                .await;
+            (Instant::now(), outcome)
+        })
+    };
+    within(NO_HANG, "with_lock starts its work", work_started)
+        .await
+        .expect("the work started");
+
+    let cut = Instant::now();
+    faults.blackhole();
+    let other = ctx.client().await;
+    let acquire_later = |name: LockName| {
+        let other = other.clone();
+        let wait = AcquireOptions::new().ttl(LONG_TTL).wait_for(NO_HANG);
+        tokio::spawn(async move {
+            let guard = other.acquire_with(&name, &wait).await;
+            (Instant::now(), guard)
+        })
+    };
+    let (other_held, other_worked) = (acquire_later(held.clone()), acquire_later(worked.clone()));
+
+    let lost_reason = within(NO_HANG, "the partitioned holder hears of the loss", guard.lost()).await;
+    let lost_at = Instant::now();
+    let (aborted_at, outcome) = within(NO_HANG, "with_lock stops its work", work)
+        .await
+        .expect("joined");
+    assert!(
+        matches!(outcome, Err(Error::LockLost { .. })),
+        "with_lock must end with LockLost, got {outcome:?}"
+    );
+    let (acquired_held, held_guard) = within(NO_HANG, "the other client acquires", other_held)
+        .await
+        .expect("joined");
+    let (acquired_worked, worked_guard) = within(NO_HANG, "the other client acquires", other_worked)
+        .await
+        .expect("joined");
+    let (held_guard, worked_guard) = (
+        held_guard.expect("the other client gets the lock in the end"),
+        worked_guard.expect("the other client gets the lock in the end"),
+    );
+    ctx.note(format!(
+        "partition at 0: lost signal at {:?} ({lost_reason}), other client acquired at {:?}; with_lock aborted at {:?}, other acquired at {:?}",
+        lost_at - cut,
+        acquired_held - cut,
+        aborted_at - cut,
+        acquired_worked - cut
+    ));
+    assert!(
+        lost_at < acquired_held,
+        "the lost signal fired {:?} AFTER another client acquired: two holders",
+        lost_at - acquired_held
+    );
+    assert!(
+        aborted_at < acquired_worked,
+        "with_lock's work ran {:?} past another client's acquisition: two holders",
+        aborted_at - acquired_worked
+    );
+    faults.heal();
+    drop(guard);
+    held_guard.release().await.expect("released");
+    worked_guard.release().await.expect("released");
+    Outcome::Passed
+}
+
+/// Case 23: A slow store (latency near half the operation timeout each way) never yields two
+/// holders; renewals keep the lock; waits end on their deadlines.
+pub async fn c23_slow_store(ctx: Ctx) -> Outcome {
+    let (client, faults) = match proxied(&ctx).await {
+        Ok(pair) => pair,
+        Err(skip) => return skip,
+    };
+    let op = ctx.fixture().operation_timeout();
+    let one_way = op * 2 / 5;
+    let ttl = (op * 5).max(ctx.short_ttl());
+    let name = ctx.name("slow");
+    let guard = client
+        .acquire_with(&name, &AcquireOptions::new().ttl(ttl))
+        .await
+        .expect("acquired on a healthy network");
+    faults.set_latency(Direction::Both, one_way, one_way / 10);
+    let prober = ctx.backend().await;
+    let until = Instant::now() + ttl * 2;
+    let mut probes = 0;
+    while Instant::now() < until {
+        assert!(
+            super::is_held(&*prober, &name, LONG_TTL).await,
+            "another client got the lock while the slow holder renews it"
+        );
+        assert!(
+            !guard.is_lost(),
+            "renewals through a slow store must keep the lock"
+        );
+        probes += 1;
+        tokio::time::sleep(ttl / 10).await;
+    }
+    // A bounded wait through the slow store ends on its deadline.
+    let wait = op * 2;
+    let started = Instant::now();
+    let waited = client
+        .acquire_with(&name, &AcquireOptions::new().ttl(ttl).wait_for(wait))
+        .await;
+    let took = started.elapsed();
+    assert!(
+        matches!(waited, Err(Error::Timeout { .. })),
+        "held, so the wait times out: {waited:?}"
+    );
+    assert!(took <= wait + SLACK, "a {wait:?} wait took {took:?}");
+    ctx.note(format!(
+        "{one_way:?} each way: held for {:?} with {probes} probes seeing it held; a {wait:?} wait ended after {took:?}",
+        ttl * 2
+    ));
+    faults.heal();
+    assert!(
+        guard.release().await.expect("released"),
+        "still ours after the slow period"
+    );
+    Outcome::Passed
+}
+
+/// Case 24: Waiters survive connection resets (including the notification connection): the
+/// next release still wakes them by notification, in about the normal handoff time.
+pub async fn c24_waiters_survive_resets(ctx: Ctx) -> Outcome {
+    if ctx.caps().wake_up != WakeUp::Notification {
+        return ctx.skip("the backend wakes waiters by polling, so there is no notification to lose");
+    }
+    let holder = ctx.client().await;
+    let name = ctx.name("resets");
+    let guard = holder
+        .acquire_with(&name, &AcquireOptions::new().ttl(LONG_TTL))
+        .await
+        .expect("acquired");
+    let mut waiters = Vec::new();
+    let mut proxies = Vec::new();
+    for _ in 0..2 {
+        let (client, faults) = match proxied(&ctx).await {
+            Ok(pair) => pair,
+            Err(skip) => return skip,
+        };
+        proxies.push(faults);
+        let name = name.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = client
+                .acquire_with(&name, &AcquireOptions::new().ttl(LONG_TTL).wait_for(NO_HANG))
+                .await;
+            (Instant::now(), guard)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await; // the waiters subscribe
+    proxies.iter().for_each(FaultProxies::reset);
+    tokio::time::sleep(Duration::from_millis(1500)).await; // and reconnect
+    let released = Instant::now();
+    assert!(guard.release().await.expect("released"));
+    let (woke, won) = futures::future::select_all(waiters.iter_mut())
+        .await
+        .0
+        .expect("joined");
+    let won = won.expect("a waiter gets the lock");
+    let handoff = woke - released;
+    ctx.note(format!("handoff after resetting every connection: {handoff:?}"));
+    assert!(
+        handoff < Duration::from_millis(1000),
+        "the waiter woke {handoff:?} after the release: by the safety-net poll, not by notification"
+    );
+    won.release().await.expect("released");
+    for waiter in waiters {
+        waiter.abort();
+    }
+    Outcome::Passed
+}
+
+/// Case 25: No exhaustion: 20 operations that time out against a black-holed store, then a
+/// heal, leave the client healthy: 100 unrelated leases are taken, renewed past their TTL and
+/// released, with no pool or connection error.
+pub async fn c25_no_exhaustion_after_timeouts(ctx: Ctx) -> Outcome {
+    let (client, faults) = match proxied(&ctx).await {
+        Ok(pair) => pair,
+        Err(skip) => return skip,
+    };
+    let op = ctx.fixture().operation_timeout();
+    faults.blackhole();
+    let opts = AcquireOptions::new().ttl(LONG_TTL).no_wait();
+    let names: Vec<_> = (0..20).map(|i| ctx.name(&format!("timeout-{i}"))).collect();
+    let started = Instant::now();
+    let outcomes = within(
+        NO_HANG,
+        "20 operations against a black hole",
+        join_all(names.iter().map(|name| client.try_acquire_with(name, &opts))),
+    )
+    .await;
+    assert!(
+        outcomes.iter().all(Result::is_err),
+        "nothing can be acquired through a black hole"
+    );
+    let failed_after = started.elapsed();
+    assert!(
+        failed_after <= op * 2 + SLACK,
+        "20 operations took {failed_after:?} to fail"
+    );
+    faults.heal();
+
+    let ttl = (op * 2).max(ctx.short_ttl());
+    let session = ctx.caps().expiry == Expiry::Session;
+    let opts = AcquireOptions::new().ttl(ttl).wait_for(op * 2 + SLACK);
+    let names: Vec<_> = (0..100).map(|i| ctx.name(&format!("healthy-{i}"))).collect();
+    let guards = within(
+        NO_HANG,
+        "100 acquisitions after the heal",
+        join_all(names.iter().map(|name| client.acquire_with(name, &opts))),
+    )
+    .await;
+    let guards: Vec<_> = guards
+        .into_iter()
+        .map(|g| g.unwrap_or_else(|e| panic!("the client is unhealthy after the heal: {e}")))
+        .collect();
+    tokio::time::sleep(if session { op } else { ttl * 2 }).await;
+    assert!(
+        guards.iter().all(|g| !g.is_lost()),
+        "leases lapsed after the heal: renewals fail"
+    );
+    let released = join_all(guards.into_iter().map(|g| g.release())).await;
+    for outcome in released {
+        assert!(
+            outcome.unwrap_or_else(|e| panic!("a release failed after the heal: {e}")),
+            "a lease was lost"
+        );
+    }
+    ctx.note(format!(
+        "20 timeouts in {failed_after:?}; then 100 leases renewed and released"
+    ));
+    Outcome::Passed
+}
