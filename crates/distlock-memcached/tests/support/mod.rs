@@ -52,7 +52,7 @@ pub fn lock(url: &str) -> MemcachedLock {
     MemcachedConfig::from_url(url)
         .expect("valid URL")
         .with_operation_timeout(OPERATION_TIMEOUT)
-        .with_connect_timeout(Duration::from_millis(500))
+        .with_connect_timeout(OPERATION_TIMEOUT)
         .build()
         .expect("valid config")
 }
