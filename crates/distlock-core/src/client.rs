@@ -302,15 +302,17 @@ impl LockClient {
         tokio::select! {
             biased;
             reason = lost.lost_or_suspended() => {
-                // Best effort: the lock is gone already unless the store still has our entry.
-                let _ = guard.release().await;
+                // The work is dropped by now. Dropping the guard sends the owner-checked
+                // release in the background: the store may be unreachable, and the caller
+                // must hear of the loss at once.
+                drop(guard);
                 Err(Error::LockLost { name, reason })
             }
             output = work(context) => {
                 // The work may have run past the deadline without yielding (a blocked runtime):
                 // then it did not run under the lock for sure.
                 if let Some(reason) = guard.lost_signal_reason() {
-                    let _ = guard.release().await;
+                    drop(guard);
                     return Err(Error::LockLost { name, reason });
                 }
                 match guard.release().await {

@@ -107,16 +107,18 @@ pub async fn c22_silent_partition_of_a_holder(ctx: Ctx) -> Outcome {
     let (held, worked) = (ctx.name("partition-guard"), ctx.name("partition-work"));
     let guard = holder.acquire_with(&held, &opts).await.expect("acquired");
     let (work_started_tx, work_started) = tokio::sync::oneshot::channel();
+    // The work's end is the instant its future is dropped: no code of it runs after that.
+    let (work_stopped_tx, work_stopped) = tokio::sync::oneshot::channel();
     let work = {
         let (holder, worked, opts) = (holder.clone(), worked.clone(), opts.clone());
         tokio::spawn(async move {
-            let outcome = holder
+            holder
                 .with_lock(&worked, &opts, |_| async move {
+                    let _stopped = StopsAt(Some(work_stopped_tx));
                     let _ = work_started_tx.send(());
                     std::future::pending::<()>().await;
                 })
-                .await;
-            (Instant::now(), outcome)
+                .await
         })
     };
     within(NO_HANG, "with_lock starts its work", work_started)
@@ -138,9 +140,10 @@ pub async fn c22_silent_partition_of_a_holder(ctx: Ctx) -> Outcome {
 
     let lost_reason = within(NO_HANG, "the partitioned holder hears of the loss", guard.lost()).await;
     let lost_at = Instant::now();
-    let (aborted_at, outcome) = within(NO_HANG, "with_lock stops its work", work)
+    let aborted_at = within(NO_HANG, "with_lock stops its work", work_stopped)
         .await
-        .expect("joined");
+        .expect("the work was dropped");
+    let outcome = within(NO_HANG, "with_lock returns", work).await.expect("joined");
     assert!(
         matches!(outcome, Err(Error::LockLost { .. })),
         "with_lock must end with LockLost, got {outcome:?}"
@@ -177,6 +180,17 @@ pub async fn c22_silent_partition_of_a_holder(ctx: Ctx) -> Outcome {
     held_guard.release().await.expect("released");
     worked_guard.release().await.expect("released");
     Outcome::Passed
+}
+
+/// Records the instant it is dropped.
+struct StopsAt(Option<tokio::sync::oneshot::Sender<Instant>>);
+
+impl Drop for StopsAt {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(Instant::now());
+        }
+    }
 }
 
 /// Case 23: A slow store (latency near half the operation timeout each way) never yields two
@@ -217,10 +231,13 @@ pub async fn c23_slow_store(ctx: Ctx) -> Outcome {
         .acquire_with(&name, &AcquireOptions::new().ttl(ttl).wait_for(wait))
         .await;
     let took = started.elapsed();
-    assert!(
-        matches!(waited, Err(Error::Timeout { .. })),
-        "held, so the wait times out: {waited:?}"
-    );
+    // Held, so the wait times out; a store whose acquisition takes several round trips may
+    // instead run out of operation time, an error that also ends the wait in time.
+    match &waited {
+        Err(Error::Timeout { .. }) => {}
+        Err(error) if error.is_ambiguous() => ctx.note(format!("the wait ended with: {error}")),
+        other => panic!("held, so the wait must time out: {other:?}"),
+    }
     assert!(took <= wait + SLACK, "a {wait:?} wait took {took:?}");
     ctx.note(format!(
         "{one_way:?} each way: held for {:?} with {probes} probes seeing it held; a {wait:?} wait ended after {took:?}",
