@@ -1,28 +1,50 @@
-//! [`Subscriber`]: one pub/sub connection per [`RedisLock`](crate::RedisLock), shared by all
-//! its waiting locks.
+//! [`Subscriber`]: one pub/sub connection per [`RedisLock`](crate::RedisLock) (and per Redlock
+//! master), shared by all its waiting locks.
 //!
-//! It owns the connection (opened on the first [`watch`](Subscriber::watch)), which channels
-//! are subscribed, and one `tokio::sync::watch` sender per channel, reference-counted by the
-//! `keep` values handed to [`ReleaseWatch`]es. It may not touch lock keys.
+//! It owns the connection, which channels are subscribed on it, and one `tokio::sync::watch`
+//! sender per channel, reference-counted by the `keep` values handed to [`ReleaseWatch`]es.
+//! It may not touch lock keys.
 //!
-//! - `watch` returns only after the server confirmed the `SUBSCRIBE`, so a release published
-//!   after `watch` returns is always heard (the caller retries *after* subscribing).
-//! - When the last watch of a channel is dropped, its entry goes at once and the `UNSUBSCRIBE`
-//!   is sent with the next `watch` call (dropping cannot await).
-//! - If the connection breaks or stops answering, every sender is dropped (the watches fall
-//!   back to polling) and the next `watch` reconnects.
+//! One background task (started by the first [`watch`](Subscriber::watch), restarted if its
+//! runtime went away) is the only one that talks to the server; callers only edit the shared
+//! table of channels and wait for their own channel's confirmation. So:
+//!
+//! - `watch` returns only after the server confirmed the `SUBSCRIBE` **of its own channel**,
+//!   so a release published after `watch` returns is always heard (the caller retries after
+//!   subscribing). Every `SUBSCRIBE` and `UNSUBSCRIBE` names exactly one channel: the server
+//!   answers each with exactly one reply, so the client library's in-order matching of replies
+//!   to requests cannot confirm one channel with another's reply (a multi-channel
+//!   `UNSUBSCRIBE a b c` gets three replies, and its leftovers would confirm the next request
+//!   before the server ran it). The commands of one round are pipelined.
+//! - A `watch` of a channel that is already confirmed returns at once, without a round trip
+//!   and without waiting for anything else; a new channel waits for one pipelined round, which
+//!   sends subscriptions before the unsubscriptions of channels nobody watches any more. The
+//!   wait is bounded by the operation timeout.
+//! - When the last watch of a channel is dropped, its entry goes at once and the task sends
+//!   the `UNSUBSCRIBE` later, unless the channel is watched again by then (the decision is
+//!   taken by the task when it sends, so a re-created channel is never unsubscribed).
+//! - If the connection breaks or a round times out, the task reconnects (backing off to at
+//!   most a second) and subscribes every watched channel again; once a channel is confirmed
+//!   again its watchers are woken, because a release in the gap may have been missed. The
+//!   watches stay open meanwhile (their waiters keep their safety-net poll).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use distlock_core::{ReleaseWatch, Result};
+use distlock_core::{Error, ReleaseWatch, Result};
+use futures::future::join_all;
 use futures::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
-use crate::node::bounded;
+use crate::node::{bounded, BACKEND};
+
+/// The longest pause between reconnection attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// The first pause after a failed connection attempt.
+const MIN_BACKOFF: Duration = Duration::from_millis(20);
 
 /// The pub/sub side of one client.
 pub(crate) struct Subscriber {
@@ -30,30 +52,58 @@ pub(crate) struct Subscriber {
     url: String,
     timeout: Duration,
     connect_timeout: Duration,
-    /// Serialises (re)connecting, subscribing and unsubscribing.
-    control: tokio::sync::Mutex<Option<Live>>,
     shared: Arc<Shared>,
 }
 
 #[derive(Default)]
 struct Shared {
     state: Mutex<State>,
+    /// Wakes the task: a channel to subscribe or unsubscribe, a lost connection, or closing.
+    wake: Notify,
 }
 
 #[derive(Default)]
 struct State {
-    /// The generation of the live connection; bumped when it dies.
+    /// Whether the task runs.
+    running: bool,
+    /// Set when the [`Subscriber`] is dropped: the task ends.
+    closed: bool,
+    /// The generation of the live connection; bumped when one is made or lost.
     generation: u64,
     next_id: u64,
     channels: HashMap<Vec<u8>, Channel>,
-    /// Channels nobody watches any more, unsubscribed by the next `watch`.
-    unsubscribe: Vec<Vec<u8>>,
+    /// Channels whose last watch went, to unsubscribe unless watched again by then.
+    stale: Vec<Vec<u8>>,
+}
+
+/// Where a channel's subscription stands on the live connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    /// Not subscribed on the live connection (new, or the connection was replaced).
+    Unsent,
+    /// `SUBSCRIBE` sent, reply not yet read.
+    InFlight,
+    /// The server confirmed the `SUBSCRIBE`.
+    Confirmed,
 }
 
 struct Channel {
     id: u64,
     refs: usize,
+    /// Bumped on every release announced on the channel.
     tx: watch::Sender<u64>,
+    /// `true` while the subscription is confirmed on the live connection.
+    confirmed: watch::Sender<bool>,
+    status: Status,
+    /// Whether it was confirmed on an earlier connection (then a resubscription wakes it).
+    was_confirmed: bool,
+}
+
+impl Channel {
+    fn unconfirm(&mut self) {
+        self.status = Status::Unsent;
+        self.confirmed.send_replace(false);
+    }
 }
 
 /// A live connection: the sink we subscribe through and the task dispatching its messages.
@@ -89,7 +139,9 @@ impl Drop for Keep {
         };
         if last {
             state.channels.remove(&self.channel);
-            state.unsubscribe.push(std::mem::take(&mut self.channel));
+            state.stale.push(std::mem::take(&mut self.channel));
+            drop(state);
+            self.shared.wake.notify_one();
         }
     }
 }
@@ -99,15 +151,30 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Forgets every channel of `generation` (its connection is gone): watches fall back to
-    /// polling.
+    /// The connection of `generation` is gone: nothing is subscribed any more.
     fn connection_lost(&self, generation: u64) {
         let mut state = self.state();
         if state.generation == generation {
             state.generation += 1;
-            state.channels.clear();
-            state.unsubscribe.clear();
+            state.stale.clear();
+            state.channels.values_mut().for_each(Channel::unconfirm);
         }
+        drop(state);
+        self.wake.notify_one();
+    }
+}
+
+/// Clears the `running` flag however the task ends (also when its runtime shuts down).
+struct Running(Arc<Shared>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut state = self.0.state();
+        state.running = false;
+        // The connection dies with the task.
+        state.generation += 1;
+        state.stale.clear();
+        state.channels.values_mut().for_each(Channel::unconfirm);
     }
 }
 
@@ -123,13 +190,13 @@ impl Subscriber {
             url,
             timeout,
             connect_timeout,
-            control: tokio::sync::Mutex::new(None),
             shared: Arc::default(),
         }
     }
 
-    /// Subscribes to `channel` and returns once the server confirmed it. Costs one round trip
-    /// for the first watch of a channel (plus connecting, the first time), none for more.
+    /// Subscribes to `channel` and returns once the server confirmed it, within the operation
+    /// timeout. No round trip if the channel is already subscribed; else one pipelined round
+    /// (plus connecting, the first time).
     pub(crate) async fn watch(&self, channel: &[u8]) -> Result<ReleaseWatch> {
         let (rx, keep) = self.subscribe(channel).await?;
         Ok(ReleaseWatch::notified(rx, keep))
@@ -138,83 +205,219 @@ impl Subscriber {
     /// As [`watch`](Self::watch), returning the raw receiver and the value that holds the
     /// subscription.
     pub(crate) async fn subscribe(&self, channel: &[u8]) -> Result<(watch::Receiver<u64>, Keep)> {
-        let limit = self.timeout;
-        let mut control = tokio::time::timeout(limit, self.control.lock())
-            .await
-            .map_err(|_| {
-                distlock_core::Error::unavailable(crate::node::BACKEND, "pub/sub subscription is stuck")
-            })?;
-        let alive = control
-            .as_ref()
-            .is_some_and(|live| live.generation == self.shared.state().generation);
-        if !alive {
-            *control = None;
-            *control = Some(self.connect().await?);
-        }
-        let Some(live) = control.as_mut() else {
-            unreachable!("connected just above");
-        };
-        let generation = live.generation;
-
-        let stale = std::mem::take(&mut self.shared.state().unsubscribe);
-        if !stale.is_empty() {
-            if let Err(e) = bounded(limit, &self.url, live.sink.unsubscribe(&stale)).await {
-                self.shared.connection_lost(generation);
-                *control = None;
-                return Err(e);
-            }
-        }
-
-        let (rx, keep, new) = {
+        let (rx, keep, mut confirmed) = {
             let mut state = self.shared.state();
+            if !state.running {
+                state.running = true;
+                tokio::spawn(run(
+                    Running(self.shared.clone()),
+                    self.client.clone(),
+                    self.url.clone(),
+                    self.timeout,
+                    self.connect_timeout,
+                ));
+            }
             let next_id = state.next_id;
             let entry = state.channels.entry(channel.to_vec()).or_insert_with(|| Channel {
                 id: next_id,
                 refs: 0,
                 tx: watch::channel(0).0,
+                confirmed: watch::channel(false).0,
+                status: Status::Unsent,
+                was_confirmed: false,
             });
             entry.refs += 1;
             let new = entry.id == next_id;
-            let (rx, id) = (entry.tx.subscribe(), entry.id);
+            let handles = (
+                entry.tx.subscribe(),
+                Keep {
+                    shared: self.shared.clone(),
+                    channel: channel.to_vec(),
+                    id: entry.id,
+                },
+                entry.confirmed.subscribe(),
+            );
             if new {
                 state.next_id += 1;
             }
-            let keep = Keep {
-                shared: self.shared.clone(),
-                channel: channel.to_vec(),
-                id,
-            };
-            (rx, keep, new)
+            handles
         };
-        if new {
-            // The entry exists before the server confirms, so nothing published after the
-            // confirmation can be missed.
-            if let Err(e) = bounded(limit, &self.url, live.sink.subscribe(channel)).await {
-                self.shared.connection_lost(generation);
-                *control = None;
-                return Err(e);
+        if *confirmed.borrow_and_update() {
+            return Ok((rx, keep));
+        }
+        self.shared.wake.notify_one();
+        let outcome = tokio::time::timeout(self.timeout, confirmed.wait_for(|ok| *ok))
+            .await
+            .map(|r| r.map(|_| ()));
+        match outcome {
+            Ok(Ok(())) => Ok((rx, keep)),
+            Ok(Err(_)) => Err(Error::unavailable(
+                BACKEND,
+                format!("{}: pub/sub closed", self.url),
+            )),
+            Err(_) => Err(Error::unavailable(
+                BACKEND,
+                format!(
+                    "{}: no SUBSCRIBE confirmation within {:?}",
+                    self.url, self.timeout
+                ),
+            )),
+        }
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        self.shared.state().closed = true;
+        self.shared.wake.notify_one();
+    }
+}
+
+/// What one round sends.
+#[derive(Default)]
+struct Round {
+    subscribe: Vec<(Vec<u8>, u64)>,
+    unsubscribe: Vec<Vec<u8>>,
+}
+
+/// The task: keeps the connection and the server's subscriptions in line with the table.
+async fn run(
+    running: Running,
+    client: redis::Client,
+    url: String,
+    timeout: Duration,
+    connect_timeout: Duration,
+) {
+    let shared = running.0.clone();
+    let mut live: Option<Live> = None;
+    let mut backoff = Duration::ZERO;
+    loop {
+        let round = {
+            let mut state = shared.state();
+            if state.closed {
+                return;
+            }
+            if live.as_ref().is_some_and(|l| l.generation != state.generation) {
+                live = None;
+            }
+            let State { channels, stale, .. } = &mut *state;
+            let mut round = Round::default();
+            if live.is_some() {
+                round.unsubscribe = std::mem::take(stale)
+                    .into_iter()
+                    .filter(|channel| !channels.contains_key(channel))
+                    .collect();
+                round.unsubscribe.sort();
+                round.unsubscribe.dedup();
+            } else {
+                // Nothing is subscribed without a connection.
+                stale.clear();
+            }
+            let wanted = channels.values().any(|c| c.status == Status::Unsent);
+            if wanted && live.is_some() {
+                for (name, entry) in channels.iter_mut() {
+                    if entry.status == Status::Unsent {
+                        entry.status = Status::InFlight;
+                        round.subscribe.push((name.clone(), entry.id));
+                    }
+                }
+            }
+            if !wanted && round.unsubscribe.is_empty() {
+                None
+            } else {
+                Some(round)
+            }
+        };
+        let Some(round) = round else {
+            shared.wake.notified().await;
+            continue;
+        };
+        let Some(conn) = live.as_ref() else {
+            if !backoff.is_zero() {
+                tokio::time::sleep(backoff).await;
+            }
+            match connect(&shared, &client, &url, connect_timeout).await {
+                Ok(conn) => {
+                    live = Some(conn);
+                    backoff = Duration::ZERO;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "distlock-redis: pub/sub connection failed; retrying");
+                    backoff = (backoff * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
+                }
+            }
+            continue;
+        };
+        let generation = conn.generation;
+        // Pipelined: each future sends its command on its first poll, and `join_all` polls
+        // them in order, so the server sees subscriptions first, in this order.
+        let sends = round
+            .subscribe
+            .iter()
+            .map(|(channel, _)| {
+                let mut sink = conn.sink.clone();
+                async move { sink.subscribe(channel.as_slice()).await }
+            })
+            .collect::<Vec<_>>();
+        let unsends = round
+            .unsubscribe
+            .iter()
+            .map(|channel| {
+                let mut sink = conn.sink.clone();
+                async move { sink.unsubscribe(channel.as_slice()).await }
+            })
+            .collect::<Vec<_>>();
+        let all = async {
+            let (subs, unsubs) = futures::join!(join_all(sends), join_all(unsends));
+            subs.into_iter()
+                .chain(unsubs)
+                .collect::<redis::RedisResult<Vec<()>>>()
+        };
+        match bounded(timeout, &url, all).await {
+            Ok(_) => {
+                let mut state = shared.state();
+                if state.generation == generation {
+                    for (channel, id) in &round.subscribe {
+                        if let Some(entry) = state.channels.get_mut(channel) {
+                            if entry.id == *id && entry.status == Status::InFlight {
+                                entry.status = Status::Confirmed;
+                                entry.confirmed.send_replace(true);
+                                if entry.was_confirmed {
+                                    // A release may have been announced while we were away.
+                                    entry.tx.send_modify(|n| *n = n.wrapping_add(1));
+                                }
+                                entry.was_confirmed = true;
+                            }
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "distlock-redis: pub/sub round failed; reconnecting");
+                live = None;
+                shared.connection_lost(generation);
             }
         }
-        Ok((rx, keep))
     }
+}
 
-    async fn connect(&self) -> Result<Live> {
-        let pubsub = bounded(self.connect_timeout, &self.url, self.client.get_async_pubsub()).await?;
-        let (sink, stream) = pubsub.split();
-        let generation = {
-            let mut state = self.shared.state();
-            state.generation += 1;
-            state.channels.clear();
-            state.unsubscribe.clear();
-            state.generation
-        };
-        let dispatcher = tokio::spawn(dispatch(self.shared.clone(), stream, generation));
-        Ok(Live {
-            sink,
-            generation,
-            dispatcher,
-        })
-    }
+/// Opens a pub/sub connection and starts dispatching its messages.
+async fn connect(shared: &Arc<Shared>, client: &redis::Client, url: &str, limit: Duration) -> Result<Live> {
+    let pubsub = bounded(limit, url, client.get_async_pubsub()).await?;
+    let (sink, stream) = pubsub.split();
+    let generation = {
+        let mut state = shared.state();
+        state.generation += 1;
+        state.stale.clear();
+        state.channels.values_mut().for_each(Channel::unconfirm);
+        state.generation
+    };
+    let dispatcher = tokio::spawn(dispatch(shared.clone(), stream, generation));
+    Ok(Live {
+        sink,
+        generation,
+        dispatcher,
+    })
 }
 
 /// Bumps the watch of every channel a message arrives on, until the connection ends.
@@ -227,7 +430,7 @@ async fn dispatch(shared: Arc<Shared>, mut stream: PubSubStream, generation: u64
             entry.tx.send_modify(|n| *n = n.wrapping_add(1));
         }
     }
-    tracing::debug!("distlock-redis: the pub/sub connection ended; waiters poll until the next watch");
+    tracing::debug!("distlock-redis: the pub/sub connection ended; resubscribing");
     shared.connection_lost(generation);
 }
 
