@@ -54,6 +54,14 @@ pub trait Fixture: Send + Sync + 'static {
         Duration::from_secs(5)
     }
 
+    /// The one-way latency of a "slow store" in the slow-store case: by default two fifths of
+    /// the operation timeout (a round trip takes most of it). A session-bound store whose
+    /// keep-alive tolerates less (ZooKeeper drops a connection silent for a quarter of the
+    /// session timeout) returns what its session survives.
+    fn slow_latency(&self) -> Duration {
+        self.operation_timeout() * 2 / 5
+    }
+
     /// The TTL the suite uses for leases meant to expire during a case. At least the
     /// backend's TTL granularity; keep it short so the suite stays fast.
     fn short_ttl(&self) -> Duration {

@@ -742,6 +742,7 @@ impl Inner {
         }
         let client = zk::Client::connector()
             .session_timeout(self.config.session_timeout())
+            .connection_timeout(self.config.connection_timeout())
             .connect(self.config.connect_string())
             .await
             .map_err(map_err)?;
@@ -753,6 +754,7 @@ impl Inner {
             epoch,
             conn.client.state_watcher(),
             conn.client.session_timeout(),
+            self.config.connection_timeout(),
         ));
         *self.slot() = Some(conn.clone());
         self.session.send_replace(Session::connected(epoch));
@@ -892,9 +894,25 @@ async fn watch_held(inner: Weak<Inner>, client: zk::Client, path: String, epoch:
     }
 }
 
-/// Maps the client's session states onto [`Session`] for epoch `epoch`, and applies Curator's
-/// rule: disconnected for the whole session timeout means expired.
-async fn follow_session(inner: Weak<Inner>, epoch: u64, mut states: zk::StateWatcher, timeout: Duration) {
+/// Maps the client's session states onto [`Session`] for epoch `epoch`, and declares the
+/// session expired on our side before the server can expire it.
+///
+/// The server expires a session `timeout` after it last heard from us, which is no earlier
+/// than our last contact (the last reply we received) minus a round trip. The driver notices a
+/// silent connection only `connection_timeout` (plus one tick) after that last contact, so a
+/// disconnection seen at `d` is counted back to `d - connection_timeout - tick`, and the
+/// session ends here at that instant plus `timeout` minus a safety margin of a tenth of the
+/// session timeout: the guards' lost signals fire while the server still holds our nodes.
+/// Suspended, published at `d`, already stops `with_lock` (Curator's rule).
+async fn follow_session(
+    inner: Weak<Inner>,
+    epoch: u64,
+    mut states: zk::StateWatcher,
+    timeout: Duration,
+    connection_timeout: Duration,
+) {
+    let noticed_after = connection_timeout + connection_timeout / 8;
+    let margin = timeout / 10;
     let mut gave_up_at: Option<Instant> = None;
     loop {
         let state = match gave_up_at {
@@ -902,7 +920,7 @@ async fn follow_session(inner: Weak<Inner>, epoch: u64, mut states: zk::StateWat
                 state = states.changed() => state,
                 () = tokio::time::sleep_until(at) => {
                     if let Some(inner) = inner.upgrade() {
-                        inner.end_session(epoch, "disconnected for the whole session timeout");
+                        inner.end_session(epoch, "no contact with the server for the session timeout, less a safety margin");
                     }
                     return;
                 }
@@ -916,7 +934,14 @@ async fn follow_session(inner: Weak<Inner>, epoch: u64, mut states: zk::StateWat
             zk::SessionState::Disconnected => {
                 tracing::info!(epoch, "distlock: ZooKeeper connection lost; locks suspended");
                 inner.set_state(epoch, SessionState::Suspended);
-                gave_up_at.get_or_insert_with(|| Instant::now() + timeout);
+                gave_up_at.get_or_insert_with(|| {
+                    let now = Instant::now();
+                    let last_contact = now.checked_sub(noticed_after).unwrap_or(now);
+                    (last_contact + timeout)
+                        .checked_sub(margin)
+                        .unwrap_or(now)
+                        .max(now)
+                });
             }
             zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
                 tracing::info!(epoch, "distlock: ZooKeeper connection back in the same session");

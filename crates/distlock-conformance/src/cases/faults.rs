@@ -193,15 +193,16 @@ impl Drop for StopsAt {
     }
 }
 
-/// Case 23: A slow store (latency near half the operation timeout each way) never yields two
-/// holders; renewals keep the lock; waits end on their deadlines.
+/// Case 23: A slow store (latency near half the operation timeout each way, or what a session
+/// store's keep-alive survives) never yields two holders; renewals keep the lock; waits end on
+/// their deadlines.
 pub async fn c23_slow_store(ctx: Ctx) -> Outcome {
     let (client, faults) = match proxied(&ctx).await {
         Ok(pair) => pair,
         Err(skip) => return skip,
     };
     let op = ctx.fixture().operation_timeout();
-    let one_way = op * 2 / 5;
+    let one_way = ctx.fixture().slow_latency();
     let ttl = (op * 5).max(ctx.short_ttl());
     let name = ctx.name("slow");
     let guard = client

@@ -132,6 +132,14 @@ impl Fixture for ZkFixture {
         OPERATION_TIMEOUT
     }
 
+    /// The driver drops a connection that stays silent for a quarter of the session timeout,
+    /// and pings after three eighths of that when idle, so a round trip must stay under five
+    /// eighths of it: a twentieth of the session timeout each way is a slow store the session
+    /// survives.
+    fn slow_latency(&self) -> Duration {
+        SESSION_TIMEOUT / 20
+    }
+
     /// Deletes the holder's node (the first in the queue).
     async fn steal(&self, name: &LockName) -> Result<()> {
         let contenders = self.contenders(name).await?;
