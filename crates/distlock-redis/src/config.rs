@@ -345,7 +345,29 @@ fn parse_url(url: &str) -> Result<redis::Client> {
             redact(url)
         )));
     }
-    redis::Client::open(url).map_err(|e| Error::invalid_config(format!("bad Redis URL {}: {e}", redact(url))))
+    let bad = |e: redis::RedisError| Error::invalid_config(format!("bad Redis URL {}: {e}", redact(url)));
+    let client = redis::Client::open(url).map_err(bad)?;
+    let info = client
+        .get_connection_info()
+        .clone()
+        .set_tcp_settings(tcp_settings());
+    redis::Client::open(info).map_err(bad)
+}
+
+/// `TCP_NODELAY` (a lock request is one small write that must not wait for Nagle), and TCP
+/// keepalive probes, so a peer that vanished without a FIN or RST (a silent partition, a
+/// crashed host) is noticed by the kernel within about a minute even on an idle connection
+/// (the pub/sub one). Requests are bounded by our own timeouts regardless.
+fn tcp_settings() -> redis::io::tcp::TcpSettings {
+    use redis::io::tcp::socket2::TcpKeepalive;
+    let keepalive = TcpKeepalive::new()
+        .with_time(Duration::from_secs(30))
+        .with_interval(Duration::from_secs(10));
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
+    let keepalive = keepalive.with_retries(3);
+    redis::io::tcp::TcpSettings::default()
+        .set_nodelay(true)
+        .set_keepalive(keepalive)
 }
 
 /// `url` with the password of its user info, and any `pass`/`password` query parameter (as

@@ -13,6 +13,39 @@
 //! [`Error::Unavailable`](distlock_core::Error::Unavailable), everything else to
 //! [`Error::Backend`](distlock_core::Error::Backend).
 //!
+//! # Ambiguous errors
+//!
+//! An operation that ends in one of these errors **may have been applied** by the server:
+//!
+//! - [`Error::Unavailable`](distlock_core::Error::Unavailable) "did not answer within" (the
+//!   operation or node timeout passed): the script may still be queued on the socket or run
+//!   later. An acquire may then set a lock nobody owns; `LockClient` releases it in the
+//!   background by its owner token, which `release` needs alone (no fencing token, no handle).
+//! - `Unavailable` for a connection that broke after the request was written (reset, closed,
+//!   broken pipe, and a second such failure: the first is retried once on a fresh
+//!   connection, see below), and for `LOADING`, `TRYAGAIN`, `MASTERDOWN`, `READONLY`,
+//!   `CLUSTERDOWN` replies (not applied: the script did not run, but the caller cannot tell
+//!   them apart from the others by variant).
+//! - With [`RedisConfig::with_wait_for_replicas`]: "fewer than N replicas acknowledged"
+//!   (the lock was set on the master and released again; a failed release is left to the TTL).
+//! - For [`Redlock`]: "only k of N masters answered" (some masters may hold the key; the
+//!   failed attempt already released what it could, the rest expires with the TTL).
+//!
+//! [`Error::Backend`](distlock_core::Error::Backend) errors (a script error, `NOAUTH`, a
+//! wrong reply) are not ambiguous: the script did not run.
+//!
+//! A request that fails because its connection was found broken is sent once more on a fresh
+//! connection within the same timeout. Every request is safe to send twice: the acquire
+//! script treats a key already holding the attempt's own (unique) owner token as acquired,
+//! extending is idempotent, and a release sent twice frees the lock once (the second answers
+//! "not held": a release may then report `false` for a lock it did free). A connection whose
+//! request timed out is replaced (behind a silent partition it may never answer again);
+//! connections use `TCP_NODELAY` and TCP keepalive probes (30 s idle, then every 10 s).
+//!
+//! The pub/sub connection that wakes waiters is re-established by itself after it breaks
+//! (a `CLIENT KILL TYPE pubsub`, an idle timeout in a load balancer): every watched channel
+//! is subscribed again and its waiters are woken once, as a release may have been missed.
+//!
 //! Features: `tls-rustls` enables `rediss://` over rustls (ring provider, webpki roots).
 //!
 //! Both implement [`distlock_core::DistributedLock`]; business code uses them through

@@ -6,6 +6,7 @@
 //! [`Redlock`](crate::Redlock) decide what to send.
 
 use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use distlock_core::{Error, Result};
@@ -16,11 +17,22 @@ use crate::scripts::LuaScript;
 
 pub(crate) const BACKEND: &str = "redis";
 
+/// The connection in use and how many times it was replaced.
+struct Current {
+    generation: u64,
+    conn: ConnectionManager,
+}
+
 /// One server: a shared multiplexed connection (clones share it).
+///
+/// A connection whose request timed out is replaced by a fresh one (connected on first use):
+/// behind a silent partition the old one may never answer again, and neither the client
+/// library nor the kernel (before its keepalive probes give up) would drop it. Requests
+/// already sent on the old connection finish or time out on it.
 #[derive(Clone)]
 pub(crate) struct Node {
     client: redis::Client,
-    conn: ConnectionManager,
+    conn: Arc<Mutex<Current>>,
     timeout: Duration,
     connect_timeout: Duration,
     url: String,
@@ -43,7 +55,7 @@ impl Node {
         .await?;
         Ok(Self {
             client,
-            conn,
+            conn: Arc::new(Mutex::new(Current { generation: 0, conn })),
             timeout,
             connect_timeout,
             url,
@@ -63,7 +75,7 @@ impl Node {
             .map_err(|e| Error::invalid_config(format!("{url}: {e}")))?;
         Ok(Self {
             client,
-            conn,
+            conn: Arc::new(Mutex::new(Current { generation: 0, conn })),
             timeout,
             connect_timeout,
             url,
@@ -98,8 +110,8 @@ impl Node {
         limit: Duration,
         cmd: &redis::Cmd,
     ) -> Result<T> {
-        let mut conn = self.conn.clone();
-        bounded(limit, &self.url, cmd.query_async(&mut conn)).await
+        self.run(limit, |mut conn| async move { cmd.query_async(&mut conn).await })
+            .await
     }
 
     /// A pipeline (one round trip), bounded by the operation timeout; each command's reply
@@ -114,8 +126,8 @@ impl Node {
         limit: Duration,
         pipe: &redis::Pipeline,
     ) -> Result<Vec<Value>> {
-        let mut conn = self.conn.clone();
-        bounded(limit, &self.url, pipe.query_async(&mut conn)).await
+        self.run(limit, |mut conn| async move { pipe.query_async(&mut conn).await })
+            .await
     }
 
     /// Runs `script` by `EVALSHA`, falling back to `EVAL` (which also caches it on the
@@ -138,14 +150,74 @@ impl Node {
         keys: &[&[u8]],
         args: &[&[u8]],
     ) -> Result<T> {
-        let mut conn = self.conn.clone();
-        let run = async move {
+        self.run(limit, |mut conn| async move {
             match evalsha(script, keys, args).query_async(&mut conn).await {
                 Err(e) if is_noscript(&e) => eval(script, keys, args).query_async(&mut conn).await,
                 other => other,
             }
-        };
-        bounded(limit, &self.url, run).await
+        })
+        .await
+    }
+
+    /// Runs `request` on the current connection within `limit`; on a timeout, replaces the
+    /// connection (unless another caller already did). A request that fails because the
+    /// connection was found broken (reset, closed, broken pipe) is sent once more on the
+    /// reconnected connection within what is left of `limit`: every request this crate sends
+    /// may run twice (the scripts are idempotent for one owner token; a second acquire by the
+    /// same token reports the lock acquired), and a reset between two waits must not end a
+    /// wait with an error.
+    async fn run<T, F, Fut>(&self, limit: Duration, request: F) -> Result<T>
+    where
+        F: Fn(ConnectionManager) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut retried = false;
+        loop {
+            let (generation, conn) = {
+                let current = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+                (current.generation, current.conn.clone())
+            };
+            let outcome = tokio::time::timeout_at(deadline, request(conn)).await;
+            match outcome {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(e)) if e.is_timeout() => {
+                    self.replace(generation);
+                    return Err(with_context(map_error(e), &self.url));
+                }
+                Ok(Err(e)) if !retried && (e.is_connection_dropped() || e.is_io_error()) => {
+                    tracing::debug!(url = %self.url, error = %e, "distlock-redis: connection broken; sending once more");
+                    retried = true;
+                }
+                Ok(Err(e)) => return Err(with_context(map_error(e), &self.url)),
+                Err(_) => {
+                    self.replace(generation);
+                    return Err(Error::unavailable(
+                        BACKEND,
+                        format!("{} did not answer within {limit:?}", self.url),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Swaps in a fresh connection (connected on first use) for the one of `generation`.
+    fn replace(&self, generation: u64) {
+        let mut current = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        if current.generation != generation {
+            return; // already replaced
+        }
+        let config = manager_config(self.timeout, self.connect_timeout);
+        match ConnectionManager::new_lazy_with_config(self.client.clone(), config) {
+            Ok(conn) => {
+                tracing::debug!(url = %self.url, "distlock-redis: a request timed out; replacing its connection");
+                current.generation += 1;
+                current.conn = conn;
+            }
+            Err(e) => {
+                tracing::debug!(url = %self.url, error = %e, "distlock-redis: cannot replace a connection")
+            }
+        }
     }
 }
 

@@ -37,14 +37,21 @@ impl LuaScript {
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` fencing counter; `ARGV[1]` owner token, `ARGV[2]` TTL in ms.
 /// Returns `{1, fencing token}` when acquired, `{0, PTTL of the holder, holder's value}` when
-/// held (PTTL `-1`: the holder set no TTL).
+/// held (PTTL `-1`: the holder set no TTL). A key already holding this owner token (the same
+/// attempt sent again after a broken connection: tokens are unique per attempt) is ours: its
+/// TTL is reset and the counter's current value, which our first run set, is the token.
 pub(crate) static ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {1, redis.call('INCR', KEYS[2])}
 end
-return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1])}
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, tonumber(redis.call('GET', KEYS[2]))}
+end
+return {0, redis.call('PTTL', KEYS[1]), holder}
 ",
     )
 });
@@ -59,7 +66,12 @@ pub(crate) static ACQUIRE_UNFENCED: LazyLock<LuaScript> = LazyLock::new(|| {
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {1, 0}
 end
-return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1])}
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, 0}
+end
+return {0, redis.call('PTTL', KEYS[1]), holder}
 ",
     )
 });

@@ -1,0 +1,148 @@
+//! Network faults on one Redis server: a killed pub/sub connection, a black-holed command
+//! connection, and the owner-checked cleanup of an acquisition whose reply was lost.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use distlock_core::{AcquireOptions, DistributedLock, Lease, LockClient, LockName, OwnerToken};
+use distlock_redis::{RedisConfig, RedisLock};
+use distlock_testkit::FaultProxy;
+
+fn name(label: &str) -> LockName {
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    LockName::new(format!("t-{}-{label}", &run[..12])).expect("valid")
+}
+
+async fn connect(url: &str, timeout: Duration) -> RedisLock {
+    RedisConfig::from_url(url)
+        .expect("valid")
+        .with_operation_timeout(timeout)
+        .with_connect_timeout(timeout)
+        .build()
+        .await
+        .expect("connects")
+}
+
+async fn info_stat(url: &str, field: &str) -> u64 {
+    let mut raw = support::raw(url).await.expect("raw");
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(&mut raw)
+        .await
+        .expect("INFO");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("the field is there")
+}
+
+/// Waiters keep waiting by notification after their pub/sub connection is killed
+/// (`CLIENT KILL TYPE pubsub`, as an idle timeout in a load balancer does): the next release
+/// wakes them in about the normal handoff time, not at the safety-net poll (about 2 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_resubscribed_after_the_pubsub_connection_is_killed() {
+    let server = support::start_server().await;
+    let url = server.url();
+    let holder = LockClient::new(connect(&url, Duration::from_secs(1)).await);
+    let waiters = LockClient::new(connect(&url, Duration::from_secs(1)).await);
+    let lock = name("killed-pubsub");
+    let guard = holder.acquire(lock.as_str()).await.expect("acquires");
+
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(30))
+        .wait_for(Duration::from_secs(20));
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let waiters = waiters.clone();
+        let lock = lock.clone();
+        let opts = opts.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = waiters
+                .acquire_with(lock.as_str(), &opts)
+                .await
+                .expect("acquires in the end");
+            let at = Instant::now();
+            guard.release().await.expect("releases");
+            at
+        }));
+    }
+    // Let them subscribe and start waiting (a waiter polls after its first wait only at the
+    // safety net, 2 s), then cut their notifications.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let mut raw = support::raw(&url).await.expect("raw");
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut raw)
+        .await
+        .expect("CLIENT KILL");
+    assert_eq!(killed, 1, "one pub/sub connection for all waiters");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let released = Instant::now();
+    guard.release().await.expect("releases");
+    let mut handoffs = Vec::new();
+    for task in tasks {
+        let acquired = task.await.expect("joined");
+        handoffs.push(acquired.saturating_duration_since(released));
+    }
+    handoffs.sort();
+    println!("acquired after the release: {handoffs:?}");
+    // Each of the three waiters in turn: by notification each handoff takes milliseconds;
+    // falling back to the poll makes the first alone take up to 2 s.
+    assert!(
+        handoffs[2] < Duration::from_millis(700),
+        "waiters were not woken by notification after the pub/sub connection was killed: {handoffs:?}"
+    );
+}
+
+/// A command connection whose request timed out is replaced: a server behind a silent
+/// partition (a black hole: no RST, no FIN) must not keep the client on a dead connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_whose_request_timed_out_is_replaced() {
+    let server = support::start_server().await;
+    let proxy = FaultProxy::start(server.addr()).expect("proxy");
+    let lock = connect(&format!("redis://{}", proxy.addr()), Duration::from_millis(300)).await;
+    lock.ping().await.expect("answers");
+    let before = info_stat(&server.url(), "total_connections_received").await;
+
+    proxy.blackhole();
+    let started = Instant::now();
+    assert!(lock.ping().await.is_err(), "a black-holed server does not answer");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "bounded by the timeout"
+    );
+    proxy.heal();
+
+    lock.ping().await.expect("answers after heal");
+    let after = info_stat(&server.url(), "total_connections_received").await;
+    // `after` counts our raw INFO connections too: one per call.
+    assert!(
+        after > before + 1,
+        "the timed-out connection was kept: {before} connections before, {after} after"
+    );
+}
+
+/// The cleanup after an ambiguous acquisition sends a lease with no handle and no fencing
+/// token; `release` must free the lock by the owner token alone, and only for that owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_works_on_a_bare_lease_and_only_for_its_owner() {
+    let server = support::start_server().await;
+    let lock = connect(&server.url(), Duration::from_secs(1)).await;
+    let name = name("bare");
+    let owner = OwnerToken::new();
+    let ttl = Duration::from_secs(30);
+    let acquired = lock.try_acquire(&name, owner, ttl).await.expect("works");
+    assert!(matches!(acquired, distlock_core::TryAcquire::Acquired(_)));
+    let stranger = Lease::new(name.clone(), OwnerToken::new(), ttl, tokio::time::Instant::now());
+    assert!(!lock.release(&stranger).await.expect("works"), "not the owner");
+    let bare = Lease::new(name.clone(), owner, ttl, tokio::time::Instant::now());
+    assert!(
+        lock.release(&bare).await.expect("works"),
+        "freed by the owner token"
+    );
+    assert!(!lock.inspect(&name).await.expect("works").is_held());
+}
