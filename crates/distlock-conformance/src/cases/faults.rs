@@ -26,6 +26,21 @@ async fn proxied(ctx: &Ctx) -> Result<(LockClient, FaultProxies), Outcome> {
     }
 }
 
+/// Makes `client` open its connections through the proxies on a healthy network, so that a
+/// fault made afterwards hits the operation under test, not the client's connection setup
+/// (a lazily connecting client would otherwise only time out connecting).
+async fn warm_up(ctx: &Ctx, client: &LockClient, label: &str) {
+    let name = ctx.name(&format!("warm-up-{label}"));
+    let opts = AcquireOptions::new().ttl(LONG_TTL).no_wait();
+    let guard = within(NO_HANG, "a warm-up acquire", client.acquire_with(&name, &opts))
+        .await
+        .unwrap_or_else(|e| panic!("the proxied client fails on a healthy network: {e}"));
+    assert!(
+        guard.release().await.expect("released"),
+        "the warm-up lock was ours"
+    );
+}
+
 /// Case 21: An acquire whose reply is lost, or that outlives the operation timeout on a slow
 /// store, fails with a typed error within the bound and leaves nothing behind: once the
 /// network heals, another client gets the lock within about an operation timeout, not after
@@ -38,6 +53,8 @@ pub async fn c21_timed_out_acquire_leaves_nothing(ctx: Ctx) -> Outcome {
             Err(skip) => return skip,
         };
         let name = ctx.name(&format!("ambiguous-{}", fault.len()));
+        warm_up(&ctx, &client, &format!("c21-{}", fault.len())).await;
+        let before = faults.traffic();
         match fault {
             "dropped replies" => faults.drop_replies(),
             _ => faults.set_latency(
@@ -55,6 +72,13 @@ pub async fn c21_timed_out_acquire_leaves_nothing(ctx: Ctx) -> Outcome {
         )
         .await;
         let failed_after = started.elapsed();
+        // The request reached the server (counted when delivered to it): the fault hit the
+        // acquire itself, whose outcome is therefore unknown to the client.
+        let during = faults.traffic();
+        assert!(
+            during.to_server > before.to_server,
+            "{fault}: the acquire never reached the server ({before:?} -> {during:?})"
+        );
         let error = match outcome {
             Err(error) => error,
             Ok(guard) => panic!("{fault}: the acquire cannot have heard an answer, got {guard:?}"),
@@ -312,6 +336,7 @@ pub async fn c25_no_exhaustion_after_timeouts(ctx: Ctx) -> Outcome {
         Err(skip) => return skip,
     };
     let op = ctx.fixture().operation_timeout();
+    warm_up(&ctx, &client, "c25").await;
     faults.blackhole();
     let opts = AcquireOptions::new().ttl(LONG_TTL).no_wait();
     let names: Vec<_> = (0..20).map(|i| ctx.name(&format!("timeout-{i}"))).collect();

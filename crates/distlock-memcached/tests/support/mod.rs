@@ -110,7 +110,10 @@ impl Fixture for MemcachedFixture {
     }
 
     async fn proxied_backend(&self) -> Option<Result<Proxied>> {
-        let (url, faults) = distlock_testkit::proxy::through_proxies(&self.url).ok()?;
+        let (url, faults) = match distlock_testkit::proxy::through_proxies(&self.url) {
+            Ok(pair) => pair,
+            Err(e) => return Some(Err(Error::backend("memcached", e))),
+        };
         Some(Ok(Proxied {
             lock: Arc::new(Recorded {
                 inner: lock(&url),

@@ -132,7 +132,10 @@ impl Fixture for RedisFixture {
     }
 
     async fn proxied_backend(&self) -> Option<Result<Proxied>> {
-        let (url, faults) = distlock_testkit::proxy::through_proxies(&self.url).ok()?;
+        let (url, faults) = match distlock_testkit::proxy::through_proxies(&self.url) {
+            Ok(pair) => pair,
+            Err(e) => return Some(Err(Error::backend("redis", e))),
+        };
         Some(Ok(Proxied {
             lock: Arc::new(lock_at(&url).await),
             faults,
@@ -288,7 +291,10 @@ impl Fixture for RedlockFixture {
         let mut faults = distlock_conformance::FaultProxies::default();
         let mut urls = Vec::new();
         for url in &self.urls {
-            let (proxied, proxies) = distlock_testkit::proxy::through_proxies(url).ok()?;
+            let (proxied, proxies) = match distlock_testkit::proxy::through_proxies(url) {
+                Ok(pair) => pair,
+                Err(e) => return Some(Err(Error::backend("redis", e))),
+            };
             urls.push(proxied);
             faults.extend(proxies);
         }

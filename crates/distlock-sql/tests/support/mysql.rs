@@ -80,7 +80,10 @@ impl Fixture for MySqlFixture {
     }
 
     async fn proxied_backend(&self) -> Option<Result<Proxied>> {
-        let (url, faults) = distlock_testkit::proxy::through_proxies(&self.url).ok()?;
+        let (url, faults) = match distlock_testkit::proxy::through_proxies(&self.url) {
+            Ok(pair) => pair,
+            Err(e) => return Some(Err(Error::backend("mysql", e))),
+        };
         Some(client(&url).await.map(|lock| Proxied {
             lock: Arc::new(lock),
             faults,

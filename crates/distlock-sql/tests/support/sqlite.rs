@@ -77,6 +77,12 @@ impl Fixture for SqliteFixture {
         Ok(Arc::new(client(&self.path).await?))
     }
 
+    // No network between client and store: `proxied_backend` stays `None` and the fault
+    // cases skip; SQLite's ambiguous outcomes are covered by the backend's own tests.
+    fn operation_timeout(&self) -> Duration {
+        OPERATION_TIMEOUT
+    }
+
     async fn steal(&self, name: &LockName) -> Result<()> {
         sqlx::query("UPDATE distlock_locks SET owner = ?1 WHERE lock_name = ?2 AND owner IS NOT NULL")
             .bind(OwnerToken::new().to_string())

@@ -121,7 +121,10 @@ impl Fixture for ZkFixture {
     }
 
     async fn proxied_backend(&self) -> Option<Result<Proxied>> {
-        let (url, faults) = distlock_testkit::proxy::through_proxies(&self.url).ok()?;
+        let (url, faults) = match distlock_testkit::proxy::through_proxies(&self.url) {
+            Ok(pair) => pair,
+            Err(e) => return Some(Err(Error::backend("zookeeper", e))),
+        };
         Some(ZooKeeperLock::connect(config(&url)).await.map(|lock| Proxied {
             lock: Arc::new(lock) as Arc<dyn DistributedLock>,
             faults,
