@@ -23,7 +23,9 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// A distributed lock on one Redis server. Cheap to clone; clones share the connections: one
 /// multiplexed connection for commands (reconnecting by itself), one pub/sub connection opened
-/// with the first wait, and a third only with [`RedisConfig::with_wait_for_replicas`].
+/// with the first wait, and, only with [`RedisConfig::with_wait_for_replicas`], one per
+/// acquisition awaiting its replicas at the same time (`WAIT` blocks its connection; up to 16
+/// are kept idle for reuse).
 ///
 /// # Key layout
 ///
@@ -76,9 +78,10 @@ pub struct RedisLock {
 
 struct Inner {
     node: Node,
-    /// A second connection for acquisitions that `WAIT` for replicas: `WAIT` blocks its
-    /// connection, and must not hold up releases and renewals on the shared one.
-    acks: Option<Node>,
+    /// Connections for acquisitions that `WAIT` for replicas, one per acquisition in flight:
+    /// `WAIT` blocks its connection, so it must hold up neither releases and renewals on the
+    /// shared one nor other acquisitions.
+    acks: Option<AckConnections>,
     keys: KeySpace,
     config: RedisConfig,
     subscriber: Subscriber,
@@ -107,19 +110,7 @@ impl RedisLock {
             config.connect_timeout,
         )
         .await?;
-        let acks = match config.replicas {
-            // Its calls include the replicas' delay.
-            Some(ack) => Some(
-                Node::connect(
-                    config.client.clone(),
-                    config.url.clone(),
-                    config.operation_timeout + ack.timeout,
-                    config.connect_timeout,
-                )
-                .await?,
-            ),
-            None => None,
-        };
+        let acks = config.replicas.map(|_| AckConnections::new(&config));
         let subscriber = Subscriber::new(
             node.client().clone(),
             node.url().to_owned(),
@@ -508,7 +499,12 @@ impl RedisLock {
         ttl_ms: u64,
         ack: crate::config::ReplicaAck,
     ) -> Result<Option<Acquired>> {
-        let node = self.inner.acks.as_ref().unwrap_or(&self.inner.node);
+        let Some(acks) = self.inner.acks.as_ref() else {
+            return Err(Error::backend(
+                BACKEND,
+                "no connections for replica acknowledgements",
+            ));
+        };
         let ttl_arg = ttl_ms.to_string();
         let wait_ms = u64::try_from(ack.timeout.as_millis()).unwrap_or(u64::MAX).max(1);
         let build = |use_eval: bool| {
@@ -525,10 +521,10 @@ impl RedisLock {
             pipe
         };
         // The replicas' delay is part of the round trip.
-        let limit = node.timeout().max(self.inner.node.timeout() + ack.timeout);
-        let mut replies = node.pipeline_within(limit, &build(false)).await?;
+        let limit = self.inner.node.timeout() + ack.timeout;
+        let mut replies = acks.pipeline(limit, &build(false)).await?;
         if matches!(replies.first(), Some(Value::ServerError(e)) if e.code() == "NOSCRIPT") {
-            replies = node.pipeline_within(limit, &build(true)).await?;
+            replies = acks.pipeline(limit, &build(true)).await?;
         }
         let [script, wait] = <[Value; 2]>::try_from(replies)
             .map_err(|r| Error::backend(BACKEND, format!("{} replies to a pipeline of 2", r.len())))?;
@@ -541,6 +537,60 @@ impl RedisLock {
             return Ok(None);
         }
         Ok(Some(acquired))
+    }
+}
+
+/// Idle connections for `WAIT`: an acquisition takes one (or opens one) for its pipeline and
+/// gives it back after a clean answer, so concurrent acquisitions wait for their replicas in
+/// parallel. A connection that failed or timed out is dropped, not reused.
+struct AckConnections {
+    client: redis::Client,
+    url: String,
+    connect_timeout: Duration,
+    idle: std::sync::Mutex<Vec<redis::aio::MultiplexedConnection>>,
+}
+
+/// At most this many idle acknowledgement connections are kept.
+const MAX_IDLE_ACK_CONNECTIONS: usize = 16;
+
+impl AckConnections {
+    fn new(config: &RedisConfig) -> Self {
+        Self {
+            client: config.client.clone(),
+            url: config.url.clone(),
+            connect_timeout: config.connect_timeout,
+            idle: std::sync::Mutex::default(),
+        }
+    }
+
+    /// Runs `pipe` on a connection of its own, bounded by `limit` (plus connecting if no
+    /// connection is idle).
+    async fn pipeline(&self, limit: Duration, pipe: &redis::Pipeline) -> Result<Vec<Value>> {
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop();
+        let mut conn = match idle {
+            Some(conn) => conn,
+            None => {
+                node::bounded(
+                    self.connect_timeout,
+                    &self.url,
+                    self.client.get_multiplexed_async_connection(),
+                )
+                .await?
+            }
+        };
+        let replies = node::bounded(limit, &self.url, pipe.query_async(&mut conn)).await?;
+        let mut idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if idle.len() < MAX_IDLE_ACK_CONNECTIONS {
+            idle.push(conn);
+        }
+        Ok(replies)
     }
 }
 
