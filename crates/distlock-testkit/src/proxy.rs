@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -400,7 +400,7 @@ impl Drop for Live {
     }
 }
 
-async fn connection(client: TcpStream, control: Arc<Control>) {
+async fn connection(mut client: TcpStream, control: Arc<Control>) {
     control.live.fetch_add(1, Ordering::SeqCst);
     let _live = Live(control.clone());
     let mut resets = control.resets.subscribe();
@@ -409,15 +409,17 @@ async fn connection(client: TcpStream, control: Arc<Control>) {
         server = TcpStream::connect(control.upstream) => server,
         _ = resets.changed() => Err(std::io::Error::other("reset")),
     };
-    let Ok(server) = server else {
+    let Ok(mut server) = server else {
         rst_on_close(&client);
         return;
     };
     let _ = (client.set_nodelay(true), server.set_nodelay(true));
     rst_on_close(&client);
     rst_on_close(&server);
-    let (client_read, client_write) = client.into_split();
-    let (server_read, server_write) = server.into_split();
+    // Borrowed halves: unlike owned ones, dropping a write half sends no FIN, so a reset is
+    // an RST alone.
+    let (client_read, client_write) = client.split();
+    let (server_read, server_write) = server.split();
     // Either direction ending (EOF, error) or a reset ends both: the sockets drop with
     // SO_LINGER 0, so a reset is an RST to both sides.
     tokio::select! {
@@ -428,7 +430,7 @@ async fn connection(client: TcpStream, control: Arc<Control>) {
 }
 
 /// Moves bytes one way, obeying the mode and the latency of that direction.
-async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, control: Arc<Control>, toward_server: bool) {
+async fn pump(mut from: ReadHalf<'_>, mut to: WriteHalf<'_>, control: Arc<Control>, toward_server: bool) {
     // Reads are timestamped and delivered in order by a writer task, so latency delays
     // without reordering.
     let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
