@@ -41,6 +41,7 @@ pub struct RedisConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) replicas: Option<ReplicaAck>,
     pub(crate) notifications: bool,
+    pub(crate) require_noeviction: bool,
 }
 
 /// Wait for `count` replicas to acknowledge each acquisition, at most `timeout`.
@@ -64,6 +65,7 @@ impl RedisConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             replicas: None,
             notifications: true,
+            require_noeviction: false,
         })
     }
 
@@ -108,6 +110,22 @@ impl RedisConfig {
         self
     }
 
+    /// Whether to refuse a server whose `maxmemory-policy` may evict lock keys (default
+    /// `false`: connect, with a `tracing` warning).
+    ///
+    /// Under any `volatile-*` policy (lock keys have a TTL) or `allkeys-*` policy, Redis
+    /// evicts lock keys when it runs out of memory, freeing locks that are held: another
+    /// client can then acquire while the holder works on until its next renewal reports the
+    /// loss. [`build`](Self::build) reads the policy (`CONFIG GET maxmemory-policy`) and, unless
+    /// it is `noeviction`, logs a warning, or with `true` fails with
+    /// [`Error::InvalidConfig`]. A server that hides `CONFIG` (managed services often rename
+    /// it) gets a warning that the policy could not be checked, or with `true` is refused too.
+    /// The policy can change after connecting; this is a check at start-up only.
+    pub fn with_require_noeviction(mut self, on: bool) -> Self {
+        self.require_noeviction = on;
+        self
+    }
+
     /// Connects: see [`RedisLock::build`](crate::RedisLock::build).
     ///
     /// # Errors
@@ -141,6 +159,7 @@ impl fmt::Debug for RedisConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("replicas", &self.replicas)
             .field("notifications", &self.notifications)
+            .field("require_noeviction", &self.require_noeviction)
             .finish()
     }
 }

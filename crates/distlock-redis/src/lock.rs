@@ -110,6 +110,7 @@ impl RedisLock {
             config.connect_timeout,
         )
         .await?;
+        check_eviction_policy(&node, config.require_noeviction).await?;
         let acks = config.replicas.map(|_| AckConnections::new(&config));
         let subscriber = Subscriber::new(
             node.client().clone(),
@@ -167,6 +168,47 @@ impl RedisLock {
         Capabilities::new(Fencing::BestEffort, WakeUp::Notification)
             .with_ttl_granularity(Duration::from_millis(1))
             .with_ttl_range(Duration::from_millis(1), MAX_TTL)
+    }
+}
+
+/// Reads `maxmemory-policy` and warns (or, with `refuse`, fails) unless it is `noeviction`:
+/// an evicted lock key is a freed lock. One round trip.
+pub(crate) async fn check_eviction_policy(node: &Node, refuse: bool) -> Result<()> {
+    let mut cmd = redis::cmd("CONFIG");
+    cmd.arg("GET").arg("maxmemory-policy");
+    let policy = match node.query::<Vec<String>>(&cmd).await {
+        Ok(reply) => reply.get(1).cloned(),
+        Err(Error::Unavailable { source, .. }) => return Err(Error::unavailable(BACKEND, source)),
+        Err(e) => {
+            let reason = node::detail(&e);
+            if refuse {
+                return Err(Error::invalid_config(format!(
+                    "{}: cannot read maxmemory-policy ({reason}); refusing, as configured, since it may evict lock keys",
+                    node.url()
+                )));
+            }
+            tracing::warn!(
+                url = %node.url(),
+                error = %reason,
+                "distlock-redis: cannot read maxmemory-policy: if it is not noeviction, Redis may evict lock keys and free held locks"
+            );
+            return Ok(());
+        }
+    };
+    match policy.as_deref() {
+        Some("noeviction") => Ok(()),
+        Some(policy) if refuse => Err(Error::invalid_config(format!(
+            "{}: maxmemory-policy is {policy}: Redis may evict lock keys and free held locks; set it to noeviction",
+            node.url()
+        ))),
+        policy => {
+            tracing::warn!(
+                url = %node.url(),
+                policy = policy.unwrap_or("unknown"),
+                "distlock-redis: maxmemory-policy is not noeviction: when memory runs out Redis EVICTS LOCK KEYS, freeing held locks (another client can acquire while the holder still works); set maxmemory-policy noeviction"
+            );
+            Ok(())
+        }
     }
 }
 
