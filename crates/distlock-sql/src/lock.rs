@@ -171,6 +171,7 @@ impl DistributedLock for SqlLock {
                             .bind(owner_str)
                             .bind(owner_str)
                             .bind(owner_str)
+                            .bind(owner_str)
                             .bind(units)
                             .execute(pool)
                     })

@@ -36,6 +36,11 @@ pub(crate) fn key_char(c: char) -> bool {
 /// MySQL's clock in microseconds since the Unix epoch, from UTC only (no time zone involved).
 const MYSQL_CLOCK_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
 
+/// Whether the acquiring owner (the bound parameter) wins the row: it is ours already (a
+/// retried attempt), free, or expired. A row with an owner but no expiry counts as free.
+const MYSQL_WON: &str =
+    "(owner <=> ? OR owner IS NULL OR expires_at IS NULL OR expires_at <= UTC_TIMESTAMP(6))";
+
 /// SQLite's clock in integer milliseconds since the Unix epoch. `'now'` is the same for every
 /// use within one statement.
 const SQLITE_NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
@@ -45,7 +50,7 @@ const SQLITE_NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS
 #[derive(Debug, Clone)]
 pub(crate) struct Statements {
     pub(crate) create_table: String,
-    /// Binds, MySQL: key, name, owner, ttl µs, owner, owner, owner, ttl µs. The fencing token comes
+    /// Binds, MySQL: key, name, owner, ttl µs, owner, owner, owner, owner, ttl µs. The fencing token comes
     /// back as `last_insert_id` (0: held).
     /// Binds, SQLite: key, name, owner, ttl ms. `RETURNING version` yields a row iff acquired.
     pub(crate) acquire: String,
@@ -82,20 +87,28 @@ impl Statements {
                  ) ENGINE=InnoDB"
             ),
             // One statement: insert the row, or take it over only if it is free or expired.
-            // ON DUPLICATE KEY UPDATE assigns left to right, each assignment seeing the ones
-            // before: `owner` is decided first, then `version` and `expires_at` change only if
-            // the owner is now ours. `LAST_INSERT_ID(expr)` puts the new version (or 0 when
-            // the row was kept) into the OK packet, so the caller learns whether it won and
-            // its fencing token without a second round trip, independent of how affected rows
-            // are counted.
+            // `LAST_INSERT_ID(expr)` puts the new version (or 0 when the row was kept) into
+            // the OK packet, so the caller learns whether it won and its fencing token without
+            // a second round trip, independent of how affected rows are counted.
+            //
+            // The statement must not depend on how the assignments of ON DUPLICATE KEY UPDATE
+            // see each other: by default each sees the ones before it, but under MariaDB's
+            // `SIMULTANEOUS_ASSIGNMENT` (part of `sql_mode=ORACLE`) every one sees the old
+            // row. So all three test the same predicate `won` over `owner` and `expires_at`,
+            // `owner` is assigned first and `expires_at` last: `won` is a fixed point of the
+            // owner assignment (if it held on the old row, the new owner is ours and it still
+            // holds; if not, the owner is unchanged), and `expires_at` is read before it is
+            // assigned in either mode. A row with an owner but no expiry (impossible through
+            // this backend, but written by hand or by an older client) counts as free.
             acquire: format!(
                 "INSERT INTO {t} (lock_key, lock_name, owner, version, expires_at) \
                  VALUES (?, ?, ?, LAST_INSERT_ID({MYSQL_CLOCK_US}), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND) \
                  ON DUPLICATE KEY UPDATE \
-                 owner = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), ?, owner), \
-                 version = IF(owner <=> ?, LAST_INSERT_ID(GREATEST(version + 1, {MYSQL_CLOCK_US})), \
+                 owner = IF({won}, ?, owner), \
+                 version = IF({won}, LAST_INSERT_ID(GREATEST(version + 1, {MYSQL_CLOCK_US})), \
                  version + LAST_INSERT_ID(0)), \
-                 expires_at = IF(owner <=> ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at)"
+                 expires_at = IF({won}, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at)",
+                won = MYSQL_WON,
             ),
             remaining: format!(
                 "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {t} \
@@ -103,7 +116,7 @@ impl Statements {
             ),
             release: format!(
                 "UPDATE {t} SET owner = NULL, expires_at = NULL \
-                 WHERE lock_key = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)"
+                 WHERE lock_key = ? AND owner = ? AND (expires_at IS NULL OR expires_at > UTC_TIMESTAMP(6))"
             ),
             extend: format!(
                 "UPDATE {t} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
@@ -138,7 +151,8 @@ impl Statements {
                  ON CONFLICT (lock_key) DO UPDATE SET \
                  owner = excluded.owner, version = MAX(version + 1, {now} * 1000), \
                  expires_at = excluded.expires_at \
-                 WHERE owner IS NULL OR expires_at <= {now} OR owner = excluded.owner \
+                 WHERE owner IS NULL OR expires_at IS NULL OR expires_at <= {now} \
+                 OR owner = excluded.owner \
                  RETURNING version"
             ),
             remaining: format!(
@@ -146,7 +160,7 @@ impl Statements {
             ),
             release: format!(
                 "UPDATE {t} SET owner = NULL, expires_at = NULL \
-                 WHERE lock_key = ?1 AND owner = ?2 AND expires_at > {now}"
+                 WHERE lock_key = ?1 AND owner = ?2 AND (expires_at IS NULL OR expires_at > {now})"
             ),
             extend: format!(
                 "UPDATE {t} SET expires_at = {now} + ?3 \
