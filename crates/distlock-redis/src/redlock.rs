@@ -438,6 +438,7 @@ impl DistributedLock for Redlock {
     async fn inspect(&self, name: &LockName) -> Result<LockState> {
         let keys = self.keys(name);
         let mut pipe = redis::pipe();
+        pipe.ignore_errors();
         pipe.cmd("GET").arg(&keys.lock).cmd("PTTL").arg(&keys.lock);
         let reads = join_all(self.inner.nodes.iter().map(|node| node.pipeline(&pipe))).await;
         let mut answered = 0;
@@ -445,7 +446,11 @@ impl DistributedLock for Redlock {
         for read in reads.into_iter().flatten() {
             answered += 1;
             let mut values = read.into_iter();
-            let owner: Option<String> = values.next().and_then(|v| redis::from_redis_value(v).ok());
+            let owner: Option<String> = match values.next() {
+                // Another library's lock type under the name: held by a foreign owner.
+                Some(redis::Value::ServerError(e)) if e.code() == "WRONGTYPE" => Some("<foreign>".to_owned()),
+                v => v.and_then(|v| redis::from_redis_value(v).ok()),
+            };
             let pttl: Option<i64> = values.next().and_then(|v| redis::from_redis_value(v).ok());
             if let Some(owner) = owner {
                 owners.entry(owner).or_default().push(

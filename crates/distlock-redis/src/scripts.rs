@@ -3,6 +3,11 @@
 //! Owns the script texts and their SHA1s; running them (`EVALSHA`, falling back to `EVAL` on
 //! `NOSCRIPT`) is [`Node::script`](crate::node::Node::script)'s job.
 //!
+//! A lock key holding another type (another library's lock: Redisson keeps a hash under the
+//! lock name) makes `GET` fail with `WRONGTYPE`. The scripts read it with `pcall`: such a key
+//! is held by a foreign owner, reported as `<type>` (for example `<hash>`), never ours, and
+//! never an error that would end a wait.
+//!
 //! Each script touches only keys passed in `KEYS` and all of one lock's keys share a hash
 //! slot (see [`keys`](crate::keys)), so they run unchanged on Redis Cluster.
 
@@ -46,7 +51,14 @@ pub(crate) static ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {1, redis.call('INCR', KEYS[2])}
 end
-local holder = redis.call('GET', KEYS[1])
+local function owner(key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' and v.err then
+    return '<' .. redis.call('TYPE', key).ok .. '>'
+  end
+  return v
+end
+local holder = owner(KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, tonumber(redis.call('GET', KEYS[2]))}
@@ -66,7 +78,14 @@ pub(crate) static ACQUIRE_UNFENCED: LazyLock<LuaScript> = LazyLock::new(|| {
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {1, 0}
 end
-local holder = redis.call('GET', KEYS[1])
+local function owner(key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' and v.err then
+    return '<' .. redis.call('TYPE', key).ok .. '>'
+  end
+  return v
+end
+local holder = owner(KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, 0}
@@ -83,7 +102,7 @@ return {0, redis.call('PTTL', KEYS[1]), holder}
 pub(crate) static RELEASE: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], ARGV[1])
   return 1
@@ -100,7 +119,7 @@ return 0
 pub(crate) static EXTEND: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
@@ -115,7 +134,14 @@ return 0
 pub(crate) static INSPECT: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         r"
-return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
+local function owner(key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' and v.err then
+    return '<' .. redis.call('TYPE', key).ok .. '>'
+  end
+  return v
+end
+return {owner(KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
 ",
     )
 });
