@@ -252,6 +252,15 @@ impl SqlConfig {
         }
     }
 
+    /// How long the database itself lets one statement run or wait for a lock: half the
+    /// operation timeout. MySQL/MariaDB sessions set their lock-wait timeouts (and, on
+    /// MariaDB, `max_statement_time`) from it and SQLite uses it as its busy timeout, so a
+    /// statement blocked by someone else's lock fails on the server, changing nothing, before
+    /// the client gives up on it.
+    pub fn statement_limit(&self) -> Duration {
+        self.operation_timeout / 2
+    }
+
     pub(crate) fn dialect(&self) -> Dialect {
         match &self.target {
             #[cfg(feature = "mysql")]

@@ -39,6 +39,18 @@ use tokio::time::Instant;
 use crate::config::{SqlConfig, Target};
 use crate::sql::{key_char, Dialect, Statements, KEY_LEN};
 
+/// A closure for [`SqlLock::run`]: runs one statement (`$body`, which reaches the connection as
+/// `$c.conn()?`) and hands the connection back to the pool only once the statement finished.
+macro_rules! on_conn {
+    ($c:ident => $body:expr) => {
+        |mut $c: Checkout<_>| async move {
+            let result = $body;
+            $c.finish();
+            result
+        }
+    };
+}
+
 /// The longest TTL accepted: 30 days, as [`Capabilities::new`] declares.
 const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// The first and the longest pause between internal retries of a busy or deadlocked statement.
@@ -162,19 +174,24 @@ impl DistributedLock for SqlLock {
             #[cfg(feature = "mysql")]
             Pool::MySql(pool) => {
                 let done = self
-                    .run("acquiring", || {
-                        sqlx::query(sql)
-                            .bind(key)
-                            .bind(name.as_str())
-                            .bind(owner_str)
-                            .bind(units)
-                            .bind(owner_str)
-                            .bind(owner_str)
-                            .bind(owner_str)
-                            .bind(owner_str)
-                            .bind(units)
-                            .execute(pool)
-                    })
+                    .run(
+                        pool,
+                        "acquiring",
+                        on_conn!(c => {
+                            sqlx::query(sql)
+                                .bind(key)
+                                .bind(name.as_str())
+                                .bind(owner_str)
+                                .bind(units)
+                                .bind(owner_str)
+                                .bind(owner_str)
+                                .bind(owner_str)
+                                .bind(owner_str)
+                                .bind(units)
+                                .execute(c.conn()?)
+                                .await
+                        }),
+                    )
                     .await?;
                 i64::try_from(done.last_insert_id()).ok().filter(|&v| v > 0)
             }
@@ -182,14 +199,19 @@ impl DistributedLock for SqlLock {
             Pool::Sqlite(pool) => {
                 // fetch_all steps the statement to completion, so its write commits at once.
                 let rows: Vec<i64> = self
-                    .run("acquiring", || {
-                        sqlx::query_scalar(sql)
-                            .bind(key)
-                            .bind(name.as_str())
-                            .bind(owner_str)
-                            .bind(units)
-                            .fetch_all(pool)
-                    })
+                    .run(
+                        pool,
+                        "acquiring",
+                        on_conn!(c => {
+                            sqlx::query_scalar(sql)
+                                .bind(key)
+                                .bind(name.as_str())
+                                .bind(owner_str)
+                                .bind(units)
+                                .fetch_all(c.conn()?)
+                                .await
+                        }),
+                    )
                     .await?;
                 rows.first().copied()
             }
@@ -213,16 +235,24 @@ impl DistributedLock for SqlLock {
         let affected = match &self.inner.pool {
             #[cfg(feature = "mysql")]
             Pool::MySql(pool) => self
-                .run("releasing", || {
-                    sqlx::query(sql).bind(key).bind(owner).execute(pool)
-                })
+                .run(
+                    pool,
+                    "releasing",
+                    on_conn!(c => {
+                        sqlx::query(sql).bind(key).bind(owner).execute(c.conn()?).await
+                    }),
+                )
                 .await?
                 .rows_affected(),
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => self
-                .run("releasing", || {
-                    sqlx::query(sql).bind(key).bind(owner).execute(pool)
-                })
+                .run(
+                    pool,
+                    "releasing",
+                    on_conn!(c => {
+                        sqlx::query(sql).bind(key).bind(owner).execute(c.conn()?).await
+                    }),
+                )
                 .await?
                 .rows_affected(),
         };
@@ -242,16 +272,24 @@ impl DistributedLock for SqlLock {
         let affected = match &self.inner.pool {
             #[cfg(feature = "mysql")]
             Pool::MySql(pool) => self
-                .run("extending", || {
-                    sqlx::query(sql).bind(units).bind(key).bind(owner).execute(pool)
-                })
+                .run(
+                    pool,
+                    "extending",
+                    on_conn!(c => {
+                        sqlx::query(sql).bind(units).bind(key).bind(owner).execute(c.conn()?).await
+                    }),
+                )
                 .await?
                 .rows_affected(),
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => self
-                .run("extending", || {
-                    sqlx::query(sql).bind(key).bind(owner).bind(units).execute(pool)
-                })
+                .run(
+                    pool,
+                    "extending",
+                    on_conn!(c => {
+                        sqlx::query(sql).bind(key).bind(owner).bind(units).execute(c.conn()?).await
+                    }),
+                )
                 .await?
                 .rows_affected(),
         };
@@ -274,16 +312,24 @@ impl DistributedLock for SqlLock {
         let row: Option<(Option<String>, i64, Option<i64>)> = match &self.inner.pool {
             #[cfg(feature = "mysql")]
             Pool::MySql(pool) => {
-                self.run("inspecting", || {
-                    sqlx::query_as(sql).bind(key).fetch_optional(pool)
-                })
+                self.run(
+                    pool,
+                    "inspecting",
+                    on_conn!(c => {
+                        sqlx::query_as(sql).bind(key).fetch_optional(c.conn()?).await
+                    }),
+                )
                 .await?
             }
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => {
-                self.run("inspecting", || {
-                    sqlx::query_as(sql).bind(key).fetch_optional(pool)
-                })
+                self.run(
+                    pool,
+                    "inspecting",
+                    on_conn!(c => {
+                        sqlx::query_as(sql).bind(key).fetch_optional(c.conn()?).await
+                    }),
+                )
                 .await?
             }
         };
@@ -302,11 +348,21 @@ impl DistributedLock for SqlLock {
         match &self.inner.pool {
             #[cfg(feature = "mysql")]
             Pool::MySql(pool) => {
-                self.run("ping", || sqlx::query("SELECT 1").execute(pool)).await?;
+                self.run(
+                    pool,
+                    "ping",
+                    on_conn!(c => sqlx::query("SELECT 1").execute(c.conn()?).await),
+                )
+                .await?;
             }
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => {
-                self.run("ping", || sqlx::query("SELECT 1").execute(pool)).await?;
+                self.run(
+                    pool,
+                    "ping",
+                    on_conn!(c => sqlx::query("SELECT 1").execute(c.conn()?).await),
+                )
+                .await?;
             }
         }
         Ok(())
@@ -319,14 +375,31 @@ impl SqlLock {
         let sql = Statements::new(config.dialect(), &config.table);
         let pool = match &config.target {
             #[cfg(feature = "mysql")]
-            Target::MySql { options, .. } => Pool::MySql(
-                sqlx::mysql::MySqlPoolOptions::new()
-                    .max_connections(config.max_connections)
-                    .min_connections(0)
-                    .acquire_timeout(config.operation_timeout)
-                    .test_before_acquire(true)
-                    .connect_lazy_with((**options).clone()),
-            ),
+            Target::MySql { options, .. } => {
+                let limits = session_limits(config.statement_limit());
+                Pool::MySql(
+                    sqlx::mysql::MySqlPoolOptions::new()
+                        .max_connections(config.max_connections)
+                        .min_connections(0)
+                        .acquire_timeout(config.operation_timeout)
+                        .test_before_acquire(true)
+                        .after_connect(move |conn, _meta| {
+                            let (mariadb, mysql) = limits.clone();
+                            Box::pin(async move {
+                                use sqlx::Executor;
+                                match conn.execute(&*mariadb).await {
+                                    Ok(_) => Ok(()),
+                                    // ER_UNKNOWN_SYSTEM_VARIABLE: MySQL, without max_statement_time.
+                                    Err(e) if mysql_error_number(&e) == Some(1193) => {
+                                        conn.execute(&*mysql).await.map(drop)
+                                    }
+                                    Err(e) => Err(e),
+                                }
+                            })
+                        })
+                        .connect_lazy_with((**options).clone()),
+                )
+            }
             #[cfg(feature = "sqlite")]
             Target::Sqlite { path } => Pool::Sqlite(open_sqlite(path, &config)?),
         };
@@ -346,9 +419,13 @@ impl SqlLock {
             // Changing the journal mode needs an exclusive lock that the busy timeout does not
             // wait for, so several processes opening a new file at once retry here.
             let mode: String = self
-                .run("setting WAL mode", || {
-                    sqlx::query_scalar("PRAGMA journal_mode = WAL").fetch_one(pool)
-                })
+                .run(
+                    pool,
+                    "setting WAL mode",
+                    on_conn!(c => {
+                        sqlx::query_scalar("PRAGMA journal_mode = WAL").fetch_one(c.conn()?).await
+                    }),
+                )
                 .await?;
             if !mode.eq_ignore_ascii_case("wal") {
                 tracing::warn!(%mode, "distlock-sql: SQLite refused WAL mode; locking still works, slower");
@@ -359,13 +436,21 @@ impl SqlLock {
             match &self.inner.pool {
                 #[cfg(feature = "mysql")]
                 Pool::MySql(pool) => {
-                    self.run("creating the lock table", || sqlx::query(ddl).execute(pool))
-                        .await?;
+                    self.run(
+                        pool,
+                        "creating the lock table",
+                        on_conn!(c => sqlx::query(ddl).execute(c.conn()?).await),
+                    )
+                    .await?;
                 }
                 #[cfg(feature = "sqlite")]
                 Pool::Sqlite(pool) => {
-                    self.run("creating the lock table", || sqlx::query(ddl).execute(pool))
-                        .await?;
+                    self.run(
+                        pool,
+                        "creating the lock table",
+                        on_conn!(c => sqlx::query(ddl).execute(c.conn()?).await),
+                    )
+                    .await?;
                 }
             }
         }
@@ -376,24 +461,33 @@ impl SqlLock {
         self.inner.config.dialect()
     }
 
-    /// Runs one statement (`op` makes a fresh attempt each call) within the operation timeout,
-    /// retrying only errors that guarantee the statement changed nothing: SQLite's
-    /// `SQLITE_BUSY`/`SQLITE_LOCKED` and InnoDB's deadlock / lock-wait timeout (the statement
-    /// was rolled back). Those never reach the caller as such: when the time is up they become
-    /// [`Error::Unavailable`].
-    async fn run<T, F, Fut>(&self, what: &'static str, mut op: F) -> Result<T>
+    /// Runs one statement (`op` makes a fresh attempt each call, on a connection checked out
+    /// of `pool`) within the operation timeout, retrying only errors that guarantee the
+    /// statement changed nothing: SQLite's `SQLITE_BUSY`/`SQLITE_LOCKED`, InnoDB's deadlock /
+    /// lock-wait timeout and the server's statement time limit (the statement was rolled
+    /// back). Those never reach the caller as such: when the time is up they become
+    /// [`Error::Unavailable`]. A retry starts only if the database's own limit on it
+    /// ([`SqlConfig::statement_limit`]) ends before the operation's deadline, so the last
+    /// attempt is aborted by the database before the caller is told it failed.
+    async fn run<DB, T, F, Fut>(&self, pool: &sqlx::Pool<DB>, what: &'static str, mut op: F) -> Result<T>
     where
-        F: FnMut() -> Fut,
+        DB: sqlx::Database,
+        F: FnMut(Checkout<DB>) -> Fut,
         Fut: Future<Output = Result<T, sqlx::Error>>,
     {
         let timeout = self.inner.config.operation_timeout;
+        let limit = self.inner.config.statement_limit();
         let deadline = Instant::now() + timeout;
         let mut pause = RETRY_FIRST;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, op()).await {
+            let attempt = async {
+                let conn = pool.acquire().await?;
+                op(Checkout(Some(conn))).await
+            };
+            match tokio::time::timeout(left, attempt).await {
                 Ok(Ok(value)) => return Ok(value),
-                Ok(Err(e)) if is_contention(&e) && Instant::now() + pause < deadline => {
+                Ok(Err(e)) if is_contention(&e) && Instant::now() + pause + limit < deadline => {
                     tracing::trace!(error = %e, what, "distlock-sql: contention, retrying");
                     tokio::time::sleep(jittered(pause)).await;
                     pause = (pause * 2).min(RETRY_MAX);
@@ -416,16 +510,24 @@ impl SqlLock {
         let left: Option<Option<i64>> = match &self.inner.pool {
             #[cfg(feature = "mysql")]
             Pool::MySql(pool) => {
-                self.run("reading the holder's expiry", || {
-                    sqlx::query_scalar(sql).bind(key).fetch_optional(pool)
-                })
+                self.run(
+                    pool,
+                    "reading the holder's expiry",
+                    on_conn!(c => {
+                        sqlx::query_scalar(sql).bind(key).fetch_optional(c.conn()?).await
+                    }),
+                )
                 .await?
             }
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => {
-                self.run("reading the holder's expiry", || {
-                    sqlx::query_scalar(sql).bind(key).fetch_optional(pool)
-                })
+                self.run(
+                    pool,
+                    "reading the holder's expiry",
+                    on_conn!(c => {
+                        sqlx::query_scalar(sql).bind(key).fetch_optional(c.conn()?).await
+                    }),
+                )
                 .await?
             }
         };
@@ -480,13 +582,68 @@ fn open_sqlite(path: &std::path::Path, config: &SqlConfig) -> Result<sqlx::Sqlit
     let options = SqliteConnectOptions::new()
         .filename(path)
         .create_if_missing(true)
-        .busy_timeout(config.operation_timeout)
+        .busy_timeout(config.statement_limit())
         .synchronous(SqliteSynchronous::Normal);
     Ok(SqlitePoolOptions::new()
         .max_connections(config.max_connections)
         .min_connections(0)
         .acquire_timeout(config.operation_timeout)
         .connect_lazy_with(options))
+}
+
+/// A pooled connection for one statement. It goes back to the pool only through
+/// [`finish`](Self::finish), once its statement completed. Dropped before that (the operation
+/// timed out mid-statement) it is detached from the pool and its socket closed: returned, it
+/// would hold a pool slot while the pool's return ping waits behind the unfinished statement,
+/// and a few such timeouts would exhaust the pool.
+struct Checkout<DB: sqlx::Database>(Option<sqlx::pool::PoolConnection<DB>>);
+
+impl<DB: sqlx::Database> Checkout<DB> {
+    fn conn(&mut self) -> Result<&mut DB::Connection, sqlx::Error> {
+        self.0.as_deref_mut().ok_or(sqlx::Error::PoolClosed)
+    }
+
+    fn finish(mut self) {
+        drop(self.0.take());
+    }
+}
+
+impl<DB: sqlx::Database> Drop for Checkout<DB> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.take() {
+            drop(conn.detach());
+        }
+    }
+}
+
+/// The statements that bound every statement of a MySQL session by `limit` on the server
+/// (run by the pool's `after_connect` hook): a statement blocked on a row lock (an operator's
+/// `SELECT ... FOR UPDATE`) or on a metadata lock (DDL) is rolled back by the server before
+/// the operation times out on the client, instead of committing after the caller was told it
+/// failed. MariaDB: `max_statement_time` (any statement, µs precision) plus the two lock waits
+/// in whole seconds (0: do not wait). The second statement is for MySQL, which has no time
+/// limit for writes and accepts lock waits from 1 s.
+#[cfg(feature = "mysql")]
+fn session_limits(limit: Duration) -> (Arc<str>, Arc<str>) {
+    let wait = limit.as_secs();
+    let mariadb = format!(
+        "SET SESSION max_statement_time = {:.6}, innodb_lock_wait_timeout = {wait}, \
+         lock_wait_timeout = {wait}",
+        limit.as_secs_f64()
+    );
+    let wait = wait.max(1);
+    let mysql = format!("SET SESSION innodb_lock_wait_timeout = {wait}, lock_wait_timeout = {wait}");
+    (mariadb.into(), mysql.into())
+}
+
+/// The server's error number of a MySQL error.
+#[cfg(feature = "mysql")]
+fn mysql_error_number(error: &sqlx::Error) -> Option<u16> {
+    let sqlx::Error::Database(db) = error else {
+        return None;
+    };
+    db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+        .map(sqlx::mysql::MySqlDatabaseError::number)
 }
 
 impl std::fmt::Debug for SqlLock {
@@ -510,8 +667,10 @@ fn is_contention(error: &sqlx::Error) -> bool {
     };
     #[cfg(feature = "mysql")]
     if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-        // ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT: InnoDB rolled the statement back.
-        return matches!(my.number(), 1213 | 1205);
+        // ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT: InnoDB rolled the statement back;
+        // ER_STATEMENT_TIMEOUT (MariaDB's max_statement_time), ER_QUERY_TIMEOUT (MySQL's
+        // max_execution_time): the server aborted and rolled back the statement.
+        return matches!(my.number(), 1213 | 1205 | 1969 | 3024);
     }
     #[cfg(feature = "sqlite")]
     if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
