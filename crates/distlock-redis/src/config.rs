@@ -181,11 +181,16 @@ pub struct RedlockConfig {
     pub(crate) notifications: bool,
     pub(crate) drift_factor: f64,
     pub(crate) drift_floor: Duration,
+    pub(crate) restart_quarantine: Option<Duration>,
 }
 
 /// The per-node timeout of Redlock's operations (during acquire it is also capped at half the
 /// TTL).
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// How long a Redlock master that restarted is not trusted, by default (see
+/// [`RedlockConfig::with_restart_quarantine`]).
+pub const DEFAULT_RESTART_QUARANTINE: Duration = Duration::from_secs(60);
 
 impl RedlockConfig {
     /// Parses one URL per master.
@@ -214,6 +219,7 @@ impl RedlockConfig {
             notifications: true,
             drift_factor: 0.01,
             drift_floor: Duration::from_millis(2),
+            restart_quarantine: None,
         })
     }
 
@@ -293,6 +299,25 @@ impl RedlockConfig {
         self
     }
 
+    /// How long a master that restarted does not count toward a majority. Default: the
+    /// longer of [`DEFAULT_RESTART_QUARANTINE`] and the longest TTL this client used; a value
+    /// set here is used as is. Set it to at least the longest TTL any client of these masters
+    /// uses (`Duration::ZERO` turns the check off).
+    ///
+    /// A master restarted without its data (no persistence, or RDB snapshots and AOF
+    /// `everysec`, which lose the last writes) forgets the locks it granted and would vote
+    /// for a second holder while the first is still valid. The Redlock description's remedy
+    /// is to keep a restarted master out for the maximum TTL. This client does what a client
+    /// can: each acquisition reads the master's run id (new with every restart); a master
+    /// whose run id changed since this client last saw it is not counted, for anyone, until
+    /// the quarantine has passed. A client that first meets a master after its restart
+    /// cannot tell, so operators should still delay restarts (or use AOF `appendfsync
+    /// always`).
+    pub fn with_restart_quarantine(mut self, quarantine: Duration) -> Self {
+        self.restart_quarantine = Some(quarantine);
+        self
+    }
+
     /// Whether waiters subscribe to release announcements on every master (default `true`);
     /// with `false` they poll with backoff.
     pub fn with_notifications(mut self, on: bool) -> Self {
@@ -343,6 +368,7 @@ impl fmt::Debug for RedlockConfig {
             .field("notifications", &self.notifications)
             .field("drift_factor", &self.drift_factor)
             .field("drift_floor", &self.drift_floor)
+            .field("restart_quarantine", &self.restart_quarantine)
             .finish()
     }
 }

@@ -81,6 +81,7 @@ mod subscriber;
 
 pub use config::{
     RedisConfig, RedlockConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_NODE_TIMEOUT, DEFAULT_OPERATION_TIMEOUT,
+    DEFAULT_RESTART_QUARANTINE,
 };
 pub use lock::RedisLock;
 pub use redlock::Redlock;

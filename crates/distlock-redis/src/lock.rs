@@ -254,13 +254,14 @@ pub(crate) async fn acquire_on(
 }
 
 /// As [`acquire_on`] without the fencing counter (Redlock): a granted lock reports token 0.
+/// Also returns the server's run id, which changes with every restart.
 pub(crate) async fn acquire_unfenced_on(
     node: &Node,
     limit: Duration,
     keys: &LockKeys,
     owner: &str,
     ttl_ms: u64,
-) -> Result<Acquired> {
+) -> Result<(Acquired, Option<String>)> {
     let ttl_arg = ttl_ms.to_string();
     let reply: Value = node
         .script_within(
@@ -270,7 +271,26 @@ pub(crate) async fn acquire_unfenced_on(
             &[owner.as_bytes(), ttl_arg.as_bytes()],
         )
         .await?;
-    parse_acquire(reply)
+    let mut parts: Vec<Value> = redis::from_redis_value(reply).map_err(|e| node::map_error(e.into()))?;
+    let run_id = parts
+        .pop()
+        .and_then(|v| redis::from_redis_value::<String>(v).ok())
+        .filter(|id| !id.is_empty());
+    Ok((parse_acquire(Value::Array(parts))?, run_id))
+}
+
+/// Runs the non-announcing release script on `node` (bounded by `limit`): whether our key
+/// was deleted.
+pub(crate) async fn release_quietly_on(
+    node: &Node,
+    limit: Duration,
+    keys: &LockKeys,
+    owner: &str,
+) -> Result<bool> {
+    let released: i64 = node
+        .script_within(limit, &scripts::RELEASE_QUIET, &[&keys.lock], &[owner.as_bytes()])
+        .await?;
+    Ok(released == 1)
 }
 
 /// Reads the acquire script's reply.

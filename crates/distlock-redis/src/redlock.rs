@@ -15,10 +15,11 @@ use rand::Rng;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::config::RedlockConfig;
+use crate::config::{RedlockConfig, DEFAULT_RESTART_QUARANTINE};
 use crate::keys::{KeySpace, LockKeys};
 use crate::lock::{
-    acquire_unfenced_on, extend_many_on, extend_on, release_on, scan_keys, ttl_millis, Acquired,
+    acquire_unfenced_on, extend_many_on, extend_on, release_on, release_quietly_on, scan_keys, ttl_millis,
+    Acquired,
 };
 use crate::node::{Node, BACKEND};
 use crate::subscriber::{Keep, Subscriber};
@@ -105,10 +106,21 @@ pub struct Redlock {
 
 struct Inner {
     nodes: Vec<Node>,
+    /// Per master: the run id it answered with and until when its votes do not count.
+    trust: Vec<std::sync::Mutex<Trust>>,
+    /// The longest TTL this client asked for, in ms (the least a restart quarantine lasts).
+    longest_ttl_ms: std::sync::atomic::AtomicU64,
     /// One pub/sub connection per master, opened with the first wait.
     subscribers: Vec<Subscriber>,
     keys: KeySpace,
     config: RedlockConfig,
+}
+
+/// What this client knows of one master's restarts.
+#[derive(Debug, Default)]
+struct Trust {
+    run_id: Option<String>,
+    untrusted_until: Option<Instant>,
 }
 
 /// What the masters said to one operation.
@@ -153,6 +165,8 @@ impl Redlock {
             .collect();
         Ok(Self {
             inner: Arc::new(Inner {
+                trust: nodes.iter().map(|_| std::sync::Mutex::default()).collect(),
+                longest_ttl_ms: std::sync::atomic::AtomicU64::new(0),
                 nodes,
                 subscribers,
                 keys: KeySpace::new(prefix),
@@ -233,6 +247,57 @@ impl Redlock {
         tally(replies)
     }
 
+    /// Releases on every master without announcing it (the cleanup of a failed attempt).
+    async fn release_all_quietly(&self, keys: &LockKeys, token: &str) {
+        let limit = self.inner.config.node_timeout;
+        join_all(
+            self.inner
+                .nodes
+                .iter()
+                .map(|node| release_quietly_on(node, limit, keys, token)),
+        )
+        .await;
+    }
+
+    /// Whether master `i`'s vote counts, given the run id it answered with: a master whose
+    /// run id changed since this client last saw it restarted (and, without persistence,
+    /// forgot the locks it granted), so its votes do not count until the quarantine (see
+    /// [`RedlockConfig::with_restart_quarantine`]) has passed since.
+    fn trusted(&self, i: usize, run_id: Option<&str>) -> bool {
+        let (Some(run_id), Some(trust)) = (run_id, self.inner.trust.get(i)) else {
+            return true;
+        };
+        let mut trust = trust.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Instant::now();
+        match trust.run_id.as_deref() {
+            None => {
+                trust.run_id = Some(run_id.to_owned());
+                true
+            }
+            Some(known) if known == run_id => trust.untrusted_until.is_none_or(|until| now >= until),
+            Some(_) => {
+                let longest = Duration::from_millis(
+                    self.inner
+                        .longest_ttl_ms
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                );
+                let quarantine = self
+                    .inner
+                    .config
+                    .restart_quarantine
+                    .unwrap_or(DEFAULT_RESTART_QUARANTINE.max(longest));
+                tracing::warn!(
+                    master = %self.inner.nodes[i].url(),
+                    ?quarantine,
+                    "distlock-redis: a Redlock master restarted (its run id changed); its votes do not count until the quarantine has passed"
+                );
+                trust.run_id = Some(run_id.to_owned());
+                trust.untrusted_until = Some(now + quarantine);
+                quarantine.is_zero()
+            }
+        }
+    }
+
     /// The time until enough masters are free for a majority, if the holders said.
     fn remaining(&self, free: usize, mut held: Vec<Option<Duration>>) -> Option<Duration> {
         let needed = self.quorum().checked_sub(free)?.checked_sub(1)?;
@@ -276,6 +341,9 @@ impl DistributedLock for Redlock {
     /// One parallel round trip to all masters (another to release them if it failed).
     async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
         let ttl_ms = ttl_millis(ttl)?;
+        self.inner
+            .longest_ttl_ms
+            .fetch_max(ttl_ms, std::sync::atomic::Ordering::Relaxed);
         let keys = self.keys(name);
         let token = owner.to_string();
         let limit = self.acquire_limit(ttl);
@@ -289,30 +357,40 @@ impl DistributedLock for Redlock {
         .await;
         let elapsed = sent_at.elapsed();
         let drift = self.inner.config.drift(ttl);
-        let (mut won, mut held, mut errors) = (0, Vec::new(), Vec::new());
+        let (mut won, mut held, mut errors, mut untrusted) = (0, Vec::new(), Vec::new(), 0);
         let mut holders = std::collections::HashMap::<Option<Vec<u8>>, usize>::new();
-        for reply in replies {
+        for (i, reply) in replies.into_iter().enumerate() {
             match reply {
-                Ok(Acquired::Yes(_)) => won += 1,
-                Ok(Acquired::No { remaining, holder }) => {
+                Ok((acquired, run_id)) if !self.trusted(i, run_id.as_deref()) => {
+                    // A recently restarted master: its answer counts for nobody.
+                    untrusted += 1;
+                    if let Acquired::No { remaining, .. } = acquired {
+                        held.push(remaining);
+                    }
+                }
+                Ok((Acquired::Yes(_), _)) => won += 1,
+                Ok((Acquired::No { remaining, holder }, _)) => {
                     held.push(remaining);
                     *holders.entry(holder).or_default() += 1;
                 }
                 Err(e) => errors.push(crate::node::detail(&e)),
             }
         }
-        let someone_holds_a_majority = holders
+        // Masters that failed to answer or restarted recently may hold the lock for anyone.
+        let unknown = errors.len() + untrusted;
+        let someone_may_hold_a_majority = holders
             .iter()
-            .any(|(holder, &count)| holder.is_some() && count >= self.quorum());
+            .any(|(holder, &count)| holder.is_some() && count + unknown >= self.quorum());
         let valid = ttl.checked_sub(elapsed).and_then(|t| t.checked_sub(drift));
         if won >= self.quorum() && valid.is_some_and(|v| !v.is_zero()) {
             return Ok(TryAcquire::Acquired(
                 Lease::new(name.clone(), owner, ttl, sent_at).with_validity_margin(drift),
             ));
         }
-        // Failed: give back whatever we got, including on masters whose reply was lost.
-        let _ = self.release_all(&keys, &token).await;
-        let answered = won + held.len();
+        // Failed: give back whatever we got, including on masters whose reply was lost,
+        // without announcing it (the lock is not free for anyone).
+        self.release_all_quietly(&keys, &token).await;
+        let answered = self.inner.nodes.len() - errors.len();
         if answered < self.quorum() {
             return Err(self.no_majority("acquire", answered, &errors));
         }
@@ -323,7 +401,7 @@ impl DistributedLock for Redlock {
             );
             return Ok(TryAcquire::Held(Holder::unknown()));
         }
-        if !someone_holds_a_majority {
+        if !someone_may_hold_a_majority {
             // A split vote: nobody holds a majority. Retry after a short random pause.
             let pause = rand::rng().random_range(Duration::from_millis(1)..=SPLIT_RETRY_MAX);
             return Ok(TryAcquire::Held(Holder::expiring_in(pause)));

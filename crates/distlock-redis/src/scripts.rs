@@ -68,15 +68,17 @@ return {0, redis.call('PTTL', KEYS[1]), holder}
     )
 });
 
-/// Acquire without a fencing counter (Redlock, whose masters cannot make tokens monotonic).
+/// Acquire without a fencing counter (Redlock, whose masters cannot make tokens monotonic),
+/// reporting the server's run id (which changes with every restart) as the last element.
 ///
-/// `KEYS[1]` lock key; `ARGV[1]` owner token, `ARGV[2]` TTL in ms. Returns `{1, 0}` when
-/// acquired, else as [`ACQUIRE`].
+/// `KEYS[1]` lock key; `ARGV[1]` owner token, `ARGV[2]` TTL in ms. Returns `{1, 0, run id}`
+/// when acquired, else `{0, PTTL of the holder, holder's value, run id}`.
 pub(crate) static ACQUIRE_UNFENCED: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         r"
+local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, 0}
+  return {1, 0, run_id}
 end
 local function owner(key)
   local v = redis.pcall('GET', key)
@@ -88,9 +90,9 @@ end
 local holder = owner(KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, 0}
+  return {1, 0, run_id}
 end
-return {0, redis.call('PTTL', KEYS[1]), holder}
+return {0, redis.call('PTTL', KEYS[1]), holder, run_id}
 ",
     )
 });
@@ -106,6 +108,22 @@ if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], ARGV[1])
   return 1
+end
+return 0
+",
+    )
+});
+
+/// Release without announcing it: compare-and-delete only. For the cleanup of a failed Redlock
+/// attempt, whose minority grants nobody waits for: announcing them would wake every waiter
+/// (and cut the random pause after a split vote short) for a lock that is still not free.
+///
+/// `KEYS[1]` lock key; `ARGV[1]` owner token. Returns 1 if deleted, 0 otherwise.
+pub(crate) static RELEASE_QUIET: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(
+        r"
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
 end
 return 0
 ",
