@@ -37,6 +37,8 @@ use distlock_core::{
 use tokio::time::Instant;
 
 use crate::config::{SqlConfig, Target};
+#[cfg(feature = "mysql")]
+use crate::sql::MYSQL_HELD;
 use crate::sql::{key_char, Dialect, Statements, KEY_LEN};
 
 /// A closure for [`SqlLock::run`]: runs one statement (`$body`, which reaches the connection as
@@ -53,6 +55,9 @@ macro_rules! on_conn {
 
 /// The longest TTL accepted: 30 days, as [`Capabilities::new`] declares.
 const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+/// A pooled MySQL connection idle for longer than this is pinged before its next statement.
+#[cfg(feature = "mysql")]
+const IDLE_CHECK: Duration = Duration::from_secs(1);
 /// The first and the longest pause between internal retries of a busy or deadlocked statement.
 const RETRY_FIRST: Duration = Duration::from_millis(2);
 const RETRY_MAX: Duration = Duration::from_millis(50);
@@ -159,9 +164,11 @@ impl DistributedLock for SqlLock {
 
     /// Acquire: insert the row, or take it over if it is free or expired, bumping `version`.
     ///
-    /// **1 round trip** when acquired (MySQL: the version comes back as `LAST_INSERT_ID`;
-    /// SQLite: `RETURNING version`), **2** when held (the second reads the holder's remaining
-    /// time so the waiter wakes at its expiry).
+    /// MySQL: **1 round trip**, won or held: `LAST_INSERT_ID` carries the new version, or the
+    /// holder's remaining time so the waiter wakes at its expiry. SQLite: **1 statement** when
+    /// acquired (`RETURNING version`), **2** when held (the second reads the holder's
+    /// remaining time; both are local calls, no network). No ping precedes a statement,
+    /// except on a MySQL connection idle for over a second.
     async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
         let units = self.ttl_units(ttl)?;
         let key = lock_key(name);
@@ -193,7 +200,13 @@ impl DistributedLock for SqlLock {
                         }),
                     )
                     .await?;
-                i64::try_from(done.last_insert_id()).ok().filter(|&v| v > 0)
+                match done.last_insert_id() {
+                    id if id >= MYSQL_HELD => {
+                        let left = Duration::from_micros(id - MYSQL_HELD);
+                        return Ok(TryAcquire::Held(Holder::expiring_in(left)));
+                    }
+                    id => i64::try_from(id).ok().filter(|&v| v > 0),
+                }
             }
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => {
@@ -382,7 +395,18 @@ impl SqlLock {
                         .max_connections(config.max_connections)
                         .min_connections(0)
                         .acquire_timeout(config.operation_timeout)
-                        .test_before_acquire(true)
+                        // No ping before every statement (a second round trip on the critical
+                        // path); only a connection idle for a while, which the server may have
+                        // closed meanwhile (a restart, `wait_timeout`), is checked first.
+                        .test_before_acquire(false)
+                        .before_acquire(|conn, meta| {
+                            Box::pin(async move {
+                                if meta.idle_for < IDLE_CHECK {
+                                    return Ok(true);
+                                }
+                                Ok(sqlx::Connection::ping(conn).await.is_ok())
+                            })
+                        })
                         .after_connect(move |conn, _meta| {
                             let (mariadb, mysql) = limits.clone();
                             Box::pin(async move {
@@ -588,6 +612,7 @@ fn open_sqlite(path: &std::path::Path, config: &SqlConfig) -> Result<sqlx::Sqlit
         .max_connections(config.max_connections)
         .min_connections(0)
         .acquire_timeout(config.operation_timeout)
+        .test_before_acquire(false)
         .connect_lazy_with(options))
 }
 

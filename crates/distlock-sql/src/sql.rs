@@ -36,6 +36,10 @@ pub(crate) fn key_char(c: char) -> bool {
 /// MySQL's clock in microseconds since the Unix epoch, from UTC only (no time zone involved).
 const MYSQL_CLOCK_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
 
+/// Added to the holder's remaining time (µs) in the `last_insert_id` of an acquire that found
+/// the row held. Versions stay far below it (the clock in µs is about 2^51 this century).
+pub(crate) const MYSQL_HELD: u64 = 1 << 62;
+
 /// Whether the acquiring owner (the bound parameter) wins the row: it is ours already (a
 /// retried attempt), free, or expired. A row with an owner but no expiry counts as free.
 const MYSQL_WON: &str =
@@ -51,7 +55,7 @@ const SQLITE_NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS
 pub(crate) struct Statements {
     pub(crate) create_table: String,
     /// Binds, MySQL: key, name, owner, ttl µs, owner, owner, owner, owner, ttl µs. The fencing token comes
-    /// back as `last_insert_id` (0: held).
+    /// back as `last_insert_id`; held: [`MYSQL_HELD`] + the holder's remaining µs.
     /// Binds, SQLite: key, name, owner, ttl ms. `RETURNING version` yields a row iff acquired.
     pub(crate) acquire: String,
     /// Binds: key. Yields the holder's remaining time (µs on MySQL, ms on SQLite), if held.
@@ -87,9 +91,10 @@ impl Statements {
                  ) ENGINE=InnoDB"
             ),
             // One statement: insert the row, or take it over only if it is free or expired.
-            // `LAST_INSERT_ID(expr)` puts the new version (or 0 when the row was kept) into
-            // the OK packet, so the caller learns whether it won and its fencing token without
-            // a second round trip, independent of how affected rows are counted.
+            // `LAST_INSERT_ID(expr)` puts the new version, or when the row was kept
+            // MYSQL_HELD + the holder's remaining µs, into the OK packet, so the caller learns
+            // whether it won and its fencing token, or how long to wait, without a second
+            // round trip, independent of how affected rows are counted.
             //
             // The statement must not depend on how the assignments of ON DUPLICATE KEY UPDATE
             // see each other: by default each sees the ones before it, but under MariaDB's
@@ -106,7 +111,8 @@ impl Statements {
                  ON DUPLICATE KEY UPDATE \
                  owner = IF({won}, ?, owner), \
                  version = IF({won}, LAST_INSERT_ID(GREATEST(version + 1, {MYSQL_CLOCK_US})), \
-                 version + LAST_INSERT_ID(0)), \
+                 IF(LAST_INSERT_ID({MYSQL_HELD} + GREATEST(0, \
+                 TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at))) > 0, version, version)), \
                  expires_at = IF({won}, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at)",
                 won = MYSQL_WON,
             ),
