@@ -726,12 +726,15 @@ fn map_error(backend: &'static str, what: &'static str, error: sqlx::Error) -> E
     }
 }
 
-/// MySQL server errors that mean "the server is going away", not "the statement is wrong".
+/// MySQL server errors that mean "the server is going away" or "this server takes no writes
+/// now" (a primary demoted by a failover, a replica), not "the statement is wrong".
 fn is_server_going_away(db: &dyn sqlx::error::DatabaseError) -> bool {
     #[cfg(feature = "mysql")]
     if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-        // ER_SERVER_SHUTDOWN, ER_CON_COUNT_ERROR, ER_QUERY_INTERRUPTED, ER_CONNECTION_KILLED
-        return matches!(my.number(), 1053 | 1040 | 1317 | 1927);
+        // ER_SERVER_SHUTDOWN, ER_CON_COUNT_ERROR, ER_QUERY_INTERRUPTED, ER_CONNECTION_KILLED;
+        // read-only: ER_OPTION_PREVENTS_STATEMENT (`--read-only`), ER_READ_ONLY_MODE,
+        // ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION, ER_INNODB_READ_ONLY.
+        return matches!(my.number(), 1053 | 1040 | 1317 | 1927 | 1290 | 1836 | 1792 | 1874);
     }
     let _ = db;
     false
