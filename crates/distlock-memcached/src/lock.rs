@@ -34,10 +34,14 @@ const BACKEND: &str = "memcached";
 
 /// memcached reads an expiry above 30 days as an absolute unix time.
 const SERVER_MAX_RELATIVE_SECS: u64 = 30 * 24 * 3600;
-/// Added to every expiry we send: memcached's clock ticks once a second, so an item can
-/// expire up to one second before `sent + expiry`. With the extra second the server keeps
-/// the item at least until the lease's local deadline (`sent + TTL`).
-const EXPIRY_SLACK_SECS: u64 = 1;
+/// Added to every expiry we send. memcached's clock is `floor(monotonic seconds)` sampled by
+/// a once-a-second timer whose phase drifts (each firing re-arms it), so it can lag real
+/// time by up to two seconds, and an item can expire up to two seconds before
+/// `received + expiry` (one second with a perfectly periodic timer, two when the drift
+/// carries the monotonic clock's fraction across a whole second). With two extra seconds the
+/// server keeps the item at least until the lease's local deadline (`sent + TTL`), less the
+/// lateness of one timer firing (modelled in the unit tests).
+const EXPIRY_SLACK_SECS: u64 = 2;
 /// Leases per pipelined renewal batch.
 const EXTEND_BATCH: usize = 64;
 /// The fencing counter's expiry (refreshed on every acquisition attempt).
@@ -45,7 +49,8 @@ const COUNTER_TTL_SECS: u32 = 30 * 24 * 3600;
 
 /// The shortest TTL: one second, memcached's granularity.
 pub const MIN_TTL: Duration = Duration::from_secs(1);
-/// The longest TTL: 30 days minus the one second of expiry slack.
+/// The longest TTL: 30 days minus the two seconds of expiry slack (a longer relative expiry
+/// would be read as an absolute unix time).
 pub const MAX_TTL: Duration = Duration::from_secs(SERVER_MAX_RELATIVE_SECS - EXPIRY_SLACK_SECS);
 
 /// A lock client of one or more memcached servers. Cheap to clone; clones share connections.
@@ -179,21 +184,17 @@ struct Handle {
 
 impl Handle {
     fn encode(self) -> String {
-        format!(
-            "cas={};pid={};started={}",
-            self.cas, self.epoch.pid, self.epoch.started
-        )
+        format!("cas={};server={:032x}", self.cas, self.epoch.nonce)
     }
 
     fn decode(text: &str) -> Option<Self> {
         let mut parts = text.split(';');
-        let mut field = |name: &str| -> Option<u64> { parts.next()?.strip_prefix(name)?.parse().ok() };
-        let cas = field("cas=")?;
-        let pid = field("pid=")?;
-        let started = field("started=")?;
+        let cas = parts.next()?.strip_prefix("cas=")?.parse().ok()?;
+        let nonce = parts.next()?.strip_prefix("server=")?;
+        let nonce = u128::from_str_radix(nonce, 16).ok()?;
         Some(Self {
             cas,
-            epoch: Epoch { pid, started },
+            epoch: Epoch { nonce },
         })
     }
 
@@ -311,6 +312,7 @@ impl MemcachedLock {
             Ok(Err(WireError::Protocol(e))) => {
                 Err(Error::backend(BACKEND, format!("{}: {e}", server.addr())))
             }
+            Ok(Err(WireError::Unusable(e))) => Err(Error::invalid_config(format!("{}: {e}", server.addr()))),
             Err(_) => Err(Error::unavailable(
                 BACKEND,
                 format!("{} did not answer within {limit:?}", server.addr()),
@@ -422,7 +424,9 @@ impl MemcachedLock {
             Ok(Renewal::Done(None) | Renewal::RetryWith(_)) => Ok(TryAcquire::Held(Holder::unknown())),
             Err(e) => {
                 // Refused (a full `-M` server) or no answer: give the lock back if we can.
-                let _ = self.delete_if_cas(at, handle).await;
+                // The `cas` may have been applied with its reply lost, which changed the
+                // item's CAS: find the item by our owner token, not by the CAS we sent.
+                let _ = self.release_by_owner(at, lease.owner()).await;
                 Err(e)
             }
         }
@@ -433,8 +437,14 @@ impl MemcachedLock {
 
     /// `md <lock> C<cas>` on the lease's server process: deletes only the item this lease
     /// created (or renewed). **1 round trip**; 3 in the lost-renewal-reply case described on
-    /// [`MemcachedLock`].
+    /// [`MemcachedLock`]. A lease without a handle (built with [`Lease::new`] after an
+    /// acquisition attempt whose outcome is unknown) is released by its owner token, see
+    /// [`release_by_owner`](Self::release_by_owner).
     async fn release_once(&self, lease: &Lease) -> Result<bool> {
+        if lease.handle().is_none() {
+            let at = self.locate(lease.name());
+            return self.release_by_owner(&at, lease.owner()).await;
+        }
         let mut handle = Handle::of(lease)?;
         let at = self.locate(lease.name());
         for attempt in 0..2 {
@@ -461,6 +471,52 @@ impl MemcachedLock {
             }
         }
         Ok(false)
+    }
+
+    /// Owner-checked release without a CAS: `mg <lock> v c` on whatever server process runs
+    /// now, then, only if the item holds `owner`'s token, `md <lock> C<cas>` with the CAS
+    /// just read, bound to that same process. Owner tokens are random and never reused, so
+    /// an item holding ours was written by us; the delete stays CAS-guarded, so an item that
+    /// expired and was taken by another client in between is left alone. **2 round trips**
+    /// (more if our own in-flight write changes the CAS in between: up to 3 reads).
+    async fn release_by_owner(&self, at: &Located<'_>, owner: OwnerToken) -> Result<bool> {
+        let owner = owner.to_string();
+        for _ in 0..3 {
+            let mut batch = Batch::new();
+            batch.get(&at.lock_key, "v c");
+            let (epoch, replies) = self.exchange_any(at.server, &batch).await?;
+            let Some(item) = replies.first() else {
+                return Err(unexpected(at.server, "one reply", &replies));
+            };
+            let cas = match &item.code {
+                Code::Va if item.text().map(owner_of) == Some(owner.as_str()) => item
+                    .flag_num::<u64>('c')
+                    .ok_or_else(|| unexpected(at.server, "a CAS", item))?,
+                Code::Va | Code::En => return Ok(false), // another holder's, or free
+                Code::Refused(message) => return Err(refused(at.server, message)),
+                _ => return Err(unexpected(at.server, "VA or EN", item)),
+            };
+            match self.delete_if_cas(at, Handle { cas, epoch }).await? {
+                None => return Ok(false), // restarted in between: the item died with it
+                Some(Code::Hd) => return Ok(true),
+                Some(Code::Nf) => return Ok(false),
+                Some(Code::Ex) => continue, // rewritten in between: read it again
+                Some(Code::Refused(message)) => return Err(refused(at.server, &message)),
+                Some(other) => {
+                    return Err(Error::backend(
+                        BACKEND,
+                        format!("{}: unexpected reply {other:?} to md", at.server.addr()),
+                    ))
+                }
+            }
+        }
+        Err(Error::backend(
+            BACKEND,
+            format!(
+                "{}: the lock item holding our owner token kept changing during its release",
+                at.server.addr()
+            ),
+        ))
     }
 
     async fn delete_if_cas(&self, at: &Located<'_>, handle: Handle) -> Result<Option<Code>> {
@@ -798,7 +854,7 @@ fn same_error(e: &Error) -> Error {
     }
 }
 
-/// The lease's TTL (rounded up to whole seconds) and the expiry to send (one second more).
+/// The lease's TTL (rounded up to whole seconds) and the expiry to send (two seconds more).
 fn ttl_on_server(ttl: Duration) -> Result<(Duration, u32)> {
     if ttl.is_zero() {
         return Err(Error::invalid_options("the TTL must be greater than zero"));
@@ -860,15 +916,90 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ttls_round_up_and_get_a_second_of_slack() {
+    fn ttls_round_up_and_get_two_seconds_of_slack() {
         let ok = |ms| ttl_on_server(Duration::from_millis(ms)).expect("valid");
-        assert_eq!(ok(1), (Duration::from_secs(1), 2));
-        assert_eq!(ok(1000), (Duration::from_secs(1), 2));
-        assert_eq!(ok(1500), (Duration::from_secs(2), 3));
+        assert_eq!(ok(1), (Duration::from_secs(1), 3));
+        assert_eq!(ok(1000), (Duration::from_secs(1), 3));
+        assert_eq!(ok(1500), (Duration::from_secs(2), 4));
+        assert_eq!(MAX_TTL, Duration::from_secs(30 * 24 * 3600 - 2));
         assert!(ttl_on_server(MAX_TTL).is_ok());
         assert!(ttl_on_server(MAX_TTL + Duration::from_millis(1)).is_err());
         assert!(ttl_on_server(Duration::ZERO).is_err());
         assert!(ttl_on_server(Duration::MAX).is_err());
+    }
+
+    /// memcached 1.6's clock, in microseconds of real time. `current_time` is
+    /// `floor(monotonic seconds) - start`, refreshed only when a timer fires: every
+    /// `period_us` (one second plus the timer's lateness; each firing re-arms it, so its
+    /// phase drifts), first at `first_tick_us`. An item stored with a relative expiry `e` gets
+    /// `exptime = current_time + e` and is expired from the first refresh at which
+    /// `current_time >= exptime` (`do_item_get`). Between the floor and the stale refresh,
+    /// `current_time` lags real time by up to two seconds.
+    struct ServerClock {
+        /// The monotonic clock's reading (microseconds) at real time 0.
+        monotonic_at_0_us: u64,
+        first_tick_us: u64,
+        period_us: u64,
+    }
+
+    impl ServerClock {
+        fn current_time(&self, t_us: u64) -> u64 {
+            let ticks = (t_us - self.first_tick_us) / self.period_us;
+            let last_tick = self.first_tick_us + ticks * self.period_us;
+            (self.monotonic_at_0_us + last_tick) / 1_000_000
+        }
+
+        /// When an item stored at real time `t_us` with relative expiry `expiry` expires.
+        fn expires_at(&self, t_us: u64, expiry: u64) -> u64 {
+            let exptime = self.current_time(t_us) + expiry;
+            // The first refresh whose monotonic reading has reached `exptime` seconds.
+            let due = (exptime * 1_000_000).saturating_sub(self.monotonic_at_0_us);
+            let ticks = due.saturating_sub(self.first_tick_us).div_ceil(self.period_us);
+            (self.first_tick_us + ticks * self.period_us).max(t_us)
+        }
+    }
+
+    /// Over many phases of memcached's clock (the monotonic clock's fraction, the timer's
+    /// phase, where in a tick the command lands), an item stored with the expiry we send
+    /// never expires before the lease's local deadline, `sent + TTL`, where `sent` is no later
+    /// than the server's receipt. A late timer eats into the margin by its lateness only;
+    /// the core's safety margin before the lost signal covers that.
+    #[test]
+    fn items_never_expire_before_the_local_deadline_on_a_lagging_server_clock() {
+        let mut worst_us = i64::MAX;
+        for lateness_us in [0, 500, 20_000] {
+            let period_us = 1_000_000 + lateness_us;
+            for fraction in (0..1_000_000).step_by(37_813).chain([999_999]) {
+                for phase in (0..period_us).step_by(41_077).chain([period_us - 1]) {
+                    let clock = ServerClock {
+                        monotonic_at_0_us: 5_000_000 + fraction,
+                        first_tick_us: phase,
+                        period_us,
+                    };
+                    for ttl_ms in [1, 1_000, 2_500, 30_000] {
+                        let (lease_ttl, expiry) =
+                            ttl_on_server(Duration::from_millis(ttl_ms)).expect("valid");
+                        let lease_ttl_us = u64::try_from(lease_ttl.as_micros()).expect("small");
+                        let tick = phase + 3 * period_us;
+                        for into in (0..period_us).step_by(29_311).chain([0, period_us - 1]) {
+                            let received = tick + into;
+                            let expires = clock.expires_at(received, u64::from(expiry));
+                            let lifetime = i64::try_from(expires - received).expect("small");
+                            let lease = i64::try_from(lease_ttl_us).expect("small");
+                            let late = i64::try_from(lateness_us).expect("small");
+                            worst_us = worst_us.min(lifetime - lease + late);
+                            assert!(
+                                lifetime + late >= lease,
+                                "stored at {received} us with expiry {expiry} s (lease TTL \
+                                 {lease_ttl:?}), the item expires after {lifetime} us, before \
+                                 the local deadline (timer late by {lateness_us} us)"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        assert!(worst_us >= 0, "worst margin {worst_us} us");
     }
 
     #[test]
@@ -876,8 +1007,7 @@ mod tests {
         let h = Handle {
             cas: 42,
             epoch: Epoch {
-                pid: 7,
-                started: 1_700_000_000,
+                nonce: 0x0123_4567_89ab_cdef_0011_2233_4455_6677,
             },
         };
         assert_eq!(Handle::decode(&h.encode()), Some(h));

@@ -9,9 +9,10 @@
 //! counter at 1, and the installed 1.6.18 has no `E` flag to choose CAS values, so after a
 //! restart a new holder's item can carry exactly the CAS an old lease remembers. Every
 //! CAS-guarded command must therefore run on a connection known to reach the same process
-//! that issued the CAS. We read the process identity (`stats`: pid and start time) once per
-//! connection and compare it with the lease's before sending anything; a restart kills every
-//! old connection, so a command can never silently land on a new process. The crate's
+//! that issued the CAS. Each new connection learns the process's identity (an [`Epoch`]: a
+//! random nonce stored in the server, see [`Conn::open`]) before sending anything, and
+//! compares it with the lease's; a restart kills every old connection, so a command can never
+//! silently land on a new process. The crate's
 //! `AsyncMetaClient` hides its connections (and transparently redials them), so it cannot
 //! give that guarantee. Its wire layer also only speaks meta commands, and the item-creating
 //! writes must be the classic `add` / `cas` (see [`Batch::add`]). Its default routing hash
@@ -28,14 +29,21 @@ const MAX_VALUE: usize = 64 * 1024;
 /// The longest reply line we accept.
 const MAX_LINE: usize = 4096;
 
-/// One memcached process: its pid and its start time (unix seconds), from `stats`.
+/// The key of the server identity item (outside every namespace: namespaces only make
+/// keys with `:l:` and `:f:`).
+pub(crate) const IDENTITY_KEY: &str = "distlock:server-identity";
+
+/// One memcached process, as identified by the random nonce in its identity item.
 ///
-/// `time - uptime` in `stats` is the server's fixed `process_started`, so it does not move
-/// while the process lives; a restart changes it (and almost always the pid).
+/// The first client to connect to a fresh process adds the item (`add`, no expiry) with a
+/// random 128-bit nonce; every later connection reads the same nonce. A restarted process
+/// starts empty, so it gets a new nonce, even when it has the same pid and start second as
+/// the old one (pid 1 in a container restarted within a second). If the item is evicted or
+/// deleted, the next connection stores a new nonce: leases of the old one are then treated
+/// as lost (a spurious lost signal, never a double grant).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Epoch {
-    pub(crate) pid: u64,
-    pub(crate) started: u64,
+    pub(crate) nonce: u128,
 }
 
 /// A reply's return code (meta codes; the classic storage replies map onto them:
@@ -95,6 +103,9 @@ pub(crate) enum WireError {
     /// The server said something we cannot parse.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// The server is configured in a way locks cannot work with (CAS disabled by `-C`).
+    #[error("unusable server: {0}")]
+    Unusable(String),
 }
 
 /// Requests pipelined in one write; the replies come back in the same order.
@@ -168,39 +179,71 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    /// Connects and reads the server process's identity (one round trip: `stats`).
+    /// Connects and learns the server process's identity: `add` of the identity item with a
+    /// fresh nonce (no expiry; `NOT_STORED` when another client was first) pipelined with
+    /// `mg <identity> c v`, which returns the nonce in force. **One round trip** (a second
+    /// only if the item vanished between the two commands).
+    ///
+    /// The same read shows whether the server hands out CAS values: a server started with
+    /// `-C` answers `c0`, and every CAS-guarded command would fail, so it is refused
+    /// ([`WireError::Unusable`]).
     pub(crate) async fn open(addr: &str) -> Result<Self, WireError> {
         let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
-        let mut stream = BufReader::new(stream);
-        stream.get_mut().write_all(b"stats\r\n").await?;
-        let (mut pid, mut time, mut uptime) = (None, None, None);
-        loop {
-            let line = read_line(&mut stream).await?;
-            if line == "END" {
-                break;
-            }
-            let Some((key, value)) = line.strip_prefix("STAT ").and_then(|s| s.split_once(' ')) else {
-                return Err(WireError::Protocol(format!("unexpected stats line {line:?}")));
-            };
-            let slot = match key {
-                "pid" => &mut pid,
-                "time" => &mut time,
-                "uptime" => &mut uptime,
-                _ => continue,
-            };
-            *slot = value.trim().parse::<u64>().ok();
-        }
-        let (Some(pid), Some(time), Some(uptime)) = (pid, time, uptime) else {
-            return Err(WireError::Protocol("stats lacks pid, time or uptime".to_owned()));
+        let mut conn = Self {
+            stream: BufReader::new(stream),
+            epoch: Epoch { nonce: 0 },
         };
-        Ok(Self {
-            stream,
-            epoch: Epoch {
-                pid,
-                started: time.saturating_sub(uptime),
-            },
-        })
+        for _ in 0..3 {
+            let nonce = format!("{:032x}", distlock_core::OwnerToken::new().as_uuid().as_u128());
+            let mut batch = Batch::new();
+            batch.add(IDENTITY_KEY, nonce.as_bytes(), 0);
+            batch.get(IDENTITY_KEY, "c v");
+            let replies = conn.exchange(&batch).await?;
+            let [added, item] = replies.as_slice() else {
+                return Err(WireError::Protocol(
+                    "the identity exchange got no replies".to_owned(),
+                ));
+            };
+            // A full server started with `-M` refuses the `add` (it allocates before it
+            // looks for the key); the item stored by an earlier client still identifies it.
+            match (&item.code, &added.code) {
+                (Code::Va, _) => {}
+                (Code::En, Code::Refused(message)) => {
+                    return Err(WireError::Protocol(format!(
+                        "the server refused to store its identity item: {message}"
+                    )))
+                }
+                (Code::En, _) => continue, // evicted or deleted in between: store a new one
+                (other, _) => {
+                    return Err(WireError::Protocol(format!(
+                        "unexpected reply {other:?} reading the identity item"
+                    )))
+                }
+            }
+            if item.flag_num::<u64>('c') == Some(0) {
+                return Err(WireError::Unusable(
+                    "the server reports CAS 0: it was started with -C (CAS disabled), \
+                     and locks cannot be released or renewed safely without CAS"
+                        .to_owned(),
+                ));
+            }
+            let nonce = item
+                .text()
+                .filter(|t| t.len() == 32)
+                .and_then(|t| u128::from_str_radix(t, 16).ok())
+                .ok_or_else(|| {
+                    WireError::Protocol(format!(
+                        "the identity item {IDENTITY_KEY} holds {:?}, not a nonce",
+                        item.text()
+                    ))
+                })?;
+            conn.epoch = Epoch { nonce };
+            return Ok(conn);
+        }
+        Err(WireError::Protocol(
+            "the identity item vanished three times in a row".to_owned(),
+        ))
     }
 
     /// The server process this connection reaches.
