@@ -5,9 +5,15 @@
 //! - [`RedisLock`] (built from a [`RedisConfig`]) is one server. Every operation is one round
 //!   trip; the key layout is that of other `SET NX PX` locks (redis-py, redsync), so they
 //!   exclude each other. Fencing tokens are [`Fencing::BestEffort`](distlock_core::Fencing):
-//!   they go back if the server loses its data. Its docs give the key layout and round trips.
+//!   they go back if the server loses its last writes, which a crash does under Redis's
+//!   default persistence too (RDB snapshots, AOF `everysec`); only AOF `appendfsync always`
+//!   (and no eviction, no failover) makes them monotonic. `build` warns about (or, if
+//!   configured, refuses) a `maxmemory-policy` that can evict lock keys. Its docs give the
+//!   key layout, round trips, fencing and eviction details.
 //! - [`Redlock`] (built from a [`RedlockConfig`]) is the majority algorithm over 3 or 5
-//!   masters, without fencing tokens (its docs say why).
+//!   masters, without fencing tokens (its docs say why; its capabilities say
+//!   `Fencing::None`). A single-instance client on one of its masters does **not** exclude a
+//!   Redlock holder. Masters that restarted are kept out of majorities for a quarantine.
 //!
 //! Every call is bounded by a timeout and maps connection failures and timeouts to
 //! [`Error::Unavailable`](distlock_core::Error::Unavailable), everything else to

@@ -56,9 +56,34 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// # Fencing
 ///
 /// Tokens come from `INCR` on a counter that never expires, so they strictly increase while
-/// the server keeps its data: [`Fencing::BestEffort`]. A restart without persistence, a
-/// `FLUSHALL`, an eviction under an `allkeys-*` `maxmemory` policy, or a failover to a replica
-/// that missed the last `INCR` can make them go back.
+/// the server keeps its data: [`Fencing::BestEffort`]. They go back whenever the server
+/// loses its last writes:
+///
+/// - a crash or restart without persistence, and also **with Redis's default persistence**:
+///   RDB snapshots lose everything since the last snapshot, and AOF with `appendfsync
+///   everysec` (the AOF default) loses up to about a second of writes. Only AOF with
+///   `appendfsync always` keeps every `INCR` across a crash;
+/// - a `FLUSHALL`/`FLUSHDB`, or an eviction of the counter under an `allkeys-*` `maxmemory`
+///   policy (see [`RedisConfig::with_require_noeviction`]);
+/// - a failover to a replica that missed the last `INCR` (replication is asynchronous;
+///   [`RedisConfig::with_wait_for_replicas`] narrows this, it does not close it).
+///
+/// With AOF `appendfsync always`, no eviction and no failover, they are monotonic.
+///
+/// # Eviction
+///
+/// Lock keys have a TTL, so under any `volatile-*` `maxmemory` policy (the default on several
+/// managed services) and any `allkeys-*` one, Redis evicts them when memory runs out: a held
+/// lock is freed, another client can acquire it, and the holder learns of it only at its next
+/// renewal. [`build`](Self::build) reads `maxmemory-policy` and logs a warning unless it is
+/// `noeviction`; [`RedisConfig::with_require_noeviction`] refuses such a server instead.
+///
+/// # Other libraries' locks
+///
+/// A key under the lock name that holds another type (Redisson's `RLock` is a hash) counts
+/// as held by a foreign owner (inspect reports it as `<hash>`): waiters wait for it to go,
+/// nothing fails with `WRONGTYPE`. Redisson and distlock do not otherwise exclude each
+/// other's waiting or renewal logic; only plain `SET NX PX` clients share our layout.
 ///
 /// ```no_run
 /// use distlock_core::LockClient;

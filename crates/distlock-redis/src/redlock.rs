@@ -40,9 +40,34 @@ const SPLIT_RETRY_MAX: Duration = Duration::from_millis(5);
 /// # Key layout
 ///
 /// On every master, exactly the single-instance layout of [`RedisLock`](crate::RedisLock):
-/// `<prefix><name>` holds the owner token with a `PX` TTL, so single-instance clients of one
-/// master see Redlock's locks. No fencing counter is kept (see below). The masters are
-/// independent: no replication between them.
+/// `<prefix><name>` holds the owner token with a `PX` TTL. No fencing counter is kept (see
+/// below). The masters are independent: no replication between them.
+///
+/// **A single-instance client does not exclude a Redlock holder**: a
+/// [`RedisLock`](crate::RedisLock) (or any `SET NX PX` client) on one master sees only that
+/// master. It acquires there whenever that master is free, which it may be while a Redlock
+/// holder holds the other masters of its majority; and a Redlock client wins a majority
+/// without the master a single-instance client holds. Use one kind of client per lock name.
+///
+/// # Restarted masters
+///
+/// A master that restarts without its last writes (no persistence, RDB snapshots, or AOF
+/// `everysec`) forgets locks it granted and can vote again for a second holder while the
+/// first is valid. The algorithm's remedy is to keep a restarted master out for the maximum
+/// TTL; this client does its part: each acquisition reads every master's run id, and a
+/// master whose run id changed since this client last saw it does not count toward anyone's
+/// majority until [`RedlockConfig::with_restart_quarantine`] has passed (default: the
+/// longer of 60 s and the longest TTL this client used). A client that first meets a master
+/// after its restart cannot know; delay restarts by the maximum TTL, or use AOF
+/// `appendfsync always`.
+///
+/// # Ambiguous errors
+///
+/// "only k of N masters answered" from `try_acquire`, `release` or `extend` is ambiguous: the
+/// masters that did not answer may have applied it. A failed acquisition releases what it may
+/// hold on every master (without announcing it, so waiters are not woken for a lock that is
+/// not free), and `LockClient`'s cleanup by owner token does it again; what remains expires
+/// with the TTL.
 ///
 /// # Algorithm and round trips
 ///
@@ -51,8 +76,8 @@ const SPLIT_RETRY_MAX: Duration = Duration::from_millis(5);
 ///   Safety comes from the validity check; the timeout only stops a dead master from eating
 ///   the validity. Success needs a majority **and** remaining validity
 ///   `ttl - elapsed - drift > 0` (`drift = 0.01 * ttl + 2 ms` by default); the lease's local
-///   deadline is `sent + ttl - drift`. On failure the lock is released on all masters. One
-///   parallel round trip (two on failure).
+///   deadline is `sent + ttl - drift`. On failure the lock is released on all masters,
+///   without announcing it. One parallel round trip (two on failure).
 /// - **release**: compare-and-delete on all masters, one parallel round trip. `true` if a
 ///   majority deleted our key, `false` if a majority did not hold it, an error if too few
 ///   answered to tell.
@@ -63,6 +88,8 @@ const SPLIT_RETRY_MAX: Duration = Duration::from_millis(5);
 ///   announcement, else at the time a majority of holds expire. After a split vote (no
 ///   majority for anyone, the lock free somewhere) the attempt reports a short random wait,
 ///   the "retry after a random delay" of the algorithm, so contenders do not collide again.
+///   Masters that did not answer (or restarted recently) might hold the lock for anyone, so
+///   it is a split vote only if no holder could have a majority even counting them.
 ///
 /// With a minority of masters down, everything works (slower only by the node timeout while
 /// their connections fail). With a majority down, every operation fails with
