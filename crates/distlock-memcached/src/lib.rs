@@ -13,11 +13,14 @@
 //!   renewal and fires its lost-lock signal, and no stale holder can ever release or extend
 //!   a newer holder's lock, but between the loss and that renewal two holders can overlap.
 //!   Fencing tokens are [`Fencing::BestEffort`](distlock_core::Fencing::BestEffort). Use a
-//!   dedicated instance started with `-M`, and delay restarts by the longest TTL.
+//!   dedicated instance started with `-M -o no_slab_reassign`, and delay restarts by the
+//!   longest TTL. A server started with `-C` (CAS disabled) is refused with
+//!   [`distlock_core::Error::InvalidConfig`].
 //!
 //! The client speaks the protocol itself (a few hundred lines over tokio TCP) rather than
 //! through the `memcache` crate, to bind every CAS-guarded command to the server process
-//! that issued the CAS (memcached restarts its CAS counter at 1), and to use the classic
+//! that issued the CAS (memcached restarts its CAS counter at 1; each process is identified
+//! by a random nonce item), and to use the classic
 //! `add`/`cas` commands where memcached 1.6's meta `ms` would delete a holder's item on a
 //! full server; see [`MemcachedLock`].
 //!

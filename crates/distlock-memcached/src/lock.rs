@@ -3,13 +3,16 @@
 //! Key layout (details in `keys.rs`): for namespace `ns` and lock name `n`,
 //! - `ns:l:<enc(n)>` = `<owner token> <fencing token>` (the owner token is a UUID; the
 //!   fencing token is added by the winning acquisition's second round trip), expiry = the
-//!   TTL rounded up to whole seconds **plus one second** (see "TTLs" on [`MemcachedLock`]);
+//!   TTL rounded up to whole seconds **plus two seconds** (see "TTLs" on [`MemcachedLock`]);
 //! - `ns:f:<enc(n)>` = the fencing counter, an `incr` counter seeded with the unix time in
-//!   microseconds when it is (re)created, expiry 30 days, refreshed on each use.
+//!   microseconds when it is (re)created, expiry 30 days, refreshed on each use;
+//! - `distlock:server-identity` (one per server, shared by every namespace) = a random
+//!   128-bit nonce in hex, no expiry, added by the first client to connect to a fresh
+//!   server process.
 //!
 //! Every lease remembers the lock item's CAS value and the identity of the server process
-//! (pid and start time) that issued it, in [`Lease::handle`]. CAS-guarded commands only go out
-//! on a connection that reaches that same process (see `wire.rs` for why).
+//! (its nonce) that issued it, in [`Lease::handle`]. CAS-guarded commands only go out on a
+//! connection that reaches that same process (see `wire.rs` for why).
 //!
 //! Operations, top to bottom: acquire, release, extend, wait.
 
@@ -61,16 +64,18 @@ pub const MAX_TTL: Duration = Duration::from_secs(SERVER_MAX_RELATIVE_SECS - EXP
 ///
 /// | operation | commands | round trips |
 /// |---|---|---|
-/// | acquire, held | `add <lock> 0 <ttl+1>` + `mg <lock> c t v` + `ma <fence> N J T v`, pipelined | 1 |
+/// | acquire, held | `add <lock> 0 <ttl+2>` + `mg <lock> c t v` + `ma <fence> N J T v`, pipelined | 1 |
 /// | acquire, won | the same, then `cas <lock>` (writes `<owner> <token>`) + `mg <lock> c v` | 2 |
 /// | release | `md <lock> C<cas>` | 1 |
-/// | extend | `cas <lock> 0 <ttl+1> <len> <cas>` + `mg <lock> c v`, pipelined | 1 |
+/// | release of a lease without a handle (owner-checked cleanup) | `mg <lock> v c`, then `md <lock> C<cas>` if the item holds the owner | 2 |
+/// | extend | `cas <lock> 0 <ttl+2> <len> <cas>` + `mg <lock> c v`, pipelined | 1 |
 /// | extend_many (watchdog) | the same pairs for up to 64 leases per pipeline, all servers at once | 1 per 64 leases per server |
 /// | wait | polling with jittered backoff, waking at the holder's expiry (`mg t`) | per attempt: 1 |
 /// | inspect (owner, fencing token, seconds left) | `mg <lock> v t` | 1 |
 /// | ping | `mn` on every server | 1 |
 ///
-/// A new connection costs one more round trip (`stats`, to learn the server process).
+/// A new connection costs one more round trip (`add` + `mg` of the identity item, to learn
+/// the server process and check that it hands out CAS values).
 /// Release (two more) and extend (one more) need extra round trips only in one rare case:
 /// the CAS changed and the item still holds our owner token, which happens when an earlier
 /// renewal was applied but its reply was lost (a timeout); we then take the new CAS and
@@ -89,13 +94,17 @@ pub const MAX_TTL: Duration = Duration::from_secs(SERVER_MAX_RELATIVE_SECS - EXP
 ///   taken by someone else cannot delete or extend the new holder's lock.
 /// - **Restarts.** memcached keeps nothing across a restart, and it restarts its CAS
 ///   counter, so an old lease's CAS could match a new holder's item. Each lease is bound to
-///   the server process that issued it; against any other process release returns `false`
-///   and extend `None`, without sending anything. A held guard therefore reports the loss
+///   the server process that issued it, identified by a random nonce the first client
+///   stores in the server (not by pid and start time, which repeat for pid 1 in a container
+///   restarted within a second; tested in `tests/identity.rs`); against any other process
+///   release returns `false` and extend `None`, without sending anything. A held guard therefore reports the loss
 ///   at its next renewal, and no holder is ever told it still holds a lock a new client
 ///   has taken. Until that renewal, though, the old holder and a new one **can both believe
 ///   they hold the lock**: a restart silently frees every lock. (A warm restart with `-e`
-///   keeps the items, but it is still another process: old holders report the loss and
-///   their items expire at their TTL.)
+///   restores the items, the identity item among them.) If the identity item itself is
+///   evicted or deleted, the next connection stores a new nonce, and leases bound to the
+///   old one are treated as lost on connections that know the new one: a spurious lost
+///   signal, never a double grant.
 /// - **Eviction.** Under memory pressure memcached evicts items, locks included, even
 ///   before their TTL. The next renewal finds the item gone (or, if someone took the lock
 ///   since, another CAS) and the guard's lost-lock signal fires; until then, exclusion is
@@ -112,19 +121,52 @@ pub const MAX_TTL: Duration = Duration::from_secs(SERVER_MAX_RELATIVE_SECS - EXP
 ///   so tokens have gaps. The lock item records its holder's token, which
 ///   [`DistributedLock::inspect`] reports.
 /// - **TTLs** are whole seconds on the server: a TTL is rounded up to whole seconds (the
-///   lease's TTL) and one more second is added to the expiry sent, because memcached's
-///   once-a-second clock can expire an item up to a second early. The lease's local
-///   deadline is `sent + TTL`, which the server never undercuts; the server frees an
-///   abandoned lock between TTL and TTL + 1 s after it was set. TTLs run from 1 s to 30
-///   days minus 1 s (longer ones would be read as absolute times).
+///   lease's TTL) and two more seconds are added to the expiry sent. memcached's clock is
+///   `floor(monotonic seconds)`, refreshed by a once-a-second timer whose phase drifts, so
+///   it can lag real time by up to two seconds and expire an item up to two seconds before
+///   `received + expiry`. The lease's local deadline is `sent + TTL`, which the server
+///   undercuts by at most the lateness of one of its timer firings (a few microseconds on
+///   a healthy server; an overloaded one can be later, which the core's safety margin
+///   before the lost signal absorbs); modelled in the unit test
+///   `items_never_expire_before_the_local_deadline_on_a_lagging_server_clock`. The server
+///   frees an abandoned lock between TTL and TTL + 2 s after it was set. TTLs run from 1 s
+///   to 30 days minus 2 s (longer ones would be read as absolute times).
 /// - **Several servers**: each name lives on exactly one server (rendezvous hashing); there
 ///   is no replication, so losing a server loses (frees) the locks on it. There is no
 ///   failover either: while a server is down, its names fail with [`Error::Unavailable`],
 ///   because rerouting them would let clients with different views of the servers both
 ///   hold the same name. Every client must list the same servers (in any order).
 /// - **Connect to memcached directly**, not through a proxy (mcrouter, twemproxy): the
-///   restart protection reads the server's pid and start time from `stats` on each new
-///   connection, and a proxy would answer with its own.
+///   restart protection learns the server process from its identity item on each new
+///   connection, and a proxy may route that item and the lock items to different servers,
+///   or to a replacement after a failover.
+/// - **CAS must be enabled.** A server started with `-C` answers CAS 0 to everything, so no
+///   lock could be released or renewed; every connection to it fails with
+///   [`Error::InvalidConfig`] (checked when the connection opens, so
+///   [`DistributedLock::ping`] and [`MemcachedLock::connect`] report it).
+///
+/// # Ambiguous errors
+///
+/// An operation that fails with one of these may have been applied by the server:
+///
+/// - [`Error::Unavailable`] "did not answer within ..." (the operation timeout) or an i/o
+///   error after the request was written (the connection was cut): the `add`, `cas` or
+///   `md` may have run with its reply lost.
+/// - [`Error::Backend`] from a reply we could not parse, or from a command refused after an
+///   earlier one of the same attempt was applied: a winning `add` whose fencing counter or
+///   token record a full `-M` server refused. The attempt gives the lock back before
+///   returning, but that cleanup can fail too.
+///
+/// Not ambiguous: [`Error::InvalidConfig`] and [`Error::InvalidOptions`] (nothing was sent),
+/// and [`Error::Unavailable`] while connecting (nothing was sent on that connection).
+///
+/// After an ambiguous `try_acquire`, `LockClient` releases with a lease of the same owner
+/// token and no handle ([`Lease::new`]): [`DistributedLock::release`] then reads the item,
+/// and deletes it with the CAS just read only if it holds that owner token (2 round
+/// trips), so an applied `add` whose reply was lost is given back at once rather than at
+/// its TTL, and another client's lock is never touched (tested in `tests/ambiguous.rs`). A
+/// winning attempt whose second round trip fails gives the lock back the same way before
+/// it returns the error.
 ///
 /// # Mitigations
 ///
@@ -135,6 +177,9 @@ pub const MAX_TTL: Duration = Duration::from_secs(SERVER_MAX_RELATIVE_SECS - EXP
 ///   a new item); the watchdog keeps retrying and, if memory does not free up, the guard
 ///   reports `RenewalFailed` at its local deadline, before the server can free the item. The
 ///   loss is loud and never early. (Tested in `tests/eviction.rs`.)
+/// - With `-M`, also start it with **`-o no_slab_reassign`**: the slab rebalancer (on by
+///   default in 1.6) moves memory between slab classes, and an item it cannot move to a
+///   new page is evicted, locks included, even under `-M`.
 /// - After a crash, **delay the restart by the longest TTL in use**: every old holder's
 ///   renewals fail meanwhile, so each has seen its loss before the locks can be taken again.
 /// - Treat fencing tokens as a second line of defence only. For locks that must survive a
@@ -497,7 +542,9 @@ impl MemcachedLock {
                 _ => return Err(unexpected(at.server, "VA or EN", item)),
             };
             match self.delete_if_cas(at, Handle { cas, epoch }).await? {
-                None => return Ok(false), // restarted in between: the item died with it
+                // Another process (or identity) on this connection: read again there; after
+                // a restart the read finds nothing.
+                None => continue,
                 Some(Code::Hd) => return Ok(true),
                 Some(Code::Nf) => return Ok(false),
                 Some(Code::Ex) => continue, // rewritten in between: read it again
@@ -513,7 +560,8 @@ impl MemcachedLock {
         Err(Error::backend(
             BACKEND,
             format!(
-                "{}: the lock item holding our owner token kept changing during its release",
+                "{}: the lock item holding our owner token, or the server's identity, kept \
+                 changing during its release",
                 at.server.addr()
             ),
         ))
