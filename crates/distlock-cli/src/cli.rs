@@ -13,16 +13,19 @@ Without --url or DISTLOCK_URL, the embedded default store is used.
 Exit codes of `exec`: the command's own code (128+N if killed by signal N), or
   75  the lock was not acquired within --wait (or at once with --no-wait)
   76  the lock was lost while the command ran; it got SIGTERM, then SIGKILL after --grace
+      or at the lease's deadline, whichever is first
   126 the command cannot be executed     127 the command was not found
   70  the command's process group could not be set up
 Any command: 64 invalid name or duration, 69 store unavailable, 78 bad URL or store not
 compiled in, 2 usage error. `check` exits 1 if a case failed.
 
 `exec` runs the command in a process group of its own. On Linux that group is killed with
-SIGKILL when distlock dies, however it dies (kill -9 included), and whatever the command
-leaves in it is killed when the command ends, before the lock is released. Processes that
-leave the group (setsid, daemons) are not covered. Elsewhere, if distlock is killed the
-command runs on while the lock expires after its TTL.";
+SIGKILL when distlock dies, however it dies (kill -9 included), and at the lease's local
+deadline (TTL from the last renewal, minus a safety margin) even if distlock is frozen; for
+session-bound stores (ZooKeeper) only the first holds. Whatever the command leaves in its
+group is killed when it ends, before the lock is released. Processes that leave the group
+(setsid, daemons) are not covered. Elsewhere, if distlock is killed or frozen the command
+runs on while the lock expires after its TTL.";
 
 /// A distributed flock(1): run commands under a lock shared by many hosts, and inspect,
 /// check and benchmark lock stores.
@@ -76,7 +79,8 @@ pub struct ExecArgs {
     #[arg(long, value_name = "NAME")]
     pub fencing_token_env: Option<String>,
 
-    /// After a lost lock, how long the command gets between SIGTERM and SIGKILL.
+    /// After a lost lock, how long the command gets between SIGTERM and SIGKILL; never past
+    /// the lease's local deadline.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
     pub grace: Duration,
 

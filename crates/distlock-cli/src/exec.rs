@@ -3,9 +3,9 @@
 //! The command runs in a process group of its own, apart from `distlock`'s (as `timeout(1)`
 //! runs it), so that SIGINT, SIGTERM and SIGHUP reach it exactly once: `distlock` forwards
 //! them to the whole group. While it runs, the watchdog renews the lock every TTL/3. If the
-//! lock is lost anyway, the group gets SIGTERM, then SIGKILL after `--grace`, and `distlock`
-//! exits with [`exit::LOST`]. When the command exits, the lock is released and its exit code
-//! returned.
+//! lock is lost anyway, the group gets SIGTERM, then SIGKILL after `--grace` or at the lease's
+//! local deadline, whichever comes first, and `distlock` exits with [`exit::LOST`]. When the
+//! command exits, the lock is released and its exit code returned.
 //!
 //! # The command never outlives the lock (Linux)
 //!
@@ -16,6 +16,20 @@
 //!   dies** (an error, a panic, `kill -9`, the OOM killer): a group leader process watches
 //!   `distlock` and kills the group within milliseconds, long before the TTL frees the lock
 //!   for another holder (see [`crate::group`] for the mechanism);
+//! - **the command's process group is killed with SIGKILL at the lease's local deadline
+//!   unless a renewal has pushed it later, even if `distlock` is frozen** (SIGSTOP, a long
+//!   pause, a starved host): `distlock` tells the group leader the deadline before the
+//!   command starts and after each renewal (checked every TTL/6), and the leader enforces it
+//!   with a timer of its own. The local deadline is the TTL counted from when the acquire or
+//!   renewal request was sent, minus the safety margin, so it comes before the store can
+//!   expire the lock: the command never runs past the lease's local deadline. This needs the
+//!   leader to run; a leader frozen along with `distlock` (a cgroup freeze of both, or a host
+//!   that schedules neither) kills the group only when it runs again, which is out of scope.
+//!   Session-bound leases (ZooKeeper) have no local deadline: their loss comes from the
+//!   session, so there only a dead `distlock`, not a frozen one, kills the group;
+//! - on a lost lock, SIGKILL never comes after the lease's local deadline, whatever
+//!   `--grace` says: the grace is cut to the time the lease has left (none if the lock was
+//!   lost by running out its lease);
 //! - when the command ends (by itself, on a forwarded signal or on a lost lock), whatever it
 //!   left running in its group gets SIGKILL before the lock is released, so no background
 //!   process of the command runs on outside the lock;
@@ -23,9 +37,10 @@
 //!   cgroup (`systemd-run --scope`, a systemd unit) contains those.
 //!
 //! On other platforms only the normal paths hold: signal forwarding, the lost-lock SIGTERM
-//! then SIGKILL, and the release when the command exits. If `distlock` is killed there, the
-//! command runs on until it ends while the lock expires after its TTL, so another holder can
-//! run beside it; and what the command leaves in its group when it exits is not killed.
+//! then SIGKILL (also cut to the lease's remaining time), and the release when the command
+//! exits. If `distlock` is killed or frozen there, the command runs on until it ends while
+//! the lock expires after its TTL, so another holder can run beside it; and what the command
+//! leaves in its group when it exits is not killed.
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
@@ -40,6 +55,9 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::cli::ExecArgs;
 use crate::exit;
 use crate::group::CommandGroup;
+
+/// The shortest period at which the group leader hears of renewals.
+const PROMISE_MIN_PERIOD: Duration = Duration::from_millis(10);
 
 /// The variable that tells the command which lock it runs under.
 const LOCK_NAME_ENV: &str = "DISTLOCK_LOCK_NAME";
@@ -67,7 +85,7 @@ pub async fn run(url: &str, args: ExecArgs) -> Result<u8> {
         command.env(variable, token.to_string());
     }
     // From here on, an early return drops `group` (killing it) before `guard`.
-    let group = match CommandGroup::start() {
+    let mut group = match CommandGroup::start() {
         Ok(group) => group,
         Err(error) => {
             let _ = guard.release().await;
@@ -75,6 +93,8 @@ pub async fn run(url: &str, args: ExecArgs) -> Result<u8> {
             return Ok(exit::SOFTWARE);
         }
     };
+    // The leader knows the lease's deadline before the command exists.
+    group.promise(|| guard.remaining());
     group.enroll(&mut command);
     // Install the handlers before the child exists, so no signal slips through.
     let mut signals = Signals::install()?;
@@ -93,13 +113,35 @@ pub async fn run(url: &str, args: ExecArgs) -> Result<u8> {
     let pgid = group.id(&child);
 
     let lost = guard.lost_signal();
+    // Renewals happen every TTL/3; the leader hears of each within TTL/6.
+    let mut tell_leader = tokio::time::interval((args.ttl / 6).max(PROMISE_MIN_PERIOD));
+    tell_leader.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let ended = loop {
         tokio::select! {
-            status = child.wait() => break Ended::Exited(status.map_err(|e| Error::backend("process", e))?),
+            status = child.wait() => {
+                let status = status.map_err(|e| Error::backend("process", e))?;
+                // The leader killed the group at the lease's deadline (distlock was frozen).
+                if status.signal() == Some(Signal::SIGKILL as i32) && lost.is_lost() {
+                    let reason = lost.lost().await;
+                    eprintln!(
+                        "distlock: lock {:?} was lost ({reason}); the command was killed at the lease's deadline",
+                        args.name
+                    );
+                    break Ended::Lost;
+                }
+                break Ended::Exited(status);
+            }
             Some(sig) = signals.next() => forward(pgid, sig),
+            _ = tell_leader.tick() => {
+                if !lost.is_lost() {
+                    group.promise(|| guard.remaining());
+                }
+            }
             reason = lost.lost() => {
                 eprintln!("distlock: lock {:?} was lost ({reason}); stopping the command", args.name);
-                terminate(&mut child, pgid, args.grace).await;
+                // Never past the lease's deadline (the leader kills the group then anyway).
+                let grace = guard.remaining().map_or(args.grace, |left| left.min(args.grace));
+                terminate(&mut child, pgid, grace).await;
                 break Ended::Lost;
             }
         }
@@ -149,11 +191,12 @@ fn forward(group: Option<Pid>, sig: Signal) {
     }
 }
 
-/// SIGTERM to the command's group, then SIGKILL after `grace`.
+/// SIGTERM to the command's group, then SIGKILL after `grace` (already cut to the lease's
+/// remaining time).
 async fn terminate(child: &mut Child, group: Option<Pid>, grace: Duration) {
     forward(group, Signal::SIGTERM);
     if tokio::time::timeout(grace, child.wait()).await.is_err() {
-        eprintln!("distlock: the command ignored SIGTERM for {grace:?}; killing it");
+        eprintln!("distlock: the command did not end within {grace:?} of SIGTERM; killing it");
         forward(group, Signal::SIGKILL);
         let _ = child.kill().await;
     }

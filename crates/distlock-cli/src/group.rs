@@ -30,6 +30,39 @@
 //! `distlock` even if the leader was killed first. That covers the command, not its children,
 //! and the kernel clears it when the command executes a set-user-ID or set-capability binary.
 //!
+//! # Linux: the group dies at the lease's local deadline, even if `distlock` is frozen
+//!
+//! A dead `distlock` closes the pipe; a *frozen* one (SIGSTOP, a long pause, a starved or
+//! overloaded host) does not, yet its lease expires in the store all the same and the next
+//! holder may start. So the pipe also carries the lease's deadline: `distlock` writes
+//! "the lock is ours until T" ([`CommandGroup::promise`]) before the command starts and again
+//! each time a renewal pushes the deadline later. T is the lease's local deadline (the lock's
+//! TTL counted from when the acquire or renewal request was sent, minus the safety margin,
+//! the instant the lost-lock signal fires at the latest), as an absolute instant of
+//! `CLOCK_BOOTTIME`: the clock is read before the lease's remaining time, so T errs early,
+//! never late, and neither a slow pipe nor a late-reading leader moves it; `CLOCK_BOOTTIME`
+//! keeps counting while the host is suspended, as the store's TTL does. The leader arms a
+//! timer (`timerfd`, absolute) at T; if T passes without a later one, it kills the group with
+//! SIGKILL, itself included, exactly as on end-of-file.
+//!
+//! Messages are 8 bytes (T in nanoseconds, little-endian), written whole or not at all (a
+//! pipe write of up to `PIPE_BUF` bytes is atomic; the write end is non-blocking, so a leader
+//! that does not read can never stall `distlock`). The leader takes each new T as its
+//! deadline.
+//!
+//! Session-bound leases (ZooKeeper) have no local deadline of their own: the lock is lost when
+//! the session ends, which the client learns from the session. For them `distlock` sends
+//! nothing and the leader kills the group only when `distlock` dies; a frozen `distlock`
+//! holding a session-bound lock is not covered.
+//!
+//! What this guarantees: **the command's group does not run past the lease's local deadline,
+//! even if `distlock` is frozen**, provided the leader itself runs. The leader is a small
+//! process that only waits on its pipe and its timer; should it be frozen too (a cgroup
+//! freeze of `distlock` and the leader, SIGSTOP of the leader, a host so starved that
+//! neither is scheduled), the kill comes only when it runs again. That case is out of scope:
+//! no process on the host can act on time then. (A cgroup freeze usually freezes the
+//! command as well; it runs on, past the lease, once thawed, until the leader kills it.)
+//!
 //! When the command ends (exit, lost lock, forwarded signal), [`CommandGroup::end`] kills
 //! what is left of the group with SIGKILL and reaps the leader, BEFORE the lock is released:
 //! nothing of the group runs on outside the lock, and no leader is left behind.
@@ -45,6 +78,8 @@
 //! itself is killed, nothing stops the command: it runs on until it ends while the lock
 //! expires after its TTL, so another holder can run beside it. Processes the command leaves
 //! in its group when it exits are not killed either.
+
+use std::time::Duration;
 
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
@@ -90,6 +125,17 @@ impl CommandGroup {
             .map(Pid::from_raw)
     }
 
+    /// Tells the group leader that the lock is ours for `remaining()` more (Linux; elsewhere
+    /// nothing): once that passes without a later promise, the leader kills the group. Sent
+    /// only when it pushes the deadline later than the last promise. `remaining` returning
+    /// `None` (a session-bound lease) sends nothing.
+    pub fn promise(&mut self, remaining: impl FnOnce() -> Option<Duration>) {
+        #[cfg(target_os = "linux")]
+        self.leader.promise(remaining);
+        #[cfg(not(target_os = "linux"))]
+        let _ = remaining;
+    }
+
     /// Kills every process left in the group and reaps the leader (Linux). Call it once the
     /// command has ended and before the lock is released. Elsewhere it does nothing: once the
     /// command is reaped its group id may be reused, so signalling the group is not safe.
@@ -105,13 +151,17 @@ impl CommandGroup {
 
 #[cfg(target_os = "linux")]
 mod linux {
-    use std::os::fd::OwnedFd;
+    use std::os::fd::{AsFd, OwnedFd};
     use std::process::{ExitCode, Stdio};
     use std::time::Duration;
 
     use nix::errno::Errno;
-    use nix::fcntl::OFlag;
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use nix::sys::signal::{killpg, SigSet, Signal};
+    use nix::sys::time::TimeSpec;
+    use nix::sys::timerfd::{self, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
+    use nix::time::{clock_gettime, ClockId};
     use nix::unistd::{getpgrp, getpid, getppid, Pid};
     use tokio::process::{Child, Command};
 
@@ -126,11 +176,15 @@ mod linux {
         process: Child,
         /// The pipe's only write end: dropping it (or dying) tells the leader to kill.
         alive: Option<OwnedFd>,
+        /// The latest deadline sent to the leader (`CLOCK_BOOTTIME` nanoseconds; 0: none).
+        promised: u64,
     }
 
     impl Leader {
         pub(super) fn start() -> std::io::Result<Self> {
             let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+            // Ours only (the leader's end stays blocking): a full pipe never stalls us.
+            fcntl(&write, FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
             let process = Command::new("/proc/self/exe")
                 .arg0("distlock")
                 .arg(LEADER_ARG)
@@ -151,7 +205,32 @@ mod linux {
                 pgid,
                 process,
                 alive: Some(write),
+                promised: 0,
             })
+        }
+
+        pub(super) fn promise(&mut self, remaining: impl FnOnce() -> Option<Duration>) {
+            let Some(alive) = &self.alive else { return };
+            // The clock first, then the remaining time: the deadline errs early, never late.
+            let now = match boottime_nanos() {
+                Ok(now) => now,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot read CLOCK_BOOTTIME; the lease's deadline is not enforced");
+                    return;
+                }
+            };
+            let Some(remaining) = remaining() else { return };
+            let remaining = u64::try_from(remaining.as_nanos()).unwrap_or(u64::MAX);
+            let deadline = now.saturating_add(remaining).max(1);
+            if deadline <= self.promised {
+                return;
+            }
+            match nix::unistd::write(alive, &deadline.to_le_bytes()) {
+                Ok(_) => self.promised = deadline,
+                // A full pipe (the leader does not read): the next promise retries.
+                Err(Errno::EAGAIN) => {}
+                Err(error) => tracing::warn!(%error, "cannot send the lease's deadline to the group leader"),
+            }
         }
 
         pub(super) fn enroll(&self, command: &mut Command) {
@@ -204,7 +283,8 @@ mod linux {
         }
     }
 
-    /// The group leader's whole life: wait for `distlock` to end, then kill the group.
+    /// The group leader's whole life: wait for `distlock` to end or the lease's deadline to
+    /// pass, then kill the group.
     pub fn lead() -> ExitCode {
         // Forwarded signals (SIGTERM, SIGINT, SIGHUP) reach the whole group, and the command
         // may signal its own group: none of them may end the leader before the group.
@@ -213,20 +293,91 @@ mod linux {
             eprintln!("distlock: {LEADER_ARG} is for `distlock exec`'s own use");
             return ExitCode::from(crate::exit::USAGE);
         }
-        let mut stdin = std::io::stdin().lock();
-        let mut buf = [0_u8; 64];
-        loop {
-            match std::io::Read::read(&mut stdin, &mut buf) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                // An unreadable pipe cannot tell us `distlock` lives: fail safe.
-                Err(_) => break,
-            }
-        }
+        watch();
         let _ = killpg(getpgrp(), Signal::SIGKILL);
         // Not reached: SIGKILL ended this process with its group.
         ExitCode::from(crate::exit::SOFTWARE)
+    }
+
+    /// Returns when the group must die: the pipe reached end-of-file (`distlock` ended), the
+    /// latest deadline passed, or something failed (then failing safe).
+    fn watch() {
+        let stdin = std::io::stdin();
+        let pipe = stdin.as_fd();
+        let Ok(timer) = TimerFd::new(timerfd::ClockId::CLOCK_BOOTTIME, TimerFlags::TFD_CLOEXEC) else {
+            eprintln!("distlock: the command's group leader cannot create its timer");
+            return;
+        };
+        let mut deadline = None;
+        let mut pending = Vec::with_capacity(2 * MESSAGE);
+        let mut buf = [0_u8; 64];
+        loop {
+            let mut fds = [
+                PollFd::new(pipe, PollFlags::POLLIN),
+                PollFd::new(timer.as_fd(), PollFlags::POLLIN),
+            ];
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(_) => return,
+            }
+            // End-of-file, an error or a hang-up all show as readable (or as errors).
+            if fds[0].revents().is_none_or(|r| !r.is_empty()) {
+                match nix::unistd::read(pipe, &mut buf) {
+                    Ok(0) => return,
+                    Ok(n) => pending.extend_from_slice(&buf[..n]),
+                    Err(Errno::EINTR | Errno::EAGAIN) => {}
+                    // An unreadable pipe cannot tell us `distlock` lives: fail safe.
+                    Err(_) => return,
+                }
+                let whole = pending.len() - pending.len() % MESSAGE;
+                if let Some(last) = pending[..whole].chunks_exact(MESSAGE).last() {
+                    let mut bytes = [0_u8; MESSAGE];
+                    bytes.copy_from_slice(last);
+                    let next = u64::from_le_bytes(bytes).max(1);
+                    if arm(&timer, next).is_err() {
+                        return;
+                    }
+                    deadline = Some(next);
+                }
+                pending.drain(..whole);
+                // Look again: a newer deadline counts before an older one's timer.
+                continue;
+            }
+            if fds[1].revents().is_none_or(|r| !r.is_empty()) {
+                let Some(deadline) = deadline else { return };
+                match boottime_nanos() {
+                    Ok(now) if now < deadline => {
+                        // Early (cannot happen with an absolute timer): re-arm, which also
+                        // clears the expiration.
+                        if arm(&timer, deadline).is_err() {
+                            return;
+                        }
+                    }
+                    _ => return,
+                }
+            }
+        }
+    }
+
+    /// The size of a deadline message on the pipe.
+    const MESSAGE: usize = 8;
+
+    /// Arms `timer` to fire at `deadline` (`CLOCK_BOOTTIME` nanoseconds), at once if passed.
+    fn arm(timer: &TimerFd, deadline: u64) -> nix::Result<()> {
+        let secs = i64::try_from(deadline / 1_000_000_000).unwrap_or(i64::MAX);
+        let nanos = i64::try_from(deadline % 1_000_000_000).unwrap_or(0);
+        timer.set(
+            Expiration::OneShot(TimeSpec::new(secs, nanos)),
+            TimerSetTimeFlags::TFD_TIMER_ABSTIME,
+        )
+    }
+
+    /// `CLOCK_BOOTTIME` in nanoseconds: monotonic, and counting while the host is suspended.
+    fn boottime_nanos() -> nix::Result<u64> {
+        let now = clock_gettime(ClockId::CLOCK_BOOTTIME)?;
+        let secs = u64::try_from(now.tv_sec()).map_err(|_| Errno::EOVERFLOW)?;
+        let nanos = u64::try_from(now.tv_nsec()).map_err(|_| Errno::EOVERFLOW)?;
+        Ok(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
     }
 
     fn stdin_is_a_pipe() -> bool {

@@ -151,6 +151,18 @@ fn exit_codes_timeout_child_failure_and_missing_command() {
     );
 }
 
+/// Whether process `pid` can still run (zombies, dead and unreaped, cannot).
+fn runs(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rfind(')')
+            .and_then(|end| stat[end + 1..].trim_start().chars().next())
+            .is_some_and(|state| state != 'Z' && state != 'X')
+    })
+}
+
+/// `distlock` frozen past its lease: on Linux its group leader kills the command at the
+/// lease's local deadline (no SIGTERM: `distlock`, which sends it, is frozen), BEFORE the lock
+/// is free for another holder; thawed, `distlock` reports the lost lock.
 #[test]
 fn a_lost_lock_terminates_the_command_and_exits_76() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -158,7 +170,7 @@ fn a_lost_lock_terminates_the_command_and_exits_76() {
     let started = dir.path().join("started");
     let term = dir.path().join("term");
     let script = format!(
-        "trap 'touch \"{}\"; exit 0' TERM; touch '{}'; while :; do sleep 0.05; done",
+        "trap 'touch \"{}\"; exit 0' TERM; echo $$ > '{}'; while :; do sleep 0.05; done",
         term.display(),
         started.display()
     );
@@ -172,6 +184,15 @@ fn a_lost_lock_terminates_the_command_and_exits_76() {
     .spawn()
     .expect("distlock starts");
     wait_for_file(&started);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let command = loop {
+        let text = std::fs::read_to_string(&started).unwrap_or_default();
+        if text.ends_with('\n') {
+            break text.trim().to_owned();
+        }
+        assert!(Instant::now() < deadline, "the command never wrote its pid");
+        std::thread::sleep(Duration::from_millis(10));
+    };
     // Freeze distlock (not its command) past its TTL, as a GC pause or a stopped VM would.
     let pid = holder.id().to_string();
     assert!(Command::new("kill")
@@ -180,6 +201,17 @@ fn a_lost_lock_terminates_the_command_and_exits_76() {
         .expect("kill")
         .success());
     std::thread::sleep(Duration::from_millis(2500));
+    #[cfg(target_os = "linux")]
+    {
+        let alive = runs(&command);
+        if alive {
+            let _ = Command::new("kill").args(["-KILL", &command]).status();
+        }
+        assert!(
+            !alive,
+            "the command of a frozen distlock runs past its lease (TTL 1s, frozen 2.5s)"
+        );
+    }
     let out = run(&mut distlock(
         &url,
         &["exec", "--no-wait", "paused", "--", "true"],
@@ -197,6 +229,13 @@ fn a_lost_lock_terminates_the_command_and_exits_76() {
         .success());
     let code = wait_exit(&mut holder, Duration::from_secs(20));
     assert_eq!(code, Some(76), "distlock reports the lost lock");
+    assert!(!runs(&command), "the command is gone");
+    #[cfg(target_os = "linux")]
+    assert!(
+        !term.exists(),
+        "killed at the lease's deadline by the group leader while distlock was frozen, not by a late SIGTERM"
+    );
+    #[cfg(not(target_os = "linux"))]
     assert!(term.exists(), "the command got SIGTERM");
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut holder.stderr.take().expect("stderr"), &mut stderr).expect("read");

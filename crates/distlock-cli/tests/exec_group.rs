@@ -384,3 +384,129 @@ fn no_process_is_left_behind_on_any_exit_path() {
     let _ = holder.kill();
     let _ = holder.wait();
 }
+
+/// Sends SIGCONT and SIGKILL to a stopped `distlock` when dropped, so a failing test leaves
+/// no frozen process behind.
+struct Stopped<'a>(&'a mut Child);
+
+impl Drop for Stopped<'_> {
+    fn drop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.0.id()) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The timestamps (nanoseconds) in a file of `date +%s%N` lines.
+fn timestamps(path: &Path) -> Vec<u128> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect()
+}
+
+/// The defect: `distlock` frozen (SIGSTOP, a long pause, a starved host) past its lease left
+/// its command running beside the next holder. Its group leader enforces the lease's local
+/// deadline: the first command's last write comes before the next holder's first write.
+#[test]
+fn a_frozen_distlock_cannot_outlive_its_lease() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = sqlite_url(dir.path());
+    let (mut holder, pgid, out) = start_writer(&url, dir.path(), "job", "2s");
+    let _cleanup = GroupCleanup(Some(pgid));
+    let pid = Pid::from_raw(i32::try_from(holder.id()).expect("pid"));
+    kill(pid, Signal::SIGSTOP).expect("SIGSTOP to distlock");
+    let stopped = Stopped(&mut holder);
+
+    // The next holder gets the lock once the lease has expired and writes while it holds it.
+    let next_out = dir.path().join("next");
+    let script = format!(
+        "date +%s%N >> '{0}'; sleep 1; date +%s%N >> '{0}'",
+        next_out.display()
+    );
+    let next = distlock(&url, &["exec", "--wait", "30s", "job", "--", "sh", "-c", &script])
+        .output()
+        .expect("distlock runs");
+    assert!(next.status.success(), "{}", String::from_utf8_lossy(&next.stderr));
+    let first = timestamps(&out);
+    let second = timestamps(&next_out);
+    let (Some(first_last), Some(second_first)) = (first.last(), second.first()) else {
+        panic!("no writes: {first:?} {second:?}");
+    };
+    assert!(
+        first_last < second_first,
+        "the frozen holder's command wrote {} ms after the next holder's first write",
+        (first_last - second_first) / 1_000_000
+    );
+    let left = live_members(pgid);
+    assert!(left.is_empty(), "the frozen holder's group still runs: {left:?}");
+
+    // Thawed, distlock finds its lock lost and its command dead.
+    kill(pid, Signal::SIGCONT).expect("SIGCONT to distlock");
+    let status = stopped.0.wait().expect("distlock exits");
+    assert_eq!(status.code(), Some(76), "distlock reports the lost lock");
+}
+
+/// A lost lock gets SIGTERM, then SIGKILL at the lease's local deadline if that comes before
+/// `--grace`: nothing of the command runs past the lease, whatever `--grace` says.
+#[test]
+fn a_lost_lock_kills_the_group_by_the_leases_deadline_not_after_grace() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = sqlite_url(dir.path());
+    let out = dir.path().join("out");
+    let term = dir.path().join("term");
+    let leader = dir.path().join("leader");
+    // The grandchild ignores SIGTERM and writes on; the shell notes SIGTERM and waits.
+    let script = format!(
+        "trap 'touch \"{term}\"' TERM; echo $$ > '{leader}'; \
+         (trap '' TERM INT HUP; while :; do date +%s%N >> '{out}'; sleep 0.05; done) & \
+         while :; do wait; done",
+        term = term.display(),
+        leader = leader.display(),
+        out = out.display(),
+    );
+    let mut holder = distlock(
+        &url,
+        &[
+            "exec", "--ttl", "3s", "--grace", "30s", "job", "--", "sh", "-c", &script,
+        ],
+    )
+    .stdin(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("distlock starts");
+    let (_, pgid) = state_and_group(pid_in(&leader)).expect("the command runs");
+    let _cleanup = GroupCleanup(Some(pgid));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while file_len(&out) == 0 {
+        assert!(Instant::now() < deadline, "the grandchild never wrote");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    // Another owner takes the lock in the store: the next renewal finds it gone.
+    let db = dir.path().join("locks.db");
+    let stolen = Command::new("sqlite3")
+        .arg("-cmd")
+        .arg(".timeout 10000")
+        .arg(&db)
+        .arg("UPDATE distlock_locks SET owner = 'thief' WHERE lock_name = 'job';")
+        .status()
+        .expect("the sqlite3 command-line tool runs (apt-get install sqlite3)");
+    assert!(stolen.success(), "sqlite3 updated the lock");
+    // The lease was renewed at most now, so its local deadline is within the TTL (3 s).
+    let limit = Duration::from_secs(3) + Duration::from_secs(2);
+    let took = group_gone_within(pgid, limit).unwrap_or_else(|survivors| {
+        panic!("{limit:?} after the lock was lost (TTL 3s, --grace 30s) the group still runs: {survivors:?}")
+    });
+    eprintln!("the group was gone {took:?} after the lock was taken (TTL 3s, --grace 30s)");
+    assert_not_growing(&out);
+    assert!(term.exists(), "the command got SIGTERM first");
+    let status = holder.wait().expect("distlock exits");
+    assert_eq!(status.code(), Some(76), "distlock reports the lost lock");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut holder.stderr.take().expect("stderr"), &mut stderr).expect("read");
+    assert!(stderr.contains("was lost"), "{stderr}");
+}
