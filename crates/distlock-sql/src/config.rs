@@ -160,18 +160,24 @@ impl SqlConfig {
     }
 
     /// Where the embedded default keeps its file: `$XDG_STATE_HOME/distlock/locks.db`, else
-    /// `$HOME/.local/state/distlock/locks.db`, else `distlock/locks.db` in the temp dir.
-    /// Every process of one user that uses the default therefore shares one file.
+    /// `$HOME/.local/state/distlock/locks.db`, else `distlock-<uid>/locks.db` in the temp dir
+    /// (`/tmp/distlock-1000/locks.db`). Every process of one user that uses the default
+    /// therefore shares one file.
+    ///
+    /// The per-user temp directory is created with mode 0700, and [`build`](Self::build)
+    /// refuses it ([`Error::InvalidConfig`]) if it is a symlink, is owned by another user or
+    /// is open to group or others: in a shared temp dir another local user could create it
+    /// first and then control (delete, hold, replace) the lock file.
     pub fn default_sqlite_path() -> PathBuf {
         let absolute = |var: &str| {
             std::env::var_os(var)
                 .map(PathBuf::from)
                 .filter(|p| p.is_absolute())
         };
-        let base = absolute("XDG_STATE_HOME")
+        absolute("XDG_STATE_HOME")
             .or_else(|| absolute("HOME").map(|home| home.join(".local").join("state")))
-            .unwrap_or_else(std::env::temp_dir);
-        base.join("distlock").join("locks.db")
+            .map_or_else(crate::fs::private_temp_dir, |base| base.join("distlock"))
+            .join("locks.db")
     }
 
     fn with_target(target: Target) -> Self {
@@ -371,6 +377,10 @@ mod tests {
     #[test]
     fn default_path_is_absolute_or_temp() {
         let path = SqlConfig::default_sqlite_path();
-        assert!(path.ends_with("distlock/locks.db"), "{path:?}");
+        let dir = path.parent().and_then(Path::file_name).and_then(|d| d.to_str());
+        assert!(
+            path.ends_with("locks.db") && dir.is_some_and(|d| d.starts_with("distlock")),
+            "{path:?}"
+        );
     }
 }

@@ -57,6 +57,8 @@
 compile_error!("distlock-sql needs at least one of its features `mysql` and `sqlite`");
 
 mod config;
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+mod fs;
 mod lock;
 mod sql;
 

@@ -595,7 +595,11 @@ pub(crate) fn lock_key(name: &LockName) -> std::borrow::Cow<'_, str> {
 fn open_sqlite(path: &std::path::Path, config: &SqlConfig) -> Result<sqlx::SqlitePool> {
     use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions, SqliteSynchronous};
 
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    if let Some(dir) = dir.filter(|d| *d == crate::fs::private_temp_dir()) {
+        crate::fs::ensure_private_dir(dir)?;
+    }
+    if let Some(dir) = dir {
         std::fs::create_dir_all(dir).map_err(|e| {
             Error::backend(
                 "sqlite",
@@ -603,6 +607,7 @@ fn open_sqlite(path: &std::path::Path, config: &SqlConfig) -> Result<sqlx::Sqlit
             )
         })?;
     }
+    crate::fs::refuse_network_fs(dir.unwrap_or(std::path::Path::new(".")))?;
     let options = SqliteConnectOptions::new()
         .filename(path)
         .create_if_missing(true)

@@ -27,7 +27,9 @@ async fn a_blocked_write_fails_by_the_database_first() {
     let mut raw = SqliteConnection::connect_with(&SqliteConnectOptions::new().filename(&path))
         .await
         .expect("opens the file");
-    raw.execute("BEGIN IMMEDIATE").await.expect("takes the write lock");
+    raw.execute("BEGIN IMMEDIATE")
+        .await
+        .expect("takes the write lock");
 
     let started = Instant::now();
     let outcome = lock
