@@ -81,8 +81,12 @@ const BACKEND: &str = "zookeeper";
 const LOCK_MARKER: &str = "-lock-";
 /// The longest encoded name segment.
 const MAX_SEGMENT: usize = 240;
-/// How often a background cleanup retries while the session lives.
+/// The first pause between a background cleanup's attempts (doubled after each).
 const CLEANUP_RETRY: Duration = Duration::from_millis(200);
+/// The longest pause between a background cleanup's attempts.
+const CLEANUP_MAX_PAUSE: Duration = Duration::from_secs(2);
+/// How many times a background cleanup tries before it gives up (and logs it).
+const CLEANUP_ATTEMPTS: u32 = 10;
 
 /// The ZooKeeper backend: one ZooKeeper session (re-opened with the next epoch when it ends).
 /// Cheap to clone; clones share the session. See the crate docs for the node layout and what
@@ -179,6 +183,39 @@ impl ZooKeeperLock {
         }
     }
 
+    /// The owner-checked release of a lease without a handle (the core's cleanup after an
+    /// ambiguous attempt): `sync`, `getChildren` of the lock's parent, and a `delete` of each
+    /// node carrying the owner's protected prefix, bounded once by the operation timeout.
+    /// `true` if a node was deleted.
+    async fn release_by_owner(&self, lease: &Lease) -> Result<bool> {
+        let inner = &self.inner;
+        let parent = lock_path(inner.config.root(), lease.name());
+        let prefix = protected_prefix(lease.owner());
+        inner
+            .bounded(async {
+                let conn = inner.conn().await?;
+                match conn.client.sync(&parent).await {
+                    Ok(()) | Err(zk::Error::NoNode) => {}
+                    Err(e) => return Err(map_err(e)),
+                }
+                let Some(children) = inner.list_children(&conn, &parent).await? else {
+                    return Ok(false);
+                };
+                let mut deleted = false;
+                for child in children.iter().filter(|c| c.starts_with(&prefix)) {
+                    let path = format!("{parent}/{child}");
+                    inner.unhold(&path);
+                    match conn.client.delete(&path, None).await {
+                        Ok(()) => deleted = true,
+                        Err(zk::Error::NoNode) => {}
+                        Err(e) => return Err(map_err(e)),
+                    }
+                }
+                Ok(deleted)
+            })
+            .await
+    }
+
     /// The ZooKeeper session id of the current session, if one is open (for logs).
     pub fn session_id(&self) -> Option<i64> {
         self.inner.current().map(|conn| conn.client.session_id().0)
@@ -207,19 +244,67 @@ fn lock_path(root: &str, name: &LockName) -> String {
 }
 
 /// The sequence number that ends a sequential node's name (ours, Curator's or kazoo's).
-fn sequence_of(child: &str) -> Option<i64> {
-    let digits = child.len() - child.trim_end_matches(|c: char| c.is_ascii_digit()).len();
-    if digits < 10 {
+///
+/// The server appends a signed 32-bit counter formatted as `%010d`: ten digits while it is
+/// non-negative, and after it wraps past 2147483647 a minus sign and nine or ten digits
+/// (`-2147483648`, ..., `-000000001`). After our (and Curator's) `-lock-` marker the sequence
+/// is everything that follows the marker's last occurrence (its own hyphen is no sign); on
+/// other names a hyphen right before the digits is the sign.
+fn sequence_of(child: &str) -> Option<i32> {
+    let text = match child.rfind(LOCK_MARKER) {
+        Some(i) => &child[i + LOCK_MARKER.len()..],
+        None => {
+            let digits = child.len() - child.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+            let start = child.len() - digits;
+            if child[..start].ends_with('-') {
+                &child[start - 1..]
+            } else {
+                &child[start..]
+            }
+        }
+    };
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(digits) => (true, digits),
+        None => (false, text),
+    };
+    let well_formed = digits.bytes().all(|b| b.is_ascii_digit())
+        && if negative {
+            matches!(digits.len(), 9 | 10)
+        } else {
+            digits.len() == 10
+        };
+    if !well_formed {
         return None;
     }
-    child[child.len() - digits..].parse().ok()
+    text.parse().ok()
 }
 
-/// The contenders in queue order.
-fn queue(mut children: Vec<String>) -> Vec<String> {
-    children.retain(|c| sequence_of(c).is_some());
-    children.sort_by_key(|c| (sequence_of(c), c.clone()));
-    children
+/// Whether sequence `a` was drawn before `b`: the counter wraps, so the difference decides
+/// (valid while live nodes span fewer than 2^31 numbers, which they always do).
+#[cfg(test)]
+fn drawn_before(a: i32, b: i32) -> bool {
+    b.wrapping_sub(a) > 0
+}
+
+/// The contenders in queue order: by sequence, counted from the first child's sequence with
+/// wrapping arithmetic, so that the order holds across the counter's wrap to -2147483648.
+fn queue(children: Vec<String>) -> Vec<String> {
+    let mut keyed: Vec<(i32, String)> = children
+        .into_iter()
+        .filter_map(|c| sequence_of(&c).map(|seq| (seq, c)))
+        .collect();
+    let Some(&(base, _)) = keyed.first() else {
+        return Vec::new();
+    };
+    keyed.sort_by(|(a, x), (b, y)| (a.wrapping_sub(base), x).cmp(&(b.wrapping_sub(base), y)));
+    keyed.into_iter().map(|(_, c)| c).collect()
+}
+
+/// The protected-mode prefix of `owner`'s nodes: `_c_<owner token>-lock-`. The owner token is a
+/// UUID, so this is Curator's protected name, and anyone holding the owner token can find the
+/// node (the core's cleanup after an ambiguous attempt carries no handle).
+fn protected_prefix(owner: OwnerToken) -> String {
+    format!("_c_{}{LOCK_MARKER}", owner.as_uuid().hyphenated())
 }
 
 fn map_err(error: zk::Error) -> Error {
@@ -256,34 +341,68 @@ impl DistributedLock for ZooKeeperLock {
             .with_expiry(Expiry::Session)
     }
 
-    /// One attempt: create our node, list the queue, keep the node if it is first, else
-    /// delete it. Round trips: 2 when free (`create2`, `getChildren`), 3 when held (+`delete`);
-    /// +1 the first time a name's parent is created (+1 more for the root, once).
+    /// One attempt: list the queue first, and only if it is empty create our node, list again
+    /// and keep the node if it is first (else delete it). A held lock thus costs 1 round trip
+    /// (`getChildren`) and burns no sequence number; a free one 3 (`getChildren`, `create2`,
+    /// `getChildren`), +1 the first time a name's parent is created (+1 more for the root,
+    /// once). A node of ours already in the queue (left by an earlier attempt of the same owner
+    /// whose reply was lost) is adopted, never duplicated.
     async fn try_acquire(&self, name: &LockName, owner: OwnerToken, _ttl: Duration) -> Result<TryAcquire> {
         let inner = &self.inner;
         inner
             .bounded(async {
                 let sent_at = Instant::now();
                 let conn = inner.conn().await?;
-                let mut entry = QueueEntry::new(inner, &conn, name);
-                let node = entry.create(owner).await?;
-                let queue = inner.list(&conn, &entry.parent).await?;
-                match queue.first() {
-                    Some(first) if *first == node.child => {
-                        entry.disarm();
-                        Ok(TryAcquire::Acquired(
-                            inner.hold(&conn, name, owner, node, sent_at),
-                        ))
+                let mut entry = QueueEntry::new(inner, &conn, name, owner);
+                if let Some(children) = inner.list_children(&conn, &entry.parent).await? {
+                    let (ours, queue) = inner
+                        .settle(&conn, &entry.parent, &entry.prefix, queue(children), None)
+                        .await?;
+                    if let Some(node) = ours {
+                        // Our earlier node: first, we hold the lock; else leave the queue.
+                        entry.created = Some(node.path.clone());
+                        entry.sent = true;
+                        if queue.first() == Some(&node.child) {
+                            let lease = inner.hold(&conn, name, owner, node, sent_at)?;
+                            entry.disarm();
+                            return Ok(TryAcquire::Acquired(lease));
+                        }
+                        entry.leave().await?;
+                        return Ok(TryAcquire::Held(Holder::unknown()));
                     }
-                    _ => {
-                        conn.client
-                            .delete(&node.path, None)
-                            .await
-                            .or_else(ignore_no_node)?;
+                    if !queue.is_empty() {
                         entry.disarm();
-                        Ok(TryAcquire::Held(Holder::unknown()))
+                        return Ok(TryAcquire::Held(Holder::unknown()));
                     }
                 }
+                let created = entry.create(owner).await?;
+                let children = inner
+                    .list_children(&conn, &entry.parent)
+                    .await?
+                    .unwrap_or_default();
+                let (ours, queue) = inner
+                    .settle(
+                        &conn,
+                        &entry.parent,
+                        &entry.prefix,
+                        queue(children),
+                        Some(&created),
+                    )
+                    .await?;
+                let Some(node) = ours else {
+                    return Err(Error::backend(
+                        BACKEND,
+                        "our queue node vanished (deleted behind our back, or the session ended)",
+                    ));
+                };
+                entry.created = Some(node.path.clone());
+                if queue.first() == Some(&node.child) {
+                    let lease = inner.hold(&conn, name, owner, node, sent_at)?;
+                    entry.disarm();
+                    return Ok(TryAcquire::Acquired(lease));
+                }
+                entry.leave().await?;
+                Ok(TryAcquire::Held(Holder::unknown()))
             })
             .await
     }
@@ -293,69 +412,77 @@ impl DistributedLock for ZooKeeperLock {
     // -----------------------------------------------------------------------------------------
 
     /// Deletes our node: 1 round trip (`delete`; +1 parent `delete` on servers without
-    /// container nodes). Owner-checked by construction: the node's name is unique to this
-    /// acquisition and it is ephemeral, so it exists only while this hold does. A lease of an
-    /// ended session reports `false` even if the server still had its node.
+    /// container nodes). Owner-checked by construction: the node's name carries the owner
+    /// token and is unique to this acquisition, and it is ephemeral, so it exists only while
+    /// this hold does. A lease without a handle (the core's cleanup after an ambiguous
+    /// attempt) is found by the owner's protected prefix: `sync` and `getChildren`, then a
+    /// `delete` per node of that owner. A lease of an ended session reports `false` even if
+    /// the server still had its node. The whole call is bounded once by the operation timeout;
+    /// a delete that timed out or failed transiently is retried in the background.
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        let Some(path) = lease.handle().map(str::to_owned) else {
-            return Ok(false);
-        };
         let inner = &self.inner;
+        let Some(path) = lease.handle().map(str::to_owned) else {
+            return self.release_by_owner(lease).await;
+        };
         inner.unhold(&path);
-        let conn = inner.bounded(inner.conn()).await?;
-        let deleted = inner
-            .bounded(async { Ok(conn.client.delete(&path, None).await) })
+        let mut client: Option<zk::Client> = None;
+        let outcome = inner
+            .bounded(async {
+                let conn = inner.conn().await?;
+                client = Some(conn.client.clone());
+                let existed = match conn.client.delete(&path, None).await {
+                    Ok(()) => true,
+                    Err(zk::Error::NoNode) => false,
+                    Err(error) => return Ok(Err(error)),
+                };
+                if !inner.containers.load(Ordering::Relaxed) {
+                    if let Some((parent, _)) = path.rsplit_once('/') {
+                        let _ = conn.client.delete(parent, None).await;
+                    }
+                }
+                Ok(Ok(existed
+                    && lease.session_epoch() == Some(conn.epoch)
+                    && inner.session.borrow().keeps(conn.epoch)))
+            })
             .await;
-        let existed = match deleted {
-            Ok(Ok(())) => true,
-            Ok(Err(zk::Error::NoNode)) => false,
+        let error = match outcome {
+            Ok(Ok(existed)) => return Ok(existed),
             Ok(Err(error)) => {
                 let error = map_err(error);
-                if error.is_transient() {
-                    spawn_cleanup(
-                        conn.client.clone(),
-                        Cleanup::Path(path),
-                        inner.config.operation_timeout(),
-                    );
+                if !error.is_transient() {
+                    return Err(error);
                 }
-                return Err(error);
+                error
             }
-            Err(timeout) => {
-                // Keep trying in the background while the session lives.
-                spawn_cleanup(
-                    conn.client.clone(),
-                    Cleanup::Path(path),
-                    inner.config.operation_timeout(),
-                );
-                return Err(timeout);
-            }
+            Err(error) => error,
         };
-        if !inner.containers.load(Ordering::Relaxed) {
-            if let Some((parent, _)) = path.rsplit_once('/') {
-                let _ = inner
-                    .bounded(async { conn.client.delete(parent, None).await.map_err(map_err) })
-                    .await;
-            }
+        if let Some(client) = client {
+            // Keep trying in the background while the session lives.
+            spawn_cleanup(client, Cleanup::Path(path), inner.config.operation_timeout());
         }
-        Ok(existed && lease.session_epoch() == Some(conn.epoch) && inner.session.borrow().keeps(conn.epoch))
+        Err(error)
     }
 
     /// Session-bound locks have nothing to renew: this checks that our node still exists and
-    /// belongs to the current session (1 round trip, `exists`).
+    /// belongs to the current session (1 round trip, `exists`), bounded once by the operation
+    /// timeout.
     async fn extend(&self, lease: &Lease, _ttl: Duration) -> Result<Option<Lease>> {
         let Some(path) = lease.handle() else {
             return Ok(None);
         };
         let inner = &self.inner;
-        let conn = inner.bounded(inner.conn()).await?;
-        if lease.session_epoch() != Some(conn.epoch) {
-            return Ok(None);
-        }
-        let stat = inner
-            .bounded(async { conn.client.check_stat(path).await.map_err(map_err) })
-            .await?;
-        let ours = stat.is_some_and(|s| s.ephemeral_owner == conn.client.session_id().0);
-        Ok(ours.then(|| lease.clone()))
+        inner
+            .bounded(async {
+                let conn = inner.conn().await?;
+                if lease.session_epoch() != Some(conn.epoch) {
+                    return Ok(None);
+                }
+                let stat = conn.client.check_stat(path).await.map_err(map_err)?;
+                let ours = stat.is_some_and(|s| s.ephemeral_owner == conn.client.session_id().0)
+                    && inner.session.borrow().keeps(conn.epoch);
+                Ok(ours.then(|| lease.clone()))
+            })
+            .await
     }
 
     // -----------------------------------------------------------------------------------------
@@ -381,20 +508,41 @@ impl DistributedLock for ZooKeeperLock {
         let inner = &self.inner;
         let sent_at = Instant::now();
         let conn = inner.bounded(inner.conn()).await?;
-        let mut entry = QueueEntry::new(inner, &conn, name);
-        let node = inner.bounded(entry.create(owner)).await?;
+        let mut entry = QueueEntry::new(inner, &conn, name, owner);
+        let created = inner.bounded(entry.create(owner)).await?;
         let mut session = inner.session.subscribe();
         loop {
-            let queue = inner.bounded(inner.list(&conn, &entry.parent)).await?;
-            let Some(position) = queue.iter().position(|c| *c == node.child) else {
+            let (ours, queue) = inner
+                .bounded(async {
+                    let children = inner
+                        .list_children(&conn, &entry.parent)
+                        .await?
+                        .unwrap_or_default();
+                    inner
+                        .settle(
+                            &conn,
+                            &entry.parent,
+                            &entry.prefix,
+                            queue(children),
+                            Some(&created),
+                        )
+                        .await
+                })
+                .await?;
+            let Some(node) = ours else {
                 return Err(Error::backend(
                     BACKEND,
                     "our queue node vanished (deleted behind our back, or the session ended)",
                 ));
             };
+            entry.created = Some(node.path.clone());
+            let Some(position) = queue.iter().position(|c| *c == node.child) else {
+                return Err(Error::backend(BACKEND, "our queue node is not in the queue"));
+            };
             if position == 0 {
+                let lease = inner.hold(&conn, name, owner, node, sent_at)?;
                 entry.disarm();
-                return Ok(Some(inner.hold(&conn, name, owner, node, sent_at)));
+                return Ok(Some(lease));
             }
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 inner.bounded(entry.leave()).await?;
@@ -513,6 +661,7 @@ fn ignore_no_node(error: zk::Error) -> Result<()> {
 }
 
 /// A created contender node.
+#[derive(Clone)]
 struct Node {
     path: String,
     child: String,
@@ -536,11 +685,11 @@ struct QueueEntry {
 }
 
 impl QueueEntry {
-    fn new(inner: &Arc<Inner>, conn: &Conn, name: &LockName) -> Self {
+    fn new(inner: &Arc<Inner>, conn: &Conn, name: &LockName, owner: OwnerToken) -> Self {
         Self {
             client: conn.client.clone(),
             parent: lock_path(inner.config.root(), name),
-            prefix: format!("_c_{}{LOCK_MARKER}", uuid::Uuid::new_v4().hyphenated()),
+            prefix: protected_prefix(owner),
             root: inner.config.root().to_owned(),
             op_timeout: inner.config.operation_timeout(),
             containers: inner.containers.load(Ordering::Relaxed),
@@ -585,21 +734,32 @@ impl QueueEntry {
         }
     }
 
+    /// After a lost `create` reply: our node, if the create was applied. The reconnection may
+    /// have reached a follower that has not applied it yet, so `sync` first (the listing then
+    /// sees every write the leader committed before); if several nodes carry our prefix, the
+    /// lowest of our session is ours and the others are deleted.
     async fn find_own(&mut self) -> Result<Option<Node>> {
-        let children = self.client.list_children(&self.parent).await.map_err(map_err)?;
-        let Some(child) = children.into_iter().find(|c| c.starts_with(&self.prefix)) else {
+        let Some(inner) = self.inner.upgrade() else {
+            return Err(Error::unavailable(BACKEND, "the ZooKeeper client was dropped"));
+        };
+        match self.client.sync(&self.parent).await {
+            Ok(()) | Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(map_err(e)),
+        }
+        let conn = Conn {
+            client: self.client.clone(),
+            epoch: 0,
+        };
+        let Some(children) = inner.list_children(&conn, &self.parent).await? else {
             return Ok(None);
         };
-        let path = format!("{}/{child}", self.parent);
-        let Some(stat) = self.client.check_stat(&path).await.map_err(map_err)? else {
-            return Ok(None);
-        };
-        self.created = Some(path.clone());
-        Ok(Some(Node {
-            path,
-            child,
-            czxid: stat.czxid,
-        }))
+        let (ours, _) = inner
+            .settle(&conn, &self.parent, &self.prefix, queue(children), None)
+            .await?;
+        if let Some(node) = &ours {
+            self.created = Some(node.path.clone());
+        }
+        Ok(ours)
     }
 
     /// Creates the lock's parent as a container node (persistent if the server has none).
@@ -664,15 +824,22 @@ enum Cleanup {
     Prefix { parent: String, prefix: String },
 }
 
-/// Deletes a node we no longer want, retrying while the session lives (once it ends, the
-/// server deletes the node anyway). Does nothing outside a tokio runtime.
+/// Deletes a node we no longer want in the background, retrying transient failures with
+/// backoff (200 ms doubling to 2 s) for at most [`CLEANUP_ATTEMPTS`] attempts, and stopping at
+/// once when the session ends (the server then deletes the node anyway) or on a permanent
+/// error such as `NoAuth`. Every failure is logged. Does nothing outside a tokio runtime.
 fn spawn_cleanup(client: zk::Client, cleanup: Cleanup, op_timeout: Duration) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
     runtime.spawn(async move {
-        loop {
-            let attempt = async {
+        let what = match &cleanup {
+            Cleanup::Path(path) => path.clone(),
+            Cleanup::Prefix { parent, prefix } => format!("{parent}/{prefix}*"),
+        };
+        let mut pause = CLEANUP_RETRY;
+        for attempt in 1..=CLEANUP_ATTEMPTS {
+            let attempt_result = async {
                 match &cleanup {
                     Cleanup::Path(path) => client.delete(path, None).await,
                     Cleanup::Prefix { parent, prefix } => {
@@ -691,12 +858,24 @@ fn spawn_cleanup(client: zk::Client, cleanup: Cleanup, op_timeout: Duration) {
                     }
                 }
             };
-            match tokio::time::timeout(op_timeout, attempt).await {
+            let error = match tokio::time::timeout(op_timeout, attempt_result).await {
                 Ok(Ok(()) | Err(zk::Error::NoNode)) => return,
-                _ if client.state().is_terminated() => return,
-                _ => tokio::time::sleep(CLEANUP_RETRY).await,
+                Ok(Err(error)) => map_err(error),
+                Err(_) => timed_out("ZooKeeper cleanup", op_timeout),
+            };
+            if client.state().is_terminated() {
+                tracing::debug!(node = %what, "distlock: ZooKeeper session ended; the server deletes the node");
+                return;
             }
+            if !error.is_transient() {
+                tracing::warn!(node = %what, %error, "distlock: cannot delete an unwanted ZooKeeper lock node; it stays until the session ends");
+                return;
+            }
+            tracing::info!(node = %what, attempt, %error, "distlock: ZooKeeper cleanup failed; retrying");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(CLEANUP_MAX_PAUSE);
         }
+        tracing::warn!(node = %what, attempts = CLEANUP_ATTEMPTS, "distlock: gave up deleting an unwanted ZooKeeper lock node; it stays until the session ends");
     });
 }
 
@@ -749,15 +928,19 @@ impl Inner {
         let epoch = self.session.borrow().epoch + 1;
         let conn = Conn { client, epoch };
         tracing::debug!(epoch, session = %conn.client.session_id(), "distlock: ZooKeeper session opened");
+        // The watcher sees every state change from here on, and Connected is published before
+        // the follower runs, so a disconnection right after the connect is never overwritten.
+        let states = conn.client.state_watcher();
+        let initial = conn.client.state();
+        *self.slot() = Some(conn.clone());
+        self.session.send_replace(Session::connected(epoch));
         tokio::spawn(follow_session(
             Arc::downgrade(self),
             epoch,
-            conn.client.state_watcher(),
+            (initial, states),
             conn.client.session_timeout(),
             self.config.connection_timeout(),
         ));
-        *self.slot() = Some(conn.clone());
-        self.session.send_replace(Session::connected(epoch));
         Ok(conn)
     }
 
@@ -810,11 +993,69 @@ impl Inner {
         });
     }
 
-    /// `getChildren` of a lock's parent, in queue order: 1 round trip.
-    async fn list(&self, conn: &Conn, parent: &str) -> Result<Vec<String>> {
+    /// `getChildren` of a lock's parent (`None` if it does not exist): 1 round trip.
+    async fn list_children(&self, conn: &Conn, parent: &str) -> Result<Option<Vec<String>>> {
         self.listings.fetch_add(1, Ordering::Relaxed);
-        let children = conn.client.list_children(parent).await.map_err(map_err)?;
-        Ok(queue(children))
+        match conn.client.list_children(parent).await {
+            Ok(children) => Ok(Some(children)),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(map_err(e)),
+        }
+    }
+
+    /// Finds our node among the contenders `queue` (queue order): the nodes carrying our
+    /// protected `prefix`. The lowest of them that belongs to our session is ours; every other
+    /// one (a duplicate left by a `create` retried after a lost reply, or a node of an earlier
+    /// session of ours) is deleted. `known` is the node we just created (no `exists` needed
+    /// for it). Returns our node and the queue without the deleted nodes. No round trip in the
+    /// usual case (one node of ours, `known`); else 1 `exists` or `delete` per node of ours.
+    async fn settle(
+        &self,
+        conn: &Conn,
+        parent: &str,
+        prefix: &str,
+        mut queue: Vec<String>,
+        known: Option<&Node>,
+    ) -> Result<(Option<Node>, Vec<String>)> {
+        let mine: Vec<String> = queue.iter().filter(|c| c.starts_with(prefix)).cloned().collect();
+        if let ([only], Some(node)) = (mine.as_slice(), known) {
+            if *only == node.child {
+                return Ok((Some(node.clone()), queue));
+            }
+        }
+        let session = conn.client.session_id().0;
+        let mut adopted: Option<Node> = None;
+        for child in mine {
+            let path = format!("{parent}/{child}");
+            if adopted.is_none() {
+                if let Some(node) = known.filter(|n| n.child == child) {
+                    adopted = Some(node.clone());
+                    continue;
+                }
+                match conn.client.check_stat(&path).await.map_err(map_err)? {
+                    Some(stat) if stat.ephemeral_owner == session => {
+                        adopted = Some(Node {
+                            path,
+                            child,
+                            czxid: stat.czxid,
+                        });
+                        continue;
+                    }
+                    Some(_) => {}
+                    None => {
+                        queue.retain(|c| *c != child);
+                        continue;
+                    }
+                }
+            }
+            conn.client.delete(&path, None).await.or_else(ignore_no_node)?;
+            tracing::info!(
+                path,
+                "distlock: deleted a duplicate ZooKeeper lock node carrying our owner token"
+            );
+            queue.retain(|c| *c != child);
+        }
+        Ok((adopted, queue))
     }
 
     /// Builds the lease of a won node and starts watching the node for deletion behind our
@@ -826,7 +1067,15 @@ impl Inner {
         owner: OwnerToken,
         node: Node,
         sent_at: Instant,
-    ) -> Lease {
+    ) -> Result<Lease> {
+        if !self.session.borrow().keeps(conn.epoch) {
+            // Won on the server, but the session is already declared over here: its node is
+            // left to the session's end (the drop of the entry deletes it if it still can).
+            return Err(Error::unavailable(
+                BACKEND,
+                "the session ended (locally) while acquiring",
+            ));
+        }
         let (lost, _) = watch::channel(None);
         self.held().insert(
             node.path.clone(),
@@ -843,9 +1092,9 @@ impl Inner {
             self.config.operation_timeout(),
         ));
         let fencing = FencingToken::new(u64::try_from(node.czxid).unwrap_or_default());
-        Lease::session_bound(name.clone(), owner, conn.epoch, sent_at)
+        Ok(Lease::session_bound(name.clone(), owner, conn.epoch, sent_at)
             .with_fencing(fencing)
-            .with_handle(node.path)
+            .with_handle(node.path))
     }
 
     fn unhold(&self, path: &str) {
@@ -870,26 +1119,56 @@ impl Inner {
     }
 }
 
-/// Watches one held node; reports it stolen if it is deleted while still registered. Holds
-/// the client only for the `exists` round trip, so it never keeps a session open.
+/// Watches one held node; reports it stolen if it is deleted while still registered. A data
+/// change (Curator's revoker writes `__REVOKE__` into the holder's node) fires the one-shot
+/// watch too: it is set again, so a later deletion is still seen. Holds the client only for
+/// the `exists` round trips, so it never keeps a session open.
 async fn watch_held(inner: Weak<Inner>, client: zk::Client, path: String, epoch: u64, op_timeout: Duration) {
-    let checked = tokio::time::timeout(op_timeout, client.check_and_watch_stat(&path)).await;
-    drop(client);
-    let watcher = match checked {
-        Ok(Ok((Some(_), watcher))) => watcher,
-        Ok(Ok((None, _))) => {
-            if let Some(inner) = inner.upgrade() {
-                inner.stolen(&path, epoch);
+    let mut client = Some(client);
+    loop {
+        let Some(watching) = client.take().or_else(|| {
+            inner
+                .upgrade()?
+                .current()
+                .filter(|conn| conn.epoch == epoch)
+                .map(|conn| conn.client)
+        }) else {
+            return; // the session ended: the session follower reports it
+        };
+        let checked = tokio::time::timeout(op_timeout, watching.check_and_watch_stat(&path)).await;
+        drop(watching);
+        let watcher = match checked {
+            Ok(Ok((Some(_), watcher))) => watcher,
+            Ok(Ok((None, _))) => {
+                if let Some(inner) = inner.upgrade() {
+                    inner.stolen(&path, epoch);
+                }
+                return;
             }
-            return;
-        }
-        // A session problem: the session follower reports it.
-        _ => return,
-    };
-    let event = watcher.changed().await;
-    if event.event_type == zk::EventType::NodeDeleted {
-        if let Some(inner) = inner.upgrade() {
-            inner.stolen(&path, epoch);
+            // A session problem: the session follower reports it.
+            _ => return,
+        };
+        let event = watcher.changed().await;
+        match event.event_type {
+            zk::EventType::NodeDeleted => {
+                if let Some(inner) = inner.upgrade() {
+                    inner.stolen(&path, epoch);
+                }
+                return;
+            }
+            zk::EventType::NodeDataChanged | zk::EventType::NodeCreated => {
+                let Some(inner) = inner.upgrade() else {
+                    return;
+                };
+                if inner.held().get(&path).is_none_or(|h| h.epoch != epoch) {
+                    return; // released meanwhile
+                }
+                tracing::info!(
+                    path,
+                    "distlock: a held ZooKeeper lock node's data changed; still watching it"
+                );
+            }
+            _ => return,
         }
     }
 }
@@ -907,16 +1186,18 @@ async fn watch_held(inner: Weak<Inner>, client: zk::Client, path: String, epoch:
 async fn follow_session(
     inner: Weak<Inner>,
     epoch: u64,
-    mut states: zk::StateWatcher,
+    (initial, mut states): (zk::SessionState, zk::StateWatcher),
     timeout: Duration,
     connection_timeout: Duration,
 ) {
+    let mut first = Some(initial).filter(|s| *s != zk::SessionState::SyncConnected);
     let noticed_after = connection_timeout + connection_timeout / 8;
     let margin = timeout / 10;
     let mut gave_up_at: Option<Instant> = None;
     loop {
-        let state = match gave_up_at {
-            Some(at) => tokio::select! {
+        let state = match (first.take(), gave_up_at) {
+            (Some(state), _) => state,
+            (None, Some(at)) => tokio::select! {
                 state = states.changed() => state,
                 () = tokio::time::sleep_until(at) => {
                     if let Some(inner) = inner.upgrade() {
@@ -925,7 +1206,7 @@ async fn follow_session(
                     return;
                 }
             },
-            None => states.changed().await,
+            (None, None) => states.changed().await,
         };
         let Some(inner) = inner.upgrade() else {
             return;
@@ -943,7 +1224,23 @@ async fn follow_session(
                         .max(now)
                 });
             }
-            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+            zk::SessionState::ConnectedReadOnly => {
+                // A read-only server (cut off from the quorum) cannot keep the session alive
+                // on the ensemble: still suspended, and the clock keeps running.
+                tracing::info!(
+                    epoch,
+                    "distlock: ZooKeeper connection read-only; locks stay suspended"
+                );
+                inner.set_state(epoch, SessionState::Suspended);
+                gave_up_at.get_or_insert_with(|| {
+                    let now = Instant::now();
+                    (now + timeout)
+                        .checked_sub(margin + noticed_after)
+                        .unwrap_or(now)
+                        .max(now)
+                });
+            }
+            zk::SessionState::SyncConnected => {
                 tracing::info!(epoch, "distlock: ZooKeeper connection back in the same session");
                 inner.set_state(epoch, SessionState::Connected);
                 gave_up_at = None;
@@ -991,5 +1288,54 @@ mod tests {
         assert!(ordered[2].ends_with("-lock-0000000007"));
         assert_eq!(sequence_of("x-lock-0000000042"), Some(42));
         assert_eq!(sequence_of("x-lock-42"), None);
+    }
+
+    #[test]
+    fn sequences_are_signed_and_compared_across_the_wrap() {
+        let ours = |seq: &str| format!("_c_0f9b6b8e-4a4f-4c53-9a4a-7d0c1b1f7a11-lock-{seq}");
+        assert_eq!(sequence_of(&ours("2147483647")), Some(i32::MAX));
+        assert_eq!(sequence_of(&ours("-2147483648")), Some(i32::MIN));
+        assert_eq!(sequence_of(&ours("-2147483000")), Some(-2_147_483_000));
+        // Past -999999999, `%010d` leaves nine digits after the sign.
+        assert_eq!(sequence_of(&ours("-000000005")), Some(-5));
+        assert_eq!(
+            sequence_of("8f14e45fceea167a5a36dedd4bea2543__lock__-2147483648"),
+            Some(i32::MIN)
+        );
+        assert_eq!(
+            sequence_of("8f14e45fceea167a5a36dedd4bea2543__lock__0000000003"),
+            Some(3)
+        );
+        assert_eq!(sequence_of("_c_x-__READ__-000000001"), Some(-1));
+        assert_eq!(sequence_of(&ours("-00000005")), None);
+        assert_eq!(sequence_of(&ours("12345678901")), None);
+
+        assert!(drawn_before(-2_147_483_000, -2_147_482_999));
+        assert!(!drawn_before(-2_147_482_999, -2_147_483_000));
+        assert!(drawn_before(i32::MAX, i32::MIN));
+        assert!(drawn_before(2_147_483_000, -2_147_483_000));
+        assert!(drawn_before(-1, 0));
+
+        let ordered = queue(vec![
+            ours("-2147482999"),
+            ours("-2147483648"),
+            ours("2147483647"),
+            ours("-2147483000"),
+            ours("2147483000"),
+            "kazoo__lock__-2147483647".to_owned(),
+        ]);
+        let order: Vec<Option<i32>> = ordered.iter().map(|c| sequence_of(c)).collect();
+        assert_eq!(
+            order,
+            [
+                2_147_483_000,
+                i32::MAX,
+                i32::MIN,
+                -2_147_483_647,
+                -2_147_483_000,
+                -2_147_482_999
+            ]
+            .map(Some)
+        );
     }
 }

@@ -1,0 +1,161 @@
+//! The lock recipe's corner cases on the shared server: sequence numbers a failed
+//! `try_acquire` burns, the held node's watch after a data change, an orphan node carrying our
+//! protected prefix, and the owner-checked release of a lease without a handle.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use distlock_core::{DistributedLock, Lease, LockClient, LockName, LossReason, OwnerToken, TryAcquire};
+use distlock_zookeeper::ZooKeeperLock;
+use support::ZkFixture;
+use zookeeper_client as zk;
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn unique(what: &str) -> LockName {
+    LockName::new(format!("recipe-{what}-{}", uuid::Uuid::new_v4().simple())).expect("a valid name")
+}
+
+/// The sequence number at the end of a child's name.
+fn sequence(child: &str) -> i64 {
+    child[child.len() - 10..].parse().expect("a 10-digit sequence")
+}
+
+/// Creates `<lock path>/<prefix>` as an ephemeral-sequential node of `raw`'s session (and
+/// the parent if missing); returns the child's name.
+async fn plant(raw: &zk::Client, lock: &ZooKeeperLock, name: &LockName, prefix: &str) -> String {
+    let parent = lock.lock_path(name);
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    match raw.mkdir(&parent, &persistent).await {
+        Ok(()) | Err(zk::Error::NodeExists) => {}
+        Err(e) => panic!("creating {parent}: {e}"),
+    }
+    let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let (_, seq) = raw
+        .create(&format!("{parent}/{prefix}"), b"planted", &options)
+        .await
+        .expect("the planted node is created");
+    format!("{prefix}{seq}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_try_acquire_burns_no_sequence_number() {
+    let fixture = ZkFixture::shared().await;
+    let holder = support::connect(fixture.url()).await;
+    let other = support::connect(fixture.url()).await;
+    let raw = support::raw(fixture.url()).await;
+    let name = unique("burn");
+    let held = holder
+        .try_acquire(&name, OwnerToken::new(), TTL)
+        .await
+        .expect("the holder's attempt");
+    assert!(matches!(held, TryAcquire::Acquired(_)));
+    let first = sequence(&fixture.contenders(&name).await.expect("listed")[0]);
+    const TRIES: i64 = 5;
+    for _ in 0..TRIES {
+        let tried = other
+            .try_acquire(&name, OwnerToken::new(), TTL)
+            .await
+            .expect("a failed attempt is no error");
+        assert!(matches!(tried, TryAcquire::Held(_)));
+    }
+    let probe = plant(&raw, &holder, &name, "probe-lock-").await;
+    let burned = sequence(&probe) - first - 1;
+    println!("sequence numbers burned by {TRIES} failed try_acquire calls: {burned}");
+    assert_eq!(burned, 0, "each failed try_acquire created and deleted a node");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_after_a_data_change_fires_the_lost_signal() {
+    let fixture = ZkFixture::shared().await;
+    let client = LockClient::new(support::connect(fixture.url()).await);
+    let raw = support::raw(fixture.url()).await;
+    let name = unique("revoke");
+    let guard = client.acquire(name.clone()).await.expect("acquired");
+    let lock = support::connect(fixture.url()).await;
+    let node = format!(
+        "{}/{}",
+        lock.lock_path(&name),
+        fixture.contenders(&name).await.expect("listed")[0]
+    );
+    // Curator's revoker writes this into the holder's node.
+    raw.set_data(&node, b"__REVOKE__", None).await.expect("set_data");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!guard.is_lost(), "a data change is no loss");
+    raw.delete(&node, None)
+        .await
+        .expect("deleted behind the holder's back");
+    let deleted_at = Instant::now();
+    let reason = tokio::time::timeout(Duration::from_secs(1), guard.lost())
+        .await
+        .expect("the lost signal fires within a second of the deletion");
+    println!("lost after {:?}: {reason:?}", deleted_at.elapsed());
+    assert_eq!(reason, LossReason::NotOwned);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphan_with_our_prefix_does_not_block_us() {
+    let fixture = ZkFixture::shared().await;
+    let lock = support::connect(fixture.url()).await;
+    let raw = support::raw(fixture.url()).await;
+    let name = unique("orphan");
+    let owner = OwnerToken::new();
+    // What a lost `create` reply leaves: a node with our protected prefix, ahead of us.
+    let orphan = plant(&raw, &lock, &name, &format!("_c_{owner}-lock-")).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    let lease = lock
+        .acquire_queued(&name, owner, TTL, Some(deadline))
+        .await
+        .expect("no error");
+    assert!(
+        lease.is_some(),
+        "we waited behind our own orphan {orphan} until the deadline"
+    );
+    let ours: Vec<String> = fixture
+        .contenders(&name)
+        .await
+        .expect("listed")
+        .into_iter()
+        .filter(|c| c.contains(&owner.to_string()))
+        .collect();
+    assert_eq!(ours.len(), 1, "exactly one node of ours remains: {ours:?}");
+    // The same for a single attempt.
+    let name = unique("orphan-try");
+    let owner = OwnerToken::new();
+    plant(&raw, &lock, &name, &format!("_c_{owner}-lock-")).await;
+    let tried = lock.try_acquire(&name, owner, TTL).await.expect("no error");
+    assert!(
+        matches!(tried, TryAcquire::Acquired(_)),
+        "try_acquire behind our own orphan"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_without_handle_finds_our_node_by_owner() {
+    let fixture = ZkFixture::shared().await;
+    let lock = support::connect(fixture.url()).await;
+    let name = unique("nohandle");
+    let owner = OwnerToken::new();
+    let acquired = lock.try_acquire(&name, owner, TTL).await.expect("attempt");
+    assert!(matches!(acquired, TryAcquire::Acquired(_)));
+    // Another owner's handle-less release frees nothing.
+    let stranger = Lease::new(name.clone(), OwnerToken::new(), TTL, tokio::time::Instant::now());
+    assert!(!lock.release(&stranger).await.expect("release"));
+    assert_eq!(fixture.contenders(&name).await.expect("listed").len(), 1);
+    // The core's cleanup after an ambiguous attempt: owner and name, no handle.
+    let cleanup = Lease::new(name.clone(), owner, TTL, tokio::time::Instant::now());
+    let released = lock.release(&cleanup).await.expect("release");
+    let left = fixture.contenders(&name).await.expect("listed");
+    assert!(released && left.is_empty(), "released={released}, left={left:?}");
+    // And from another client (session) too: the owner token alone identifies the node.
+    let owner = OwnerToken::new();
+    assert!(matches!(
+        lock.try_acquire(&name, owner, TTL).await.expect("attempt"),
+        TryAcquire::Acquired(_)
+    ));
+    let other = support::connect(fixture.url()).await;
+    let cleanup = Lease::new(name.clone(), owner, TTL, tokio::time::Instant::now());
+    assert!(other.release(&cleanup).await.expect("release"));
+    assert!(fixture.contenders(&name).await.expect("listed").is_empty());
+}
