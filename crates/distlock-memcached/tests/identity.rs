@@ -147,3 +147,49 @@ async fn a_restart_with_the_same_pid_in_the_same_second_is_still_another_server(
     }
     panic!("could not restart memcached within one second in 5 attempts");
 }
+
+/// Losing the identity item (evicted, or deleted by an operator) gives the server a new
+/// nonce on the next connection: leases bound to the old one are refused there, which is a
+/// spurious loss for their holders and never a second grant. The owner-checked release
+/// still gives such a lock back.
+#[tokio::test]
+async fn a_lost_identity_item_makes_old_leases_lost_and_never_frees_their_locks() {
+    let server = support::start_server(distlock_testkit::MemcachedOptions::default()).await;
+    let url = server.url();
+    let name = LockName::new("identity-item-lost").expect("valid");
+    let old = take(&support::lock(&url), &name).await;
+    let deleted = support::raw(&server.addr().to_string(), "md distlock:server-identity\r\n")
+        .await
+        .expect("reaches the server");
+    assert_eq!(deleted, "HD");
+
+    let fresh = support::lock(&url); // new connections: a new nonce
+    assert!(
+        fresh
+            .extend(&old, Duration::from_secs(30))
+            .await
+            .expect("works")
+            .is_none(),
+        "a lease of the old identity is not renewed"
+    );
+    assert!(!fresh.release(&old).await.expect("works"));
+    let contender = fresh
+        .try_acquire(&name, OwnerToken::new(), Duration::from_secs(30))
+        .await
+        .expect("works");
+    assert!(
+        matches!(contender, TryAcquire::Held(_)),
+        "the lock item is untouched: still held, {contender:?}"
+    );
+    let by_owner = Lease::new(
+        name.clone(),
+        old.owner(),
+        Duration::from_secs(30),
+        tokio::time::Instant::now(),
+    );
+    assert!(
+        fresh.release(&by_owner).await.expect("works"),
+        "the owner-checked release frees it"
+    );
+    drop(server);
+}
