@@ -1,0 +1,70 @@
+//! A silent partition of a lock holder (its connection black-holed by a fault proxy: no RST,
+//! no FIN, only its own timeouts can notice): its guard must be suspended soon and lost
+//! BEFORE the server expires the session and another client acquires the lock.
+
+mod support;
+
+use std::time::Duration;
+
+use distlock_core::{AcquireOptions, LockClient, LossReason};
+use distlock_testkit::proxy::through_proxies;
+use support::ZkFixture;
+use tokio::time::Instant;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_partition_loses_the_lock_before_another_client_acquires() {
+    let fixture = ZkFixture::shared().await;
+    let (proxied_url, faults) = through_proxies(fixture.url()).expect("the fault proxy starts");
+    let holder = LockClient::new(support::connect(&proxied_url).await);
+    let other = LockClient::new(support::connect(fixture.url()).await);
+    let name = format!("partition-{}", uuid::Uuid::new_v4().simple());
+
+    let guard = holder.acquire(name.as_str()).await.expect("the holder acquires");
+    // Some traffic right before the cut, as a busy holder would have.
+    assert!(guard.extend(Duration::from_secs(1)).await.expect("checked"));
+
+    faults.blackhole();
+    let cut = Instant::now();
+    let suspended = {
+        let guard = &guard;
+        async move {
+            while !guard.is_suspended() && !guard.is_lost() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Instant::now()
+        }
+    };
+    let lost = async {
+        let reason = guard.lost().await;
+        (Instant::now(), reason)
+    };
+    let acquired = async {
+        let opts = AcquireOptions::new().wait_for(support::SESSION_TIMEOUT * 4);
+        let guard = other.acquire_with(name.as_str(), &opts).await.expect("the other client acquires");
+        (Instant::now(), guard)
+    };
+    let (suspended_at, (lost_at, reason), (acquired_at, other_guard)) = tokio::join!(suspended, lost, acquired);
+    let t = |at: Instant| at.duration_since(cut);
+    println!(
+        "session timeout {:?}: suspended at +{:?}, lost ({reason:?}) at +{:?}, other acquired at +{:?}",
+        support::SESSION_TIMEOUT,
+        t(suspended_at),
+        t(lost_at),
+        t(acquired_at)
+    );
+    assert_eq!(reason, LossReason::SessionExpired);
+    assert!(
+        lost_at < acquired_at,
+        "two holders: the other client acquired at +{:?}, our guard said lost only at +{:?}",
+        t(acquired_at),
+        t(lost_at)
+    );
+    assert!(
+        suspended_at <= lost_at && t(suspended_at) < support::SESSION_TIMEOUT / 2,
+        "suspended late: +{:?}",
+        t(suspended_at)
+    );
+    faults.heal();
+    drop(guard);
+    other_guard.release().await.expect("released");
+}
