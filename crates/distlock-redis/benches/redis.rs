@@ -242,11 +242,24 @@ fn handoff(c: &mut Criterion, setup: &Setup) {
     group.finish();
 }
 
-/// 16 clients loop acquire (waiting) + release on one name; time per acquisition.
+/// 16 clients loop acquire (waiting) + release on one name; time per acquisition. On one
+/// server and on a Redlock over 3 masters.
 fn hot_lock(c: &mut Criterion, setup: &Setup) {
     const CONTENDERS: usize = 16;
     let clients: Vec<LockClient> = (0..CONTENDERS)
         .map(|_| LockClient::new(lock(setup, true)))
+        .collect();
+    let urls: Vec<String> = setup.masters.iter().map(RedisServer::url).collect();
+    let redlock_clients: Vec<LockClient> = (0..CONTENDERS)
+        .map(|_| {
+            LockClient::new(setup.runtime.block_on(async {
+                RedlockConfig::new(&urls)
+                    .expect("valid")
+                    .build()
+                    .await
+                    .expect("builds")
+            }))
+        })
         .collect();
     let mut group = c.benchmark_group("hot lock");
     group
@@ -254,39 +267,49 @@ fn hot_lock(c: &mut Criterion, setup: &Setup) {
         .warm_up_time(Duration::from_millis(500))
         .sample_size(10)
         .throughput(Throughput::Elements(1));
-    let lock_name = name("hot");
-    group.bench_function("16 contenders, per acquisition", |b| {
-        b.to_async(&setup.runtime).iter_custom(|iters| {
-            let (clients, lock_name) = (clients.clone(), lock_name.clone());
-            on_worker(async move {
-                let remaining = Arc::new(std::sync::atomic::AtomicI64::new(
-                    i64::try_from(iters).unwrap_or(i64::MAX),
-                ));
-                let opts = AcquireOptions::new()
-                    .ttl(Duration::from_secs(30))
-                    .wait_for(Duration::from_secs(60));
-                let started = Instant::now();
-                let workers: Vec<_> = clients
-                    .into_iter()
-                    .map(|client| {
-                        let (remaining, lock_name, opts) =
-                            (remaining.clone(), lock_name.clone(), opts.clone());
-                        tokio::spawn(async move {
-                            while remaining.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) > 0 {
-                                let guard = client.acquire_with(&lock_name, &opts).await.expect("acquired");
-                                black_box(guard.fencing_token());
-                                assert!(guard.release().await.expect("works"));
-                            }
+    for (label, key, clients) in [
+        ("16 contenders, per acquisition", "hot lock", clients),
+        (
+            "16 contenders, Redlock over 3 masters, per acquisition",
+            "hot lock redlock",
+            redlock_clients,
+        ),
+    ] {
+        let lock_name = name("hot");
+        group.bench_function(label, |b| {
+            b.to_async(&setup.runtime).iter_custom(|iters| {
+                let (clients, lock_name) = (clients.clone(), lock_name.clone());
+                on_worker(async move {
+                    let remaining = Arc::new(std::sync::atomic::AtomicI64::new(
+                        i64::try_from(iters).unwrap_or(i64::MAX),
+                    ));
+                    let opts = AcquireOptions::new()
+                        .ttl(Duration::from_secs(30))
+                        .wait_for(Duration::from_secs(60));
+                    let started = Instant::now();
+                    let workers: Vec<_> = clients
+                        .into_iter()
+                        .map(|client| {
+                            let (remaining, lock_name, opts) =
+                                (remaining.clone(), lock_name.clone(), opts.clone());
+                            tokio::spawn(async move {
+                                while remaining.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) > 0 {
+                                    let guard =
+                                        client.acquire_with(&lock_name, &opts).await.expect("acquired");
+                                    black_box(guard.fencing_token());
+                                    assert!(guard.release().await.expect("works"));
+                                }
+                            })
                         })
-                    })
-                    .collect();
-                for worker in workers {
-                    worker.await.expect("joined");
-                }
-                record("hot lock", started.elapsed(), iters)
-            })
+                        .collect();
+                    for worker in workers {
+                        worker.await.expect("joined");
+                    }
+                    record(key, started.elapsed(), iters)
+                })
+            });
         });
-    });
+    }
     group.finish();
 }
 
