@@ -441,6 +441,10 @@ fn a_frozen_distlock_cannot_outlive_its_lease() {
         "the frozen holder's command wrote {} ms after the next holder's first write",
         (first_last - second_first) / 1_000_000
     );
+    eprintln!(
+        "the frozen holder's last write came {} ms before the next holder's first (TTL 2s)",
+        (second_first - first_last) / 1_000_000
+    );
     let left = live_members(pgid);
     assert!(left.is_empty(), "the frozen holder's group still runs: {left:?}");
 
@@ -509,4 +513,70 @@ fn a_lost_lock_kills_the_group_by_the_leases_deadline_not_after_grace() {
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut holder.stderr.take().expect("stderr"), &mut stderr).expect("read");
     assert!(stderr.contains("was lost"), "{stderr}");
+}
+
+/// Renewals keep pushing the leader's deadline later: a command that runs for many TTLs is
+/// not killed while distlock runs normally.
+#[test]
+fn a_command_outliving_many_ttls_is_not_killed_while_renewed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = sqlite_url(dir.path());
+    let begun = Instant::now();
+    let status = distlock(
+        &url,
+        &["exec", "--ttl", "1s", "job", "--", "sh", "-c", "sleep 4; exit 5"],
+    )
+    .stdin(Stdio::null())
+    .status()
+    .expect("distlock runs");
+    assert_eq!(
+        status.code(),
+        Some(5),
+        "the command ran to its end ({:?})",
+        begun.elapsed()
+    );
+}
+
+/// `CLOCK_BOOTTIME` in nanoseconds, the clock of the leader's deadlines.
+fn boottime_nanos() -> u64 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).expect("clock");
+    u64::try_from(now.tv_sec()).expect("secs") * 1_000_000_000 + u64::try_from(now.tv_nsec()).expect("nanos")
+}
+
+/// The leader's protocol on its own: 8-byte deadlines (`CLOCK_BOOTTIME` nanoseconds,
+/// little-endian); a later one replaces the earlier; when the latest passes, the leader kills
+/// its group, itself included, though its pipe is still open.
+#[test]
+fn the_group_leader_kills_its_group_when_the_latest_deadline_passes() {
+    use std::io::Write;
+    let mut leader = Command::new(BIN)
+        .arg(LEADER_ARG)
+        .process_group(0)
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    let mut pipe = leader.stdin.take().expect("pipe");
+    let begun = Instant::now();
+    let first = boottime_nanos() + 300_000_000;
+    pipe.write_all(&first.to_le_bytes()).expect("first deadline");
+    std::thread::sleep(Duration::from_millis(100));
+    let second = boottime_nanos() + 1_000_000_000;
+    pipe.write_all(&second.to_le_bytes()).expect("later deadline");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        leader.try_wait().expect("waitable").is_none(),
+        "the later deadline replaced the earlier"
+    );
+    let status = leader.wait().expect("waited");
+    let took = begun.elapsed();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9),
+        "SIGKILL to its own group: {status}"
+    );
+    assert!(
+        took >= Duration::from_millis(1000) && took < Duration::from_millis(3000),
+        "killed {took:?} after start, the deadline was 1.1 s"
+    );
+    drop(pipe);
 }
