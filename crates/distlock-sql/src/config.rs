@@ -211,8 +211,9 @@ impl SqlConfig {
     }
 
     /// Bounds every operation (pool checkout, statements and internal retries) to `timeout`
-    /// (default 5 s); past it the operation fails with [`Error::Unavailable`]. Also the
-    /// connect timeout and SQLite's busy timeout.
+    /// (default 5 s); past it the operation fails with [`Error::Unavailable`]. Also the pool's
+    /// checkout timeout. The database's own limits (MySQL/MariaDB lock waits and statement
+    /// time, SQLite's busy timeout) are half of it: see [`statement_limit`](Self::statement_limit).
     pub fn with_operation_timeout(mut self, timeout: Duration) -> Self {
         self.operation_timeout = timeout.max(Duration::from_millis(1));
         self
@@ -280,7 +281,11 @@ impl SqlConfig {
     ///
     /// # Errors
     /// [`Error::Unavailable`] if the database cannot be reached within the operation timeout;
-    /// [`Error::Backend`] if it refuses (bad credentials, no permission to create the table).
+    /// [`Error::Backend`] if it refuses (bad credentials, no permission to create the table);
+    /// [`Error::InvalidConfig`] for a SQLite file on a network file system (NFS, SMB/CIFS,
+    /// 9p, Ceph, sshfs, ...: SQLite's locks exclude processes of one host only), or for the
+    /// embedded default's per-user temp directory when another user owns it or it is open to
+    /// others (see [`default_sqlite_path`](Self::default_sqlite_path)).
     pub async fn build(self) -> Result<SqlLock> {
         SqlLock::open(self).await
     }

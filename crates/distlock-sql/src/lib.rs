@@ -35,10 +35,66 @@
 //! ) WITHOUT ROWID;
 //! ```
 //!
-//! SQLite runs in WAL mode with `synchronous = NORMAL` and a busy timeout equal to the
+//! SQLite runs in WAL mode with `synchronous = NORMAL` and a busy timeout of half the
 //! operation timeout; `database is locked` is retried inside the operation and never reaches
 //! the caller (past the operation timeout it becomes
-//! [`Error::Unavailable`](distlock_core::Error::Unavailable)).
+//! [`Error::Unavailable`](distlock_core::Error::Unavailable)). WAL's shared memory and
+//! SQLite's locks only exclude processes of one host, so a file on a network file system
+//! (NFS, SMB/CIFS, 9p, Ceph, sshfs, ...) is refused with
+//! [`Error::InvalidConfig`](distlock_core::Error::InvalidConfig) (detected on Linux from
+//! `/proc/self/mountinfo`; elsewhere not checked: do not do it).
+//!
+//! # Time limits on the database side
+//!
+//! Every statement is bounded on the database itself by
+//! [`SqlConfig::statement_limit`] (half the operation timeout), so a statement blocked by
+//! someone else's lock fails there, changing nothing, before the client gives up on it:
+//! MariaDB sessions set `max_statement_time`, `innodb_lock_wait_timeout` and
+//! `lock_wait_timeout` (the two lock waits in whole seconds, 0 meaning "do not wait"); MySQL,
+//! which has no time limit for writes, sets only the two lock waits, from 1 s, so on MySQL
+//! keep the operation timeout above 2 s for this to hold; SQLite uses it as its busy timeout.
+//! An operator's `SELECT ... FOR UPDATE` on a lock row, or DDL waiting for a metadata lock,
+//! therefore makes operations on that row fail with `Unavailable` in time instead of
+//! committing after the caller was told they failed. A connection whose statement was still
+//! running when the operation timed out is dropped from the pool (not returned, where the
+//! pool's return check would wait behind the statement while holding a slot).
+//!
+//! # Ambiguous errors
+//!
+//! An operation that fails with [`Error::Unavailable`](distlock_core::Error::Unavailable)
+//! **may have been applied** when its message says `no answer within the operation timeout`
+//! (the database bounds its statements below that timeout, but a slow connect or network can
+//! still delay a statement past it) or when the connection was lost mid-statement (an I/O
+//! error, `ER_CONNECTION_KILLED`, a server shutting down): the statement may have committed
+//! and only its answer been lost. `LockClient` follows a failed acquire with an owner-checked
+//! release of the same owner token, which this backend runs by name and owner alone (no
+//! handle or fencing token needed). Errors that guarantee nothing was written are not
+//! ambiguous: lock-wait timeout, deadlock, the statement time limit and `database is locked`
+//! (retried within the operation, then reported as `Unavailable` with the database's
+//! message), and a read-only server (`Unavailable` at once).
+//!
+//! # MySQL / MariaDB specifics
+//!
+//! - The acquire upsert is independent of how `ON DUPLICATE KEY UPDATE` orders its
+//!   assignments, so it is correct under MariaDB's `SIMULTANEOUS_ASSIGNMENT` (part of
+//!   `sql_mode=ORACLE`) as under the default; a row with an owner but no expiry counts as free.
+//! - Acquire (won or held), release and extend are one statement each; no ping precedes a
+//!   statement except on a connection idle for over a second. The pool checks a connection
+//!   with a ping when it is handed back, after the answer reached the caller.
+//! - A server that refuses writes because it is read-only (a primary demoted by a failover,
+//!   `--read-only`: errors 1290, 1836, 1792, 1874) makes writes fail with `Unavailable`,
+//!   which callers retry, not `Backend`. The lock's user must not hold `SUPER` or
+//!   `READ_ONLY ADMIN`, or it would write to a demoted primary.
+//!
+//! # Fencing tokens and clocks
+//!
+//! [`Fencing::Monotonic`](distlock_core::Fencing::Monotonic) rests on assumptions about the
+//! database's clock: a row's `version` grows by one per acquisition while the row exists, but
+//! a row deleted by hand starts again at the database clock in microseconds, so tokens keep
+//! growing only if that clock never stepped back in between. Across a failover, or between
+//! Galera nodes, the servers' clocks must agree (NTP, no steps backwards); expiry is judged by
+//! whichever server runs the statement, so a node whose clock runs ahead frees holds early.
+//! A restored backup of the table can likewise bring back lower versions.
 //!
 //! ```no_run
 //! use distlock_core::LockClient;

@@ -69,9 +69,11 @@ const RETRY_MAX: Duration = Duration::from_millis(50);
 /// [`SqlLock::embedded_default`] or [`SqlConfig::build`], and hand it to
 /// [`LockClient`](distlock_core::LockClient).
 ///
-/// Capabilities: [`Fencing::Monotonic`] (the `version` column), [`WakeUp::Polling`] (waiters
-/// back off with jitter and wake at the holder's expiry), TTLs from 1 ms to 30 days in 1 ms
-/// steps, and [`inspect`](DistributedLock::inspect).
+/// Capabilities: [`Fencing::Monotonic`] (the `version` column; monotonic as long as the
+/// database's clock never steps back and the clocks of failover peers or Galera nodes agree,
+/// see the crate docs), [`WakeUp::Polling`] (waiters back off with jitter and wake at the
+/// holder's expiry), TTLs from 1 ms to 30 days in 1 ms steps, and
+/// [`inspect`](DistributedLock::inspect).
 ///
 /// # Why not `GET_LOCK` or `SELECT ... FOR UPDATE`
 ///
@@ -238,7 +240,9 @@ impl DistributedLock for SqlLock {
     }
 
     /// Release: clear `owner` and `expires_at` where the owner is still ours and the hold has
-    /// not expired; `version` stays. **1 round trip.**
+    /// not expired; `version` stays. Matches by name and owner only, so a bare lease (no
+    /// fencing token, as the core's cleanup after an ambiguous acquire sends) works.
+    /// **1 round trip.**
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let key = lock_key(lease.name());
         let key = key.as_ref();

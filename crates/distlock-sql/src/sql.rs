@@ -11,6 +11,8 @@
 //! grows by at least one per acquisition, and a row deleted by hand (an operator's "force
 //! unlock") and created again still starts above every token issued before: the clock runs
 //! far ahead of `version + 1` unless a name were acquired more than once per microsecond.
+//! That last step assumes the database's clock never went back since the old tokens were
+//! issued, and, across a failover or between Galera nodes, that the servers' clocks agree.
 
 /// The SQL dialect of a database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
