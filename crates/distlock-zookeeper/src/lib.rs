@@ -11,37 +11,87 @@
 //! # Node layout
 //!
 //! ```text
-//! <chroot><root>/<encoded name>/_c_<uuid>-lock-<10-digit sequence>
+//! <chroot><root>/<encoded name>/_c_<owner token>-lock-<10-digit sequence>
 //! ```
 //!
 //! `<root>` defaults to `/distlock`; the name's parent is a container node the server deletes
-//! once empty; each contender is an ephemeral-sequential child holding its owner token; the
-//! lowest sequence holds the lock, and its creation zxid is the fencing token
+//! once empty; each contender is an ephemeral-sequential child named after its owner token
+//! (a UUID, so this is Curator's protected-mode name) and holding it as data; the lowest
+//! sequence holds the lock, and its creation zxid is the fencing token
 //! ([`Fencing::Monotonic`](distlock_core::Fencing::Monotonic): zxids grow over the ensemble's
-//! whole history, also when the parent is deleted and re-created).
-//! [`ZooKeeperLock::lock_path`] gives the parent path for Curator (`InterProcessMutex`) or
-//! kazoo (`Lock`) services that must exclude, and be excluded by, this crate.
+//! whole history, also when the parent is deleted and re-created). Sequences are the server's
+//! signed 32-bit counter and are ordered with wrapping arithmetic, so the queue stays in
+//! arrival order when the counter wraps to -2147483648.
+//!
+//! # Sharing locks with Curator and kazoo: use `lock_path`, in the same chroot
+//!
+//! Curator's `InterProcessMutex` and kazoo's `Lock` have **no default root**: they exclude
+//! this crate only when given exactly [`ZooKeeperLock::lock_path`] for the name, on a client
+//! with the same chroot. The root (`/distlock` unless [`ZooKeeperConfig::with_root`] says
+//! otherwise) is part of that path, and the name is percent-encoded in it: the lock named
+//! `orders/42` lives at `/distlock/orders%2F42`, not at `/orders/42` nor `/distlock/orders/42`.
+//!
+//! ```no_run
+//! # async fn f(lock: &distlock_zookeeper::ZooKeeperLock) -> distlock_core::Result<()> {
+//! use distlock_core::LockName;
+//! let path = lock.lock_path(&LockName::new("orders/42")?);
+//! assert_eq!(path, "/distlock/orders%2F42");
+//! // Java:   new InterProcessMutex(curator, "/distlock/orders%2F42")
+//! // Python: client.Lock("/distlock/orders%2F42", "me", extra_lock_patterns=["-lock-"])
+//! # Ok(()) }
+//! ```
+//!
+//! kazoo counts our nodes as contenders only with `extra_lock_patterns=["-lock-"]` (kazoo
+//! 2.7.1 and later); without it a kazoo `Lock` ignores our nodes (we still wait for its).
+//! Curator needs nothing more: our names are its protected-mode names.
 //!
 //! # Sessions: suspended and lost
 //!
 //! A lock lives as long as the ZooKeeper session that took it; there is no TTL to renew.
-//! - **Suspended**: the connection dropped but the session may still live on the ensemble.
+//! - **Suspended**: the connection dropped, or reached only a read-only server, but the
+//!   session may still live on the ensemble.
 //!   [`LockGuard::is_suspended`](distlock_core::LockGuard::is_suspended) is true; the lock
-//!   may or may not still be ours, so stop starting work that needs it. Reconnecting to the
-//!   same session within the session timeout makes it false again, and the lock was kept.
-//! - **Lost**: the ensemble expired the session, or the client stayed disconnected for the
-//!   whole negotiated session timeout (Curator's rule: by then the ensemble may have expired
-//!   it and granted the lock to someone else). Every guard of that session fires its
-//!   lost-lock signal with [`LossReason::SessionExpired`](distlock_core::LossReason); the next
-//!   operation opens a new session. A held node deleted behind our back fires only its own
-//!   guard's signal, with `NotOwned`.
+//!   may or may not still be ours, so stop starting work that needs it (`with_lock` stops).
+//!   The client gives up on a silent connection after an explicit connection timeout of a
+//!   quarter of the session timeout
+//!   ([`ZooKeeperConfig::connection_timeout`]). Reconnecting to the same session in time
+//!   makes it false again, and the lock was kept.
+//! - **Lost**: the ensemble expired the session, or the session is declared over here before
+//!   the ensemble can expire it: at the last contact with the server plus the session timeout,
+//!   less a safety margin of a tenth of it. The last contact is counted back from the moment
+//!   the disconnection was noticed (by the connection timeout plus the driver's tick, a bound
+//!   the driver guarantees), so the lost signal fires while the server still holds our nodes,
+//!   before any other client can be granted the lock (measured through a black-holing
+//!   proxy: with a 3 s session, lost at +2.7 s, the other client in at +3.4 s). Every guard
+//!   of that session fires its lost-lock signal with
+//!   [`LossReason::SessionExpired`](distlock_core::LossReason); the next operation opens a
+//!   new session. A held node deleted behind our back fires only its own guard's signal, with
+//!   `NotOwned` (also after its data was changed, for example by Curator's revoker).
 //!
 //! # Round trips
 //!
-//! Uncontended acquire: 2 (`create2`, `getChildren`); release: 1 (`delete`); a queued waiter:
-//! 3 to get in line, then 1 `getChildren` per wake-up, and each release wakes exactly one
-//! waiter. Each won lock also gets one background `exists` watch (for deletion behind our
-//! back), off the latency path.
+//! `try_acquire`: 1 when held (`getChildren`: no node is created, no sequence number burned),
+//! 3 when free (`getChildren`, `create2`, `getChildren`); a queued waiter: 3 to get in line
+//! (`create2`, `getChildren`, `exists`), then 1 `getChildren` per wake-up, and each release
+//! wakes exactly one waiter; release: 1 (`delete`). Each won lock also gets one background
+//! `exists` watch (for deletion behind our back), off the latency path.
+//!
+//! # Ambiguous errors and orphan nodes
+//!
+//! These errors may come after the server applied the operation: [`Error::Unavailable`]
+//! (`ConnectionLoss`, a timeout of the operation bound, `SessionExpired`, `SessionMoved`) from
+//! `try_acquire`, `acquire`, `release` and `extend`. A `create` whose reply was lost leaves a
+//! node the client does not know; it is found again by its owner token:
+//! - within the attempt, after `sync` (the reconnection may have reached a follower that has
+//!   not applied the `create` yet), the lowest node with the owner's prefix is adopted and
+//!   the others deleted, also whenever the queue is listed;
+//! - after a failed attempt, the core's owner-checked cleanup (`release` of a lease with no
+//!   handle) deletes every node carrying that owner token;
+//! - a release whose `delete` timed out is retried in the background with backoff, a bounded
+//!   number of times, and never on a permanent error such as `NoAuth`; whatever is left goes
+//!   with the session.
+//!
+//! [`Error::Unavailable`]: distlock_core::Error::Unavailable
 //!
 //! ```no_run
 //! use distlock_core::{AcquireOptions, LockClient};

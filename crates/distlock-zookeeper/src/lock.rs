@@ -15,12 +15,14 @@
 //!   percent-encoded (names longer than 240 bytes keep a prefix plus a SHA-256); `.` and `..`
 //!   become `%2E` and `%2E%2E`. Different names never share a parent.
 //! - Children are Apache Curator's protected-mode `InterProcessMutex` names, exactly: `_c_` +
-//!   a fresh hyphenated UUID per attempt + `-lock-` + the server's 10-digit sequence, as
-//!   `create().creatingParentContainersIfNeeded().withProtection()` makes them. Curator sorts
+//!   a hyphenated UUID + `-lock-` + the server's 10-digit sequence, as
+//!   `create().creatingParentContainersIfNeeded().withProtection()` makes them. The UUID is
+//!   the acquisition's owner token, so the owner token alone finds the node (the core's
+//!   cleanup after an ambiguous attempt carries no handle). Curator sorts
 //!   every child on what follows the last `lock-` and watches its predecessor with
 //!   `getData`, so a Curator `InterProcessMutex` on [`ZooKeeperLock::lock_path`] and this
 //!   crate exclude each other and share one FIFO queue.
-//! - kazoo's `Lock` names its nodes `<uuid hex>__lock__<seq>` and, since kazoo 2.8, counts
+//! - kazoo's `Lock` names its nodes `<uuid hex>__lock__<seq>` and, since kazoo 2.7.1, counts
 //!   other nodes as contenders only if they match one of its `extra_lock_patterns`: a kazoo
 //!   `Lock(path, identifier, extra_lock_patterns=["-lock-"])` on the same path and this crate
 //!   exclude each other; a kazoo `Lock` without that argument ignores our nodes (we still
@@ -28,7 +30,10 @@
 //! - Here, every child whose name ends in a sequence number of at least 10 digits is a
 //!   contender, whatever its prefix (ours, Curator's, kazoo's, Curator's read-write locks'),
 //!   ordered by that sequence: the server draws all of a parent's sequence numbers from one
-//!   counter, so that is the arrival order across recipes. Other children are ignored.
+//!   counter, so that is the arrival order across recipes. The counter is a signed 32-bit
+//!   integer that wraps to `-2147483648` (formatted `%010d`, so `-000000005` past
+//!   `-999999999`): it is parsed signed and ordered with wrapping arithmetic. Other children
+//!   are ignored.
 //! - The data of our node is the owner token; `inspect` reports whatever the first
 //!   contender's data is (Curator stores the client's IP address, kazoo its identifier).
 //! - The holder is the contender with the lowest sequence. Its creation zxid (`czxid`, from
@@ -47,10 +52,11 @@
 //! lease's `ttl` is ignored. The session is published to the guards ([`Session`]):
 //! - connection lost: `Suspended` (the guard's `is_suspended()`); the lock may still be held;
 //! - reconnected within the session timeout: `Connected` again with the same epoch;
-//! - the server expired the session, or the client stayed disconnected for the whole
-//!   negotiated session timeout (Curator's rule: from then on the server may have expired it
-//!   and handed the lock to someone else): `Expired`, every guard of that session is lost,
-//!   and the next operation opens a new session with the next epoch.
+//! - connected only to a read-only server: `Suspended` (it cannot keep the session alive);
+//! - the server expired the session, or the last contact with the server is a session
+//!   timeout ago, less a margin of a tenth of it (so this side says lost before the server
+//!   can expire the session and hand the lock to someone else): `Expired`, every guard of
+//!   that session is lost, and the next operation opens a new session with the next epoch.
 //!
 //! A held node deleted behind our back (by an operator or a buggy client) is noticed through an
 //! `exists` watch set on it right after it is won (in the background, no added latency), and
