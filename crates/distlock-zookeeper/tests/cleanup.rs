@@ -1,0 +1,79 @@
+//! The background cleanup of a node we no longer want stops on a permanent error: a waiter
+//! that gives up under a parent whose ACL refuses `delete` (`NoAuth`) must not retry forever.
+
+mod support;
+
+use std::time::Duration;
+
+use distlock_core::{DistributedLock, LockName, OwnerToken, TryAcquire};
+use distlock_testkit::proxy::through_proxies;
+use support::ZkFixture;
+use zookeeper_client as zk;
+
+const TTL: Duration = Duration::from_secs(10);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanup_stops_on_a_permanent_error() {
+    let fixture = ZkFixture::shared().await;
+    let (proxied_url, faults) = through_proxies(fixture.url()).expect("the fault proxy starts");
+    let waiter = support::connect(&proxied_url).await;
+    let holder = support::connect(fixture.url()).await;
+    let raw = support::raw(fixture.url()).await;
+    let name = LockName::new(format!("cleanup-noauth-{}", uuid::Uuid::new_v4().simple())).expect("valid");
+
+    // The lock's parent lets anyone create children but not delete them.
+    let parent = waiter.lock_path(&name);
+    let root = waiter.config().root().to_owned();
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    match raw.mkdir(&root, &open).await {
+        Ok(()) | Err(zk::Error::NodeExists) => {}
+        Err(e) => panic!("creating {root}: {e}"),
+    }
+    let no_delete = [zk::Acl::new(
+        zk::Permission::READ | zk::Permission::WRITE | zk::Permission::CREATE | zk::Permission::ADMIN,
+        zk::AuthId::new("world", "anyone"),
+    )];
+    raw.create(
+        &parent,
+        &[],
+        &zk::CreateMode::Persistent.with_acls(zk::Acls::new(&no_delete)),
+    )
+    .await
+    .expect("the parent is created");
+
+    let held = holder
+        .try_acquire(&name, OwnerToken::new(), TTL)
+        .await
+        .expect("attempt");
+    assert!(matches!(held, TryAcquire::Acquired(_)));
+    // The waiter queues, then gives up: its node is to be deleted in the background, and the
+    // server refuses with NoAuth.
+    let waited = tokio::time::timeout(
+        Duration::from_millis(500),
+        waiter.acquire_queued(&name, OwnerToken::new(), TTL, None),
+    )
+    .await;
+    assert!(waited.is_err(), "the waiter was still waiting");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = faults.traffic().to_server;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let sent = faults.traffic().to_server - before;
+    println!("bytes sent to the server in the 3 s after a refused cleanup: {sent}");
+    // Session pings alone are a few dozen bytes a second; a delete retried every 200 ms is
+    // about 1.5 kB in 3 s.
+    assert!(
+        sent < 600,
+        "the cleanup kept retrying a permanent error: {sent} bytes in 3 s"
+    );
+
+    drop(waiter);
+    drop(holder);
+    faults.heal();
+    // Once both sessions are gone their nodes are, and the parent can go.
+    for _ in 0..50 {
+        match raw.delete(&parent, None).await {
+            Ok(()) | Err(zk::Error::NoNode) => break,
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
