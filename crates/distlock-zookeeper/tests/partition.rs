@@ -40,10 +40,14 @@ async fn silent_partition_loses_the_lock_before_another_client_acquires() {
     };
     let acquired = async {
         let opts = AcquireOptions::new().wait_for(support::SESSION_TIMEOUT * 4);
-        let guard = other.acquire_with(name.as_str(), &opts).await.expect("the other client acquires");
+        let guard = other
+            .acquire_with(name.as_str(), &opts)
+            .await
+            .expect("the other client acquires");
         (Instant::now(), guard)
     };
-    let (suspended_at, (lost_at, reason), (acquired_at, other_guard)) = tokio::join!(suspended, lost, acquired);
+    let (suspended_at, (lost_at, reason), (acquired_at, other_guard)) =
+        tokio::join!(suspended, lost, acquired);
     let t = |at: Instant| at.duration_since(cut);
     println!(
         "session timeout {:?}: suspended at +{:?}, lost ({reason:?}) at +{:?}, other acquired at +{:?}",
