@@ -49,6 +49,13 @@ const SPLIT_RETRY_MAX: Duration = Duration::from_millis(5);
 /// holder holds the other masters of its majority; and a Redlock client wins a majority
 /// without the master a single-instance client holds. Use one kind of client per lock name.
 ///
+/// # Eviction
+///
+/// As for [`RedisLock`](crate::RedisLock), a `maxmemory-policy` other than `noeviction` lets
+/// a master evict lock keys, which takes its vote from the holder. `build` checks every
+/// master's policy in the background (masters connect lazily) and logs a warning for each
+/// that can evict.
+///
 /// # Restarted masters
 ///
 /// A master that restarts without its last writes (no persistence, RDB snapshots, or AOF
@@ -190,6 +197,16 @@ impl Redlock {
                 )
             })
             .collect();
+        // Masters connect lazily, so the eviction policy is checked in the background, as
+        // each master answers; a policy that can evict lock keys is logged as a warning.
+        for node in &nodes {
+            let node = node.clone();
+            tokio::spawn(async move {
+                if let Err(e) = crate::lock::check_eviction_policy(&node, false).await {
+                    tracing::debug!(master = %node.url(), error = %e, "distlock-redis: eviction policy not checked");
+                }
+            });
+        }
         Ok(Self {
             inner: Arc::new(Inner {
                 trust: nodes.iter().map(|_| std::sync::Mutex::default()).collect(),

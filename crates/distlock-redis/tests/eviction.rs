@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use distlock_core::{AcquireOptions, Error, LockClient};
-use distlock_redis::RedisConfig;
+use distlock_redis::{RedisConfig, RedlockConfig};
 use distlock_testkit::{RedisOptions, RedisServer};
 use tracing::field::{Field, Visit};
 
@@ -135,4 +135,37 @@ async fn an_evicting_policy_can_be_refused() {
         .build()
         .await
         .expect("noeviction is accepted");
+}
+
+// Current-thread: the checks run in tasks on this thread, where the collector is set.
+#[tokio::test(flavor = "current_thread")]
+async fn redlock_warns_about_every_evicting_master() {
+    let servers = [
+        evicting_server().await,
+        evicting_server().await,
+        support::start_server().await,
+    ];
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let warnings = Warnings::default();
+    let _collect = tracing::subscriber::set_default(warnings.clone());
+    let _redlock = RedlockConfig::new(&urls)
+        .expect("valid")
+        .build()
+        .await
+        .expect("builds");
+    let started = Instant::now();
+    loop {
+        let seen = warnings.0.lock().expect("not poisoned").clone();
+        let warned = seen.iter().filter(|w| w.contains("volatile-lru")).count();
+        if warned == 2 {
+            assert_eq!(
+                seen.iter().filter(|w| w.contains("maxmemory-policy")).count(),
+                2,
+                "{seen:?}"
+            );
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "warnings: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
