@@ -6,7 +6,7 @@
 //! is mocked: the proxy only forwards, delays or withholds bytes. Every control takes effect
 //! on live connections at once and is undone by [`FaultProxy::heal`].
 //!
-//! It is written on tokio here, in about two hundred lines, rather than taken from a crate:
+//! It is written on tokio here, in one small module, rather than taken from a crate:
 //! the fault proxies published as crates are either whole services driven over HTTP (toxiproxy
 //! ports) or lack a black hole that keeps connections open, and a test needs exactly these
 //! controls, synchronously, from any thread. The proxy runs its own single-threaded runtime on
