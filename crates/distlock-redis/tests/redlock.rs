@@ -19,6 +19,9 @@ async fn redlock(servers: &[RedisServer]) -> Redlock {
         .expect("valid")
         .with_node_timeout(Duration::from_millis(100))
         .with_connect_timeout(Duration::from_millis(200))
+        // These cases restart masters on purpose and check availability afterwards; the
+        // restart quarantine is covered by tests/redlock_faults.rs.
+        .with_restart_quarantine(Duration::ZERO)
         .build()
         .await
         .expect("builds")
