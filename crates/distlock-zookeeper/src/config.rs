@@ -172,9 +172,10 @@ impl ZooKeeperConfig {
 
     /// How long the client goes without hearing from the server before it treats the
     /// connection as lost and suspends its locks: a quarter of the session timeout. It is set
-    /// explicitly (the driver's own default is two fifths) because the guard's local expiry is
-    /// counted back from it: a disconnection noticed at `d` means the last contact was no
-    /// earlier than `d - connection_timeout - connection_timeout / 8` (the driver's tick).
+    /// explicitly (the driver's own default is two fifths) so that the suspension comes early
+    /// and the session's heartbeat (every third of it) keeps the last contact recent; without
+    /// a recorded contact, a disconnection noticed at `d` is counted back to
+    /// `d - connection_timeout - connection_timeout / 8` (the driver's tick).
     pub fn connection_timeout(&self) -> Duration {
         self.session_timeout / 4
     }

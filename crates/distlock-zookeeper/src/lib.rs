@@ -58,11 +58,14 @@
 //!   makes it false again, and the lock was kept.
 //! - **Lost**: the ensemble expired the session, or the session is declared over here before
 //!   the ensemble can expire it: at the last contact with the server plus the session timeout,
-//!   less a safety margin of a tenth of it. The last contact is counted back from the moment
-//!   the disconnection was noticed (by the connection timeout plus the driver's tick, a bound
-//!   the driver guarantees), so the lost signal fires while the server still holds our nodes,
-//!   before any other client can be granted the lock (measured through a black-holing
-//!   proxy: with a 3 s session, lost at +2.7 s, the other client in at +3.4 s). Every guard
+//!   less a safety margin of a tenth of it. The last contact is the send time of the last
+//!   request the server answered while we were connected to a quorum member, kept by a
+//!   heartbeat (`exists("/")` every third of the connection timeout, in place of the
+//!   driver's idle pings): the server heard from us no earlier than that, so the lost signal
+//!   fires while the server still holds our nodes, before any other client can be granted
+//!   the lock (measured through a black-holing
+//!   proxy: with a 3 s session, lost at +2.6 s after the cut, the other client in at +3.4 to
+//!   +3.5 s). Every guard
 //!   of that session fires its lost-lock signal with
 //!   [`LossReason::SessionExpired`](distlock_core::LossReason); the next operation opens a
 //!   new session. A held node deleted behind our back fires only its own guard's signal, with

@@ -115,6 +115,10 @@ struct Inner {
     containers: AtomicBool,
     listings: AtomicU64,
     watch_events: AtomicU64,
+    /// The last contact with the server: (epoch, when the last request the server answered
+    /// while the session was connected to a quorum server was sent). The server heard from us
+    /// no earlier than that, so it cannot expire the session before it plus the timeout.
+    contact: Mutex<(u64, Instant)>,
 }
 
 #[derive(Clone)]
@@ -156,6 +160,7 @@ impl ZooKeeperLock {
             held: Mutex::new(HashMap::new()),
             listings: AtomicU64::new(0),
             watch_events: AtomicU64::new(0),
+            contact: Mutex::new((0, Instant::now())),
             config,
         });
         inner.bounded(inner.conn()).await?;
@@ -925,6 +930,7 @@ impl Inner {
         if let Some(conn) = self.current() {
             return Ok(conn);
         }
+        let connecting_at = Instant::now();
         let client = zk::Client::connector()
             .session_timeout(self.config.session_timeout())
             .connection_timeout(self.config.connection_timeout())
@@ -938,6 +944,7 @@ impl Inner {
         // the follower runs, so a disconnection right after the connect is never overwritten.
         let states = conn.client.state_watcher();
         let initial = conn.client.state();
+        *self.contact.lock().unwrap_or_else(PoisonError::into_inner) = (epoch, connecting_at);
         *self.slot() = Some(conn.clone());
         self.session.send_replace(Session::connected(epoch));
         tokio::spawn(follow_session(
@@ -945,6 +952,11 @@ impl Inner {
             epoch,
             (initial, states),
             conn.client.session_timeout(),
+            self.config.connection_timeout(),
+        ));
+        tokio::spawn(heartbeat(
+            Arc::downgrade(self),
+            epoch,
             self.config.connection_timeout(),
         ));
         Ok(conn)
@@ -986,6 +998,20 @@ impl Inner {
         });
         drop(held);
         drop(conn);
+    }
+
+    /// Records that the server answered a request of session `epoch` sent at `sent`.
+    fn contacted(&self, epoch: u64, sent: Instant) {
+        let mut contact = self.contact.lock().unwrap_or_else(PoisonError::into_inner);
+        if contact.0 == epoch && contact.1 < sent {
+            contact.1 = sent;
+        }
+    }
+
+    /// The last contact with the server in session `epoch`, if recorded.
+    fn last_contact(&self, epoch: u64) -> Option<Instant> {
+        let contact = self.contact.lock().unwrap_or_else(PoisonError::into_inner);
+        (contact.0 == epoch).then_some(contact.1)
     }
 
     fn set_state(&self, epoch: u64, state: SessionState) {
@@ -1179,16 +1205,54 @@ async fn watch_held(inner: Weak<Inner>, client: zk::Client, path: String, epoch:
     }
 }
 
+/// Keeps the last contact of session `epoch` known: every third of the connection timeout,
+/// while connected to a quorum server, an `exists("/")` whose send time is recorded once
+/// answered. (This replaces the driver's idle pings, which it sends only after three eighths
+/// of the connection timeout without a request, so the traffic stays about the same.) Holds
+/// the client only for the round trip, so it never keeps a session open; ends with the
+/// session.
+async fn heartbeat(inner: Weak<Inner>, epoch: u64, connection_timeout: Duration) {
+    let period = connection_timeout / 3;
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(client) = inner.upgrade().and_then(|inner| {
+            if inner.session.borrow().epoch != epoch {
+                return None;
+            }
+            inner.current().filter(|c| c.epoch == epoch).map(|c| c.client)
+        }) else {
+            return;
+        };
+        if client.state() != zk::SessionState::SyncConnected {
+            continue;
+        }
+        let sent = Instant::now();
+        let answered = tokio::time::timeout(connection_timeout, client.check_stat("/")).await;
+        let quorum = client.state() == zk::SessionState::SyncConnected;
+        drop(client);
+        if let (Ok(Ok(_)), true) = (answered, quorum) {
+            match inner.upgrade() {
+                Some(inner) => inner.contacted(epoch, sent),
+                None => return,
+            }
+        }
+    }
+}
+
 /// Maps the client's session states onto [`Session`] for epoch `epoch`, and declares the
 /// session expired on our side before the server can expire it.
 ///
 /// The server expires a session `timeout` after it last heard from us, which is no earlier
-/// than our last contact (the last reply we received) minus a round trip. The driver notices a
-/// silent connection only `connection_timeout` (plus one tick) after that last contact, so a
-/// disconnection seen at `d` is counted back to `d - connection_timeout - tick`, and the
-/// session ends here at that instant plus `timeout` minus a safety margin of a tenth of the
-/// session timeout: the guards' lost signals fire while the server still holds our nodes.
-/// Suspended, published at `d`, already stops `with_lock` (Curator's rule).
+/// than our last contact: the send time of the last request it answered while we were
+/// connected to a quorum server (kept by [`heartbeat`] every third of the connection
+/// timeout). Once the connection is lost (noticed by the driver after `connection_timeout`
+/// of silence, plus one tick) or reaches only a read-only server, the guards are Suspended at
+/// once, and the session ends here at the last contact plus `timeout` minus a safety margin
+/// of a tenth of the session timeout: the guards' lost signals fire while the server still
+/// holds our nodes. Without a recorded contact, the disconnection is counted back by the
+/// driver's detection time, `connection_timeout` plus a tick (a bound the driver keeps).
 async fn follow_session(
     inner: Weak<Inner>,
     epoch: u64,
@@ -1199,6 +1263,13 @@ async fn follow_session(
     let mut first = Some(initial).filter(|s| *s != zk::SessionState::SyncConnected);
     let noticed_after = connection_timeout + connection_timeout / 8;
     let margin = timeout / 10;
+    let gives_up_at = |inner: &Inner| {
+        let now = Instant::now();
+        let contact = inner
+            .last_contact(epoch)
+            .unwrap_or_else(|| now.checked_sub(noticed_after).unwrap_or(now));
+        (contact + timeout).checked_sub(margin).unwrap_or(now).max(now)
+    };
     let mut gave_up_at: Option<Instant> = None;
     loop {
         let state = match (first.take(), gave_up_at) {
@@ -1221,14 +1292,7 @@ async fn follow_session(
             zk::SessionState::Disconnected => {
                 tracing::info!(epoch, "distlock: ZooKeeper connection lost; locks suspended");
                 inner.set_state(epoch, SessionState::Suspended);
-                gave_up_at.get_or_insert_with(|| {
-                    let now = Instant::now();
-                    let last_contact = now.checked_sub(noticed_after).unwrap_or(now);
-                    (last_contact + timeout)
-                        .checked_sub(margin)
-                        .unwrap_or(now)
-                        .max(now)
-                });
+                gave_up_at.get_or_insert_with(|| gives_up_at(&inner));
             }
             zk::SessionState::ConnectedReadOnly => {
                 // A read-only server (cut off from the quorum) cannot keep the session alive
@@ -1238,13 +1302,7 @@ async fn follow_session(
                     "distlock: ZooKeeper connection read-only; locks stay suspended"
                 );
                 inner.set_state(epoch, SessionState::Suspended);
-                gave_up_at.get_or_insert_with(|| {
-                    let now = Instant::now();
-                    (now + timeout)
-                        .checked_sub(margin + noticed_after)
-                        .unwrap_or(now)
-                        .max(now)
-                });
+                gave_up_at.get_or_insert_with(|| gives_up_at(&inner));
             }
             zk::SessionState::SyncConnected => {
                 tracing::info!(epoch, "distlock: ZooKeeper connection back in the same session");
