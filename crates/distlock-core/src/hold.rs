@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::{AcquireOptions, Lease, LossReason};
+use crate::{clock, AcquireOptions, Lease, LossReason};
 
 /// Renewals happen when this fraction of the TTL has passed (Redisson renews at a third).
 const RENEW_DIVISOR: u32 = 3;
@@ -69,6 +69,9 @@ pub(crate) struct Hold {
     pub(crate) auto_renew: bool,
     pub(crate) max_hold_until: Option<Instant>,
     safety_margin: Option<Duration>,
+    /// [`clock::suspended_total`] when the hold began: what it grew since then is time the
+    /// store's TTL ran while our clock stood still.
+    suspended_at_start: Duration,
     /// One renewal of this hold in flight at a time (watchdog or manual), so that each answer
     /// is the store's latest word on every request sent before it.
     pub(crate) renewing: Arc<tokio::sync::Mutex<()>>,
@@ -104,6 +107,7 @@ impl Hold {
             auto_renew: options.auto_renew,
             max_hold_until,
             safety_margin: options.safety_margin,
+            suspended_at_start: clock::suspended_total(),
             renewing: Arc::default(),
         }
     }
@@ -280,11 +284,40 @@ impl Hold {
     }
 }
 
+/// The lease's local deadline less the safety margin, and less any time the host spent
+/// suspended since the hold began (the store's TTL ran on meanwhile).
 fn deadline_of(lease: &Lease, hold: &Hold) -> Option<Instant> {
     let until = lease.valid_until()?;
+    let suspended = clock::suspended_total().saturating_sub(hold.suspended_at_start);
     Some(
         until
-            .checked_sub(hold.margin_for(lease.ttl()))
+            .checked_sub(hold.margin_for(lease.ttl()) + suspended)
             .unwrap_or(lease.acquired_at()),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{LockName, OwnerToken};
+
+    #[tokio::test(start_paused = true)]
+    async fn time_spent_suspended_counts_against_the_deadline() {
+        let lease = Lease::new(
+            LockName::new("suspend").expect("valid"),
+            OwnerToken::new(),
+            Duration::from_secs(30),
+            Instant::now(),
+        );
+        let options = HoldOptions {
+            auto_renew: true,
+            max_hold: None,
+            safety_margin: None,
+        };
+        let hold = Hold::new(1, lease, options);
+        assert!(hold.check_lost().is_none());
+        // The host sleeps 40 s: tokio's clock did not move, the store's TTL ran out.
+        clock::pretend_suspended(Duration::from_secs(40));
+        assert_eq!(hold.check_lost(), Some(LossReason::Expired));
+    }
 }

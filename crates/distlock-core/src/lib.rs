@@ -28,6 +28,7 @@
 mod capabilities;
 mod cleanup;
 mod client;
+mod clock;
 mod error;
 mod guard;
 mod hold;

@@ -28,6 +28,7 @@ use futures::FutureExt;
 use tokio::sync::{watch, Notify, OwnedMutexGuard};
 use tokio::time::Instant;
 
+use crate::clock;
 use crate::hold::{Hold, Renewal};
 use crate::{DistributedLock, Lease, LossReason, Session, SessionState};
 
@@ -35,6 +36,9 @@ use crate::{DistributedLock, Lease, LossReason, Session, SessionState};
 const PIGGYBACK_DIVISOR: u32 = 10;
 /// How long the task sleeps when nothing is scheduled (it is woken by new work).
 const IDLE: Duration = Duration::from_secs(3600);
+/// The longest the task sleeps while it watches holds: timers stand still while the host is
+/// suspended, so it wakes this often to notice a resume and look at every hold again.
+const SUSPEND_CHECK: Duration = Duration::from_secs(1);
 
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
@@ -157,10 +161,18 @@ async fn run(shared: Arc<Shared>) {
     let mut running = Running(Some(shared.clone()));
     let mut session = shared.session.clone();
     let mut lease_watches = FuturesUnordered::new();
+    let mut suspended = clock::suspended_total();
     loop {
         let now = Instant::now();
         let (due, next) = {
             let mut state = shared.lock_state();
+            let suspended_now = clock::suspended_total();
+            if suspended_now > suspended {
+                // The host was suspended: every deadline moved closer; look at every hold.
+                suspended = suspended_now;
+                let ids: Vec<u64> = state.holds.keys().copied().collect();
+                state.timers.extend(ids.into_iter().map(|id| Reverse((now, id))));
+            }
             if state.holds.is_empty() {
                 // Cleared under the same lock that saw no hold, so a registration either came
                 // before (and is seen) or starts a new task.
@@ -173,7 +185,11 @@ async fn run(shared: Arc<Shared>) {
                 lease_watches.push(async move { (id, lost.await) });
             }
             let due = collect_due(&mut state, now);
-            let next = state.timers.peek().map_or(now + IDLE, |Reverse((at, _))| *at);
+            let next = state
+                .timers
+                .peek()
+                .map_or(now + IDLE, |Reverse((at, _))| *at)
+                .min(now + SUSPEND_CHECK);
             state.sleeping_until = due.is_empty().then_some(next);
             (due, next)
         };

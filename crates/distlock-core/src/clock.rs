@@ -1,0 +1,54 @@
+//! Time the monotonic clock does not see: a suspended host.
+//!
+//! Local deadlines are measured on tokio's clock, which is `CLOCK_MONOTONIC` and stands still
+//! while the host is suspended, while a store's TTL runs on: after a resume, a lease the store
+//! expired long ago would still look valid here. On Linux, `CLOCK_BOOTTIME` minus
+//! `CLOCK_MONOTONIC` grows by exactly the time spent suspended, so every deadline check
+//! subtracts what it grew since the lease was taken. Elsewhere it is zero.
+
+use std::time::Duration;
+
+/// The total time this host has spent suspended since it booted (zero where unknown).
+pub(crate) fn suspended_total() -> Duration {
+    suspended_total_os() + test_offset()
+}
+
+#[cfg(target_os = "linux")]
+fn suspended_total_os() -> Duration {
+    use rustix::time::{clock_gettime, ClockId};
+    let since = |clock| {
+        let t = clock_gettime(clock);
+        Duration::new(
+            u64::try_from(t.tv_sec).unwrap_or_default(),
+            u32::try_from(t.tv_nsec).unwrap_or_default(),
+        )
+    };
+    // Read monotonic first: a tick between the two reads can only shrink the difference.
+    let monotonic = since(ClockId::Monotonic);
+    since(ClockId::Boottime).saturating_sub(monotonic)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn suspended_total_os() -> Duration {
+    Duration::ZERO
+}
+
+#[cfg(test)]
+static TEST_OFFSET_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+#[cfg(test)]
+fn test_offset() -> Duration {
+    Duration::from_millis(TEST_OFFSET_MS.load(std::sync::atomic::Ordering::SeqCst))
+}
+
+#[cfg(not(test))]
+fn test_offset() -> Duration {
+    Duration::ZERO
+}
+
+/// Pretends the host was suspended for `d` more (unit tests only).
+#[cfg(test)]
+pub(crate) fn pretend_suspended(d: Duration) {
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    TEST_OFFSET_MS.fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
+}
