@@ -213,7 +213,7 @@ impl SqlConfig {
     /// Bounds every operation (pool checkout, statements and internal retries) to `timeout`
     /// (default 5 s); past it the operation fails with [`Error::Unavailable`]. Also the pool's
     /// checkout timeout. The database's own limits (MySQL/MariaDB lock waits and statement
-    /// time, SQLite's busy timeout) are half of it: see [`statement_limit`](Self::statement_limit).
+    /// time, SQLite's busy timeout) are three quarters of it: see [`statement_limit`](Self::statement_limit).
     pub fn with_operation_timeout(mut self, timeout: Duration) -> Self {
         self.operation_timeout = timeout.max(Duration::from_millis(1));
         self
@@ -259,13 +259,13 @@ impl SqlConfig {
         }
     }
 
-    /// How long the database itself lets one statement run or wait for a lock: half the
-    /// operation timeout. MySQL/MariaDB sessions set their lock-wait timeouts (and, on
+    /// How long the database itself lets one statement run or wait for a lock: three quarters
+    /// of the operation timeout (the rest is for the network and a connect). MySQL/MariaDB sessions set their lock-wait timeouts (and, on
     /// MariaDB, `max_statement_time`) from it and SQLite uses it as its busy timeout, so a
     /// statement blocked by someone else's lock fails on the server, changing nothing, before
     /// the client gives up on it.
     pub fn statement_limit(&self) -> Duration {
-        self.operation_timeout / 2
+        self.operation_timeout * 3 / 4
     }
 
     pub(crate) fn dialect(&self) -> Dialect {

@@ -35,8 +35,8 @@
 //! ) WITHOUT ROWID;
 //! ```
 //!
-//! SQLite runs in WAL mode with `synchronous = NORMAL` and a busy timeout of half the
-//! operation timeout; `database is locked` is retried inside the operation and never reaches
+//! SQLite runs in WAL mode with `synchronous = NORMAL` and a busy timeout of three quarters
+//! of the operation timeout; `database is locked` is retried inside the operation and never reaches
 //! the caller (past the operation timeout it becomes
 //! [`Error::Unavailable`](distlock_core::Error::Unavailable)). WAL's shared memory and
 //! SQLite's locks only exclude processes of one host, so a file on a network file system
@@ -47,12 +47,12 @@
 //! # Time limits on the database side
 //!
 //! Every statement is bounded on the database itself by
-//! [`SqlConfig::statement_limit`] (half the operation timeout), so a statement blocked by
+//! [`SqlConfig::statement_limit`] (three quarters of the operation timeout), so a statement blocked by
 //! someone else's lock fails there, changing nothing, before the client gives up on it:
 //! MariaDB sessions set `max_statement_time`, `innodb_lock_wait_timeout` and
 //! `lock_wait_timeout` (the two lock waits in whole seconds, 0 meaning "do not wait"); MySQL,
 //! which has no time limit for writes, sets only the two lock waits, from 1 s, so on MySQL
-//! keep the operation timeout above 2 s for this to hold; SQLite uses it as its busy timeout.
+//! keep the operation timeout above 1.4 s for this to hold; SQLite uses it as its busy timeout.
 //! An operator's `SELECT ... FOR UPDATE` on a lock row, or DDL waiting for a metadata lock,
 //! therefore makes operations on that row fail with `Unavailable` in time instead of
 //! committing after the caller was told they failed. A connection whose statement was still
@@ -66,7 +66,12 @@
 //! (the database bounds its statements below that timeout, but a slow connect or network can
 //! still delay a statement past it) or when the connection was lost mid-statement (an I/O
 //! error, `ER_CONNECTION_KILLED`, a server shutting down): the statement may have committed
-//! and only its answer been lost. `LockClient` follows a failed acquire with an owner-checked
+//! and only its answer been lost. A broken connection (an I/O error, typically a pooled
+//! connection the server closed across a restart) is first retried on another connection
+//! within the operation timeout: acquire and extend give the same answer when run again with
+//! the same owner token, so their retried answer is definite; a release whose retry finds
+//! nothing to release returns the original error, since the broken attempt may have
+//! released it. `LockClient` follows a failed acquire with an owner-checked
 //! release of the same owner token, which this backend runs by name and owner alone (no
 //! handle or fencing token needed). Errors that guarantee nothing was written are not
 //! ambiguous: lock-wait timeout, deadlock, the statement time limit and `database is locked`
@@ -79,7 +84,7 @@
 //!   assignments, so it is correct under MariaDB's `SIMULTANEOUS_ASSIGNMENT` (part of
 //!   `sql_mode=ORACLE`) as under the default; a row with an owner but no expiry counts as free.
 //! - Acquire (won or held), release and extend are one statement each; no ping precedes a
-//!   statement except on a connection idle for over a second. The pool checks a connection
+//!   statement except on a connection idle for over 30 s. The pool checks a connection
 //!   with a ping when it is handed back, after the answer reached the caller.
 //! - A server that refuses writes because it is read-only (a primary demoted by a failover,
 //!   `--read-only`: errors 1290, 1836, 1792, 1874) makes writes fail with `Unavailable`,

@@ -55,9 +55,12 @@ macro_rules! on_conn {
 
 /// The longest TTL accepted: 30 days, as [`Capabilities::new`] declares.
 const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
-/// A pooled MySQL connection idle for longer than this is pinged before its next statement.
+/// A pooled MySQL connection idle for longer than this is pinged before its next statement:
+/// long enough that a lock renewed every few seconds never pays for a ping (a second round
+/// trip that a slow network may not fit in the operation timeout), short enough to catch
+/// connections that a load balancer's or the server's idle timeout closed.
 #[cfg(feature = "mysql")]
-const IDLE_CHECK: Duration = Duration::from_secs(1);
+const IDLE_CHECK: Duration = Duration::from_secs(30);
 /// The first and the longest pause between internal retries of a busy or deadlocked statement.
 const RETRY_FIRST: Duration = Duration::from_millis(2);
 const RETRY_MAX: Duration = Duration::from_millis(50);
@@ -170,7 +173,7 @@ impl DistributedLock for SqlLock {
     /// holder's remaining time so the waiter wakes at its expiry. SQLite: **1 statement** when
     /// acquired (`RETURNING version`), **2** when held (the second reads the holder's
     /// remaining time; both are local calls, no network). No ping precedes a statement,
-    /// except on a MySQL connection idle for over a second.
+    /// except on a MySQL connection idle for over 30 s.
     async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
         let units = self.ttl_units(ttl)?;
         let key = lock_key(name);
@@ -249,31 +252,36 @@ impl DistributedLock for SqlLock {
         let owner = lease.owner().to_string();
         let owner = owner.as_str();
         let sql = self.inner.sql.release.as_str();
-        let affected = match &self.inner.pool {
+        let (affected, broken) = match &self.inner.pool {
             #[cfg(feature = "mysql")]
             Pool::MySql(pool) => self
-                .run(
+                .run_tracked(
                     pool,
                     "releasing",
                     on_conn!(c => {
                         sqlx::query(sql).bind(key).bind(owner).execute(c.conn()?).await
                     }),
                 )
-                .await?
-                .rows_affected(),
+                .await
+                .map(|(done, broken)| (done.rows_affected(), broken))?,
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => self
-                .run(
+                .run_tracked(
                     pool,
                     "releasing",
                     on_conn!(c => {
                         sqlx::query(sql).bind(key).bind(owner).execute(c.conn()?).await
                     }),
                 )
-                .await?
-                .rows_affected(),
+                .await
+                .map(|(done, broken)| (done.rows_affected(), broken))?,
         };
-        Ok(affected > 0)
+        match broken {
+            // An attempt broke mid-statement and the retry found nothing to release: the broken
+            // attempt may have released it, or it was not ours. Unknown, so an error.
+            Some(error) if affected == 0 => Err(error),
+            _ => Ok(affected > 0),
+        }
     }
 
     /// Extend: move `expires_at` to the database's now + `ttl` where the owner is still ours
@@ -394,6 +402,12 @@ impl SqlLock {
             #[cfg(feature = "mysql")]
             Target::MySql { options, .. } => {
                 let limits = session_limits(config.statement_limit());
+                // Prepared once per connection, at connect: a statement first prepared when
+                // it is needed costs a second round trip at that moment (a renewal through a
+                // slow network, the first release after a long hold).
+                let warm: Arc<[String]> = [&sql.acquire, &sql.extend, &sql.release]
+                    .map(String::clone)
+                    .into();
                 Pool::MySql(
                     sqlx::mysql::MySqlPoolOptions::new()
                         .max_connections(config.max_connections)
@@ -413,16 +427,26 @@ impl SqlLock {
                         })
                         .after_connect(move |conn, _meta| {
                             let (mariadb, mysql) = limits.clone();
+                            let warm = warm.clone();
                             Box::pin(async move {
                                 use sqlx::Executor;
                                 match conn.execute(&*mariadb).await {
-                                    Ok(_) => Ok(()),
+                                    Ok(_) => {}
                                     // ER_UNKNOWN_SYSTEM_VARIABLE: MySQL, without max_statement_time.
                                     Err(e) if mysql_error_number(&e) == Some(1193) => {
-                                        conn.execute(&*mysql).await.map(drop)
+                                        conn.execute(&*mysql).await?;
                                     }
-                                    Err(e) => Err(e),
+                                    Err(e) => return Err(e),
                                 }
+                                for statement in warm.iter() {
+                                    // Best effort: before the table exists (the very first
+                                    // connection) it fails, and the statement is prepared
+                                    // when first run.
+                                    if let Err(e) = conn.prepare(statement.as_str()).await {
+                                        tracing::debug!(error = %e, "distlock-sql: preparing at connect");
+                                    }
+                                }
+                                Ok(())
                             })
                         })
                         .connect_lazy_with((**options).clone()),
@@ -497,7 +521,28 @@ impl SqlLock {
     /// [`Error::Unavailable`]. A retry starts only if the database's own limit on it
     /// ([`SqlConfig::statement_limit`]) ends before the operation's deadline, so the last
     /// attempt is aborted by the database before the caller is told it failed.
-    async fn run<DB, T, F, Fut>(&self, pool: &sqlx::Pool<DB>, what: &'static str, mut op: F) -> Result<T>
+    async fn run<DB, T, F, Fut>(&self, pool: &sqlx::Pool<DB>, what: &'static str, op: F) -> Result<T>
+    where
+        DB: sqlx::Database,
+        F: FnMut(Checkout<DB>) -> Fut,
+        Fut: Future<Output = Result<T, sqlx::Error>>,
+    {
+        self.run_tracked(pool, what, op).await.map(|(value, _)| value)
+    }
+
+    /// [`run`](Self::run), also retrying a statement whose connection broke (a pooled
+    /// connection the server closed meanwhile, after a restart), on another connection,
+    /// within the operation timeout. Every statement of this backend gives the same answer
+    /// when run again with the same owner token (acquire wins again if it won, extend extends
+    /// again), except release, whose retry finds nothing to release if the broken attempt was
+    /// applied: so the result says whether an attempt broke mid-statement (the error it
+    /// broke with), and the caller decides.
+    async fn run_tracked<DB, T, F, Fut>(
+        &self,
+        pool: &sqlx::Pool<DB>,
+        what: &'static str,
+        mut op: F,
+    ) -> Result<(T, Option<Error>)>
     where
         DB: sqlx::Database,
         F: FnMut(Checkout<DB>) -> Fut,
@@ -507,6 +552,9 @@ impl SqlLock {
         let limit = self.inner.config.statement_limit();
         let deadline = Instant::now() + timeout;
         let mut pause = RETRY_FIRST;
+        let mut broken: Option<Error> = None;
+        // Every pooled connection may be stale after a restart; one more is a fresh one.
+        let mut reconnects = self.inner.config.max_connections + 1;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let attempt = async {
@@ -514,18 +562,25 @@ impl SqlLock {
                 op(Checkout(Some(conn))).await
             };
             match tokio::time::timeout(left, attempt).await {
-                Ok(Ok(value)) => return Ok(value),
+                Ok(Ok(value)) => return Ok((value, broken)),
                 Ok(Err(e)) if is_contention(&e) && Instant::now() + pause + limit < deadline => {
                     tracing::trace!(error = %e, what, "distlock-sql: contention, retrying");
                     tokio::time::sleep(jittered(pause)).await;
                     pause = (pause * 2).min(RETRY_MAX);
                 }
-                Ok(Err(e)) => return Err(map_error(self.backend(), what, e)),
+                Ok(Err(e @ sqlx::Error::Io(_))) if reconnects > 0 && Instant::now() < deadline => {
+                    tracing::debug!(error = %e, what, "distlock-sql: connection broke, retrying on another");
+                    reconnects -= 1;
+                    broken.get_or_insert(map_error(self.backend(), what, e));
+                }
+                Ok(Err(e)) => return Err(broken.unwrap_or_else(|| map_error(self.backend(), what, e))),
                 Err(_) => {
-                    return Err(Error::unavailable(
-                        self.backend(),
-                        format!("{what}: no answer within the operation timeout of {timeout:?}"),
-                    ))
+                    return Err(broken.unwrap_or_else(|| {
+                        Error::unavailable(
+                            self.backend(),
+                            format!("{what}: no answer within the operation timeout of {timeout:?}"),
+                        )
+                    }))
                 }
             }
         }

@@ -21,9 +21,13 @@ async fn server() -> MariaDbServer {
 }
 
 async fn client(url: &str) -> SqlLock {
+    client_with(url, OP_TIMEOUT).await
+}
+
+async fn client_with(url: &str, timeout: Duration) -> SqlLock {
     SqlConfig::from_url(url)
         .expect("a valid URL")
-        .with_operation_timeout(OP_TIMEOUT)
+        .with_operation_timeout(timeout)
         .build()
         .await
         .expect("the server answers")
@@ -54,11 +58,12 @@ fn typed_timeout(e: &Error) -> bool {
     matches!(e, Error::Unavailable { .. } | Error::Timeout { .. })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_blocked_acquire_fails_in_time_and_leaves_nothing() {
+/// With `timeout`, an acquire blocked on the row lock fails in time with a typed error from
+/// the server (not a client-side timeout), and nothing commits after the row is unlocked.
+async fn blocked_acquire(timeout: Duration) {
     let server = server().await;
     let url = server.url();
-    let lock = client(&url).await;
+    let lock = client_with(&url, timeout).await;
     let name = LockName::new("row-locked").expect("valid");
     let mut raw = lock_row(&lock, &url, &name).await;
 
@@ -68,14 +73,78 @@ async fn a_blocked_acquire_fails_in_time_and_leaves_nothing() {
         .await;
     let took = started.elapsed();
     match &outcome {
-        Err(e) if typed_timeout(e) => {}
+        Err(e) if typed_timeout(e) => assert!(
+            !e.to_string().contains("no answer within"),
+            "the client gave up while the statement could still commit: {e}"
+        ),
         other => panic!("expected Unavailable or Timeout, got {other:?}"),
     }
-    assert!(took < OP_TIMEOUT + Duration::from_millis(500), "took {took:?}");
+    assert!(took < timeout + Duration::from_millis(500), "took {took:?}");
 
     // The operator's transaction ends a while after the client gave up.
     tokio::time::sleep(Duration::from_secs(2)).await;
     raw.execute("COMMIT").await.expect("commits");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let state = lock.inspect(&name).await.expect("works");
+    assert!(
+        !state.is_held(),
+        "the timed-out acquire committed after the client gave up: {state:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_acquire_fails_in_time_and_leaves_nothing() {
+    // 1 s: lock waits of 0 s (no wait) and a 0.75 s statement limit.
+    blocked_acquire(OP_TIMEOUT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_acquire_fails_in_time_with_a_longer_timeout() {
+    // 3 s: lock waits of 2 s and a 2.25 s statement limit.
+    blocked_acquire(Duration::from_secs(3)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_behind_ddl_fails_in_time_and_leaves_nothing() {
+    let server = server().await;
+    let url = server.url();
+    let timeout = Duration::from_secs(3);
+    let lock = client_with(&url, timeout).await;
+    let name = LockName::new("behind-ddl").expect("valid");
+    // A long transaction that read the table holds a shared metadata lock; an ALTER TABLE
+    // then waits for it, and every later statement on the table queues behind the ALTER.
+    let mut reader = MySqlConnection::connect(&url).await.expect("connects");
+    reader.execute("BEGIN").await.expect("begins");
+    reader
+        .execute("SELECT COUNT(*) FROM distlock_locks")
+        .await
+        .expect("reads");
+    let mut ddl = MySqlConnection::connect(&url).await.expect("connects");
+    let alter = tokio::spawn(async move {
+        ddl.execute("SET SESSION lock_wait_timeout = 30")
+            .await
+            .expect("sets");
+        ddl.execute("ALTER TABLE distlock_locks COMMENT = 'x'").await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let started = Instant::now();
+    let outcome = lock
+        .try_acquire(&name, OwnerToken::new(), Duration::from_secs(60))
+        .await;
+    let took = started.elapsed();
+    match &outcome {
+        Err(e) if typed_timeout(e) => assert!(
+            !e.to_string().contains("no answer within"),
+            "the client gave up while the statement could still commit: {e}"
+        ),
+        other => panic!("expected Unavailable or Timeout, got {other:?}"),
+    }
+    assert!(took < timeout + Duration::from_millis(500), "took {took:?}");
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    reader.execute("COMMIT").await.expect("commits");
+    alter.await.expect("the ALTER task").expect("the ALTER runs");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let state = lock.inspect(&name).await.expect("works");
     assert!(
