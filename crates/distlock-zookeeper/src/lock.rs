@@ -89,6 +89,8 @@ const LOCK_MARKER: &str = "-lock-";
 const MAX_SEGMENT: usize = 240;
 /// The first pause between a background cleanup's attempts (doubled after each).
 const CLEANUP_RETRY: Duration = Duration::from_millis(200);
+/// The pause before a held node's watch is set again after a failed `exists`.
+const WATCH_RETRY: Duration = Duration::from_millis(100);
 /// The longest pause between a background cleanup's attempts.
 const CLEANUP_MAX_PAUSE: Duration = Duration::from_secs(2);
 /// How many times a background cleanup tries before it gives up (and logs it).
@@ -1177,8 +1179,27 @@ async fn watch_held(inner: Weak<Inner>, client: zk::Client, path: String, epoch:
                 }
                 return;
             }
-            // A session problem: the session follower reports it.
-            _ => return,
+            // A disconnection: set the watch again once the same session is connected again;
+            // if the session ends instead, the session follower reports it.
+            _ => {
+                let Some(strong) = inner.upgrade() else {
+                    return;
+                };
+                if strong.held().get(&path).is_none_or(|h| h.epoch != epoch) {
+                    return; // released meanwhile
+                }
+                let mut session = strong.session.subscribe();
+                drop(strong);
+                let connected = session
+                    .wait_for(|s| s.epoch != epoch || s.state != SessionState::Suspended)
+                    .await
+                    .map(|s| s.epoch == epoch && s.state == SessionState::Connected);
+                if !matches!(connected, Ok(true)) {
+                    return;
+                }
+                tokio::time::sleep(WATCH_RETRY).await;
+                continue;
+            }
         };
         let event = watcher.changed().await;
         match event.event_type {

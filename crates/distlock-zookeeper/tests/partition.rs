@@ -72,3 +72,57 @@ async fn silent_partition_loses_the_lock_before_another_client_acquires() {
     drop(guard);
     other_guard.release().await.expect("released");
 }
+
+/// The held node's `exists` watch is set right after the lock is won, in the background. If
+/// the connection drops before that `exists` is answered, the watch must be set again once
+/// the same session is back, or a later deletion behind our back is never reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_node_watch_is_set_again_after_a_reconnection() {
+    let fixture = ZkFixture::shared().await;
+    let (proxied_url, faults) = through_proxies(fixture.url()).expect("the fault proxy starts");
+    let lock = support::connect(&proxied_url).await;
+    let holder = LockClient::new(lock.clone());
+    let raw = support::raw(fixture.url()).await;
+    let name = format!("rewatch-{}", uuid::Uuid::new_v4().simple());
+
+    // Replies are slow, so the watch's `exists` is still unanswered when the link goes silent.
+    faults.set_latency(
+        distlock_testkit::Direction::ToClient,
+        Duration::from_millis(200),
+        Duration::ZERO,
+    );
+    let guard = holder.acquire(name.as_str()).await.expect("acquired");
+    faults.blackhole();
+    let session = lock.session_id();
+    tokio::time::timeout(support::SESSION_TIMEOUT, async {
+        while !guard.is_suspended() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("suspended");
+    faults.heal();
+    tokio::time::timeout(support::SESSION_TIMEOUT, async {
+        while guard.is_suspended() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the same session is back");
+    assert!(!guard.is_lost(), "the session survived");
+    assert_eq!(lock.session_id(), session);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let parent = lock.lock_path(&distlock_core::LockName::new(name.as_str()).expect("valid"));
+    let node = format!(
+        "{parent}/{}",
+        raw.list_children(&parent).await.expect("listed")[0]
+    );
+    raw.delete(&node, None)
+        .await
+        .expect("deleted behind the holder's back");
+    let reason = tokio::time::timeout(Duration::from_secs(1), guard.lost())
+        .await
+        .expect("the lost signal fires within a second of the deletion");
+    assert_eq!(reason, LossReason::NotOwned);
+}
