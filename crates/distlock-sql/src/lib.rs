@@ -36,8 +36,8 @@
 //! ```
 //!
 //! SQLite runs in WAL mode with `synchronous = NORMAL` and a busy timeout of three quarters
-//! of the operation timeout; `database is locked` is retried inside the operation and never reaches
-//! the caller (past the operation timeout it becomes
+//! of the operation timeout; `database is locked` is retried inside the operation and never
+//! reaches the caller (past the operation timeout it becomes
 //! [`Error::Unavailable`](distlock_core::Error::Unavailable)). WAL's shared memory and
 //! SQLite's locks only exclude processes of one host, so a file on a network file system
 //! (NFS, SMB/CIFS, 9p, Ceph, sshfs, ...) is refused with
@@ -46,9 +46,9 @@
 //!
 //! # Time limits on the database side
 //!
-//! Every statement is bounded on the database itself by
-//! [`SqlConfig::statement_limit`] (three quarters of the operation timeout), so a statement blocked by
-//! someone else's lock fails there, changing nothing, before the client gives up on it:
+//! Every statement is bounded on the database itself by [`SqlConfig::statement_limit`] (three
+//! quarters of the operation timeout), so a statement blocked by someone else's lock fails
+//! there, changing nothing, before the client gives up on it:
 //! MariaDB sessions set `max_statement_time`, `innodb_lock_wait_timeout` and
 //! `lock_wait_timeout` (the two lock waits in whole seconds, 0 meaning "do not wait"); MySQL,
 //! which has no time limit for writes, sets only the two lock waits, from 1 s, so on MySQL
@@ -71,9 +71,9 @@
 //! within the operation timeout: acquire and extend give the same answer when run again with
 //! the same owner token, so their retried answer is definite; a release whose retry finds
 //! nothing to release returns the original error, since the broken attempt may have
-//! released it. `LockClient` follows a failed acquire with an owner-checked
-//! release of the same owner token, which this backend runs by name and owner alone (no
-//! handle or fencing token needed). Errors that guarantee nothing was written are not
+//! released it. `LockClient` follows a failed acquire with an owner-checked release of the
+//! same owner token, which this backend runs by name and owner alone (no handle or fencing
+//! token needed). Errors that guarantee nothing was written are not
 //! ambiguous: lock-wait timeout, deadlock, the statement time limit and `database is locked`
 //! (retried within the operation, then reported as `Unavailable` with the database's
 //! message), and a read-only server (`Unavailable` at once).
@@ -83,9 +83,10 @@
 //! - The acquire upsert is independent of how `ON DUPLICATE KEY UPDATE` orders its
 //!   assignments, so it is correct under MariaDB's `SIMULTANEOUS_ASSIGNMENT` (part of
 //!   `sql_mode=ORACLE`) as under the default; a row with an owner but no expiry counts as free.
-//! - Acquire (won or held), release and extend are one statement each; no ping precedes a
-//!   statement except on a connection idle for over 30 s. The pool checks a connection
-//!   with a ping when it is handed back, after the answer reached the caller.
+//! - Acquire (won or held), release and extend are one statement each, prepared when a
+//!   connection opens; no ping precedes a statement except on a connection idle for over
+//!   30 s. The pool checks a connection with a ping when it is handed back, after the answer
+//!   reached the caller.
 //! - A server that refuses writes because it is read-only (a primary demoted by a failover,
 //!   `--read-only`: errors 1290, 1836, 1792, 1874) makes writes fail with `Unavailable`,
 //!   which callers retry, not `Backend`. The lock's user must not hold `SUPER` or
@@ -94,12 +95,15 @@
 //! # Fencing tokens and clocks
 //!
 //! [`Fencing::Monotonic`](distlock_core::Fencing::Monotonic) rests on assumptions about the
-//! database's clock: a row's `version` grows by one per acquisition while the row exists, but
-//! a row deleted by hand starts again at the database clock in microseconds, so tokens keep
-//! growing only if that clock never stepped back in between. Across a failover, or between
+//! database's clock: a row's `version` grows by at least one per acquisition while the row
+//! exists, but a row deleted by hand starts again at the database clock in microseconds, so
+//! tokens keep growing only if that clock never stepped back in between. Across a failover, or between
 //! Galera nodes, the servers' clocks must agree (NTP, no steps backwards); expiry is judged by
 //! whichever server runs the statement, so a node whose clock runs ahead frees holds early.
-//! A restored backup of the table can likewise bring back lower versions.
+//! A restored backup of the table can likewise bring back lower versions. A failover to an
+//! asynchronous replica that missed the latest writes loses holds and versions alike (a lock
+//! held on the old primary is free on the new one): use semi-synchronous replication or
+//! Galera where a failover must keep locks.
 //!
 //! ```no_run
 //! use distlock_core::LockClient;
