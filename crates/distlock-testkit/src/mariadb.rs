@@ -193,6 +193,9 @@ fn socket_path(dir: &Path) -> PathBuf {
 fn common_args(dir: &Path) -> Vec<OsString> {
     let mut args: Vec<OsString> = [
         format!("--datadir={}", dir.join("data").display()),
+        // A temporary directory of its own: installs running at once in the default one
+        // collide on the bootstrap's temporary tables.
+        format!("--tmpdir={}", dir.display()),
         "--skip-name-resolve".into(),
         "--innodb-buffer-pool-size=16M".into(),
         "--innodb-log-file-size=8M".into(),

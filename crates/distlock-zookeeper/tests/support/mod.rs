@@ -59,6 +59,10 @@ impl ZkFixture {
     /// Over a standalone server of its own, which `outage` may kill.
     /// A fixture over the test binary's shared 3-node ensemble (never killed by a case).
     pub async fn ensemble() -> Self {
+        // A child process of the cross-process case reaches the parent's ensemble.
+        if let Ok(url) = std::env::var(shared::ZOOKEEPER_URL_ENV) {
+            return Self::over(url, None).await;
+        }
         let url = tokio::task::spawn_blocking(|| shared::zookeeper_ensemble().map(|e| e.url()))
             .await
             .expect("joined")
