@@ -13,6 +13,24 @@
 
 use std::sync::LazyLock;
 
+/// A Lua function `owner(key)` for the scripts that report a lock's holder: the key's value,
+/// or `<type>` for a key of another type (another library's lock, such as Redisson's hash),
+/// which is then held by a foreign owner rather than a `WRONGTYPE` error. One text for every
+/// script that needs it (a macro, so `concat!` can join it to each script's literal).
+macro_rules! owner_fn {
+    () => {
+        r"
+local function owner(key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' and v.err then
+    return '<' .. redis.call('TYPE', key).ok .. '>'
+  end
+  return v
+end
+"
+    };
+}
+
 /// One script: its text (for `EVAL`) and its SHA1 (for `EVALSHA`).
 pub(crate) struct LuaScript {
     code: &'static str,
@@ -46,17 +64,11 @@ impl LuaScript {
 /// attempt sent again after a broken connection: tokens are unique per attempt) is ours: its
 /// TTL is reset and the counter's current value, which our first run set, is the token.
 pub(crate) static ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(
+    LuaScript::new(concat!(
+        owner_fn!(),
         r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {1, redis.call('INCR', KEYS[2])}
-end
-local function owner(key)
-  local v = redis.pcall('GET', key)
-  if type(v) == 'table' and v.err then
-    return '<' .. redis.call('TYPE', key).ok .. '>'
-  end
-  return v
 end
 local holder = owner(KEYS[1])
 if holder == ARGV[1] then
@@ -65,7 +77,7 @@ if holder == ARGV[1] then
 end
 return {0, redis.call('PTTL', KEYS[1]), holder}
 ",
-    )
+    ))
 });
 
 /// Acquire without a fencing counter (Redlock, whose masters cannot make tokens monotonic),
@@ -74,18 +86,12 @@ return {0, redis.call('PTTL', KEYS[1]), holder}
 /// `KEYS[1]` lock key; `ARGV[1]` owner token, `ARGV[2]` TTL in ms. Returns `{1, 0, run id}`
 /// when acquired, else `{0, PTTL of the holder, holder's value, run id}`.
 pub(crate) static ACQUIRE_UNFENCED: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(
+    LuaScript::new(concat!(
+        owner_fn!(),
         r"
 local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {1, 0, run_id}
-end
-local function owner(key)
-  local v = redis.pcall('GET', key)
-  if type(v) == 'table' and v.err then
-    return '<' .. redis.call('TYPE', key).ok .. '>'
-  end
-  return v
 end
 local holder = owner(KEYS[1])
 if holder == ARGV[1] then
@@ -94,7 +100,7 @@ if holder == ARGV[1] then
 end
 return {0, redis.call('PTTL', KEYS[1]), holder, run_id}
 ",
-    )
+    ))
 });
 
 /// Release: compare-and-delete, then announce the release.
@@ -150,16 +156,10 @@ return 0
 /// `KEYS[1]` lock key, `KEYS[2]` fencing counter. Returns `{owner or false, PTTL, counter or
 /// false}`.
 pub(crate) static INSPECT: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(
+    LuaScript::new(concat!(
+        owner_fn!(),
         r"
-local function owner(key)
-  local v = redis.pcall('GET', key)
-  if type(v) == 'table' and v.err then
-    return '<' .. redis.call('TYPE', key).ok .. '>'
-  end
-  return v
-end
 return {owner(KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
 ",
-    )
+    ))
 });
