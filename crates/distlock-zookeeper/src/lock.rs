@@ -1309,29 +1309,19 @@ async fn follow_session(
         let Some(inner) = inner.upgrade() else {
             return;
         };
-        match state {
-            zk::SessionState::Disconnected => {
-                tracing::info!(epoch, "distlock: ZooKeeper connection lost; locks suspended");
+        match session_state_for(state) {
+            Some(SessionState::Suspended) => {
+                tracing::info!(epoch, %state, "distlock: ZooKeeper connection lost or read-only; locks suspended");
                 inner.set_state(epoch, SessionState::Suspended);
                 gave_up_at.get_or_insert_with(|| gives_up_at(&inner));
             }
-            zk::SessionState::ConnectedReadOnly => {
-                // A read-only server (cut off from the quorum) cannot keep the session alive
-                // on the ensemble: still suspended, and the clock keeps running.
-                tracing::info!(
-                    epoch,
-                    "distlock: ZooKeeper connection read-only; locks stay suspended"
-                );
-                inner.set_state(epoch, SessionState::Suspended);
-                gave_up_at.get_or_insert_with(|| gives_up_at(&inner));
-            }
-            zk::SessionState::SyncConnected => {
+            Some(SessionState::Connected) => {
                 tracing::info!(epoch, "distlock: ZooKeeper connection back in the same session");
                 inner.set_state(epoch, SessionState::Connected);
                 gave_up_at = None;
             }
-            other => {
-                inner.end_session(epoch, &format!("session state {other}"));
+            _ => {
+                inner.end_session(epoch, &format!("session state {state}"));
                 return;
             }
         }
@@ -1341,9 +1331,45 @@ async fn follow_session(
     }
 }
 
+/// What a state of the ZooKeeper connection means for the locks of its session: `None` when
+/// the session is over (expired, closed, auth failed). A read-only server (cut off from the
+/// quorum) cannot keep the session alive on the ensemble, so the locks stay suspended and the
+/// clock towards the session's end keeps running.
+fn session_state_for(state: zk::SessionState) -> Option<SessionState> {
+    match state {
+        zk::SessionState::SyncConnected => Some(SessionState::Connected),
+        zk::SessionState::Disconnected | zk::SessionState::ConnectedReadOnly => Some(SessionState::Suspended),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_quorum_connection_keeps_the_session_connected() {
+        assert_eq!(
+            session_state_for(zk::SessionState::SyncConnected),
+            Some(SessionState::Connected)
+        );
+        assert_eq!(
+            session_state_for(zk::SessionState::Disconnected),
+            Some(SessionState::Suspended)
+        );
+        assert_eq!(
+            session_state_for(zk::SessionState::ConnectedReadOnly),
+            Some(SessionState::Suspended),
+            "a read-only server cannot keep the session alive"
+        );
+        for ended in [
+            zk::SessionState::Expired,
+            zk::SessionState::Closed,
+            zk::SessionState::AuthFailed,
+        ] {
+            assert_eq!(session_state_for(ended), None, "{ended}");
+        }
+    }
 
     #[test]
     fn names_map_to_distinct_legal_segments() {

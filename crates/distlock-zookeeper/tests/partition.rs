@@ -126,3 +126,60 @@ async fn held_node_watch_is_set_again_after_a_reconnection() {
         .expect("the lost signal fires within a second of the deletion");
     assert_eq!(reason, LossReason::NotOwned);
 }
+
+/// `release` is bounded ONCE by the operation timeout, however many steps it takes: here the
+/// session ended locally during a partition, so the release must open a new session (one
+/// slow round trip) and then delete (another). Each step alone fits in the operation timeout;
+/// both together do not, and the call must end at the bound, not at the sum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_is_bounded_once_by_the_operation_timeout() {
+    use distlock_core::{DistributedLock, LockName, OwnerToken, TryAcquire};
+
+    // A session long enough that its connection timeout (a quarter of it) lets a slow
+    // handshake through; an operation timeout that one slow round trip fits in, two do not.
+    // Opening a session takes two round trips through the proxy (2.2 s, under the 3 s
+    // connection timeout and the operation timeout), the delete one more (1.1 s).
+    const SESSION: Duration = Duration::from_secs(12);
+    const OPERATION: Duration = Duration::from_millis(2500);
+    const ONE_WAY: Duration = Duration::from_millis(550);
+
+    let fixture = ZkFixture::shared().await;
+    let (proxied_url, faults) = through_proxies(fixture.url()).expect("the fault proxy starts");
+    let config = support::config(&proxied_url)
+        .with_session_timeout(SESSION)
+        .and_then(|c| c.with_operation_timeout(OPERATION))
+        .expect("valid timeouts");
+    let lock = distlock_zookeeper::ZooKeeperLock::connect(config)
+        .await
+        .expect("connects");
+    let name = LockName::new(format!("bounded-{}", uuid::Uuid::new_v4().simple())).expect("valid");
+    let TryAcquire::Acquired(lease) = lock
+        .try_acquire(&name, OwnerToken::new(), SESSION)
+        .await
+        .expect("answered")
+    else {
+        panic!("a fresh name is free");
+    };
+
+    // The session ends here (no contact for the session timeout less its margin).
+    faults.blackhole();
+    tokio::time::timeout(SESSION * 2, async {
+        while lock.session_id().is_some() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the session ends locally");
+    faults.heal();
+    faults.set_latency(distlock_testkit::Direction::Both, ONE_WAY, Duration::ZERO);
+
+    let started = Instant::now();
+    let outcome = lock.release(&lease).await;
+    let took = started.elapsed();
+    println!("release after the session ended, through {ONE_WAY:?} each way: {outcome:?} in {took:?}");
+    assert!(
+        took < OPERATION + Duration::from_millis(500),
+        "release took {took:?}, beyond the operation timeout {OPERATION:?}: its steps were bounded one by one"
+    );
+    faults.heal();
+}
