@@ -98,8 +98,32 @@ pub async fn run(url: &str, args: ExecArgs) -> Result<u8> {
     group.enroll(&mut command);
     // Install the handlers before the child exists, so no signal slips through.
     let mut signals = Signals::install()?;
+    let lost = guard.lost_signal();
+    // A lease that ran out before the command started (distlock paused since the acquire):
+    // the command must not start, and the leader has already ended the group.
+    if lost.is_lost() {
+        group.end().await;
+        let reason = lost.lost().await;
+        eprintln!(
+            "distlock: lock {:?} was lost ({reason}) before the command started",
+            args.name
+        );
+        drop(guard);
+        return Ok(exit::LOST);
+    }
     let mut child = match command.spawn() {
         Ok(child) => child,
+        Err(error) if lost.is_lost() => {
+            // The lease ran out between the check and the spawn: the leader's group was gone.
+            group.end().await;
+            let reason = lost.lost().await;
+            eprintln!(
+                "distlock: lock {:?} was lost ({reason}) before the command started ({error})",
+                args.name
+            );
+            drop(guard);
+            return Ok(exit::LOST);
+        }
         Err(error) => {
             group.end().await;
             let _ = guard.release().await;
@@ -112,7 +136,6 @@ pub async fn run(url: &str, args: ExecArgs) -> Result<u8> {
     };
     let pgid = group.id(&child);
 
-    let lost = guard.lost_signal();
     // Renewals happen every TTL/3; the leader hears of each within TTL/6.
     let mut tell_leader = tokio::time::interval((args.ttl / 6).max(PROMISE_MIN_PERIOD));
     tell_leader.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
