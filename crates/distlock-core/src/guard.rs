@@ -63,6 +63,7 @@ impl LockGuard {
             NEXT_HOLD_ID.fetch_add(1, Ordering::Relaxed),
             lease,
             options,
+            client.watchdog.session(),
         ));
         client.watchdog.register(hold.clone());
         Self {
@@ -97,7 +98,7 @@ impl LockGuard {
     /// safety margin, unless renewed before. `None` for session-bound leases.
     pub fn remaining(&self) -> Option<Duration> {
         self.hold
-            .deadline()
+            .lease_deadline()
             .map(|deadline| deadline.saturating_duration_since(Instant::now()))
     }
 
@@ -148,7 +149,7 @@ impl LockGuard {
     pub async fn extend(&self, ttl: Duration) -> Result<bool> {
         let ttl = self.client.capabilities.validate_ttl(ttl)?;
         let margin = self.hold.margin_for(ttl);
-        if margin >= ttl && self.hold.deadline().is_some() {
+        if margin >= ttl && self.hold.lease_deadline().is_some() {
             return Err(Error::invalid_options(format!(
                 "a TTL of {ttl:?} is not longer than the safety margin ({margin:?})"
             )));

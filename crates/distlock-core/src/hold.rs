@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::{clock, AcquireOptions, Lease, LossReason};
+use crate::{clock, AcquireOptions, Lease, LossReason, Session};
 
 /// Renewals happen when this fraction of the TTL has passed (Redisson renews at a third).
 const RENEW_DIVISOR: u32 = 3;
@@ -75,6 +75,8 @@ pub(crate) struct Hold {
     /// One renewal of this hold in flight at a time (watchdog or manual), so that each answer
     /// is the store's latest word on every request sent before it.
     pub(crate) renewing: Arc<tokio::sync::Mutex<()>>,
+    /// The backend's session, for a session-bound lease: its local deadline bounds the hold.
+    session: Option<watch::Receiver<Session>>,
 }
 
 struct State {
@@ -89,7 +91,13 @@ struct State {
 }
 
 impl Hold {
-    pub(crate) fn new(id: u64, lease: Lease, options: HoldOptions) -> Self {
+    pub(crate) fn new(
+        id: u64,
+        lease: Lease,
+        options: HoldOptions,
+        session: Option<watch::Receiver<Session>>,
+    ) -> Self {
+        let session = session.filter(|_| lease.session_epoch().is_some());
         let max_hold_until = options.max_hold.and_then(|d| lease.acquired_at().checked_add(d));
         let renew_at = match (options.auto_renew, lease.valid_until()) {
             (true, Some(_)) => lease.acquired_at().checked_add(lease.ttl() / RENEW_DIVISOR),
@@ -109,6 +117,7 @@ impl Hold {
             safety_margin: options.safety_margin,
             suspended_at_start: clock::suspended_total(),
             renewing: Arc::default(),
+            session,
         }
     }
 
@@ -127,9 +136,16 @@ impl Hold {
     }
 
     /// The instant from which the hold counts as lost unless renewed: the lease's local
-    /// deadline minus the safety margin (`None` for session-bound leases).
+    /// deadline minus the safety margin, or for a session-bound lease its session's local
+    /// deadline (see [`Session`]); `None` if there is neither.
     pub(crate) fn deadline(&self) -> Option<Instant> {
         deadline_of(&self.state().lease, self)
+    }
+
+    /// The lease's own local deadline minus the safety margin (`None` for session-bound
+    /// leases, whose deadline belongs to the session and moves with each contact).
+    pub(crate) fn lease_deadline(&self) -> Option<Instant> {
+        lease_deadline_of(&self.state().lease, self)
     }
 
     /// When the watchdog should renew next.
@@ -173,6 +189,7 @@ impl Hold {
                 return None;
             }
             match &state.last_error {
+                _ if state.lease.session_epoch().is_some() => LossReason::SessionExpired,
                 Some(error) => LossReason::RenewalFailed(error.clone()),
                 // A renewal still out when the deadline came got no answer in time.
                 None if self.renewing.try_lock().is_err() => LossReason::RenewalFailed(
@@ -287,6 +304,10 @@ impl Hold {
 /// The lease's local deadline less the safety margin, and less any time the host spent
 /// suspended since the hold began (the store's TTL ran on meanwhile).
 fn deadline_of(lease: &Lease, hold: &Hold) -> Option<Instant> {
+    lease_deadline_of(lease, hold).or_else(|| session_deadline_of(lease, hold))
+}
+
+fn lease_deadline_of(lease: &Lease, hold: &Hold) -> Option<Instant> {
     let until = lease.valid_until()?;
     let suspended = clock::suspended_total().saturating_sub(hold.suspended_at_start);
     Some(
@@ -294,6 +315,21 @@ fn deadline_of(lease: &Lease, hold: &Hold) -> Option<Instant> {
             .checked_sub(hold.margin_for(lease.ttl()) + suspended)
             .unwrap_or(lease.acquired_at()),
     )
+}
+
+/// A session-bound lease's deadline: its session's local deadline (the backend's margin is
+/// in it already), less the time the host spent suspended since the hold began (counted in
+/// full, though some of it may precede the last contact: the deadline errs early). A newer
+/// session than the lease's ended it: the deadline is already past.
+fn session_deadline_of(lease: &Lease, hold: &Hold) -> Option<Instant> {
+    let epoch = lease.session_epoch()?;
+    let session = *hold.session.as_ref()?.borrow();
+    if session.epoch != epoch {
+        return (session.epoch > epoch).then(|| lease.acquired_at());
+    }
+    let until = session.valid_until?;
+    let suspended = clock::suspended_total().saturating_sub(hold.suspended_at_start);
+    Some(until.checked_sub(suspended).unwrap_or(lease.acquired_at()))
 }
 
 #[cfg(test)]
@@ -314,7 +350,7 @@ mod tests {
             max_hold: None,
             safety_margin: None,
         };
-        let hold = Hold::new(1, lease, options);
+        let hold = Hold::new(1, lease, options, None);
         assert!(hold.check_lost().is_none());
         // The host sleeps 40 s: tokio's clock did not move, the store's TTL ran out.
         clock::pretend_suspended(Duration::from_secs(40));

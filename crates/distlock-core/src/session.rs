@@ -17,12 +17,21 @@
 /// A backend that cannot tell whether a session survived a disconnection declares it expired
 /// once the session timeout has passed without reconnecting.
 ///
+/// **The session's local deadline.** A process that stops running (a long GC or SIGSTOP, a
+/// starved host) learns nothing from its session while the server expires it; when it runs
+/// again, its guards must not say "held" for a moment. A backend that knows when it last
+/// heard from the server publishes [`valid_until`](Self::valid_until): that contact plus the
+/// session timeout, less a safety margin. Guards of the session count as lost from then on
+/// by the clock, like a TTL lease past its deadline, whatever the watchdog has managed to
+/// record. The backend moves it forward with each contact (without notifying receivers:
+/// readers look at it when they check).
+///
 /// ```
 /// use distlock_core::{Session, SessionState};
 ///
 /// let s = Session::connected(1);
 /// assert!(s.keeps(1) && !s.keeps(0));
-/// assert!(!Session { epoch: 1, state: SessionState::Expired }.keeps(1));
+/// assert!(!Session::connected(1).with_state(SessionState::Expired).keeps(1));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Session {
@@ -30,6 +39,9 @@ pub struct Session {
     pub epoch: u64,
     /// Where it stands.
     pub state: SessionState,
+    /// When the session must be presumed expired unless the backend hears from the server
+    /// again (`None`: the backend does not say).
+    pub valid_until: Option<tokio::time::Instant>,
 }
 
 impl Session {
@@ -38,7 +50,22 @@ impl Session {
         Self {
             epoch,
             state: SessionState::Connected,
+            valid_until: None,
         }
+    }
+
+    /// This session in state `state`.
+    #[must_use]
+    pub const fn with_state(mut self, state: SessionState) -> Self {
+        self.state = state;
+        self
+    }
+
+    /// This session with its local deadline at `until`.
+    #[must_use]
+    pub const fn with_valid_until(mut self, until: tokio::time::Instant) -> Self {
+        self.valid_until = Some(until);
+        self
     }
 
     /// Whether locks taken in session `epoch` may still be held.

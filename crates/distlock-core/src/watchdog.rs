@@ -106,6 +106,11 @@ impl Watchdog {
         }
     }
 
+    /// The backend's session, if it has one (holds read its local deadline).
+    pub(crate) fn session(&self) -> Option<watch::Receiver<Session>> {
+        self.shared.session.clone()
+    }
+
     /// Stops watching a hold (released, leaked or dropped).
     pub(crate) fn unregister(&self, id: u64) {
         self.shared.lock_state().holds.remove(&id);

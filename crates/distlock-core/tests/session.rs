@@ -36,7 +36,8 @@ impl Queued {
     }
 
     fn set(&self, epoch: u64, state: SessionState) {
-        self.session.send_replace(Session { epoch, state });
+        self.session
+            .send_replace(Session::connected(epoch).with_state(state));
     }
 }
 
@@ -259,4 +260,33 @@ async fn with_lock_stops_when_the_session_is_suspended() {
         Err(Error::LockLost { reason, .. }) => assert_eq!(reason, LossReason::SessionSuspended),
         other => panic!("expected LockLost on suspension, got {other:?}"),
     }
+}
+
+/// A session's local deadline ([`Session::valid_until`]) bounds its guards by the clock: past
+/// it the guard is lost even though no session change was published (the backend, like the
+/// rest of the process, may not have run), and moving it forward silently keeps the guard.
+#[tokio::test(start_paused = true)]
+async fn a_guard_is_lost_at_its_sessions_local_deadline() {
+    let backend = Arc::new(Queued::new());
+    let publish = |until: Instant| {
+        backend.session.send_if_modified(|s| {
+            s.valid_until = Some(until);
+            false // silently, as a heartbeat does
+        });
+    };
+    publish(Instant::now() + Duration::from_secs(2));
+    let client = LockClient::from_arc(backend.clone());
+    let guard = client.acquire("deadline").await.expect("acquired");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!guard.is_lost());
+    // A contact moves the deadline: still held past the first one.
+    publish(Instant::now() + Duration::from_secs(2));
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(!guard.is_lost(), "the deadline moved");
+    // No contact any more: lost at the deadline, and the signal fires then.
+    let lost = tokio::time::timeout(Duration::from_millis(1100), guard.lost())
+        .await
+        .expect("the lost signal fires at the session's deadline");
+    assert_eq!(lost, LossReason::SessionExpired);
+    assert!(guard.is_lost());
 }

@@ -57,6 +57,10 @@
 //!   timeout ago, less a margin of a tenth of it (so this side says lost before the server
 //!   can expire the session and hand the lock to someone else): `Expired`, every guard of
 //!   that session is lost, and the next operation opens a new session with the next epoch.
+//!   That instant is also published as the session's local deadline
+//!   ([`Session::valid_until`]), moved forward by each heartbeat: a guard checks it against
+//!   the clock, so a process that was paused (a long GC, SIGSTOP) past it says lost the moment
+//!   it runs again, before any of its tasks has learnt anything.
 //!
 //! A held node deleted behind our back (by an operator or a buggy client) is noticed through an
 //! `exists` watch set on it right after it is won (in the background, no added latency), and
@@ -154,11 +158,7 @@ impl ZooKeeperLock {
             containers: AtomicBool::new(true),
             slot: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
-            session: watch::channel(Session {
-                epoch: 0,
-                state: SessionState::Expired,
-            })
-            .0,
+            session: watch::channel(Session::connected(0).with_state(SessionState::Expired)).0,
             held: Mutex::new(HashMap::new()),
             listings: AtomicU64::new(0),
             watch_events: AtomicU64::new(0),
@@ -948,7 +948,13 @@ impl Inner {
         let initial = conn.client.state();
         *self.contact.lock().unwrap_or_else(PoisonError::into_inner) = (epoch, connecting_at);
         *self.slot() = Some(conn.clone());
-        self.session.send_replace(Session::connected(epoch));
+        let session = Session::connected(epoch);
+        self.session.send_replace(
+            match session_deadline(connecting_at, conn.client.session_timeout()) {
+                Some(until) => session.with_valid_until(until),
+                None => session,
+            },
+        );
         tokio::spawn(follow_session(
             Arc::downgrade(self),
             epoch,
@@ -1003,10 +1009,20 @@ impl Inner {
     }
 
     /// Records that the server answered a request of session `epoch` sent at `sent`.
-    fn contacted(&self, epoch: u64, sent: Instant) {
+    /// Moves the session's local deadline with it, without waking anyone (guards read it
+    /// when they check).
+    fn contacted(&self, epoch: u64, sent: Instant, timeout: Duration) {
         let mut contact = self.contact.lock().unwrap_or_else(PoisonError::into_inner);
         if contact.0 == epoch && contact.1 < sent {
             contact.1 = sent;
+            if let Some(until) = session_deadline(sent, timeout) {
+                self.session.send_if_modified(|s| {
+                    if s.epoch == epoch && s.valid_until.is_none_or(|t| t < until) {
+                        s.valid_until = Some(until);
+                    }
+                    false
+                });
+            }
         }
     }
 
@@ -1252,10 +1268,11 @@ async fn heartbeat(inner: Weak<Inner>, epoch: u64, connection_timeout: Duration)
         let sent = Instant::now();
         let answered = tokio::time::timeout(connection_timeout, client.check_stat("/")).await;
         let quorum = client.state() == zk::SessionState::SyncConnected;
+        let timeout = client.session_timeout();
         drop(client);
         if let (Ok(Ok(_)), true) = (answered, quorum) {
             match inner.upgrade() {
-                Some(inner) => inner.contacted(epoch, sent),
+                Some(inner) => inner.contacted(epoch, sent, timeout),
                 None => return,
             }
         }
@@ -1283,13 +1300,12 @@ async fn follow_session(
 ) {
     let mut first = Some(initial).filter(|s| *s != zk::SessionState::SyncConnected);
     let noticed_after = connection_timeout + connection_timeout / 8;
-    let margin = timeout / 10;
     let gives_up_at = |inner: &Inner| {
         let now = Instant::now();
         let contact = inner
             .last_contact(epoch)
             .unwrap_or_else(|| now.checked_sub(noticed_after).unwrap_or(now));
-        (contact + timeout).checked_sub(margin).unwrap_or(now).max(now)
+        session_deadline(contact, timeout).unwrap_or(now).max(now)
     };
     let mut gave_up_at: Option<Instant> = None;
     loop {
@@ -1329,6 +1345,13 @@ async fn follow_session(
             return; // a newer session took over
         }
     }
+}
+
+/// When a session last heard from at `contact` must be presumed expired here: `timeout`
+/// later, less a safety margin of a tenth of it (the server cannot expire it before
+/// `contact + timeout`).
+fn session_deadline(contact: Instant, timeout: Duration) -> Option<Instant> {
+    (contact + timeout).checked_sub(timeout / 10)
 }
 
 /// What a state of the ZooKeeper connection means for the locks of its session: `None` when

@@ -183,3 +183,53 @@ async fn release_is_bounded_once_by_the_operation_timeout() {
     );
     faults.heal();
 }
+
+/// A holder whose process stops running (a long GC pause, SIGSTOP, a starved host) for longer
+/// than its session timeout: the server expires the session and another client acquires.
+/// When the holder runs again, its guard must say lost at once, before any of its own tasks
+/// (heartbeat, connection, watchdog) has had a chance to learn anything.
+#[test]
+fn a_paused_holder_is_lost_the_moment_it_runs_again() {
+    let holder_runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let name = format!("paused-{}", uuid::Uuid::new_v4().simple());
+    let (url, guard) = holder_runtime.block_on(async {
+        let fixture = ZkFixture::shared().await;
+        let holder = LockClient::new(support::connect(fixture.url()).await);
+        let guard = holder.acquire(name.as_str()).await.expect("the holder acquires");
+        // Let the session's heartbeat record a contact or two.
+        tokio::time::sleep(support::SESSION_TIMEOUT / 4).await;
+        (fixture.url().to_owned(), guard)
+    });
+    assert!(!guard.is_lost());
+
+    // The holder's runtime is not driven from here: it is paused. Another client acquires
+    // once the server has expired the holder's session.
+    let other = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async {
+            let other = LockClient::new(support::connect(&url).await);
+            let opts = AcquireOptions::new().wait_for(support::SESSION_TIMEOUT * 4);
+            let guard = other
+                .acquire_with(name.as_str(), &opts)
+                .await
+                .expect("the other client acquires");
+            guard.release().await.expect("released");
+        });
+    });
+    other.join().expect("the other client acquired and released");
+
+    // The holder runs again: not one of its tasks has run since the pause began.
+    assert!(
+        guard.is_lost(),
+        "two holders: another client acquired while this guard still says held"
+    );
+    holder_runtime.block_on(async {
+        assert_eq!(guard.lost().await, LossReason::SessionExpired);
+    });
+}
