@@ -223,8 +223,10 @@ impl RedlockConfig {
         })
     }
 
-    /// Parses `redlock://[user:pass@]host1:port1,host2:port2,host3:port3[/db]` (`redlocks://`
-    /// for TLS): the same credentials and database on every master.
+    /// Parses `redlock://[user:pass@]host1:port1,host2:port2,host3:port3[/db][?restart_quarantine=60s]`
+    /// (`redlocks://` for TLS): the same credentials and database on every master;
+    /// `restart_quarantine` sets [`with_restart_quarantine`](Self::with_restart_quarantine)
+    /// (`0s` turns it off), other query parameters go to every master.
     ///
     /// ```
     /// use distlock_redis::RedlockConfig;
@@ -232,6 +234,9 @@ impl RedlockConfig {
     /// let config = RedlockConfig::from_url("redlock://:pw@10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379/2")?;
     /// assert_eq!(config.quorum(), 2);
     /// assert!(!format!("{config:?}").contains("pw"));
+    /// let config = RedlockConfig::from_url("redlock://a:1,b:2,c:3?restart_quarantine=5s")?;
+    /// assert!(format!("{config:?}").contains("restart_quarantine: Some(5s)"));
+    /// assert!(RedlockConfig::from_url("redlock://a:1,b:2,c:3?restart_quarantine=soon").is_err());
     /// # Ok::<(), distlock_core::Error>(())
     /// ```
     ///
@@ -260,11 +265,36 @@ impl RedlockConfig {
         if hosts.split(',').any(str::is_empty) {
             return Err(bad());
         }
-        Self::new(
+        // `restart_quarantine` is Redlock's own; every other query parameter is each master's.
+        let (path, query) = tail.split_once('?').unwrap_or((tail, ""));
+        let mut quarantine = None;
+        let mut forwarded = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("restart_quarantine", value)) => {
+                    quarantine = Some(humantime::parse_duration(value).map_err(|e| {
+                        Error::invalid_config(format!(
+                            "restart_quarantine={value:?} is not a duration such as 60s or 500ms: {e}"
+                        ))
+                    })?);
+                }
+                _ => forwarded.push(pair),
+            }
+        }
+        let tail = if forwarded.is_empty() {
+            path.to_owned()
+        } else {
+            format!("{path}?{}", forwarded.join("&"))
+        };
+        let config = Self::new(
             hosts
                 .split(',')
                 .map(|host| format!("{node_scheme}://{userinfo}{host}{tail}")),
-        )
+        )?;
+        Ok(match quarantine {
+            Some(quarantine) => config.with_restart_quarantine(quarantine),
+            None => config,
+        })
     }
 
     /// How many masters must agree: a strict majority.
