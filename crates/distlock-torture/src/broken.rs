@@ -1,0 +1,123 @@
+//! Deliberately broken backends, to prove that the checker catches what it claims to: each
+//! wraps a real backend and breaks one rule the real ones keep.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock::{
+    Capabilities, DistributedLock, FencingToken, Lease, LockName, LockState, LossReason, OwnerToken,
+    ReleaseWatch, Result, Session, TryAcquire,
+};
+use futures::future::BoxFuture;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Which rule to break.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Breakage {
+    /// `release` frees whoever holds the name, without the owner check.
+    UncheckedRelease,
+    /// The lease outlives the store's hold: the store is asked for a quarter of the TTL, the
+    /// guard believes the whole TTL (the class of a missing safety margin, made blatant).
+    OverlongLease,
+    /// Every grant gets the same fencing token.
+    RepeatedToken,
+}
+
+/// A backend with one rule broken.
+pub struct Broken {
+    inner: Arc<dyn DistributedLock>,
+    breakage: Breakage,
+}
+
+impl std::fmt::Debug for Broken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broken")
+            .field("breakage", &self.breakage)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Broken {
+    /// Wraps `inner`, breaking `breakage`.
+    pub fn new(inner: Arc<dyn DistributedLock>, breakage: Breakage) -> Self {
+        Self { inner, breakage }
+    }
+
+    fn store_ttl(&self, ttl: Duration) -> Duration {
+        match self.breakage {
+            Breakage::OverlongLease => (ttl / 4).max(self.inner.capabilities().min_ttl),
+            _ => ttl,
+        }
+    }
+
+    fn as_granted(&self, lease: Lease, ttl: Duration) -> Lease {
+        match self.breakage {
+            Breakage::OverlongLease => lease.renewed(ttl, lease.acquired_at()),
+            Breakage::RepeatedToken => lease.with_fencing(FencingToken::new(1)),
+            Breakage::UncheckedRelease => lease,
+        }
+    }
+}
+
+#[async_trait]
+impl DistributedLock for Broken {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
+        Ok(
+            match self.inner.try_acquire(name, owner, self.store_ttl(ttl)).await? {
+                TryAcquire::Acquired(lease) => TryAcquire::Acquired(self.as_granted(lease, ttl)),
+                held => held,
+            },
+        )
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        if self.breakage != Breakage::UncheckedRelease {
+            return self.inner.release(lease).await;
+        }
+        // Whoever holds the name now is released, as a release by name alone would.
+        let state: LockState = self.inner.inspect(lease.name()).await?;
+        let Some(owner) = state.owner.and_then(|o| o.parse::<OwnerToken>().ok()) else {
+            return Ok(false);
+        };
+        let theirs = Lease::new(lease.name().clone(), owner, lease.ttl(), Instant::now());
+        self.inner.release(&theirs).await
+    }
+
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
+        Ok(self
+            .inner
+            .extend(lease, self.store_ttl(ttl))
+            .await?
+            .map(|renewed| self.as_granted(renewed, ttl)))
+    }
+
+    async fn watch(&self, name: &LockName) -> Result<ReleaseWatch> {
+        self.inner.watch(name).await
+    }
+
+    fn session(&self) -> Option<watch::Receiver<Session>> {
+        self.inner.session()
+    }
+
+    fn watch_lease(&self, lease: &Lease) -> Option<BoxFuture<'static, LossReason>> {
+        self.inner.watch_lease(lease)
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<LockState> {
+        self.inner.inspect(name).await
+    }
+
+    async fn ping(&self) -> Result<()> {
+        self.inner.ping().await
+    }
+}

@@ -1,0 +1,111 @@
+//! The recorded history: what each client did and saw, what the fenced resource accepted,
+//! and which faults the harness injected, each stamped with the machine's monotonic clock
+//! (`CLOCK_MONOTONIC`, one clock for every process on the host).
+
+use serde::{Deserialize, Serialize};
+
+/// Nanoseconds on the machine's monotonic clock, comparable across processes.
+pub type Nanos = u64;
+
+/// Reads the machine's monotonic clock.
+pub fn now() -> Nanos {
+    match nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC) {
+        Ok(t) => {
+            u64::try_from(t.tv_sec()).unwrap_or_default() * 1_000_000_000
+                + u64::try_from(t.tv_nsec()).unwrap_or_default()
+        }
+        Err(_) => 0, // CLOCK_MONOTONIC cannot fail on Linux
+    }
+}
+
+/// One acquisition, named across the whole run: `client.incarnation.sequence`.
+pub type GrantId = String;
+
+/// What a client records (sent to the harness as it happens, one JSON line each).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum ClientEvent {
+    /// An acquire (with a wait) was invoked.
+    AcquireInvoked { name: String },
+    /// The acquire returned a guard.
+    Granted {
+        name: String,
+        grant: GrantId,
+        token: Option<u64>,
+    },
+    /// The acquire failed.
+    AcquireFailed {
+        name: String,
+        error: String,
+        ambiguous: bool,
+    },
+    /// The holder checked its guard (clock read first) and still held: it believed it held
+    /// at least until this event's time.
+    Affirmed { grant: GrantId },
+    /// The guard's lost signal fired (or a check found it lost).
+    Lost { grant: GrantId, reason: String },
+    /// A release was invoked; `believed` is whether the guard still said held then.
+    ReleaseInvoked { grant: GrantId, believed: bool },
+    /// The release returned: `Ok(still owned)` or the error.
+    ReleaseReturned {
+        grant: GrantId,
+        owned: Option<bool>,
+        error: Option<String>,
+    },
+}
+
+/// A stamped client event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stamped<E> {
+    /// When it happened (the event's own process clock read).
+    pub at: Nanos,
+    /// The client process (stable across restarts of the same slot).
+    pub client: u32,
+    /// The event.
+    pub event: E,
+}
+
+/// A write the fenced resource received.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Write {
+    /// When the resource decided.
+    pub at: Nanos,
+    /// The lock name (one register per name).
+    pub name: String,
+    /// The acquisition the writer holds.
+    pub grant: GrantId,
+    /// The writer's fencing token, if its backend gives one.
+    pub token: Option<u64>,
+    /// Whether the resource accepted it (token at least the highest accepted so far).
+    pub accepted: bool,
+}
+
+/// A fault the harness injected.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultRecord {
+    /// The fault kind's name (see [`crate::faults::FaultKind`]).
+    pub kind: String,
+    /// What it hit (a client slot, the server, "all clients").
+    pub target: String,
+    /// When it began.
+    pub start: Nanos,
+    /// When it was undone (the process resumed or restarted, the proxy healed).
+    pub end: Nanos,
+}
+
+/// Everything one run recorded.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct History {
+    /// Client events, in arrival order.
+    pub events: Vec<Stamped<ClientEvent>>,
+    /// The fenced resource's decisions, in order.
+    pub writes: Vec<Write>,
+    /// The faults injected.
+    pub faults: Vec<FaultRecord>,
+    /// Client processes killed by the harness (`kill -9`) and when: their beliefs end there.
+    pub kills: Vec<(u32, Nanos)>,
+    /// When the workload started and stopped.
+    pub started: Nanos,
+    /// When the workload stopped.
+    pub stopped: Nanos,
+}

@@ -1,0 +1,220 @@
+//! `distlock-torture`: a Jepsen-style fault harness for distlock's backends.
+//!
+//! It starts the store (through the testkit, so it can kill, pause and restart it) and at
+//! least eight client processes, each behind a fault proxy, looping acquire / write to a
+//! fenced resource / hold / write / release on a hot lock and a few cold ones. It injects
+//! faults from a seeded schedule (holder kill -9 and SIGSTOP past the TTL, server kill -9 and
+//! restart, server SIGSTOP, partitions, dropped replies, latency, resets), records every
+//! client's history on the machine's monotonic clock, and checks it: two holders at once,
+//! stale writes accepted, fencing tokens out of order, slow recovery after a fault, locks left
+//! held. It prints a table per backend and fault kind (and JSON with `--json`) and exits with
+//! 1 if a guarantee the backend declares was broken.
+//!
+//! ```text
+//! distlock-torture --backend redis --duration 60s --seed 42
+//! distlock-torture --backend all --duration 30s --json out.json
+//! distlock-torture --backend sqlite --broken repeated-token --duration 10s   # must fail
+//! ```
+
+mod broken;
+mod checker;
+mod client;
+mod faults;
+mod history;
+mod report;
+mod resource;
+mod run;
+mod store;
+mod wire;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use crate::broken::Breakage;
+use crate::store::Backend;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "distlock-torture",
+    about = "A Jepsen-style fault harness for distlock's backends"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// One client process of the workload (started by the harness).
+    #[command(hide = true)]
+    Client(client::ClientArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// The backends to torture (`all`: every one, in turn).
+    #[arg(long, value_delimiter = ',', default_value = "sqlite")]
+    backend: Vec<BackendChoice>,
+    /// A store the harness did not start (only client-side faults apply); with one backend.
+    #[arg(long)]
+    url: Option<String>,
+    /// Client processes (at least 8).
+    #[arg(long, default_value_t = 8)]
+    clients: u32,
+    /// How long each backend's workload runs.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// The lock TTL (ZooKeeper: the session timeout).
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    ttl: Duration,
+    /// The fault schedule's seed (random if not given; printed either way).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Only these fault kinds (comma-separated: holder-kill, holder-pause, server-kill,
+    /// server-pause, majority-kill, blackhole-holder, blackhole-all, drop-replies-holder,
+    /// latency-all, reset-all).
+    #[arg(long, value_delimiter = ',')]
+    faults: Vec<String>,
+    /// The share of holds that outlast a third of the TTL, so renewals happen (fewer give
+    /// more acquisitions per second).
+    #[arg(long, default_value_t = 0.2)]
+    long_holds: f64,
+    /// Break the backend on purpose, to prove the checker catches it.
+    #[arg(long, value_enum)]
+    broken: Option<Breakage>,
+    /// Also write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress line.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum BackendChoice {
+    All,
+    Sqlite,
+    Redis,
+    RedisVolatile,
+    Redlock,
+    RedlockNoDelay,
+    Mariadb,
+    Memcached,
+    Zookeeper,
+    ZookeeperEnsemble,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("distlock-torture: cannot start the runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    match cli.command {
+        Some(Command::Client(args)) => match runtime.block_on(client::run(args)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("distlock-torture client: {error}");
+                ExitCode::from(2)
+            }
+        },
+        None => runtime.block_on(torture(cli.run)),
+    }
+}
+
+async fn torture(args: RunArgs) -> ExitCode {
+    if args.clients < 8 {
+        eprintln!("distlock-torture: --clients must be at least 8");
+        return ExitCode::from(2);
+    }
+    let backends: Vec<Backend> = if args.backend.contains(&BackendChoice::All) {
+        Backend::ALL.to_vec()
+    } else {
+        args.backend.iter().filter_map(|b| to_backend(*b)).collect()
+    };
+    if args.url.is_some() && backends.len() != 1 {
+        eprintln!("distlock-torture: --url needs exactly one --backend (the URL's)");
+        return ExitCode::from(2);
+    }
+    let seed = args.seed.unwrap_or_else(rand::random);
+    eprintln!("distlock-torture: seed {seed} (replay with --seed {seed})");
+    let logs = match tempfile::Builder::new().prefix("distlock-torture-").tempdir() {
+        Ok(dir) => dir,
+        Err(error) => {
+            eprintln!("distlock-torture: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut outcomes = Vec::new();
+    let mut failed = false;
+    for backend in backends {
+        let setup = run::Setup {
+            backend,
+            url: args.url.clone(),
+            clients: args.clients,
+            duration: args.duration,
+            ttl: args.ttl,
+            seed,
+            long_holds: args.long_holds,
+            broken: args.broken,
+            only: args.faults.clone(),
+            log_dir: logs.path().to_path_buf(),
+            progress: !args.quiet,
+        };
+        match run::run(setup).await {
+            Ok(outcome) => {
+                println!("{}", report::table(&outcome));
+                failed |= outcome.verdict.violations().next().is_some();
+                outcomes.push(outcome);
+            }
+            Err(error) => {
+                eprintln!("distlock-torture: {}: {error}", backend.name());
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if let Some(path) = &args.json {
+        let written = serde_json::to_vec_pretty(&outcomes)
+            .map_err(std::io::Error::other)
+            .and_then(|json| std::fs::write(path, json));
+        if let Err(error) = written {
+            eprintln!("distlock-torture: cannot write {}: {error}", path.display());
+            return ExitCode::from(2);
+        }
+    }
+    if failed {
+        eprintln!("distlock-torture: a declared guarantee was broken (seed {seed})");
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn to_backend(choice: BackendChoice) -> Option<Backend> {
+    Some(match choice {
+        BackendChoice::All => return None,
+        BackendChoice::Sqlite => Backend::Sqlite,
+        BackendChoice::Redis => Backend::Redis,
+        BackendChoice::RedisVolatile => Backend::RedisVolatile,
+        BackendChoice::Redlock => Backend::Redlock,
+        BackendChoice::RedlockNoDelay => Backend::RedlockNoDelay,
+        BackendChoice::Mariadb => Backend::Mariadb,
+        BackendChoice::Memcached => Backend::Memcached,
+        BackendChoice::Zookeeper => Backend::Zookeeper,
+        BackendChoice::ZookeeperEnsemble => Backend::ZookeeperEnsemble,
+    })
+}

@@ -1,0 +1,62 @@
+//! The report: a table per backend and fault kind, the findings, and JSON.
+
+use std::fmt::Write as _;
+
+use crate::run::Outcome;
+
+/// The Markdown table of one run, then its findings.
+pub fn table(outcome: &Outcome) -> String {
+    let mut out = String::new();
+    let verdict = &outcome.verdict;
+    let _ = writeln!(
+        out,
+        "\n{} (fencing {}, TTL {} ms, seed {}{}): {} acquisitions in {:.0} s, {} violations of a declared guarantee\n",
+        outcome.backend,
+        outcome.fencing,
+        outcome.ttl_ms,
+        outcome.seed,
+        outcome.broken.as_ref().map(|b| format!(", broken: {b}")).unwrap_or_default(),
+        verdict.acquisitions,
+        outcome.seconds,
+        verdict.violations().count()
+    );
+    let _ = writeln!(
+        out,
+        "| fault | faults | acquisitions | exclusion violations | stale writes accepted | fenced writes rejected | recovery p50 | recovery max | guarantee |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
+    let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0} ms"));
+    for row in &verdict.rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            row.fault,
+            row.faults,
+            row.acquisitions,
+            row.exclusion_violations,
+            row.stale_writes_accepted,
+            row.fenced_writes_rejected,
+            ms(row.recovery_p50_ms),
+            ms(row.recovery_max_ms),
+            if row.documented_loss {
+                "documented loss"
+            } else {
+                "declared"
+            }
+        );
+    }
+    for finding in verdict.findings.iter().take(20) {
+        let _ = writeln!(
+            out,
+            "- {}{} under {}: {}",
+            finding.kind,
+            if finding.documented { " (documented)" } else { "" },
+            finding.fault,
+            finding.detail
+        );
+    }
+    if verdict.findings.len() > 20 {
+        let _ = writeln!(out, "- ... and {} more", verdict.findings.len() - 20);
+    }
+    out
+}

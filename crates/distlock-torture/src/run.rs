@@ -1,0 +1,421 @@
+//! One torture run of one backend: start the store, the resource and the client processes,
+//! inject the scheduled faults, stop, look for locks left held, and check the history.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use distlock_testkit::proxy::through_proxies;
+use distlock_testkit::{Direction, FaultProxies};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde::Serialize;
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+use crate::broken::Breakage;
+use crate::checker::{check, Judgement, Verdict};
+use crate::faults::{schedule, FaultKind, Planned};
+use crate::history::{now, FaultRecord, History};
+use crate::resource::Resource;
+use crate::store::{Backend, Store};
+
+/// The extra time allowed on top of TTL (or session timeout) plus operation timeout for the
+/// hot lock to be granted again after a fault.
+pub const RECOVERY_SLACK: Duration = Duration::from_secs(2);
+
+/// How a run is set up.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// The backend.
+    pub backend: Backend,
+    /// A store the harness did not start (client-side faults only).
+    pub url: Option<String>,
+    /// Client processes.
+    pub clients: u32,
+    /// How long the workload runs.
+    pub duration: Duration,
+    /// The lock TTL (and ZooKeeper's session timeout).
+    pub ttl: Duration,
+    /// The schedule's seed.
+    pub seed: u64,
+    /// The share of holds that outlast a third of the TTL.
+    pub long_holds: f64,
+    /// Break the backend on purpose.
+    pub broken: Option<Breakage>,
+    /// Only these fault kinds (all that apply if empty); `none` disables faults.
+    pub only: Vec<String>,
+    /// Where client processes write their logs.
+    pub log_dir: PathBuf,
+    /// Print a progress line.
+    pub progress: bool,
+}
+
+/// What a run produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    /// The backend's name.
+    pub backend: String,
+    /// The seed.
+    pub seed: u64,
+    /// How long the workload ran, seconds.
+    pub seconds: f64,
+    /// The TTL, milliseconds.
+    pub ttl_ms: u128,
+    /// The declared fencing (`Monotonic`, `BestEffort`, `None`).
+    pub fencing: String,
+    /// The breakage, if any.
+    pub broken: Option<String>,
+    /// The checker's verdict.
+    pub verdict: Verdict,
+}
+
+/// A client slot: its process and its fault proxies.
+struct Slot {
+    child: Option<Child>,
+    incarnation: u32,
+    proxies: Option<FaultProxies>,
+    url: String,
+}
+
+/// Runs `setup` to the end.
+pub async fn run(setup: Setup) -> Result<Outcome, String> {
+    let backend = setup.backend;
+    let store = match &setup.url {
+        Some(url) => Store::Url(url.clone()),
+        None => tokio::task::spawn_blocking(move || Store::start(backend))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("cannot start {}: {e}", backend.name()))?,
+    };
+    let session = setup.ttl.max(Duration::from_secs(1));
+    let quarantine = backend.restart_quarantine(setup.ttl);
+    let store_url = store.url(session, quarantine);
+    let has_server = store.has_server();
+    let store = Arc::new(Mutex::new(store));
+    let proxied = backend != Backend::Sqlite;
+
+    let capabilities = distlock::open(&store_url)
+        .await
+        .map_err(|e| format!("cannot open {store_url}: {e}"))?
+        .capabilities();
+    let hot = format!("torture-{}", uuid::Uuid::new_v4().simple());
+    let cold = 3;
+    let names: Vec<String> = std::iter::once(hot.clone())
+        .chain((0..cold).map(|i| format!("{hot}-cold-{i}")))
+        .collect();
+
+    let resource = Resource::start().await.map_err(|e| e.to_string())?;
+    let mut slots = Vec::new();
+    for _ in 0..setup.clients {
+        let (url, proxies) = if proxied {
+            let (url, proxies) = through_proxies(&store_url).map_err(|e| e.to_string())?;
+            (url, Some(proxies))
+        } else {
+            (store_url.clone(), None)
+        };
+        slots.push(Slot {
+            child: None,
+            incarnation: 0,
+            proxies,
+            url,
+        });
+    }
+    let spawn = |slot: &mut Slot, index: usize| -> Result<(), String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let log = std::fs::File::create(
+            setup
+                .log_dir
+                .join(format!("client-{index}.{}.log", slot.incarnation)),
+        )
+        .map_err(|e| e.to_string())?;
+        let mut command = Command::new(exe);
+        command
+            .arg("client")
+            .args(["--url", &slot.url])
+            .args(["--control", &resource.addr().to_string()])
+            .args(["--client", &index.to_string()])
+            .args(["--incarnation", &slot.incarnation.to_string()])
+            .args(["--ttl", &format!("{}ms", setup.ttl.as_millis())])
+            .args(["--hot", &hot])
+            .args(["--cold", &cold.to_string()])
+            .args(["--seed", &setup.seed.to_string()])
+            .args(["--long-holds", &setup.long_holds.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true);
+        if let Some(breakage) = setup.broken {
+            command.args([
+                "--broken",
+                clap::ValueEnum::to_possible_value(&breakage)
+                    .map(|v| v.get_name().to_owned())
+                    .unwrap_or_default()
+                    .as_str(),
+            ]);
+        }
+        slot.child = Some(
+            command
+                .spawn()
+                .map_err(|e| format!("cannot start a client: {e}"))?,
+        );
+        Ok(())
+    };
+    for (index, slot) in slots.iter_mut().enumerate() {
+        spawn(slot, index)?;
+    }
+
+    let started = Instant::now();
+    resource.with_history(|h| h.started = now());
+    // Warm up: the first grant.
+    let warm_until = Instant::now() + Duration::from_secs(30);
+    while resource.last_grant(&hot).is_none() && Instant::now() < warm_until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let progress = setup.progress.then(|| {
+        let resource = resource.clone();
+        let name = backend.name();
+        let total = setup.duration;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                let faults = resource.with_history(|h| h.faults.len());
+                eprintln!(
+                    "[{name}] {:>5.1}s / {:.0}s: {} acquisitions, {faults} faults",
+                    started.elapsed().as_secs_f64(),
+                    total.as_secs_f64(),
+                    resource.acquisitions()
+                );
+            }
+        })
+    });
+
+    let recovery_bound = setup.ttl.max(session) + backend.operation_timeout() + quarantine + RECOVERY_SLACK;
+    let mut kinds = FaultKind::applicable(backend, has_server, proxied);
+    if !setup.only.is_empty() {
+        kinds.retain(|k| setup.only.iter().any(|o| o == k.name()));
+    }
+    let mut plan = schedule(setup.seed, &kinds, setup.ttl);
+    let end_at = started + setup.duration;
+    while !kinds.is_empty() {
+        let Some(planned) = plan.next() else { break };
+        if Instant::now() + planned.duration + setup.ttl >= end_at {
+            break;
+        }
+        let record = inject(planned, &hot, &resource, &store, &mut slots, &spawn).await?;
+        let fault_end = record.end;
+        resource.with_history(|h| h.faults.push(record));
+        // Wait for the hot lock to be granted again (or the bound to pass), then a quiet gap.
+        let waited_until = Instant::now() + recovery_bound + Duration::from_secs(1);
+        while resource.last_grant(&hot).is_none_or(|at| at < fault_end) && Instant::now() < waited_until {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(planned.gap).await;
+    }
+    tokio::time::sleep_until(end_at).await;
+
+    // Stop every client after its current iteration (SIGKILL if it takes too long).
+    resource.with_history(|h| h.stopped = now());
+    for slot in &slots {
+        if let Some(pid) = slot.child.as_ref().and_then(Child::id) {
+            let _ = kill(
+                Pid::from_raw(i32::try_from(pid).unwrap_or_default()),
+                Signal::SIGTERM,
+            );
+        }
+    }
+    let stop_bound = recovery_bound * 2;
+    for slot in &mut slots {
+        if let Some(child) = slot.child.as_mut() {
+            if tokio::time::timeout(stop_bound, child.wait()).await.is_err() {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+            }
+        }
+    }
+    if let Some(progress) = progress {
+        progress.abort();
+    }
+    let seconds = started.elapsed().as_secs_f64();
+
+    // Nothing may be left held: each name must be free within the recovery bound.
+    let checker = distlock::connect(&store_url)
+        .await
+        .map_err(|e| format!("cannot open {store_url}: {e}"))?;
+    let mut left_held = Vec::new();
+    for name in &names {
+        let until = Instant::now() + recovery_bound;
+        loop {
+            match checker.try_acquire(name.as_str()).await {
+                Ok(Some(guard)) => {
+                    let _ = guard.release().await;
+                    break;
+                }
+                Ok(None) | Err(_) if Instant::now() < until => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                _ => {
+                    left_held.push(name.clone());
+                    break;
+                }
+            }
+        }
+    }
+
+    let history: History = resource.with_history(|h| h.clone());
+    let judgement = Judgement {
+        monotonic_fencing: capabilities.fencing == distlock::Fencing::Monotonic,
+        documented_losses: backend.documented_losses(),
+        hot: hot.clone(),
+        recovery_bound: u64::try_from(recovery_bound.as_nanos()).unwrap_or(u64::MAX),
+        kinds: kinds.iter().map(|k| k.name().to_owned()).collect(),
+    };
+    let verdict = check(&history, &judgement, &left_held);
+    drop(store);
+    Ok(Outcome {
+        backend: backend.name().to_owned(),
+        seed: setup.seed,
+        seconds,
+        ttl_ms: setup.ttl.as_millis(),
+        fencing: format!("{:?}", capabilities.fencing),
+        broken: setup.broken.map(|b| format!("{b:?}")),
+        verdict,
+    })
+}
+
+/// Injects one fault and returns its record.
+async fn inject(
+    planned: Planned,
+    hot: &str,
+    resource: &Resource,
+    store: &Arc<Mutex<Store>>,
+    slots: &mut [Slot],
+    spawn: &impl Fn(&mut Slot, usize) -> Result<(), String>,
+) -> Result<FaultRecord, String> {
+    let holder = resource
+        .holder(hot)
+        .and_then(|c| usize::try_from(c).ok())
+        .filter(|&c| c < slots.len())
+        .unwrap_or(0);
+    let pid = |slot: &Slot| {
+        slot.child
+            .as_ref()
+            .and_then(Child::id)
+            .and_then(|p| i32::try_from(p).ok())
+            .map(Pid::from_raw)
+    };
+    let all = |f: &dyn Fn(&distlock_testkit::FaultProxy)| {
+        for slot in slots.iter() {
+            for proxy in proxies_of(slot) {
+                f(proxy);
+            }
+        }
+    };
+    let start = now();
+    let target;
+    match planned.kind {
+        FaultKind::HolderKill => {
+            let slot = &mut slots[holder];
+            if let Some(child) = slot.child.as_mut() {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+            }
+            let killed_at = now();
+            resource.forget(u32::try_from(holder).unwrap_or_default());
+            resource.with_history(|h| {
+                h.kills
+                    .push((u32::try_from(holder).unwrap_or_default(), killed_at))
+            });
+            slot.incarnation += 1;
+            spawn(slot, holder)?;
+            target = format!("client {holder}");
+        }
+        FaultKind::HolderPause => {
+            if let Some(pid) = pid(&slots[holder]) {
+                let _ = kill(pid, Signal::SIGSTOP);
+                tokio::time::sleep(planned.duration).await;
+                let _ = kill(pid, Signal::SIGCONT);
+            }
+            target = format!("client {holder}");
+        }
+        FaultKind::ServerKill | FaultKind::MajorityKill => {
+            let store = store.clone();
+            let (kind, pause) = (planned.kind, planned.duration);
+            target = tokio::task::spawn_blocking(move || {
+                store
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .kill_and_restart(kind, pause)
+            })
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("cannot restart the server: {e}"))?;
+        }
+        FaultKind::ServerPause => {
+            let store = store.clone();
+            let pause = planned.duration;
+            target = tokio::task::spawn_blocking(move || {
+                store
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .pause_for(pause)
+            })
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("cannot pause the server: {e}"))?;
+        }
+        FaultKind::BlackholeHolder | FaultKind::DropRepliesHolder => {
+            let list = proxies_of(&slots[holder]);
+            for proxy in &list {
+                if planned.kind == FaultKind::BlackholeHolder {
+                    proxy.blackhole();
+                } else {
+                    proxy.drop_replies();
+                }
+            }
+            tokio::time::sleep(planned.duration).await;
+            for proxy in &list {
+                proxy.heal();
+            }
+            target = format!("client {holder}");
+        }
+        FaultKind::BlackholeAll => {
+            all(&|p| p.blackhole());
+            tokio::time::sleep(planned.duration).await;
+            all(&|p| p.heal());
+            target = "all clients".into();
+        }
+        FaultKind::LatencyAll => {
+            all(&|p| {
+                p.set_latency(
+                    Direction::Both,
+                    Duration::from_millis(100),
+                    Duration::from_millis(200),
+                )
+            });
+            tokio::time::sleep(planned.duration).await;
+            all(&|p| p.heal());
+            target = "all clients".into();
+        }
+        FaultKind::ResetAll => {
+            all(&|p| p.reset());
+            target = "all clients".into();
+        }
+    }
+    Ok(FaultRecord {
+        kind: planned.kind.name().to_owned(),
+        target,
+        start,
+        end: now(),
+    })
+}
+
+/// A slot's fault proxies (none for a store without a network).
+fn proxies_of(slot: &Slot) -> Vec<&distlock_testkit::FaultProxy> {
+    slot.proxies
+        .as_ref()
+        .map(|p| p.0.iter().collect())
+        .unwrap_or_default()
+}

@@ -1,0 +1,254 @@
+//! The store under test: started by the harness through the testkit (so the harness can kill,
+//! pause and restart it), or given by URL (then only client-side faults apply).
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use distlock_testkit::{
+    HarnessError, MariaDbServer, MemcachedServer, RedisOptions, RedisServer, ZooKeeperEnsemble,
+    ZooKeeperServer,
+};
+
+use crate::faults::FaultKind;
+
+/// Which backend to torture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum Backend {
+    /// The embedded SQLite file (no server: holder faults only).
+    Sqlite,
+    /// One redis-server with an append-only file fsync'ed on every write.
+    Redis,
+    /// One redis-server without persistence (a restart loses every lock: documented).
+    RedisVolatile,
+    /// Redlock over three redis-servers without persistence, with the delayed-restart rule (a
+    /// restarted master's vote does not count for twice the TTL).
+    Redlock,
+    /// Redlock without the delayed-restart rule (a majority restarted empty loses locks:
+    /// documented).
+    RedlockNoDelay,
+    /// MariaDB.
+    Mariadb,
+    /// memcached.
+    Memcached,
+    /// A standalone ZooKeeper server.
+    Zookeeper,
+    /// A three-node ZooKeeper ensemble.
+    ZookeeperEnsemble,
+}
+
+impl Backend {
+    /// Every backend, in the order `--backend all` runs them.
+    pub const ALL: [Backend; 9] = [
+        Backend::Sqlite,
+        Backend::Redis,
+        Backend::RedisVolatile,
+        Backend::Redlock,
+        Backend::RedlockNoDelay,
+        Backend::Mariadb,
+        Backend::Memcached,
+        Backend::Zookeeper,
+        Backend::ZookeeperEnsemble,
+    ];
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Redis => "redis",
+            Backend::RedisVolatile => "redis-volatile",
+            Backend::Redlock => "redlock",
+            Backend::RedlockNoDelay => "redlock-no-delay",
+            Backend::Mariadb => "mariadb",
+            Backend::Memcached => "memcached",
+            Backend::Zookeeper => "zookeeper",
+            Backend::ZookeeperEnsemble => "zookeeper-ensemble",
+        }
+    }
+
+    /// The backend's operation timeout (its default), which bounds how late a waiter learns
+    /// of a freed lock after a fault.
+    pub fn operation_timeout(self) -> Duration {
+        match self {
+            Backend::Sqlite | Backend::Mariadb => Duration::from_secs(5),
+            Backend::Zookeeper | Backend::ZookeeperEnsemble => Duration::from_secs(3),
+            _ => Duration::from_secs(2),
+        }
+    }
+
+    /// How long a restarted Redlock master's vote does not count (the delayed-restart rule).
+    pub fn restart_quarantine(self, ttl: Duration) -> Duration {
+        match self {
+            Backend::Redlock => ttl * 2,
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// The fault kinds under which the backend's docs say a lock can be lost or two holders
+    /// can overlap (shown in the table, not failed).
+    pub fn documented_losses(self) -> HashSet<String> {
+        let kinds: &[FaultKind] = match self {
+            // Without persistence a restarted server has forgotten every lock.
+            Backend::RedisVolatile => &[FaultKind::ServerKill],
+            // A restarted memcached has forgotten every item; the holder learns it only at its
+            // next renewal.
+            Backend::Memcached => &[FaultKind::ServerKill],
+            // Without the delayed-restart rule, masters restarted empty vote again.
+            Backend::RedlockNoDelay => &[FaultKind::MajorityKill, FaultKind::ServerKill],
+            _ => &[],
+        };
+        kinds.iter().map(|k| k.name().to_owned()).collect()
+    }
+}
+
+/// A running store.
+pub enum Store {
+    /// A SQLite file in a temporary directory.
+    Sqlite(tempfile::TempDir),
+    /// One redis-server.
+    Redis(RedisServer),
+    /// Three redis-servers.
+    Redlock(Vec<RedisServer>),
+    /// MariaDB.
+    Mariadb(MariaDbServer),
+    /// memcached.
+    Memcached(MemcachedServer),
+    /// A standalone ZooKeeper.
+    Zookeeper(ZooKeeperServer),
+    /// A ZooKeeper ensemble.
+    Ensemble(ZooKeeperEnsemble),
+    /// A store the harness did not start.
+    Url(String),
+}
+
+impl Store {
+    /// Starts `backend`'s server (blocking; call it off the runtime's workers).
+    pub fn start(backend: Backend) -> Result<Self, HarnessError> {
+        Ok(match backend {
+            Backend::Sqlite => Store::Sqlite(
+                tempfile::tempdir()
+                    .map_err(|e| HarnessError::Other(format!("a temporary directory: {e}")))?,
+            ),
+            Backend::Redis => Store::Redis(RedisServer::start_with(RedisOptions {
+                persistence: true,
+                ..RedisOptions::default()
+            })?),
+            Backend::RedisVolatile => Store::Redis(RedisServer::start()?),
+            Backend::Redlock | Backend::RedlockNoDelay => Store::Redlock(
+                (0..3)
+                    .map(|_| RedisServer::start())
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            Backend::Mariadb => Store::Mariadb(MariaDbServer::start()?),
+            Backend::Memcached => Store::Memcached(MemcachedServer::start()?),
+            Backend::Zookeeper => Store::Zookeeper(ZooKeeperServer::start()?),
+            Backend::ZookeeperEnsemble => Store::Ensemble(ZooKeeperEnsemble::start()?),
+        })
+    }
+
+    /// The store's URL (clients reach it through their own fault proxies): ZooKeeper's with
+    /// `session` as its session timeout, Redlock's with `quarantine` as its restart quarantine.
+    pub fn url(&self, session: Duration, quarantine: Duration) -> String {
+        let zk = |url: String| format!("{url}?session_timeout={}ms", session.as_millis());
+        match self {
+            Store::Sqlite(dir) => format!("sqlite://{}", dir.path().join("locks.db").display()),
+            Store::Redis(server) => server.url(),
+            Store::Redlock(servers) => format!(
+                "redlock://{}?restart_quarantine={}ms",
+                servers
+                    .iter()
+                    .map(|s| s.addr().to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                quarantine.as_millis()
+            ),
+            Store::Mariadb(server) => server.url(),
+            Store::Memcached(server) => server.url(),
+            Store::Zookeeper(server) => zk(server.url()),
+            Store::Ensemble(ensemble) => zk(ensemble.url()),
+            Store::Url(url) => url.clone(),
+        }
+    }
+
+    /// Whether it has a server process the harness controls.
+    pub fn has_server(&self) -> bool {
+        !matches!(self, Store::Sqlite(_) | Store::Url(_))
+    }
+
+    /// `kill -9` of the server (every server of Redlock's majority or the ensemble's leader,
+    /// per `kind`), then a restart on the same port and data; blocks until ready.
+    pub fn kill_and_restart(&mut self, kind: FaultKind, pause: Duration) -> Result<String, HarnessError> {
+        match (self, kind) {
+            (Store::Redis(s), _) => {
+                s.kill()?;
+                std::thread::sleep(pause);
+                s.restart()?;
+                Ok("the server".into())
+            }
+            (Store::Mariadb(s), _) => {
+                s.kill()?;
+                std::thread::sleep(pause);
+                s.restart()?;
+                Ok("the server".into())
+            }
+            (Store::Memcached(s), _) => {
+                s.kill()?;
+                std::thread::sleep(pause);
+                s.restart()?;
+                Ok("the server".into())
+            }
+            (Store::Zookeeper(s), _) => {
+                s.kill()?;
+                std::thread::sleep(pause);
+                s.restart()?;
+                Ok("the server".into())
+            }
+            (Store::Redlock(servers), FaultKind::MajorityKill) => {
+                servers[0].kill()?;
+                servers[1].kill()?;
+                std::thread::sleep(pause);
+                servers[0].restart()?;
+                servers[1].restart()?;
+                Ok("masters 0 and 1".into())
+            }
+            (Store::Redlock(servers), _) => {
+                servers[0].kill()?;
+                std::thread::sleep(pause);
+                servers[0].restart()?;
+                Ok("master 0".into())
+            }
+            (Store::Ensemble(ensemble), _) => {
+                let leader = ensemble.wait_for_leader(Duration::from_secs(30))?;
+                ensemble.node_mut(leader).kill()?;
+                std::thread::sleep(pause);
+                ensemble.node_mut(leader).restart()?;
+                ensemble.wait_for_leader(Duration::from_secs(30))?;
+                Ok(format!("the leader (node {leader})"))
+            }
+            (Store::Sqlite(_) | Store::Url(_), _) => Ok("nothing".into()),
+        }
+    }
+
+    /// SIGSTOP for `pause`, then SIGCONT, of the server (Redlock: one master; the ensemble:
+    /// one follower).
+    pub fn pause_for(&mut self, pause: Duration) -> Result<String, HarnessError> {
+        fn hold(process: &mut distlock_testkit::ServerProcess, pause: Duration) -> Result<(), HarnessError> {
+            process.pause()?;
+            std::thread::sleep(pause);
+            process.resume()
+        }
+        match self {
+            Store::Redis(s) => hold(s.process_mut(), pause).map(|()| "the server".into()),
+            Store::Mariadb(s) => hold(s.process_mut(), pause).map(|()| "the server".into()),
+            Store::Memcached(s) => hold(s.process_mut(), pause).map(|()| "the server".into()),
+            Store::Zookeeper(s) => hold(s.process_mut(), pause).map(|()| "the server".into()),
+            Store::Redlock(servers) => hold(servers[2].process_mut(), pause).map(|()| "master 2".into()),
+            Store::Ensemble(ensemble) => {
+                let leader = ensemble.leader().unwrap_or(0);
+                let follower = (leader + 1) % ensemble.nodes().len();
+                hold(ensemble.node_mut(follower).process_mut(), pause)
+                    .map(|()| format!("follower {follower}"))
+            }
+            Store::Sqlite(_) | Store::Url(_) => Ok("nothing".into()),
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! CI's torture runs: every backend for about 30 s (15 s on a fixed seed, then 15 s on a
+//! random seed, printed in the log), which must keep every guarantee the backend declares;
+//! and the deliberately broken backends, which the checker must catch. The runs take turns
+//! (each starts a store and eight client processes on a 2-core machine).
+
+use std::process::Command;
+use std::sync::{Mutex, PoisonError};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_distlock-torture");
+/// The fixed seed of CI's runs.
+const FIXED_SEED: &str = "20261124";
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Runs the harness; returns its exit code and its JSON results.
+fn torture(args: &[&str]) -> (Option<i32>, serde_json::Value) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let json = dir.path().join("out.json");
+    let output = Command::new(BINARY)
+        .args(args)
+        .args(["--quiet", "--json"])
+        .arg(&json)
+        .output()
+        .expect("the harness runs");
+    println!("{}", String::from_utf8_lossy(&output.stdout));
+    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+    let results = std::fs::read(&json)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or(serde_json::Value::Null);
+    (output.status.code(), results)
+}
+
+fn survives(backend: &str) {
+    for seed in [Some(FIXED_SEED), None] {
+        let mut args = vec!["--backend", backend, "--duration", "15s"];
+        if let Some(seed) = seed {
+            args.extend(["--seed", seed]);
+        }
+        let (code, results) = torture(&args);
+        assert_eq!(
+            code,
+            Some(0),
+            "{backend} broke a declared guarantee or the harness failed (the seed is in the log above)"
+        );
+        let acquisitions = results[0]["verdict"]["acquisitions"].as_u64().unwrap_or_default();
+        assert!(acquisitions > 20, "{backend}: only {acquisitions} acquisitions");
+    }
+}
+
+#[test]
+fn sqlite_survives() {
+    survives("sqlite");
+}
+
+#[test]
+fn redis_survives() {
+    survives("redis");
+}
+
+#[test]
+fn redis_without_persistence_survives_except_as_documented() {
+    survives("redis-volatile");
+}
+
+#[test]
+fn redlock_survives() {
+    survives("redlock");
+}
+
+#[test]
+fn redlock_without_the_delayed_restart_rule_survives_except_as_documented() {
+    survives("redlock-no-delay");
+}
+
+#[test]
+fn mariadb_survives() {
+    survives("mariadb");
+}
+
+#[test]
+fn memcached_survives_except_as_documented() {
+    survives("memcached");
+}
+
+#[test]
+fn zookeeper_survives() {
+    survives("zookeeper");
+}
+
+#[test]
+fn zookeeper_ensemble_survives() {
+    survives("zookeeper-ensemble");
+}
+
+/// The kinds of the findings that break a declared guarantee.
+fn violations(results: &serde_json::Value) -> Vec<String> {
+    results[0]["verdict"]["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| f["documented"] == false)
+        .filter_map(|f| f["kind"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn the_checker_catches_broken_backends() {
+    for (broken, faults, expected) in [
+        (
+            "repeated-token",
+            "holder-kill,holder-pause",
+            &["stale-write", "repeated-token"][..],
+        ),
+        ("overlong-lease", "holder-kill", &["exclusion"]),
+        ("unchecked-release", "holder-pause", &["exclusion"]),
+    ] {
+        let (code, results) = torture(&[
+            "--backend",
+            "sqlite",
+            "--duration",
+            "15s",
+            "--seed",
+            FIXED_SEED,
+            "--broken",
+            broken,
+            "--faults",
+            faults,
+        ]);
+        let found = violations(&results);
+        assert_eq!(code, Some(1), "{broken}: the run passed; findings: {found:?}");
+        for expected in expected {
+            assert!(
+                found.iter().any(|k| k == expected),
+                "{broken}: no {expected} finding among {found:?}"
+            );
+        }
+    }
+}
