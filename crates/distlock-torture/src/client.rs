@@ -45,6 +45,12 @@ pub struct ClientArgs {
     /// The seed of this client's own choices.
     #[arg(long)]
     pub seed: u64,
+    /// The share of acquisitions that go to the hot lock.
+    #[arg(long, default_value_t = 0.7)]
+    pub hot_share: f64,
+    /// The longest short hold (short holds are uniform from zero to this).
+    #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
+    pub short_hold: Duration,
     /// The share of holds that outlast a third of the TTL (so renewals happen).
     #[arg(long, default_value_t = 0.2)]
     pub long_holds: f64,
@@ -127,7 +133,7 @@ pub async fn run(args: ClientArgs) -> std::io::Result<()> {
         StdRng::seed_from_u64(args.seed ^ (u64::from(args.client) << 32) ^ u64::from(args.incarnation));
     let mut sequence = 0u64;
     while !stop.load(Ordering::SeqCst) {
-        let name = if args.cold == 0 || rng.random_bool(0.7) {
+        let name = if args.cold == 0 || rng.random_bool(args.hot_share.clamp(0.0, 1.0)) {
             args.hot.clone()
         } else {
             format!("{}-cold-{}", args.hot, rng.random_range(0..args.cold))
@@ -200,7 +206,7 @@ pub async fn run(args: ClientArgs) -> std::io::Result<()> {
         let hold = if rng.random_bool(args.long_holds.clamp(0.0, 1.0)) {
             args.ttl.mul_f64(rng.random_range(0.34..0.9))
         } else {
-            Duration::from_millis(rng.random_range(0..20))
+            args.short_hold.mul_f64(rng.random_range(0.0..1.0))
         };
         let step = args.ttl / 10;
         let mut left = hold;

@@ -84,6 +84,18 @@ struct RunArgs {
     /// more acquisitions per second).
     #[arg(long, default_value_t = 0.2)]
     long_holds: f64,
+    /// Cold lock names beside the hot one.
+    #[arg(long, default_value_t = 3)]
+    cold: u32,
+    /// The share of acquisitions on the hot lock.
+    #[arg(long, default_value_t = 0.7)]
+    hot_share: f64,
+    /// The longest short hold (short holds are uniform from zero to this).
+    #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
+    short_hold: Duration,
+    /// Extra quiet time after each fault's recovery (fewer faults, more acquisitions).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    quiet_time: Duration,
     /// Break the backend on purpose, to prove the checker catches it.
     #[arg(long, value_enum)]
     broken: Option<Breakage>,
@@ -169,9 +181,15 @@ async fn torture(args: RunArgs) -> ExitCode {
             duration: args.duration,
             ttl: args.ttl,
             seed,
-            long_holds: args.long_holds,
+            workload: run::Workload {
+                cold: args.cold,
+                hot_share: args.hot_share,
+                short_hold: args.short_hold,
+                long_holds: args.long_holds,
+            },
             broken: args.broken,
             only: args.faults.clone(),
+            quiet: args.quiet_time,
             log_dir: logs.path().to_path_buf(),
             progress: !args.quiet,
         };

@@ -20,6 +20,7 @@ pub fn table(outcome: &Outcome) -> String {
         outcome.seconds,
         verdict.violations().count()
     );
+    let _ = writeln!(out, "Workload: {}.\n", outcome.workload);
     let _ = writeln!(
         out,
         "| fault | faults | acquisitions | exclusion violations | stale writes accepted | fenced writes rejected | recovery p50 | recovery max | guarantee |"

@@ -22,6 +22,10 @@ struct State {
     /// Per name, the client that last said it was granted it (and has not released or lost
     /// it since).
     holders: HashMap<String, u32>,
+    /// Per name, when it was last granted.
+    last_grants: HashMap<String, Nanos>,
+    /// Acquisitions so far.
+    granted: usize,
 }
 
 /// The resource and recorder, listening on loopback.
@@ -93,6 +97,9 @@ impl Resource {
         match &event {
             ClientEvent::Granted { name, .. } => {
                 state.holders.insert(name.clone(), client);
+                let last = state.last_grants.entry(name.clone()).or_default();
+                *last = (*last).max(at);
+                state.granted += 1;
             }
             ClientEvent::Lost { .. } | ClientEvent::ReleaseInvoked { .. } => {
                 state.holders.retain(|_, holder| *holder != client);
@@ -131,22 +138,12 @@ impl Resource {
 
     /// The time of the latest grant of `name` (the harness waits for one after each fault).
     pub fn last_grant(&self, name: &str) -> Option<Nanos> {
-        let state = self.state();
-        state.history.events.iter().rev().find_map(|e| match &e.event {
-            ClientEvent::Granted { name: n, .. } if n == name => Some(e.at),
-            _ => None,
-        })
+        self.state().last_grants.get(name).copied()
     }
 
     /// How many acquisitions so far.
     pub fn acquisitions(&self) -> usize {
-        let state = self.state();
-        state
-            .history
-            .events
-            .iter()
-            .filter(|e| matches!(e.event, ClientEvent::Granted { .. }))
-            .count()
+        self.state().granted
     }
 
     /// Forgets who holds what for a client that was killed.

@@ -40,16 +40,31 @@ pub struct Setup {
     pub ttl: Duration,
     /// The schedule's seed.
     pub seed: u64,
-    /// The share of holds that outlast a third of the TTL.
-    pub long_holds: f64,
+    /// The workload's shape.
+    pub workload: Workload,
     /// Break the backend on purpose.
     pub broken: Option<Breakage>,
     /// Only these fault kinds (all that apply if empty); `none` disables faults.
     pub only: Vec<String>,
+    /// Extra quiet time after each fault's recovery (fewer faults, more acquisitions).
+    pub quiet: Duration,
     /// Where client processes write their logs.
     pub log_dir: PathBuf,
     /// Print a progress line.
     pub progress: bool,
+}
+
+/// The shape of the clients' loop.
+#[derive(Debug, Clone, Copy)]
+pub struct Workload {
+    /// Cold lock names beside the hot one.
+    pub cold: u32,
+    /// The share of acquisitions on the hot lock.
+    pub hot_share: f64,
+    /// The longest short hold.
+    pub short_hold: Duration,
+    /// The share of holds that outlast a third of the TTL.
+    pub long_holds: f64,
 }
 
 /// What a run produced.
@@ -67,6 +82,8 @@ pub struct Outcome {
     pub fencing: String,
     /// The breakage, if any.
     pub broken: Option<String>,
+    /// The clients and their loop, for people.
+    pub workload: String,
     /// The checker's verdict.
     pub verdict: Verdict,
 }
@@ -101,7 +118,7 @@ pub async fn run(setup: Setup) -> Result<Outcome, String> {
         .map_err(|e| format!("cannot open {store_url}: {e}"))?
         .capabilities();
     let hot = format!("torture-{}", uuid::Uuid::new_v4().simple());
-    let cold = 3;
+    let cold = setup.workload.cold;
     let names: Vec<String> = std::iter::once(hot.clone())
         .chain((0..cold).map(|i| format!("{hot}-cold-{i}")))
         .collect();
@@ -141,7 +158,12 @@ pub async fn run(setup: Setup) -> Result<Outcome, String> {
             .args(["--hot", &hot])
             .args(["--cold", &cold.to_string()])
             .args(["--seed", &setup.seed.to_string()])
-            .args(["--long-holds", &setup.long_holds.to_string()])
+            .args(["--long-holds", &setup.workload.long_holds.to_string()])
+            .args(["--hot-share", &setup.workload.hot_share.to_string()])
+            .args([
+                "--short-hold",
+                &format!("{}us", setup.workload.short_hold.as_micros()),
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -170,7 +192,7 @@ pub async fn run(setup: Setup) -> Result<Outcome, String> {
     resource.with_history(|h| h.started = now());
     // Warm up: the first grant.
     let warm_until = Instant::now() + Duration::from_secs(30);
-    while resource.last_grant(&hot).is_none() && Instant::now() < warm_until {
+    while resource.acquisitions() == 0 && Instant::now() < warm_until {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
@@ -212,7 +234,7 @@ pub async fn run(setup: Setup) -> Result<Outcome, String> {
         while resource.last_grant(&hot).is_none_or(|at| at < fault_end) && Instant::now() < waited_until {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        tokio::time::sleep(planned.gap).await;
+        tokio::time::sleep(planned.gap + setup.quiet).await;
     }
     tokio::time::sleep_until(end_at).await;
 
@@ -281,6 +303,14 @@ pub async fn run(setup: Setup) -> Result<Outcome, String> {
         ttl_ms: setup.ttl.as_millis(),
         fencing: format!("{:?}", capabilities.fencing),
         broken: setup.broken.map(|b| format!("{b:?}")),
+        workload: format!(
+            "{} clients; {:.0}% of acquisitions on the hot lock, the rest on {} cold ones; holds up to {:?}, {:.0}% of them 0.34 to 0.9 TTL",
+            setup.clients,
+            setup.workload.hot_share * 100.0,
+            setup.workload.cold,
+            setup.workload.short_hold,
+            setup.workload.long_holds * 100.0
+        ),
         verdict,
     })
 }
