@@ -41,7 +41,8 @@ pub struct Judgement {
 /// One finding.
 #[derive(Debug, Clone, Serialize)]
 pub struct Finding {
-    /// `exclusion`, `stale-write`, `repeated-token`, `token-order`, `liveness`, `left-held`.
+    /// `exclusion`, `stale-write`, `repeated-token`, `token-order`, `liveness`, `left-held`,
+    /// `client-crash`.
     pub kind: String,
     /// The fault kind it is attributed to (`none` before the first fault).
     pub fault: String,
@@ -105,8 +106,8 @@ struct Grant {
 }
 
 /// Checks `history` against `judgement`. `left_held` lists the names found held after every
-/// client stopped.
-pub fn check(history: &History, judgement: &Judgement, left_held: &[String]) -> Verdict {
+/// client stopped; `crashed`, the client processes that exited by themselves.
+pub fn check(history: &History, judgement: &Judgement, left_held: &[String], crashed: &[String]) -> Verdict {
     let grants = grants(history);
     let faults = &history.faults;
     let attribute = |at: Nanos| -> String {
@@ -297,6 +298,9 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String]) -> 
             format!("{name} was still held after every client stopped"),
         );
     }
+    for client in crashed {
+        found("client-crash", history.stopped, client.clone());
+    }
 
     // The table.
     let mut rows: BTreeMap<String, Row> = BTreeMap::new();
@@ -463,7 +467,7 @@ mod tests {
         write(&mut h, 35 * MS, "b", 2, true);
         write(&mut h, 36 * MS, "a", 1, false);
         h.stopped = 100 * MS;
-        let v = check(&h, &judgement(true), &[]);
+        let v = check(&h, &judgement(true), &[], &[]);
         assert_eq!(v.violations().count(), 0, "{:?}", v.findings);
         assert_eq!(v.acquisitions, 2);
         assert_eq!(v.rows[0].fenced_writes_rejected, 1);
@@ -474,7 +478,7 @@ mod tests {
         let mut h = History::default();
         hold(&mut h, 1, "a", 1, 10 * MS, 50 * MS);
         hold(&mut h, 2, "b", 2, 30 * MS, 60 * MS);
-        let v = check(&h, &judgement(true), &[]);
+        let v = check(&h, &judgement(true), &[], &[]);
         let kinds: Vec<&str> = v.violations().map(|f| f.kind.as_str()).collect();
         assert_eq!(kinds, ["exclusion"]);
     }
@@ -486,7 +490,7 @@ mod tests {
         hold(&mut h, 1, "a", 1, 10 * MS, 50 * MS);
         hold(&mut h, 2, "b", 2, 30 * MS, 60 * MS);
         h.stopped = 100 * MS;
-        let v = check(&h, &judgement(true), &[]);
+        let v = check(&h, &judgement(true), &[], &[]);
         assert_eq!(v.violations().count(), 0);
         let row = v.rows.iter().find(|r| r.fault == "server-kill").expect("a row");
         assert_eq!(row.exclusion_violations, 1);
@@ -500,7 +504,7 @@ mod tests {
         hold(&mut h, 2, "b", 7, 30 * MS, 40 * MS);
         write(&mut h, 35 * MS, "b", 7, true);
         write(&mut h, 45 * MS, "a", 7, true);
-        let v = check(&h, &judgement(true), &[]);
+        let v = check(&h, &judgement(true), &[], &[]);
         let kinds: HashSet<&str> = v.violations().map(|f| f.kind.as_str()).collect();
         assert!(kinds.contains("stale-write"), "{kinds:?}");
         assert!(kinds.contains("repeated-token"), "{kinds:?}");
@@ -516,7 +520,7 @@ mod tests {
         hold(&mut h, 2, "b", 7, 30 * MS, 40 * MS);
         write(&mut h, 35 * MS, "b", 7, true);
         write(&mut h, 45 * MS, "a", 7, true);
-        let v = check(&h, &judgement(false), &[]);
+        let v = check(&h, &judgement(false), &[], &[]);
         assert_eq!(v.violations().count(), 0, "{:?}", v.findings);
         let stale: Vec<&str> = v
             .findings
@@ -526,7 +530,7 @@ mod tests {
             .collect();
         assert_eq!(stale, ["server-kill"]);
         // Monotonic fencing declares it impossible.
-        let v = check(&h, &judgement(true), &[]);
+        let v = check(&h, &judgement(true), &[], &[]);
         assert!(v.violations().any(|f| f.kind == "stale-write"));
     }
 
@@ -536,7 +540,7 @@ mod tests {
         h.faults.push(fault("holder-kill", 10 * MS, 10 * MS));
         hold(&mut h, 2, "b", 2, 2000 * MS, 2100 * MS);
         h.stopped = 3000 * MS;
-        let v = check(&h, &judgement(true), &["hot".to_owned()]);
+        let v = check(&h, &judgement(true), &["hot".to_owned()], &[]);
         let kinds: Vec<&str> = v.violations().map(|f| f.kind.as_str()).collect();
         assert_eq!(kinds, ["liveness", "left-held"]);
         let row = v.rows.iter().find(|r| r.fault == "holder-kill").expect("a row");
@@ -549,7 +553,7 @@ mod tests {
         h.faults.push(fault("holder-pause", 10 * MS, 900 * MS));
         hold(&mut h, 2, "b", 2, 500 * MS, 600 * MS);
         h.stopped = 3000 * MS;
-        let v = check(&h, &judgement(true), &[]);
+        let v = check(&h, &judgement(true), &[], &[]);
         assert_eq!(v.violations().count(), 0, "{:?}", v.findings);
         let row = v.rows.iter().find(|r| r.fault == "holder-pause").expect("a row");
         assert_eq!(row.recovery_max_ms, Some(0.0));

@@ -238,8 +238,19 @@ pub async fn run(setup: Setup) -> Result<Outcome, String> {
     }
     tokio::time::sleep_until(end_at).await;
 
-    // Stop every client after its current iteration (SIGKILL if it takes too long).
+    // Stop every client after its current iteration (SIGKILL if it takes too long). A client
+    // that already exited by itself crashed (a panic, an error): the run reports it.
     resource.with_history(|h| h.stopped = now());
+    let mut crashed = Vec::new();
+    for (index, slot) in slots.iter_mut().enumerate() {
+        if let Some(Ok(Some(status))) = slot.child.as_mut().map(Child::try_wait) {
+            crashed.push(format!(
+                "client {index} (incarnation {}) exited by itself with {status}; its log is in {}",
+                slot.incarnation,
+                setup.log_dir.display()
+            ));
+        }
+    }
     for slot in &slots {
         if let Some(pid) = slot.child.as_ref().and_then(Child::id) {
             let _ = kill(
@@ -294,7 +305,7 @@ pub async fn run(setup: Setup) -> Result<Outcome, String> {
         recovery_bound: u64::try_from(recovery_bound.as_nanos()).unwrap_or(u64::MAX),
         kinds: kinds.iter().map(|k| k.name().to_owned()).collect(),
     };
-    let verdict = check(&history, &judgement, &left_held);
+    let verdict = check(&history, &judgement, &left_held, &crashed);
     drop(store);
     Ok(Outcome {
         backend: backend.name().to_owned(),
@@ -304,7 +315,7 @@ pub async fn run(setup: Setup) -> Result<Outcome, String> {
         fencing: format!("{:?}", capabilities.fencing),
         broken: setup.broken.map(|b| format!("{b:?}")),
         workload: format!(
-            "{} clients; {:.0}% of acquisitions on the hot lock, the rest on {} cold ones; holds up to {:?}, {:.0}% of them 0.34 to 0.9 TTL",
+            "{} clients; {:.0}% of acquisitions on the hot lock, the rest on {} cold ones; holds up to {:?}, {:.1}% of them 0.34 to 0.9 TTL",
             setup.clients,
             setup.workload.hot_share * 100.0,
             setup.workload.cold,
