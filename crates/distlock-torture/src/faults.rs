@@ -29,8 +29,14 @@ pub enum FaultKind {
     BlackholeAll,
     /// The holder's replies dropped (requests still run), then healed.
     DropRepliesHolder,
+    /// Every client's replies dropped, then healed.
+    DropRepliesAll,
+    /// 100 to 300 ms of latency each way on the holder's link, then healed.
+    LatencyHolder,
     /// 100 to 300 ms of latency each way on every client's link, then healed.
     LatencyAll,
+    /// The holder's connections reset.
+    ResetHolder,
     /// Every client's connections reset.
     ResetAll,
 }
@@ -47,7 +53,10 @@ impl FaultKind {
             FaultKind::BlackholeHolder => "blackhole-holder",
             FaultKind::BlackholeAll => "blackhole-all",
             FaultKind::DropRepliesHolder => "drop-replies-holder",
+            FaultKind::DropRepliesAll => "drop-replies-all",
+            FaultKind::LatencyHolder => "latency-holder",
             FaultKind::LatencyAll => "latency-all",
+            FaultKind::ResetHolder => "reset-holder",
             FaultKind::ResetAll => "reset-all",
         }
     }
@@ -67,7 +76,10 @@ impl FaultKind {
                 FaultKind::BlackholeHolder,
                 FaultKind::BlackholeAll,
                 FaultKind::DropRepliesHolder,
+                FaultKind::DropRepliesAll,
+                FaultKind::LatencyHolder,
                 FaultKind::LatencyAll,
+                FaultKind::ResetHolder,
                 FaultKind::ResetAll,
             ]);
         }
@@ -101,7 +113,7 @@ pub fn schedule(seed: u64, kinds: &[FaultKind], ttl: Duration) -> impl Iterator<
         let kind = round.pop()?;
         let factor = match kind {
             FaultKind::HolderPause => rng.random_range(1.2..2.0),
-            FaultKind::HolderKill | FaultKind::ResetAll => 0.0,
+            FaultKind::HolderKill | FaultKind::ResetHolder | FaultKind::ResetAll => 0.0,
             FaultKind::ServerKill | FaultKind::MajorityKill => rng.random_range(0.0..0.5),
             _ => rng.random_range(0.3..1.5),
         };

@@ -4,7 +4,8 @@
 //! least eight client processes, each behind a fault proxy, looping acquire / write to a
 //! fenced resource / hold / write / release on a hot lock and a few cold ones. It injects
 //! faults from a seeded schedule (holder kill -9 and SIGSTOP past the TTL, server kill -9 and
-//! restart, server SIGSTOP, partitions, dropped replies, latency, resets), records every
+//! restart, server SIGSTOP, and on the holder's link or everyone's: partitions, dropped
+//! replies, latency, resets), records every
 //! client's history on the machine's monotonic clock, and checks it: two holders at once,
 //! stale writes accepted, fencing tokens out of order, slow recovery after a fault, locks left
 //! held. It prints a table per backend and fault kind (and JSON with `--json`) and exits with
@@ -66,9 +67,13 @@ struct RunArgs {
     /// Client processes (at least 8).
     #[arg(long, default_value_t = 8)]
     clients: u32,
-    /// How long each backend's workload runs.
+    /// How long each backend's workload runs (at least).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     duration: Duration,
+    /// Go on past --duration, faults included, until each backend made this many
+    /// acquisitions (for at most three times --duration).
+    #[arg(long, default_value_t = 0)]
+    min_acquisitions: usize,
     /// The lock TTL (ZooKeeper: the session timeout).
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     ttl: Duration,
@@ -77,7 +82,7 @@ struct RunArgs {
     seed: Option<u64>,
     /// Only these fault kinds (comma-separated: holder-kill, holder-pause, server-kill,
     /// server-pause, majority-kill, blackhole-holder, blackhole-all, drop-replies-holder,
-    /// latency-all, reset-all).
+    /// drop-replies-all, latency-holder, latency-all, reset-holder, reset-all).
     #[arg(long, value_delimiter = ',')]
     faults: Vec<String>,
     /// The share of holds that outlast a third of the TTL, so renewals happen (fewer give
@@ -179,6 +184,7 @@ async fn torture(args: RunArgs) -> ExitCode {
             url: args.url.clone(),
             clients: args.clients,
             duration: args.duration,
+            min_acquisitions: args.min_acquisitions,
             ttl: args.ttl,
             seed,
             workload: run::Workload {

@@ -34,8 +34,11 @@ pub struct Setup {
     pub url: Option<String>,
     /// Client processes.
     pub clients: u32,
-    /// How long the workload runs.
+    /// How long the workload runs at least.
     pub duration: Duration,
+    /// Go on past `duration` (faults included) until this many acquisitions were made, for at
+    /// most three times `duration`.
+    pub min_acquisitions: usize,
     /// The lock TTL (and ZooKeeper's session timeout).
     pub ttl: Duration,
     /// The schedule's seed.
@@ -221,9 +224,13 @@ pub async fn run(setup: Setup) -> Result<Outcome, String> {
     }
     let mut plan = schedule(setup.seed, &kinds, setup.ttl);
     let end_at = started + setup.duration;
+    let hard_end = started + setup.duration * 3;
+    // The run ends once it has lasted `duration` and made `min_acquisitions`, or at the cap.
+    let ends_by =
+        |at: Instant| at >= hard_end || (at >= end_at && resource.acquisitions() >= setup.min_acquisitions);
     while !kinds.is_empty() {
         let Some(planned) = plan.next() else { break };
-        if Instant::now() + planned.duration + setup.ttl >= end_at {
+        if ends_by(Instant::now() + planned.duration + setup.ttl) {
             break;
         }
         let record = inject(planned, &hot, &resource, &store, &mut slots, &spawn).await?;
@@ -236,7 +243,9 @@ pub async fn run(setup: Setup) -> Result<Outcome, String> {
         }
         tokio::time::sleep(planned.gap + setup.quiet).await;
     }
-    tokio::time::sleep_until(end_at).await;
+    while !ends_by(Instant::now()) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // Stop every client after its current iteration (SIGKILL if it takes too long). A client
     // that already exited by itself crashed (a panic, an error): the run reports it.
@@ -347,13 +356,6 @@ async fn inject(
             .and_then(|p| i32::try_from(p).ok())
             .map(Pid::from_raw)
     };
-    let all = |f: &dyn Fn(&distlock_testkit::FaultProxy)| {
-        for slot in slots.iter() {
-            for proxy in proxies_of(slot) {
-                f(proxy);
-            }
-        }
-    };
     let start = now();
     let target;
     match planned.kind {
@@ -407,42 +409,47 @@ async fn inject(
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("cannot pause the server: {e}"))?;
         }
-        FaultKind::BlackholeHolder | FaultKind::DropRepliesHolder => {
-            let list = proxies_of(&slots[holder]);
+        FaultKind::BlackholeHolder
+        | FaultKind::DropRepliesHolder
+        | FaultKind::LatencyHolder
+        | FaultKind::ResetHolder
+        | FaultKind::BlackholeAll
+        | FaultKind::DropRepliesAll
+        | FaultKind::LatencyAll
+        | FaultKind::ResetAll => {
+            let on_all = matches!(
+                planned.kind,
+                FaultKind::BlackholeAll
+                    | FaultKind::DropRepliesAll
+                    | FaultKind::LatencyAll
+                    | FaultKind::ResetAll
+            );
+            let list: Vec<&distlock_testkit::FaultProxy> = match on_all {
+                true => slots.iter().flat_map(proxies_of).collect(),
+                false => proxies_of(&slots[holder]),
+            };
             for proxy in &list {
-                if planned.kind == FaultKind::BlackholeHolder {
-                    proxy.blackhole();
-                } else {
-                    proxy.drop_replies();
+                match planned.kind {
+                    FaultKind::BlackholeHolder | FaultKind::BlackholeAll => proxy.blackhole(),
+                    FaultKind::DropRepliesHolder | FaultKind::DropRepliesAll => proxy.drop_replies(),
+                    FaultKind::LatencyHolder | FaultKind::LatencyAll => proxy.set_latency(
+                        Direction::Both,
+                        Duration::from_millis(100),
+                        Duration::from_millis(200),
+                    ),
+                    _ => proxy.reset(),
                 }
             }
-            tokio::time::sleep(planned.duration).await;
-            for proxy in &list {
-                proxy.heal();
+            if !matches!(planned.kind, FaultKind::ResetHolder | FaultKind::ResetAll) {
+                tokio::time::sleep(planned.duration).await;
+                for proxy in &list {
+                    proxy.heal();
+                }
             }
-            target = format!("client {holder}");
-        }
-        FaultKind::BlackholeAll => {
-            all(&|p| p.blackhole());
-            tokio::time::sleep(planned.duration).await;
-            all(&|p| p.heal());
-            target = "all clients".into();
-        }
-        FaultKind::LatencyAll => {
-            all(&|p| {
-                p.set_latency(
-                    Direction::Both,
-                    Duration::from_millis(100),
-                    Duration::from_millis(200),
-                )
-            });
-            tokio::time::sleep(planned.duration).await;
-            all(&|p| p.heal());
-            target = "all clients".into();
-        }
-        FaultKind::ResetAll => {
-            all(&|p| p.reset());
-            target = "all clients".into();
+            target = match on_all {
+                true => "all clients".into(),
+                false => format!("client {holder}"),
+            };
         }
     }
     Ok(FaultRecord {
