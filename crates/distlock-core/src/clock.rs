@@ -33,12 +33,16 @@ fn suspended_total_os() -> Duration {
     Duration::ZERO
 }
 
+// Per thread: each unit test runs on a thread of its own (a paused-clock test on its
+// current-thread runtime), so one test's pretended suspend never reaches a test beside it.
 #[cfg(test)]
-static TEST_OFFSET_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+thread_local! {
+    static TEST_OFFSET: std::cell::Cell<Duration> = const { std::cell::Cell::new(Duration::ZERO) };
+}
 
 #[cfg(test)]
 fn test_offset() -> Duration {
-    Duration::from_millis(TEST_OFFSET_MS.load(std::sync::atomic::Ordering::SeqCst))
+    TEST_OFFSET.get()
 }
 
 #[cfg(not(test))]
@@ -46,9 +50,8 @@ fn test_offset() -> Duration {
     Duration::ZERO
 }
 
-/// Pretends the host was suspended for `d` more (unit tests only).
+/// Pretends the host was suspended for `d` more, as seen from this thread (unit tests only).
 #[cfg(test)]
 pub(crate) fn pretend_suspended(d: Duration) {
-    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    TEST_OFFSET_MS.fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
+    TEST_OFFSET.set(TEST_OFFSET.get() + d);
 }

@@ -356,4 +356,30 @@ mod tests {
         clock::pretend_suspended(Duration::from_secs(40));
         assert_eq!(hold.check_lost(), Some(LossReason::Expired));
     }
+
+    /// A session-bound lease has no TTL: its deadline is the session's (`valid_until`, 30 s
+    /// away here). The host sleeps 40 s: tokio's clock stands still, so the session still
+    /// looks valid on it, but the server's session timeout ran on: the hold is lost.
+    #[tokio::test(start_paused = true)]
+    async fn time_spent_suspended_counts_against_the_session_deadline() {
+        let epoch = 1;
+        let now = Instant::now();
+        let session = crate::Session::connected(epoch).with_valid_until(now + Duration::from_secs(30));
+        let (_session_tx, session_rx) = watch::channel(session);
+        let lease = Lease::session_bound(
+            LockName::new("suspend-session").expect("valid"),
+            OwnerToken::new(),
+            epoch,
+            now,
+        );
+        let options = HoldOptions {
+            auto_renew: true,
+            max_hold: None,
+            safety_margin: None,
+        };
+        let hold = Hold::new(1, lease, options, Some(session_rx));
+        assert!(hold.check_lost().is_none());
+        clock::pretend_suspended(Duration::from_secs(40));
+        assert_eq!(hold.check_lost(), Some(LossReason::SessionExpired));
+    }
 }
