@@ -233,3 +233,76 @@ fn a_paused_holder_is_lost_the_moment_it_runs_again() {
         assert_eq!(guard.lost().await, LossReason::SessionExpired);
     });
 }
+
+/// A lease of a session already declared over here is never handed out. Timeline: the
+/// client's replies are lost (its requests still reach the server, which keeps the session
+/// alive); once the connection is suspended, a `try_acquire` and a queued acquire of free
+/// locks start, and their requests wait in the driver. The session's local deadline passes
+/// (the session is declared over here), then the link heals and the driver resumes the same
+/// session on the server: the requests go through and both acquisitions win their nodes.
+/// Both must fail with `Unavailable`, not return a lease of the ended session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_lease_of_a_session_declared_over_while_acquiring() {
+    use distlock_core::{DistributedLock, Error, LockName, OwnerToken, SessionState};
+
+    let fixture = ZkFixture::shared().await;
+    let (proxied_url, faults) = through_proxies(fixture.url()).expect("the fault proxy starts");
+    // The acquisitions must still be waiting when the session ends here.
+    let config = support::config(&proxied_url)
+        .with_operation_timeout(support::SESSION_TIMEOUT * 4)
+        .expect("valid");
+    let lock = distlock_zookeeper::ZooKeeperLock::connect(config)
+        .await
+        .expect("connects");
+    let mut session = lock.session().expect("session-bound");
+    let name =
+        |kind: &str| LockName::new(format!("ended-{kind}-{}", uuid::Uuid::new_v4().simple())).expect("valid");
+    let (tried_name, queued_name) = (name("try"), name("queued"));
+
+    faults.drop_replies();
+    tokio::time::timeout(
+        support::SESSION_TIMEOUT,
+        session.wait_for(|s| s.state == SessionState::Suspended),
+    )
+    .await
+    .expect("suspended in time")
+    .expect("the session is published");
+    let tried = tokio::spawn({
+        let lock = lock.clone();
+        async move {
+            lock.try_acquire(&tried_name, OwnerToken::new(), support::SESSION_TIMEOUT)
+                .await
+        }
+    });
+    let queued = tokio::spawn({
+        let lock = lock.clone();
+        async move {
+            lock.acquire_queued(&queued_name, OwnerToken::new(), support::SESSION_TIMEOUT, None)
+                .await
+        }
+    });
+    tokio::time::timeout(
+        support::SESSION_TIMEOUT * 2,
+        session.wait_for(|s| s.state == SessionState::Expired),
+    )
+    .await
+    .expect("the session is declared over here in time")
+    .expect("the session is published");
+    assert!(
+        !tried.is_finished() && !queued.is_finished(),
+        "the acquisitions were meant to wait for the link"
+    );
+    faults.heal();
+
+    let tried = tried.await.expect("joined");
+    let queued = queued.await.expect("joined");
+    println!("after the session ended here: try_acquire {tried:?}, acquire_queued {queued:?}");
+    assert!(
+        matches!(&tried, Err(Error::Unavailable { .. })),
+        "try_acquire must not hand out a lease of a session declared over: {tried:?}"
+    );
+    assert!(
+        matches!(&queued, Err(Error::Unavailable { .. })),
+        "acquire_queued must not hand out a lease of a session declared over: {queued:?}"
+    );
+}
