@@ -4,7 +4,9 @@
 //! that does nothing in a normal run. The cross-process case starts the same binary with only
 //! that test and [`CHILD_ENV`] set; the child builds the fixture (reaching the parent's store
 //! through [`Fixture::child_env`]), acquires the lock, prints
-//! [`ACQUIRED`], and releases when it reads `release` on stdin.
+//! [`ACQUIRED`], and releases when it reads `release` on stdin. On `watch` it reports its
+//! guard's state every few milliseconds as [`STATE`] lines until the guard says lost (the
+//! paused-holder case freezes it meanwhile).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -21,6 +23,21 @@ pub const CHILD_ENV: &str = "DISTLOCK_CONFORMANCE_CHILD";
 pub const ACQUIRED: &str = "DISTLOCK-CHILD ACQUIRED";
 /// Printed once the child released the lock.
 pub const RELEASED: &str = "DISTLOCK-CHILD RELEASED";
+/// Starts a line of `watch`: `<STATE> <monotonic ns> held|lost`, the clock read before the
+/// guard was asked.
+pub const STATE: &str = "DISTLOCK-CHILD STATE";
+
+/// This machine's `CLOCK_MONOTONIC` in nanoseconds: one clock for the parent and its child
+/// processes (std's `Instant` cannot cross a process boundary).
+pub fn monotonic_ns() -> u128 {
+    match nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC) {
+        Ok(t) => {
+            u128::try_from(t.tv_sec()).unwrap_or_default() * 1_000_000_000
+                + u128::try_from(t.tv_nsec()).unwrap_or_default()
+        }
+        Err(_) => 0, // CLOCK_MONOTONIC cannot fail on Linux
+    }
+}
 
 /// Encodes the lock a child must take.
 pub fn encode_spec(name: &LockName, ttl: Duration) -> String {
@@ -74,10 +91,22 @@ where
         println!("{ACQUIRED} {:?}", guard.fencing_token());
         let mut lines = BufReader::new(tokio::io::stdin()).lines();
         while let Ok(Some(line)) = lines.next_line().await {
-            if line.trim() == "release" {
-                let owned = guard.release().await.expect("the child releases");
-                println!("{RELEASED} {owned}");
-                return;
+            match line.trim() {
+                "release" => {
+                    let owned = guard.release().await.expect("the child releases");
+                    println!("{RELEASED} {owned}");
+                    return;
+                }
+                "watch" => loop {
+                    let at = monotonic_ns();
+                    if guard.is_lost() {
+                        println!("{STATE} {at} lost");
+                        return;
+                    }
+                    println!("{STATE} {at} held");
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                },
+                _ => {}
             }
         }
         // The parent went away: leave the lock to its TTL, like a crashed process.

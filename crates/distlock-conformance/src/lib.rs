@@ -167,6 +167,10 @@ pub const CASES: &[Case] = &[
         c25_no_exhaustion_after_timeouts,
         "20 timeouts against a black hole leave the client healthy for 100 leases"
     ),
+    case!(
+        c26_paused_holder_knows_it_lost,
+        "a holder frozen past its lease says lost the moment it runs again"
+    ),
 ];
 
 tokio::task_local! {
@@ -243,6 +247,7 @@ macro_rules! conformance_tests {
             c23_slow_store,
             c24_waiters_survive_resets,
             c25_no_exhaustion_after_timeouts,
+            c26_paused_holder_knows_it_lost,
         );
 
         #[test]

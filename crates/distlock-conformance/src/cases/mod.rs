@@ -33,7 +33,7 @@ pub use fencing::c08_fencing_tokens_increase;
 pub use input::c11_bad_input_is_a_typed_error;
 pub use lost::{c16_lost_lock_signal, c18_max_hold_time, c19_no_renewal_reports_expiry};
 pub use outage::c12_store_going_away;
-pub use process::c17_cross_process_holder;
+pub use process::{c17_cross_process_holder, c26_paused_holder_knows_it_lost};
 pub use renewal::c05_extend_and_watchdog_keep_lock;
 pub use waiting::{c06_wait_timeout_and_handoff, c07_cancelled_acquire_leaves_nothing, c20_with_lock};
 

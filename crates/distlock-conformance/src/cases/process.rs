@@ -1,9 +1,12 @@
-//! Another process holds the lock: it excludes us, and its death (kill -9) frees the lock.
+//! Another process holds the lock: it excludes us, its death (kill -9) frees the lock, and
+//! when it is frozen past its lease it knows it lost the lock the moment it runs again.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use distlock_core::{AcquireOptions, LockName};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
@@ -68,6 +71,72 @@ pub async fn c17_cross_process_holder(ctx: Ctx) -> Outcome {
     Outcome::Passed
 }
 
+/// Case 26: A holder frozen past its lease (SIGSTOP: the long GC pause of Kleppmann's
+/// example) knows the lock is lost the moment it runs again. The child reports its guard's
+/// state every 2 ms with the monotonic clock read before each check; we freeze it, wait until
+/// its lock frees itself (TTL or session end) and acquire it, then let the child run: every
+/// "held" it reports must have been checked before our acquisition returned, and it must
+/// report "lost" promptly. (The torture harness found a ZooKeeper holder that said "held" for
+/// a moment after it ran again, while another client held the lock.)
+pub async fn c26_paused_holder_knows_it_lost(ctx: Ctx) -> Outcome {
+    if !ctx.caps().cross_process {
+        return ctx.skip("the backend is in-process only");
+    }
+    let Some(env) = ctx.fixture().child_env() else {
+        return ctx.skip("the fixture cannot be reached from a child process");
+    };
+    let Some(test) = ctx.child_test().map(str::to_owned) else {
+        return ctx.skip("no child entry point outside a test binary");
+    };
+    let ttl = ctx.short_ttl().max(Duration::from_secs(1));
+    let client = ctx.client().await;
+    let name = ctx.name("paused");
+
+    let mut holder = ChildHolder::spawn(&test, &env, &name, ttl).await;
+    holder.send("watch").await;
+    let (_, first) = holder.next_state().await;
+    assert!(first, "the child's guard must say held before it is frozen");
+    holder.signal(Signal::SIGSTOP);
+    let frozen_at = Instant::now();
+    let limit = ttl * 4 + Duration::from_secs(40);
+    let guard = client
+        .acquire_with(&name, &AcquireOptions::new().ttl(LONG_TTL).wait_for(limit))
+        .await
+        .expect("the frozen holder's lock frees itself");
+    let acquired_at = child::monotonic_ns();
+    let waited = frozen_at.elapsed();
+    holder.signal(Signal::SIGCONT);
+
+    let mut held_reports = 0;
+    let lost_at = within(
+        Duration::from_secs(30),
+        "the resumed holder reports its loss",
+        async {
+            loop {
+                match holder.next_state().await {
+                    (at, false) => return at,
+                    (at, true) => {
+                        held_reports += 1;
+                        assert!(
+                            at < acquired_at,
+                            "the frozen holder said held {:?} after another client had acquired the lock",
+                            Duration::from_nanos(u64::try_from(at - acquired_at).unwrap_or(u64::MAX))
+                        );
+                    }
+                }
+            }
+        },
+    )
+    .await;
+    ctx.note(format!(
+        "acquired {waited:?} after the holder froze; the resumed holder said lost {:?} after that, with {held_reports} held report(s) from before the freeze",
+        Duration::from_nanos(u64::try_from(lost_at.saturating_sub(acquired_at)).unwrap_or(u64::MAX))
+    ));
+    assert!(guard.release().await.expect("works"));
+    holder.wait_exit().await;
+    Outcome::Passed
+}
+
 struct ChildHolder {
     child: Child,
     lines: Lines<BufReader<ChildStdout>>,
@@ -109,6 +178,34 @@ impl ChildHolder {
             },
         )
         .await;
+    }
+
+    /// The child's next `watch` report: when it checked (monotonic ns) and whether it held.
+    async fn next_state(&mut self) -> (u128, bool) {
+        loop {
+            let line = self
+                .lines
+                .next_line()
+                .await
+                .expect("reading the child's output")
+                .expect("the child reports until its guard says lost");
+            let Some((_, report)) = line.split_once(child::STATE) else {
+                continue;
+            };
+            let (at, state) = report
+                .trim()
+                .split_once(' ')
+                .unwrap_or_else(|| panic!("a malformed report: {line}"));
+            let at = at
+                .parse()
+                .unwrap_or_else(|_| panic!("a malformed report: {line}"));
+            return (at, state == "held");
+        }
+    }
+
+    fn signal(&self, signal: Signal) {
+        let pid = self.child.id().expect("the child runs");
+        kill(Pid::from_raw(i32::try_from(pid).expect("a pid")), signal).expect("the child takes the signal");
     }
 
     async fn send(&mut self, command: &str) {
