@@ -939,6 +939,8 @@ impl Inner {
             .connect(self.config.connect_string())
             .await
             .map_err(map_err)?;
+        #[cfg(test)]
+        tests::after_handshake(&client).await;
         let epoch = self.session.borrow().epoch + 1;
         let conn = Conn { client, epoch };
         tracing::debug!(epoch, session = %conn.client.session_id(), "distlock: ZooKeeper session opened");
@@ -1369,6 +1371,72 @@ fn session_state_for(state: zk::SessionState) -> Option<SessionState> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    type Hook = Arc<dyn Fn(zk::Client) -> BoxFuture<'static, ()> + Send + Sync>;
+
+    /// Test-only: what [`Inner::conn`] awaits right after a session's handshake, before it
+    /// looks at the new session. The driver's own task may report a disconnection in that gap
+    /// (when the runtime happens to run it first); no real fault can pin it there, this can.
+    static AFTER_HANDSHAKE: Mutex<Option<Hook>> = Mutex::new(None);
+
+    pub(super) async fn after_handshake(client: &zk::Client) {
+        let hook = AFTER_HANDSHAKE
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(hook) = hook {
+            hook(client.clone()).await;
+        }
+    }
+
+    /// A disconnection the driver reports right after the handshake, before this side has
+    /// looked at the new session, is never lost. Timeline: the handshake completes; the link
+    /// is reset and new connections are refused; the driver reports Disconnected; only then
+    /// does `conn` go on. The session must be published Suspended at once, not left Connected
+    /// while the driver is disconnected (its locks would not be suspended).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_disconnection_right_after_the_handshake_suspends_the_session() {
+        let url = distlock_testkit::shared::zookeeper_url().expect("the shared ZooKeeper starts");
+        let (proxied_url, faults) =
+            distlock_testkit::proxy::through_proxies(&url).expect("the fault proxy starts");
+        let faults = Arc::new(faults);
+        let cut = faults.clone();
+        let hook: Hook = Arc::new(move |client: zk::Client| {
+            let cut = cut.clone();
+            Box::pin(async move {
+                cut.refuse(true);
+                cut.reset();
+                tokio::time::timeout(Duration::from_secs(5), async {
+                    while client.state() == zk::SessionState::SyncConnected {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                })
+                .await
+                .expect("the driver reports the cut");
+            })
+        });
+        *AFTER_HANDSHAKE.lock().unwrap_or_else(PoisonError::into_inner) = Some(hook);
+        let config = ZooKeeperConfig::from_url(&proxied_url)
+            .and_then(|c| c.with_session_timeout(Duration::from_secs(3)))
+            .expect("valid");
+        let connected = ZooKeeperLock::connect(config).await;
+        *AFTER_HANDSHAKE.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        let lock = connected.expect("connects");
+
+        let mut session = lock.session().expect("session-bound");
+        let left_connected = tokio::time::timeout(
+            Duration::from_secs(1),
+            session.wait_for(|s| s.state != SessionState::Connected),
+        )
+        .await
+        .is_ok();
+        let state = session.borrow().state;
+        assert!(
+            left_connected && state == SessionState::Suspended,
+            "the driver is disconnected, yet the session still says {state:?} a second later"
+        );
+        faults.heal();
+    }
 
     #[test]
     fn only_a_quorum_connection_keeps_the_session_connected() {
