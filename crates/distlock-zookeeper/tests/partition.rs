@@ -1,6 +1,8 @@
 //! A silent partition of a lock holder (its connection black-holed by a fault proxy: no RST,
 //! no FIN, only its own timeouts can notice): its guard must be suspended soon and lost
-//! BEFORE the server expires the session and another client acquires the lock.
+//! BEFORE the server expires the session and another client acquires the lock. Also: no lease
+//! of a session already declared over here, and a holder cut off from only its own ensemble
+//! member keeps its lock in the same session on another member.
 
 mod support;
 
@@ -305,4 +307,104 @@ async fn no_lease_of_a_session_declared_over_while_acquiring() {
         matches!(&queued, Err(Error::Unavailable { .. })),
         "acquire_queued must not hand out a lease of a session declared over: {queued:?}"
     );
+}
+
+/// Only the ensemble member the holder is connected to is cut off (its proxy black-holed; the
+/// other two members still form a quorum). Timeline: the holder's guard is suspended within
+/// half the session timeout; the driver moves the same session to another member and the
+/// guard is held again, never lost, its node still its own; all the while another client
+/// trying the lock never gets it; once the holder releases, it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_keeps_its_lock_when_only_its_ensemble_member_is_cut_off() {
+    const SESSION: Duration = Duration::from_secs(6);
+
+    let fixture = ZkFixture::ensemble().await;
+    let (proxied_url, members) = through_proxies(fixture.url()).expect("the fault proxies start");
+    let config = support::config(&proxied_url)
+        .with_session_timeout(SESSION)
+        .expect("valid");
+    let lock = distlock_zookeeper::ZooKeeperLock::connect(config)
+        .await
+        .expect("connects");
+    let holder = LockClient::new(lock.clone());
+    let other = LockClient::new(support::connect(fixture.url()).await);
+    let name = format!("member-cut-{}", uuid::Uuid::new_v4().simple());
+
+    let guard = holder.acquire(name.as_str()).await.expect("the holder acquires");
+    let session = lock.session_id();
+    let serving = |members: &distlock_testkit::FaultProxies| -> Vec<usize> {
+        (0..members.0.len())
+            .filter(|i| members.0[*i].connections() > 0)
+            .collect()
+    };
+    let before = serving(&members);
+    assert_eq!(before.len(), 1, "the holder talks to one member at a time");
+    members.0[before[0]].blackhole();
+    let cut = Instant::now();
+
+    // Another client tries the lock every 50 ms until it gets it.
+    let prober = tokio::spawn({
+        let name = name.clone();
+        async move {
+            loop {
+                if let Ok(Some(guard)) = other.try_acquire(name.as_str()).await {
+                    return (Instant::now(), guard);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    });
+
+    never_lost_until(&guard, SESSION / 2, "suspended", |g| g.is_suspended()).await;
+    let suspended_at = cut.elapsed();
+    never_lost_until(&guard, SESSION, "held again", |g| !g.is_suspended()).await;
+    let held_again_at = cut.elapsed();
+    // The cut member's proxy still counts the old connection (nothing moves through it).
+    let moved_to: Vec<usize> = serving(&members)
+        .into_iter()
+        .filter(|i| *i != before[0])
+        .collect();
+    println!(
+        "session timeout {SESSION:?}: member {} cut; suspended at +{suspended_at:?}, held again at \
+         +{held_again_at:?} through member {moved_to:?}",
+        before[0]
+    );
+    assert_eq!(lock.session_id(), session, "the same session, on another member");
+    assert_eq!(moved_to.len(), 1, "the holder moved to one other member");
+    assert!(
+        guard.extend(SESSION).await.expect("checked on the server"),
+        "the node is still the holder's"
+    );
+    // A while longer with the other client still trying.
+    tokio::time::sleep(SESSION / 2).await;
+    assert!(!guard.is_lost() && !guard.is_suspended(), "still held");
+    assert!(
+        !prober.is_finished(),
+        "the other client acquired while the holder held the lock"
+    );
+
+    let released_at = Instant::now();
+    assert!(guard.release().await.expect("released"), "still the holder's");
+    let (acquired_at, other_guard) = tokio::time::timeout(Duration::from_secs(10), prober)
+        .await
+        .expect("the other client acquires once released")
+        .expect("joined");
+    assert!(acquired_at >= released_at, "acquired before the release");
+    assert!(other_guard.release().await.expect("released"));
+    members.heal();
+}
+
+/// Waits up to `limit` for `condition` on `guard`, which must never say lost meanwhile.
+async fn never_lost_until(
+    guard: &distlock_core::LockGuard,
+    limit: Duration,
+    what: &str,
+    condition: impl Fn(&distlock_core::LockGuard) -> bool,
+) {
+    let started = Instant::now();
+    while !condition(guard) {
+        assert!(!guard.is_lost(), "lost while waiting to be {what}");
+        assert!(started.elapsed() < limit, "not {what} after {limit:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
