@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::cleanup::release_in_background;
+use crate::detach::Detaching;
 use crate::guard::LockGuard;
 use crate::hold::HoldOptions;
 use crate::schedule::WaitSchedule;
@@ -198,9 +199,10 @@ impl LockClient {
     /// end the wait.
     ///
     /// # Cancel safety
-    /// Cancel safe. Each attempt runs to completion in a task; if this future is dropped while
-    /// an attempt is in flight and the attempt wins the lock, the lock is released at once in
-    /// the background. A dropped waiter leaves nothing behind in the store.
+    /// Cancel safe. Each attempt runs to completion: inline, without a task of its own, unless
+    /// this future is dropped while the attempt is in flight; then the attempt finishes in a
+    /// background task and, if it won the lock, releases it at once. A dropped waiter leaves
+    /// nothing behind in the store.
     pub async fn acquire_with(&self, name: impl IntoLockName, opts: &AcquireOptions) -> Result<LockGuard> {
         let name = name.into_lock_name()?;
         opts.validate()?;
@@ -327,10 +329,11 @@ impl LockClient {
         }
     }
 
-    /// One attempt, run to completion in its own task so that dropping the caller can never
-    /// strand a lock: a guard that cannot be delivered is dropped, which releases it, and an
-    /// attempt whose outcome is unknown (a timeout, a cut connection) is followed by an
-    /// owner-checked release under the same owner token, in the background.
+    /// One attempt, run to completion even if the caller goes away ([`Detaching`]), so that
+    /// dropping the caller can never strand a lock: a guard that cannot be delivered is
+    /// dropped, which releases it, and an attempt whose outcome is unknown (a timeout, a cut
+    /// connection) is followed by an owner-checked release under the same owner token, in the
+    /// background.
     async fn attempt(
         &self,
         name: &LockName,
@@ -340,11 +343,10 @@ impl LockClient {
         let inner = self.inner.clone();
         let name = name.clone();
         let options = HoldOptions::from(opts);
-        let (tx, rx) = oneshot::channel();
-        tokio::spawn(async move {
+        let attempt = Detaching::new(async move {
             let owner = OwnerToken::new();
             let sent_at = Instant::now();
-            let outcome = match inner.lock.try_acquire(&name, owner, ttl).await {
+            match inner.lock.try_acquire(&name, owner, ttl).await {
                 Ok(TryAcquire::Acquired(lease)) => {
                     tracing::debug!(lock = %name, fencing = ?lease.fencing_token(), "distlock: acquired");
                     Ok(Attempt::Acquired(LockGuard::start(inner.clone(), lease, options)))
@@ -362,12 +364,9 @@ impl LockClient {
                     }
                     Err(error)
                 }
-            };
-            // If the caller is gone, `send` hands the outcome back and it is dropped here:
-            // a guard's drop releases the lock.
-            let _ = tx.send(outcome);
+            }
         });
-        rx.await.map_err(|_| self.task_failed())?
+        attempt.await.map_err(|_panic| self.task_failed())?
     }
 
     /// Waits in the store's own FIFO queue ([`DistributedLock::acquire_queued`]) in a task.
@@ -403,7 +402,7 @@ impl LockClient {
 }
 
 impl LockClient {
-    /// The error for an acquisition task that ended without an answer (it panicked).
+    /// The error for an acquisition that ended without an answer (it panicked).
     fn task_failed(&self) -> Error {
         Error::backend(
             self.inner.lock.backend(),

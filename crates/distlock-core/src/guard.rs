@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use crate::cleanup::release_in_background;
 use crate::client::ClientInner;
+use crate::detach::Detaching;
 use crate::hold::{Hold, HoldOptions, Renewal, Status};
 use crate::{Error, FencingToken, Lease, LockName, LossReason, LostSignal, OwnerToken, Result};
 
@@ -144,8 +145,8 @@ impl LockGuard {
     /// safety margin; store errors.
     ///
     /// # Cancel safety
-    /// Cancel safe: the renewal runs to completion in a background task on the caller's
-    /// runtime.
+    /// Cancel safe: if this future is dropped, the renewal still runs to completion, in a
+    /// background task on the caller's runtime.
     pub async fn extend(&self, ttl: Duration) -> Result<bool> {
         let ttl = self.client.capabilities.validate_ttl(ttl)?;
         let margin = self.hold.margin_for(ttl);
@@ -156,7 +157,7 @@ impl LockGuard {
         }
         let hold = self.hold.clone();
         let client = self.client.clone();
-        let task = tokio::spawn(async move {
+        let task = Detaching::new(async move {
             let _one_at_a_time = hold.renewing.clone().lock_owned().await;
             let sent_at = Instant::now();
             let outcome = client.lock.extend(&hold.lease(), ttl).await;
@@ -180,12 +181,12 @@ impl LockGuard {
     /// background (owner-checked) until the store answers or the lease would have expired.
     ///
     /// # Cancel safety
-    /// Cancel safe: the release runs to completion in a background task on the caller's
-    /// runtime even if this future is dropped.
+    /// Cancel safe: if this future is dropped, the release still runs to completion, in a
+    /// background task on the caller's runtime.
     pub async fn release(mut self) -> Result<bool> {
         self.armed = false;
         self.client.watchdog.unregister(self.hold.id);
-        let task = tokio::spawn(release_task(self.client.clone(), self.hold.clone()));
+        let task = Detaching::new(release_task(self.client.clone(), self.hold.clone()));
         join(task, self.client.lock.backend()).await
     }
 
@@ -222,9 +223,11 @@ async fn release_task(client: Arc<ClientInner>, hold: Arc<Hold>) -> Result<bool>
     }
 }
 
-async fn join<T>(task: tokio::task::JoinHandle<Result<T>>, backend: &'static str) -> Result<T> {
-    task.await
-        .map_err(|e| Error::backend(backend, format!("background task failed: {e}")))?
+/// The outcome of a release or renewal that runs to completion even if its caller goes away.
+async fn join<T: Send + 'static>(operation: Detaching<Result<T>>, backend: &'static str) -> Result<T> {
+    operation
+        .await
+        .map_err(|_panic| Error::backend(backend, "the backend panicked"))?
 }
 
 impl Drop for LockGuard {

@@ -29,6 +29,7 @@ mod capabilities;
 mod cleanup;
 mod client;
 mod clock;
+mod detach;
 mod error;
 mod guard;
 mod hold;
