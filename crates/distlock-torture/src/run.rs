@@ -233,7 +233,16 @@ pub async fn run(setup: Setup) -> Result<Outcome, String> {
         if ends_by(Instant::now() + planned.duration + setup.ttl) {
             break;
         }
-        let record = inject(planned, &hot, &resource, &store, &mut slots, &spawn).await?;
+        let record = inject(
+            planned,
+            backend.restart_delay(setup.ttl),
+            &hot,
+            &resource,
+            &store,
+            &mut slots,
+            &spawn,
+        )
+        .await?;
         let fault_end = record.end;
         resource.with_history(|h| h.faults.push(record));
         // Wait for the hot lock to be granted again (or the bound to pass), then a quiet gap.
@@ -338,6 +347,7 @@ pub async fn run(setup: Setup) -> Result<Outcome, String> {
 /// Injects one fault and returns its record.
 async fn inject(
     planned: Planned,
+    restart_delay: Duration,
     hot: &str,
     resource: &Resource,
     store: &Arc<Mutex<Store>>,
@@ -385,7 +395,8 @@ async fn inject(
         }
         FaultKind::ServerKill | FaultKind::MajorityKill => {
             let store = store.clone();
-            let (kind, pause) = (planned.kind, planned.duration);
+            // Under the delayed-restart rule a killed server stays down at least that long.
+            let (kind, pause) = (planned.kind, planned.duration.max(restart_delay));
             target = tokio::task::spawn_blocking(move || {
                 store
                     .lock()

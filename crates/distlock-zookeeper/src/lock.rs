@@ -1128,6 +1128,13 @@ impl Inner {
                 "the session ended (locally) while acquiring",
             ));
         }
+        if conn.client.state() == zk::SessionState::SyncConnected {
+            // The acquisition's requests, all sent after `sent_at`, were answered in this
+            // session by a quorum member: a contact, like a heartbeat's. Without it a lock
+            // taken right after a reconnection counted its session from the last heartbeat
+            // before the outage, and was declared lost up to an outage early.
+            self.contacted(conn.epoch, sent_at, conn.client.session_timeout());
+        }
         let (lost, _) = watch::channel(None);
         self.held().insert(
             node.path.clone(),
