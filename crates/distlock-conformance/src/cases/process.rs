@@ -17,14 +17,9 @@ use crate::{child, Ctx};
 /// command we get it promptly; a second child is killed with kill -9 and we get the lock once
 /// its TTL (or session) runs out.
 pub async fn c17_cross_process_holder(ctx: Ctx) -> Outcome {
-    if !ctx.caps().cross_process {
-        return ctx.skip("the backend is in-process only");
-    }
-    let Some(env) = ctx.fixture().child_env() else {
-        return ctx.skip("the fixture cannot be reached from a child process");
-    };
-    let Some(test) = ctx.child_test().map(str::to_owned) else {
-        return ctx.skip("no child entry point outside a test binary");
+    let (env, test) = match child_setup(&ctx) {
+        Ok(setup) => setup,
+        Err(skipped) => return skipped,
     };
     let ttl = ctx.short_ttl().max(Duration::from_secs(1));
     let client = ctx.client().await;
@@ -79,14 +74,9 @@ pub async fn c17_cross_process_holder(ctx: Ctx) -> Outcome {
 /// report "lost" promptly. (The torture harness found a ZooKeeper holder that said "held" for
 /// a moment after it ran again, while another client held the lock.)
 pub async fn c26_paused_holder_knows_it_lost(ctx: Ctx) -> Outcome {
-    if !ctx.caps().cross_process {
-        return ctx.skip("the backend is in-process only");
-    }
-    let Some(env) = ctx.fixture().child_env() else {
-        return ctx.skip("the fixture cannot be reached from a child process");
-    };
-    let Some(test) = ctx.child_test().map(str::to_owned) else {
-        return ctx.skip("no child entry point outside a test binary");
+    let (env, test) = match child_setup(&ctx) {
+        Ok(setup) => setup,
+        Err(skipped) => return skipped,
     };
     let ttl = ctx.short_ttl().max(Duration::from_secs(1));
     let client = ctx.client().await;
@@ -135,6 +125,21 @@ pub async fn c26_paused_holder_knows_it_lost(ctx: Ctx) -> Outcome {
     assert!(guard.release().await.expect("works"));
     holder.wait_exit().await;
     Outcome::Passed
+}
+
+/// What a case with a child holder needs: the environment that lets the child reach the
+/// fixture's store, and the test name of the child's entry point; or why the case is skipped.
+fn child_setup(ctx: &Ctx) -> Result<(Vec<(String, String)>, String), Outcome> {
+    if !ctx.caps().cross_process {
+        return Err(ctx.skip("the backend is in-process only"));
+    }
+    let Some(env) = ctx.fixture().child_env() else {
+        return Err(ctx.skip("the fixture cannot be reached from a child process"));
+    };
+    let Some(test) = ctx.child_test().map(str::to_owned) else {
+        return Err(ctx.skip("no child entry point outside a test binary"));
+    };
+    Ok((env, test))
 }
 
 struct ChildHolder {
