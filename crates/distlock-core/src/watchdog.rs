@@ -137,7 +137,9 @@ impl Shared {
         }
         if !std::mem::replace(&mut state.task_running, true) {
             drop(state);
-            tokio::spawn(run(self.clone()));
+            // The flag's guard is made here, not in the task: a runtime shutting down before
+            // the task first ran drops the unpolled future, and with it the guard.
+            tokio::spawn(run(self.clone(), Running(Some(self.clone()))));
             return;
         }
         let earlier = event.is_some_and(|at| state.sleeping_until.is_some_and(|sleep| at < sleep));
@@ -149,7 +151,8 @@ impl Shared {
 }
 
 /// Clears `task_running` when the task ends, however it ends (its runtime shutting down
-/// drops it mid-sleep), so that the next registration starts a new task.
+/// drops it mid-sleep, or before it ever ran), so that the next registration starts a new
+/// task.
 struct Running(Option<Arc<Shared>>);
 
 impl Drop for Running {
@@ -162,8 +165,7 @@ impl Drop for Running {
     }
 }
 
-async fn run(shared: Arc<Shared>) {
-    let mut running = Running(Some(shared.clone()));
+async fn run(shared: Arc<Shared>, mut running: Running) {
     let mut session = shared.session.clone();
     let mut lease_watches = FuturesUnordered::new();
     let mut suspended = clock::suspended_total();
