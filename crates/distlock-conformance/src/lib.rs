@@ -171,6 +171,10 @@ pub const CASES: &[Case] = &[
         c26_paused_holder_knows_it_lost,
         "a holder frozen past its lease says lost the moment it runs again"
     ),
+    case!(
+        c27_release_wakes_one_waiter,
+        "a release wakes one of six waiters, not all, and no wake is lost"
+    ),
 ];
 
 tokio::task_local! {
@@ -248,6 +252,7 @@ macro_rules! conformance_tests {
             c24_waiters_survive_resets,
             c25_no_exhaustion_after_timeouts,
             c26_paused_holder_knows_it_lost,
+            c27_release_wakes_one_waiter,
         );
 
         #[test]

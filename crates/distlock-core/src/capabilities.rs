@@ -23,6 +23,10 @@ pub struct Capabilities {
     pub wake_up: WakeUp,
     /// Whether waiters are served in arrival order.
     pub fairness: Fairness,
+    /// Whether a release wakes one waiting client (the store addresses the next waiter: a
+    /// queue of waiters, a watch on the predecessor) rather than every waiter, which would
+    /// all retry and all but one fail. Only meaningful with [`WakeUp::Notification`].
+    pub wakes_one: bool,
     /// What keeps a lock alive: a TTL that must be renewed, or the client's session.
     pub expiry: Expiry,
     /// The smallest TTL step the store keeps; TTLs are rounded up to a multiple of it.
@@ -44,6 +48,7 @@ impl Capabilities {
             fencing,
             wake_up,
             fairness: Fairness::None,
+            wakes_one: false,
             expiry: Expiry::Ttl,
             ttl_granularity: Duration::from_millis(1),
             min_ttl: Duration::from_millis(1),
@@ -56,6 +61,12 @@ impl Capabilities {
     /// Sets [`Capabilities::fairness`].
     pub const fn with_fairness(mut self, fairness: Fairness) -> Self {
         self.fairness = fairness;
+        self
+    }
+
+    /// Sets [`Capabilities::wakes_one`].
+    pub const fn with_wakes_one(mut self, wakes_one: bool) -> Self {
+        self.wakes_one = wakes_one;
         self
     }
 

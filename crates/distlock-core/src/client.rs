@@ -59,6 +59,10 @@ impl IntoLockName for &String {
     }
 }
 
+/// How much longer than a waiter's longest sleep its entry in a store's queue of waiters
+/// lives: the time to make its next attempt, which renews the entry.
+const QUEUE_STAY_MARGIN: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub(crate) struct ClientInner {
     pub(crate) lock: Arc<dyn DistributedLock>,
     pub(crate) capabilities: Capabilities,
@@ -225,8 +229,13 @@ impl LockClient {
                     None => Err(timeout(&name, started)),
                 };
             }
-            if let Attempt::Acquired(guard) =
-                within_deadline(step_deadline, &name, started, self.attempt(&name, ttl, opts)).await??
+            if let Attempt::Acquired(guard) = within_deadline(
+                step_deadline,
+                &name,
+                started,
+                self.attempt(&name, ttl, opts, None),
+            )
+            .await??
             {
                 return Ok(guard);
             }
@@ -243,14 +252,22 @@ impl LockClient {
                 };
             let mut schedule = WaitSchedule::new(opts, watch.is_notified());
             loop {
-                // Subscribed first, then retried: a release in between is not lost.
-                let holder =
-                    match within_deadline(step_deadline, &name, started, self.attempt(&name, ttl, opts))
-                        .await??
-                    {
-                        Attempt::Acquired(guard) => return Ok(guard),
-                        Attempt::Held(holder) => holder,
-                    };
+                // Subscribed first, then retried: a release in between is not lost. A waiter
+                // with an id stays queued for longer than it can sleep before its next attempt.
+                let waiting = watch
+                    .waiter()
+                    .map(|id| (id.clone(), schedule.longest().saturating_add(QUEUE_STAY_MARGIN)));
+                let holder = match within_deadline(
+                    step_deadline,
+                    &name,
+                    started,
+                    self.attempt(&name, ttl, opts, waiting),
+                )
+                .await??
+                {
+                    Attempt::Acquired(guard) => return Ok(guard),
+                    Attempt::Held(holder) => holder,
+                };
                 let now = Instant::now();
                 let mut delay = schedule.next(&holder);
                 if let Some(deadline) = deadline {
@@ -339,6 +356,7 @@ impl LockClient {
         name: &LockName,
         ttl: std::time::Duration,
         opts: &AcquireOptions,
+        waiting: Option<(Arc<str>, std::time::Duration)>,
     ) -> Result<Attempt> {
         let inner = self.inner.clone();
         let name = name.clone();
@@ -346,7 +364,16 @@ impl LockClient {
         let attempt = Detaching::new(async move {
             let owner = OwnerToken::new();
             let sent_at = Instant::now();
-            match inner.lock.try_acquire(&name, owner, ttl).await {
+            let outcome = match &waiting {
+                Some((waiter, stay)) => {
+                    inner
+                        .lock
+                        .try_acquire_waiting(&name, owner, ttl, waiter, *stay)
+                        .await
+                }
+                None => inner.lock.try_acquire(&name, owner, ttl).await,
+            };
+            match outcome {
                 Ok(TryAcquire::Acquired(lease)) => {
                     tracing::debug!(lock = %name, fencing = ?lease.fencing_token(), "distlock: acquired");
                     Ok(Attempt::Acquired(LockGuard::start(inner.clone(), lease, options)))

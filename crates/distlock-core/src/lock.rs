@@ -87,6 +87,28 @@ pub trait DistributedLock: Send + Sync + fmt::Debug + 'static {
     /// Returns [`TryAcquire::Held`] when someone else holds it; that is not an error.
     async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire>;
 
+    /// One attempt by a waiter whose watch is [`ReleaseWatch::for_waiter`]`(.., waiter)`: as
+    /// [`try_acquire`](Self::try_acquire), and if the lock is held, the store also puts
+    /// `waiter` in the lock's queue of waiters, so that the next release wakes the first
+    /// waiter in that queue instead of every waiter. If the attempt wins, `waiter` leaves the
+    /// queue. The entry lives for `stay` unless the waiter comes back sooner (the waiter's next
+    /// attempt, at the latest after `stay` minus a margin, renews it), so a waiter that died
+    /// costs the others at most one wake.
+    ///
+    /// Backends that declare [`Capabilities::wakes_one`] implement it; the default ignores the
+    /// waiter and calls `try_acquire`.
+    async fn try_acquire_waiting(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiter: &str,
+        stay: Duration,
+    ) -> Result<TryAcquire> {
+        let _ = (waiter, stay);
+        self.try_acquire(name, owner, ttl).await
+    }
+
     /// Releases the lock if the store still records `lease`'s owner. Returns whether it did.
     ///
     /// Works on a lease that carries only the name and owner (no handle, no fencing token),
@@ -117,7 +139,11 @@ pub trait DistributedLock: Send + Sync + fmt::Debug + 'static {
     ///
     /// Waiters call it *before* the retry that follows a failed attempt: any release after
     /// this call returns wakes the watch, so a release between the failed attempt and the
-    /// subscription is never lost. The default returns [`ReleaseWatch::polling`] (no
+    /// subscription is never lost. On a backend that wakes one waiter per release
+    /// ([`Capabilities::wakes_one`]) the watch is [`ReleaseWatch::for_waiter`], and a release
+    /// wakes it once its waiter is queued by [`try_acquire_waiting`](Self::try_acquire_waiting)
+    /// and first in the queue (a release may also wake every watch, for example after a lost
+    /// connection). The default returns [`ReleaseWatch::polling`] (no
     /// notifications; the waiter backs off with jitter instead).
     async fn watch(&self, name: &LockName) -> Result<ReleaseWatch> {
         let _ = name;

@@ -5,16 +5,15 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::{
-    Capabilities, DistributedLock, Error, Fencing, FencingToken, Holder, Lease, LockName, LockState,
-    OwnerToken, ReleaseWatch, Result, TryAcquire, WakeUp,
+    Capabilities, DistributedLock, Error, Fencing, FencingToken, Holder, Lease, LocalWaiters, LockName,
+    LockState, OwnerToken, ReleaseWatch, Result, TryAcquire, WakeUp,
 };
 
 const BACKEND: &str = "memory";
-/// The fewest operations between two sweeps of expired entries and idle watchers.
+/// The fewest operations between two sweeps of expired entries.
 const SWEEP_EVERY: usize = 64;
 
 /// An in-process lock store: the reference implementation of the contract.
@@ -22,8 +21,8 @@ const SWEEP_EVERY: usize = 64;
 /// **Single process only**: it excludes tasks and threads of one process that share it (clones
 /// share one store), never other processes. Use it in unit tests and to learn the API; it
 /// passes every conformance case that applies to it. Expiry follows tokio's clock, so tests
-/// can use paused time. Fencing tokens come from one counter and strictly increase. Releases
-/// notify waiters.
+/// can use paused time. Fencing tokens come from one counter and strictly increase. A release
+/// wakes one waiter: the first in the lock's queue of waiters.
 ///
 /// It also has fault hooks for tests ([`MemoryLock::steal`], [`MemoryLock::set_available`]).
 ///
@@ -42,15 +41,15 @@ const SWEEP_EVERY: usize = 64;
 #[derive(Clone, Default)]
 pub struct MemoryLock {
     store: Arc<Mutex<Store>>,
+    waiters: LocalWaiters,
 }
 
 #[derive(Default)]
 struct Store {
     locks: HashMap<LockName, Entry>,
     last_fencing: u64,
-    watchers: HashMap<LockName, watch::Sender<u64>>,
     unavailable: bool,
-    /// Operations since the last sweep of expired entries and idle watchers.
+    /// Operations since the last sweep of expired entries.
     since_sweep: usize,
 }
 
@@ -61,17 +60,16 @@ struct Entry {
 }
 
 impl Store {
-    /// Drops expired entries and watchers nobody listens to, once every so many operations,
-    /// so that a store used with ever new names stays as small as what is live (amortized
-    /// O(1) per operation: a sweep costs the store's size, and comes after as many operations).
+    /// Drops expired entries once every so many operations, so that a store used with ever
+    /// new names stays as small as what is live (amortized O(1) per operation: a sweep costs
+    /// the store's size, and comes after as many operations).
     fn sweep(&mut self, now: Instant) {
         self.since_sweep += 1;
-        if self.since_sweep < SWEEP_EVERY.max(self.locks.len() + self.watchers.len()) {
+        if self.since_sweep < SWEEP_EVERY.max(self.locks.len()) {
             return;
         }
         self.since_sweep = 0;
         self.locks.retain(|_, entry| entry.expires_at > now);
-        self.watchers.retain(|_, tx| tx.receiver_count() > 0);
     }
 
     /// The live entry of `name`, dropping it if it expired.
@@ -91,16 +89,6 @@ impl Store {
             ));
         }
         Ok(())
-    }
-
-    fn notify_release(&mut self, name: &LockName) {
-        if let Some(tx) = self.watchers.get(name) {
-            if tx.receiver_count() == 0 {
-                self.watchers.remove(name);
-            } else {
-                tx.send_modify(|n| *n = n.wrapping_add(1));
-            }
-        }
     }
 }
 
@@ -133,11 +121,10 @@ impl MemoryLock {
         self.store().unavailable = !available;
     }
 
-    /// How many entries (held or expired locks, and release watchers) the store keeps right
+    /// How many entries (held or expired locks, and names with waiters) the store keeps right
     /// now: a test hook showing that unique names do not make it grow without bound.
     pub fn footprint(&self) -> usize {
-        let store = self.store();
-        store.locks.len() + store.watchers.len()
+        self.store().locks.len() + self.waiters.len()
     }
 
     /// How many locks are held now whose names start with `prefix`.
@@ -151,28 +138,28 @@ impl MemoryLock {
     }
 }
 
-impl std::fmt::Debug for MemoryLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryLock").finish_non_exhaustive()
-    }
-}
-
-#[async_trait]
-impl DistributedLock for MemoryLock {
-    fn backend(&self) -> &'static str {
-        BACKEND
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::new(Fencing::Monotonic, WakeUp::Notification).with_cross_process(false)
-    }
-
-    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
+impl MemoryLock {
+    /// One attempt; `waiter` (id, stay) is queued if the lock is held, dequeued if won.
+    fn attempt(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiter: Option<(&str, Duration)>,
+    ) -> Result<TryAcquire> {
         let mut store = self.store();
         store.check_available()?;
         let now = Instant::now();
         if let Some(entry) = store.live(name, now) {
-            return Ok(TryAcquire::Held(Holder::expiring_in(entry.expires_at - now)));
+            let remaining = entry.expires_at - now;
+            // Queued under the store's lock, so a release cannot slip in between.
+            if let Some((id, stay)) = waiter {
+                self.waiters.queue(name, id, stay);
+            }
+            return Ok(TryAcquire::Held(Holder::expiring_in(remaining)));
+        }
+        if let Some((id, _)) = waiter {
+            self.waiters.dequeue(name, id);
         }
         let expires_at = now
             .checked_add(ttl)
@@ -191,6 +178,41 @@ impl DistributedLock for MemoryLock {
             Lease::new(name.clone(), owner, ttl, now).with_fencing(FencingToken::new(fencing)),
         ))
     }
+}
+
+impl std::fmt::Debug for MemoryLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryLock").finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl DistributedLock for MemoryLock {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(Fencing::Monotonic, WakeUp::Notification)
+            .with_cross_process(false)
+            .with_wakes_one(true)
+    }
+
+    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
+        self.attempt(name, owner, ttl, None)
+    }
+
+    /// As `try_acquire`; if held, queues the waiter (at the back), else takes it out.
+    async fn try_acquire_waiting(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiter: &str,
+        stay: Duration,
+    ) -> Result<TryAcquire> {
+        self.attempt(name, owner, ttl, Some((waiter, stay)))
+    }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let mut store = self.store();
@@ -200,7 +222,7 @@ impl DistributedLock for MemoryLock {
             .is_some_and(|e| e.owner == lease.owner());
         if ours {
             store.locks.remove(lease.name());
-            store.notify_release(lease.name());
+            self.waiters.released(lease.name());
         }
         Ok(ours)
     }
@@ -221,15 +243,8 @@ impl DistributedLock for MemoryLock {
     }
 
     async fn watch(&self, name: &LockName) -> Result<ReleaseWatch> {
-        let mut store = self.store();
-        store.check_available()?;
-        store.sweep(Instant::now());
-        let rx = store
-            .watchers
-            .entry(name.clone())
-            .or_insert_with(|| watch::channel(0).0)
-            .subscribe();
-        Ok(ReleaseWatch::notified(rx, ()))
+        self.store().check_available()?;
+        Ok(self.waiters.watch(name, false))
     }
 
     async fn inspect(&self, name: &LockName) -> Result<LockState> {

@@ -35,10 +35,19 @@ impl WaitSchedule {
         }
     }
 
+    /// The longest sleep [`next`](Self::next) ever returns.
+    pub(crate) fn longest(&self) -> Duration {
+        if self.notified {
+            self.max.saturating_mul(SAFETY_NET_FACTOR)
+        } else {
+            self.max
+        }
+    }
+
     /// The next sleep after an attempt that found `holder`.
     pub(crate) fn next(&mut self, holder: &Holder) -> Duration {
         let base = if self.notified {
-            self.max.saturating_mul(SAFETY_NET_FACTOR)
+            self.longest()
         } else {
             self.backoff.next().unwrap_or(self.max).min(self.max)
         };

@@ -2,6 +2,7 @@
 
 use std::any::Any;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -12,6 +13,14 @@ use tokio::sync::watch;
 /// Backends with notifications hand out a receiver whose value changes on every release they
 /// hear of; [`ReleaseWatch::wait`] then returns as soon as one arrives after the subscription.
 /// A polling backend returns [`ReleaseWatch::polling`], whose `wait` just sleeps.
+///
+/// A backend that wakes one waiter per release ([`Capabilities::wakes_one`]) hands out a
+/// watch [`for_waiter`](Self::for_waiter): it carries a waiter id, which the waiter's next
+/// attempts ([`DistributedLock::try_acquire_waiting`]) put in the store's queue of waiters, and
+/// a release then wakes the first waiter in that queue, not all of them.
+///
+/// [`Capabilities::wakes_one`]: crate::Capabilities::wakes_one
+/// [`DistributedLock::try_acquire_waiting`]: crate::DistributedLock::try_acquire_waiting
 ///
 /// ```
 /// use distlock_core::{ReleaseWatch, Woke};
@@ -27,6 +36,9 @@ use tokio::sync::watch;
 /// ```
 pub struct ReleaseWatch {
     rx: Option<watch::Receiver<u64>>,
+    waiter: Option<Arc<str>>,
+    /// Whether the waiter must poll too: only releases by this process are announced.
+    polls: bool,
     // Kept alive while the watch lives (for example a subscription's reference count).
     _keep: Option<Box<dyn Any + Send + Sync>>,
 }
@@ -45,6 +57,8 @@ impl ReleaseWatch {
     pub fn polling() -> Self {
         Self {
             rx: None,
+            waiter: None,
+            polls: false,
             _keep: None,
         }
     }
@@ -55,13 +69,43 @@ impl ReleaseWatch {
         rx.mark_unchanged();
         Self {
             rx: Some(rx),
+            waiter: None,
+            polls: false,
             _keep: Some(Box::new(keep)),
         }
     }
 
-    /// Whether releases are announced (else the waiter must poll).
+    /// A watch of one waiter, `waiter`, fed by `rx`, whose value changes when a release wakes
+    /// this waiter (or every waiter). `keep` lives as long as the watch; dropping it is the
+    /// backend's cue to take the waiter out of the store's queue (and, if the waiter was woken
+    /// but never tried, to wake the next one).
+    pub fn for_waiter(
+        rx: watch::Receiver<u64>,
+        keep: impl Any + Send + Sync,
+        waiter: impl Into<Arc<str>>,
+    ) -> Self {
+        Self {
+            waiter: Some(waiter.into()),
+            ..Self::notified(rx, keep)
+        }
+    }
+
+    /// The same watch for a store that announces only some releases (those by clients of
+    /// this process, see [`LocalWaiters`](crate::LocalWaiters)): the waiter still polls, and
+    /// [`is_notified`](Self::is_notified) says `false`.
+    pub fn polling_too(mut self) -> Self {
+        self.polls = true;
+        self
+    }
+
+    /// The waiter id of a watch [`for_waiter`](Self::for_waiter), while its notifications work.
+    pub fn waiter(&self) -> Option<&Arc<str>> {
+        self.waiter.as_ref().filter(|_| self.rx.is_some())
+    }
+
+    /// Whether every release is announced (else the waiter must poll).
     pub fn is_notified(&self) -> bool {
-        self.rx.is_some()
+        self.rx.is_some() && !self.polls
     }
 
     /// Waits until a release is announced or `timeout` passes.
@@ -94,6 +138,7 @@ impl fmt::Debug for ReleaseWatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReleaseWatch")
             .field("notified", &self.is_notified())
+            .field("waiter", &self.waiter)
             .finish()
     }
 }

@@ -17,6 +17,7 @@ mod outage;
 mod process;
 mod renewal;
 mod waiting;
+mod wakeup;
 
 pub use acquire::{
     c01_try_acquire_reports_held, c02_release_then_not_owned, c14_no_reentrancy, c15_names_are_exact,
@@ -36,6 +37,7 @@ pub use outage::c12_store_going_away;
 pub use process::{c17_cross_process_holder, c26_paused_holder_knows_it_lost};
 pub use renewal::c05_extend_and_watchdog_keep_lock;
 pub use waiting::{c06_wait_timeout_and_handoff, c07_cancelled_acquire_leaves_nothing, c20_with_lock};
+pub use wakeup::c27_release_wakes_one_waiter;
 
 /// How a case ended (a failure is a panic).
 #[derive(Debug, Clone, PartialEq, Eq)]
