@@ -8,6 +8,7 @@
 //! |-----------------|-----------------------------------------------|----------------------------------|
 //! | lock key        | `<prefix><name>`                              | string = owner token, `PX` ttl   |
 //! | fencing counter | `{<slot tag>}` `0xFF` `fence:` `<lock key>`    | integer (`INCR`), no TTL         |
+//! | waiters         | `{<slot tag>}` `0xFF` `waiters:` `<lock key>`  | sorted set, `PX` the longest stay |
 //! | release channel | `distlock:released:<lock key>`                | pub/sub channel, not a key       |
 //!
 //! - The **lock key is the name as is** (names are at most 1024 bytes and Redis keys are
@@ -19,12 +20,15 @@
 //!   whatever the name. The full lock key comes last, so two locks never share a counter.
 //!   Counters are never deleted (deleting one would let tokens go back): one small integer per
 //!   name ever locked stays on the server.
-//! - **Redis Cluster**: the acquire script touches the lock key and its counter, so both must
-//!   hash to one slot. Redis hashes only the `{...}` hash tag of a key when it has a non-empty
+//! - **Redis Cluster**: the acquire script touches the lock key, its counter and its queue of
+//!   waiters, so all must hash to one slot. Redis hashes only the `{...}` hash tag of a key when it has a non-empty
 //!   one. The counter's tag is therefore the lock key's own hash input: its hash tag if it has
 //!   one, else the whole key. A whole key containing `}` (such as `a}b`) cannot sit inside
 //!   braces; such keys get a short synthetic tag `distlock-<n>` chosen to hash to the same slot
 //!   (found by a search over `n`, about 16k CRC16 computations, only for such names).
+//! - The **queue of waiters** uses the counter's layout with `waiters:` for `fence:`, so it
+//!   shares the lock key's slot too and no lock key can equal it. It lives only while someone
+//!   waits (its TTL is the longest stay in it).
 //! - The release channel is in pub/sub's own namespace and carries the full lock key, so it
 //!   is unique per lock.
 //!
@@ -35,6 +39,7 @@ use distlock_core::LockName;
 /// Marks the derived keys: a byte that never occurs in UTF-8 text.
 const NOT_UTF8: u8 = 0xFF;
 const FENCE_MARK: &[u8] = b"fence:";
+const WAITERS_MARK: &[u8] = b"waiters:";
 const CHANNEL_PREFIX: &[u8] = b"distlock:released:";
 const CLUSTER_SLOTS: u16 = 16384;
 
@@ -51,6 +56,8 @@ pub(crate) struct LockKeys {
     pub(crate) lock: Vec<u8>,
     /// The fencing counter, in the lock key's hash slot.
     pub(crate) fence: Vec<u8>,
+    /// The queue of waiters to wake, in the lock key's hash slot.
+    pub(crate) waiters: Vec<u8>,
     /// The pub/sub channel a release is announced on.
     pub(crate) channel: Vec<u8>,
 }
@@ -72,8 +79,10 @@ impl KeySpace {
 
     pub(crate) fn keys(&self, name: &LockName) -> LockKeys {
         let lock = self.lock_key(name.as_str());
+        let (fence, waiters) = derived_keys(&lock);
         LockKeys {
-            fence: fence_key(&lock),
+            fence,
+            waiters,
             channel: channel(&lock),
             lock,
         }
@@ -93,21 +102,21 @@ impl KeySpace {
     }
 }
 
-/// The fencing counter key of `lock_key` (see the module docs).
-fn fence_key(lock_key: &[u8]) -> Vec<u8> {
+/// The keys derived from `lock_key` (see the module docs): the fencing counter and the queue
+/// of waiters, both `{<slot tag>}` `0xFF` `<mark>` `<lock key>`.
+fn derived_keys(lock_key: &[u8]) -> (Vec<u8>, Vec<u8>) {
     let hashed = hash_input(lock_key);
-    let mut key = Vec::with_capacity(lock_key.len() * 2 + 16);
-    key.push(b'{');
+    let mut head = Vec::with_capacity(hashed.len() + 3);
+    head.push(b'{');
     if hashed.contains(&b'}') {
-        key.extend_from_slice(synthetic_tag(slot(hashed)).as_bytes());
+        head.extend_from_slice(synthetic_tag(slot(hashed)).as_bytes());
     } else {
-        key.extend_from_slice(hashed);
+        head.extend_from_slice(hashed);
     }
-    key.push(b'}');
-    key.push(NOT_UTF8);
-    key.extend_from_slice(FENCE_MARK);
-    key.extend_from_slice(lock_key);
-    key
+    head.push(b'}');
+    head.push(NOT_UTF8);
+    let key = |mark: &[u8]| [head.as_slice(), mark, lock_key].concat();
+    (key(FENCE_MARK), key(WAITERS_MARK))
 }
 
 fn channel(lock_key: &[u8]) -> Vec<u8> {
@@ -208,7 +217,10 @@ mod tests {
         ] {
             let k = keys("p:", name);
             assert_eq!(key_slot(&k.fence), key_slot(&k.lock), "{name:?}");
+            assert_eq!(key_slot(&k.waiters), key_slot(&k.lock), "{name:?}");
             assert!(std::str::from_utf8(&k.fence).is_err(), "{name:?}");
+            assert!(std::str::from_utf8(&k.waiters).is_err(), "{name:?}");
+            assert_ne!(k.fence, k.waiters, "{name:?}");
         }
     }
 

@@ -1,7 +1,8 @@
 //! [`RedisLock`]: the lock on one Redis server. Its type docs give the key layout, the round
 //! trips of each operation and what its fencing tokens promise.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -40,13 +41,31 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 ///   for a whole key containing `}`, a synthetic tag of the same slot), so both keys share a
 ///   hash slot and the scripts are Cluster-safe. (This crate connects to a single server;
 ///   a Cluster client is not included.)
-/// - channel `distlock:released:<prefix><name>`: every release publishes the old owner token.
+/// - `{<slot tag>}\xFFwaiters:<prefix><name>`: the queue of waiters, a sorted set of waiter
+///   ids scored by the end of each one's stay; an attempt by a waiter that finds the lock held
+///   queues it (at the back), an attempt that wins takes it out, and the key expires with the
+///   longest stay in it.
+/// - channel `distlock:released:<prefix><name>`: a release publishes `wake:<waiter id>` for
+///   the first waiter in the queue (and takes it out), or nothing if no one waits.
+///
+/// # Waking one waiter
+///
+/// A release wakes one waiter, not all of them: the one first in the queue, which then tries
+/// (one round trip) and, unless a newcomer took the lock first, wins. A waiter whose wait ends
+/// (it won without being woken, gave up, or its outcome is unknown) leaves the queue in the
+/// background; if it leaves while the lock is free (it may have been woken and gone without
+/// trying), the next waiter is woken in its place. A waiter that dies stays queued until its
+/// stay ends (its longest sleep plus a second: about 3 s with the default poll bounds), and
+/// a release that picks it wakes no one: the others then wake at their next safety-net
+/// re-check. Waiters are not served in arrival order: a newcomer may take a free lock before
+/// the woken waiter's attempt arrives, and a waiter that tried and lost goes to the back.
 ///
 /// # Round trips
 ///
 /// | operation            | round trips                                                    |
 /// |----------------------|----------------------------------------------------------------|
 /// | `try_acquire`        | 1 (script; +1 the first time the server sees it: `EVAL`)     |
+/// | `try_acquire_waiting`| 1 (the same, queueing the waiter if held)                      |
 /// | ... with replicas    | 1 (script and `WAIT` pipelined) + the replicas' delay          |
 /// | `release`, `extend`  | 1 (script)                                                     |
 /// | `extend_many(n)`     | 1 (one pipeline of `n` scripts)                                |
@@ -110,6 +129,9 @@ struct Inner {
     keys: KeySpace,
     config: RedisConfig,
     subscriber: Subscriber,
+    /// The waiters of this client that may be in a store-side queue (their last attempt found
+    /// the lock held, or its outcome is unknown): each leaves it when its wait ends.
+    queued: Mutex<HashSet<Arc<str>>>,
 }
 
 impl RedisLock {
@@ -150,6 +172,7 @@ impl RedisLock {
                 acks,
                 config,
                 subscriber,
+                queued: Mutex::default(),
             }),
         })
     }
@@ -258,22 +281,56 @@ pub(crate) enum Acquired {
     },
 }
 
-/// Runs the acquire script on `node` (bounded by `limit`).
+/// A waiter's id and its stay in ms, for an attempt that queues it if the lock is held.
+pub(crate) type Waiting<'a> = Option<(&'a str, u64)>;
+
+/// The acquire script with its keys and arguments: [`scripts::ACQUIRE`], or
+/// [`scripts::ACQUIRE_WAITING`] for a waiter.
+struct AcquireCall<'a> {
+    script: &'static scripts::LuaScript,
+    keys: Vec<&'a [u8]>,
+    args: Vec<Vec<u8>>,
+}
+
+impl<'a> AcquireCall<'a> {
+    fn new(keys: &'a LockKeys, owner: &str, ttl_ms: u64, waiting: Waiting<'_>) -> Self {
+        let mut args = vec![owner.as_bytes().to_vec(), ttl_ms.to_string().into_bytes()];
+        match waiting {
+            None => Self {
+                script: &scripts::ACQUIRE,
+                keys: vec![&keys.lock, &keys.fence],
+                args,
+            },
+            Some((waiter, stay_ms)) => {
+                args.push(waiter.as_bytes().to_vec());
+                args.push(stay_ms.to_string().into_bytes());
+                Self {
+                    script: &scripts::ACQUIRE_WAITING,
+                    keys: vec![&keys.lock, &keys.fence, &keys.waiters],
+                    args,
+                }
+            }
+        }
+    }
+
+    fn args(&self) -> Vec<&[u8]> {
+        self.args.iter().map(Vec::as_slice).collect()
+    }
+}
+
+/// Runs the acquire script on `node` (bounded by `limit`); a waiter is queued if the lock is
+/// held.
 pub(crate) async fn acquire_on(
     node: &Node,
     limit: Duration,
     keys: &LockKeys,
     owner: &str,
     ttl_ms: u64,
+    waiting: Waiting<'_>,
 ) -> Result<Acquired> {
-    let ttl_arg = ttl_ms.to_string();
+    let call = AcquireCall::new(keys, owner, ttl_ms, waiting);
     let reply: Value = node
-        .script_within(
-            limit,
-            &scripts::ACQUIRE,
-            &[&keys.lock, &keys.fence],
-            &[owner.as_bytes(), ttl_arg.as_bytes()],
-        )
+        .script_within(limit, call.script, &call.keys, &call.args())
         .await?;
     parse_acquire(reply)
 }
@@ -345,6 +402,25 @@ pub(crate) async fn release_on(node: &Node, limit: Duration, keys: &LockKeys, ow
             limit,
             &scripts::RELEASE,
             &[&keys.lock],
+            &[owner.as_bytes(), &keys.channel],
+        )
+        .await?;
+    Ok(released == 1)
+}
+
+/// Runs the release script that wakes one waiter on `node` (bounded by `limit`): whether our
+/// key was deleted.
+pub(crate) async fn release_waking_on(
+    node: &Node,
+    limit: Duration,
+    keys: &LockKeys,
+    owner: &str,
+) -> Result<bool> {
+    let released: i64 = node
+        .script_within(
+            limit,
+            &scripts::RELEASE_WAKING,
+            &[&keys.lock, &keys.waiters],
             &[owner.as_bytes(), &keys.channel],
         )
         .await?;
@@ -443,7 +519,9 @@ impl DistributedLock for RedisLock {
 
     fn capabilities(&self) -> Capabilities {
         let mut caps = Self::single_instance_capabilities();
-        if !self.inner.config.notifications {
+        if self.inner.config.notifications {
+            caps.wakes_one = true;
+        } else {
             caps.wake_up = WakeUp::Polling;
         }
         caps
@@ -454,47 +532,35 @@ impl DistributedLock for RedisLock {
     /// pipeline; if too few replicas confirm, the lock is released (one more round trip) and
     /// the attempt fails with [`Error::Unavailable`].
     async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
-        let ttl_ms = ttl_millis(ttl)?;
-        let keys = self.keys(name);
-        let token = owner.to_string();
-        let sent_at = Instant::now();
-        let node = &self.inner.node;
-        let outcome = match self.inner.config.replicas {
-            None => acquire_on(node, node.timeout(), &keys, &token, ttl_ms).await?,
-            Some(ack) => {
-                let outcome = self.acquire_with_wait(&keys, &token, ttl_ms, ack).await?;
-                if let Some(outcome) = outcome {
-                    outcome
-                } else {
-                    // Too few replicas: give the lock back, then report.
-                    let _ = release_on(node, node.timeout(), &keys, &token).await;
-                    return Err(Error::unavailable(
-                        BACKEND,
-                        format!(
-                            "fewer than {} replicas acknowledged the lock within {:?}",
-                            ack.count, ack.timeout
-                        ),
-                    ));
-                }
-            }
-        };
-        Ok(match outcome {
-            Acquired::Yes(fencing) => TryAcquire::Acquired(
-                Lease::new(name.clone(), owner, ttl, sent_at).with_fencing(FencingToken::new(fencing)),
-            ),
-            Acquired::No {
-                remaining: Some(remaining),
-                ..
-            } => TryAcquire::Held(Holder::expiring_in(remaining)),
-            Acquired::No { remaining: None, .. } => TryAcquire::Held(Holder::unknown()),
-        })
+        self.attempt(name, owner, ttl, None).await
     }
 
-    /// One round trip: compare-and-delete, publishing on the lock's channel if deleted.
+    /// As `try_acquire`, in the same round trip: if the lock is held, the waiter is queued
+    /// (at the back) in the lock's queue of waiters, of which a release wakes the first;
+    /// if it wins, it leaves the queue.
+    async fn try_acquire_waiting(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiter: &str,
+        stay: Duration,
+    ) -> Result<TryAcquire> {
+        let stay_ms = u64::try_from(stay.as_millis()).unwrap_or(u64::MAX).max(1);
+        let id: Arc<str> = waiter.into();
+        self.queued().insert(id.clone());
+        let outcome = self.attempt(name, owner, ttl, Some((waiter, stay_ms))).await;
+        if matches!(outcome, Ok(TryAcquire::Acquired(_))) {
+            self.queued().remove(&id);
+        }
+        outcome
+    }
+
+    /// One round trip: compare-and-delete, then wake the first queued waiter, if any.
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let keys = self.keys(lease.name());
         let node = &self.inner.node;
-        release_on(node, node.timeout(), &keys, &lease.owner().to_string()).await
+        release_waking_on(node, node.timeout(), &keys, &lease.owner().to_string()).await
     }
 
     /// One round trip: compare-and-`PEXPIRE`.
@@ -545,7 +611,18 @@ impl DistributedLock for RedisLock {
             return Ok(ReleaseWatch::polling());
         }
         let keys = self.keys(name);
-        self.inner.subscriber.watch(&keys.channel).await
+        let waiter: Arc<str> = format!("{:016x}", rand::random::<u64>()).into();
+        let (rx, keep) = self
+            .inner
+            .subscriber
+            .watch_as_waiter(&keys.channel, waiter.clone())
+            .await?;
+        let leave = Leave {
+            lock: self.clone(),
+            keys,
+            waiter: waiter.clone(),
+        };
+        Ok(ReleaseWatch::for_waiter(rx, (keep, leave), waiter))
     }
 
     /// One round trip: `GET`, `PTTL` and the fencing counter, read atomically by a script.
@@ -577,6 +654,56 @@ impl DistributedLock for RedisLock {
 }
 
 impl RedisLock {
+    fn queued(&self) -> std::sync::MutexGuard<'_, HashSet<Arc<str>>> {
+        self.inner.queued.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One attempt, queueing `waiting`'s waiter if the lock is held.
+    async fn attempt(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiting: Waiting<'_>,
+    ) -> Result<TryAcquire> {
+        let ttl_ms = ttl_millis(ttl)?;
+        let keys = self.keys(name);
+        let token = owner.to_string();
+        let sent_at = Instant::now();
+        let node = &self.inner.node;
+        let outcome = match self.inner.config.replicas {
+            None => acquire_on(node, node.timeout(), &keys, &token, ttl_ms, waiting).await?,
+            Some(ack) => {
+                let outcome = self
+                    .acquire_with_wait(&keys, &token, ttl_ms, waiting, ack)
+                    .await?;
+                if let Some(outcome) = outcome {
+                    outcome
+                } else {
+                    // Too few replicas: give the lock back, then report.
+                    let _ = release_waking_on(node, node.timeout(), &keys, &token).await;
+                    return Err(Error::unavailable(
+                        BACKEND,
+                        format!(
+                            "fewer than {} replicas acknowledged the lock within {:?}",
+                            ack.count, ack.timeout
+                        ),
+                    ));
+                }
+            }
+        };
+        Ok(match outcome {
+            Acquired::Yes(fencing) => TryAcquire::Acquired(
+                Lease::new(name.clone(), owner, ttl, sent_at).with_fencing(FencingToken::new(fencing)),
+            ),
+            Acquired::No {
+                remaining: Some(remaining),
+                ..
+            } => TryAcquire::Held(Holder::expiring_in(remaining)),
+            Acquired::No { remaining: None, .. } => TryAcquire::Held(Holder::unknown()),
+        })
+    }
+
     /// The acquire script and `WAIT count timeout` in one pipeline. `None` if we won the lock
     /// but too few replicas acknowledged it.
     async fn acquire_with_wait(
@@ -584,6 +711,7 @@ impl RedisLock {
         keys: &LockKeys,
         token: &str,
         ttl_ms: u64,
+        waiting: Waiting<'_>,
         ack: crate::config::ReplicaAck,
     ) -> Result<Option<Acquired>> {
         let Some(acks) = self.inner.acks.as_ref() else {
@@ -592,17 +720,16 @@ impl RedisLock {
                 "no connections for replica acknowledgements",
             ));
         };
-        let ttl_arg = ttl_ms.to_string();
+        let call = AcquireCall::new(keys, token, ttl_ms, waiting);
+        let args = call.args();
         let wait_ms = u64::try_from(ack.timeout.as_millis()).unwrap_or(u64::MAX).max(1);
         let build = |use_eval: bool| {
-            let keys_arg: [&[u8]; 2] = [&keys.lock, &keys.fence];
-            let args: [&[u8]; 2] = [token.as_bytes(), ttl_arg.as_bytes()];
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
             pipe.add_command(if use_eval {
-                node::eval(&scripts::ACQUIRE, &keys_arg, &args)
+                node::eval(call.script, &call.keys, &args)
             } else {
-                node::evalsha(&scripts::ACQUIRE, &keys_arg, &args)
+                node::evalsha(call.script, &call.keys, &args)
             });
             pipe.cmd("WAIT").arg(ack.count).arg(wait_ms);
             pipe
@@ -624,6 +751,40 @@ impl RedisLock {
             return Ok(None);
         }
         Ok(Some(acquired))
+    }
+}
+
+/// Held by a waiter's [`ReleaseWatch`]: when the wait ends, a waiter that may still be queued
+/// leaves the queue in the background (the [`scripts::LEAVE`] script, which also wakes the
+/// next waiter if the lock is free, in case this one was woken and went away without trying).
+struct Leave {
+    lock: RedisLock,
+    keys: LockKeys,
+    waiter: Arc<str>,
+}
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        if !self.lock.queued().remove(&self.waiter) {
+            return; // never queued, or it won the lock, which took it out
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // the entry ends with its stay
+        };
+        let (lock, keys, waiter) = (self.lock.clone(), self.keys.clone(), self.waiter.clone());
+        runtime.spawn(async move {
+            let node = &lock.inner.node;
+            let left: Result<i64> = node
+                .script(
+                    &scripts::LEAVE,
+                    &[&keys.lock, &keys.waiters],
+                    &[waiter.as_bytes(), &keys.channel],
+                )
+                .await;
+            if let Err(error) = left {
+                tracing::debug!(%error, "distlock-redis: a waiter could not leave the queue; its entry ends with its stay");
+            }
+        });
     }
 }
 

@@ -80,6 +80,96 @@ return {0, redis.call('PTTL', KEYS[1]), holder}
     ))
 });
 
+/// A Lua function `wake_next(waiters, channel)`: drops the queue entries whose stay ended,
+/// takes the first remaining waiter out of the queue and publishes `wake:<waiter>` on the
+/// lock's channel. Nothing is published when no one waits.
+macro_rules! wake_next_fn {
+    () => {
+        r"
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function wake_next(waiters, channel)
+  redis.call('ZREMRANGEBYSCORE', waiters, '-inf', now_ms())
+  local first = redis.call('ZRANGE', waiters, 0, 0)[1]
+  if first then
+    redis.call('ZREM', waiters, first)
+    redis.call('PUBLISH', channel, 'wake:' .. first)
+  end
+end
+"
+    };
+}
+
+/// Acquire by a waiter: as [`ACQUIRE`], and if the lock is held, queue the waiter (at the
+/// back, for its stay), else take it out of the queue.
+///
+/// `KEYS[1]` lock key, `KEYS[2]` fencing counter, `KEYS[3]` waiters; `ARGV[1]` owner token,
+/// `ARGV[2]` TTL in ms, `ARGV[3]` waiter id, `ARGV[4]` stay in ms. Replies as [`ACQUIRE`].
+/// The queue is a sorted set scored by the end of each waiter's stay; it expires with the
+/// longest stay in it.
+pub(crate) static ACQUIRE_WAITING: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(concat!(
+        owner_fn!(),
+        wake_next_fn!(),
+        r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  redis.call('ZREM', KEYS[3], ARGV[3])
+  return {1, redis.call('INCR', KEYS[2])}
+end
+local holder = owner(KEYS[1])
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('ZREM', KEYS[3], ARGV[3])
+  return {1, tonumber(redis.call('GET', KEYS[2]))}
+end
+local stay = tonumber(ARGV[4])
+redis.call('ZADD', KEYS[3], now_ms() + stay, ARGV[3])
+if redis.call('PTTL', KEYS[3]) < stay then
+  redis.call('PEXPIRE', KEYS[3], stay)
+end
+return {0, redis.call('PTTL', KEYS[1]), holder}
+",
+    ))
+});
+
+/// Release that wakes one waiter: compare-and-delete, then wake the first waiter in the
+/// queue (see `wake_next`).
+///
+/// `KEYS[1]` lock key, `KEYS[2]` waiters; `ARGV[1]` owner token, `ARGV[2]` release channel.
+/// Returns 1 if the key held our token and was deleted, 0 otherwise.
+pub(crate) static RELEASE_WAKING: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(concat!(
+        wake_next_fn!(),
+        r"
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  wake_next(KEYS[2], ARGV[2])
+  return 1
+end
+return 0
+",
+    ))
+});
+
+/// A waiter leaves the queue (it gave up, or its outcome is unknown); if the lock is free, it
+/// may have been woken without trying, so the next waiter is woken in its place.
+///
+/// `KEYS[1]` lock key, `KEYS[2]` waiters; `ARGV[1]` waiter id, `ARGV[2]` release channel.
+pub(crate) static LEAVE: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(concat!(
+        wake_next_fn!(),
+        r"
+redis.call('ZREM', KEYS[2], ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  wake_next(KEYS[2], ARGV[2])
+end
+return 0
+",
+    ))
+});
+
 /// Acquire without a fencing counter (Redlock, whose masters cannot make tokens monotonic),
 /// reporting the server's run id (which changes with every restart) as the last element.
 ///

@@ -5,7 +5,7 @@
 //! sender per channel, reference-counted by the `keep` values handed to [`ReleaseWatch`]es.
 //! It may not touch lock keys.
 //!
-//! One background task (started by the first [`watch`](Subscriber::watch), restarted if its
+//! One background task (started by the first [`subscribe`](Subscriber::subscribe), restarted if its
 //! runtime went away) is the only one that talks to the server; callers only edit the shared
 //! table of channels and wait for their own channel's confirmation. So:
 //!
@@ -27,12 +27,15 @@
 //!   most a second) and subscribes every watched channel again; once a channel is confirmed
 //!   again its watchers are woken, because a release in the gap may have been missed. The
 //!   watches stay open meanwhile (their waiters keep their safety-net poll).
+//! - A watch may belong to one waiter ([`watch_as_waiter`](Subscriber::watch_as_waiter)): a
+//!   message `wake:<waiter id>` wakes only that waiter, any other message every watch of the
+//!   channel (a resubscription too).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use distlock_core::{Error, ReleaseWatch, Result};
+use distlock_core::{Error, Result};
 use futures::future::join_all;
 use futures::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
@@ -45,6 +48,8 @@ use crate::node::{bounded, BACKEND};
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// The first pause after a failed connection attempt.
 const MIN_BACKOFF: Duration = Duration::from_millis(20);
+/// A message that wakes one waiter: this prefix, then its id.
+pub(crate) const WAKE_PREFIX: &[u8] = b"wake:";
 
 /// The pub/sub side of one client.
 pub(crate) struct Subscriber {
@@ -92,6 +97,8 @@ struct Channel {
     refs: usize,
     /// Bumped on every release announced on the channel.
     tx: watch::Sender<u64>,
+    /// The watches of single waiters, bumped by messages naming them (and by every other).
+    waiters: HashMap<Arc<str>, watch::Sender<u64>>,
     /// `true` while the subscription is confirmed on the live connection.
     confirmed: watch::Sender<bool>,
     status: Status,
@@ -100,6 +107,29 @@ struct Channel {
 }
 
 impl Channel {
+    /// Wakes every watch of the channel.
+    fn wake_all(&self) {
+        self.tx.send_modify(|n| *n = n.wrapping_add(1));
+        for tx in self.waiters.values() {
+            tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// Wakes the waiter a message names, or everyone for any other message.
+    fn deliver(&self, payload: &[u8]) {
+        let named = payload
+            .strip_prefix(WAKE_PREFIX)
+            .and_then(|id| std::str::from_utf8(id).ok());
+        match named {
+            Some(id) => {
+                if let Some(tx) = self.waiters.get(id) {
+                    tx.send_modify(|n| *n = n.wrapping_add(1));
+                }
+            }
+            None => self.wake_all(),
+        }
+    }
+
     fn unconfirm(&mut self) {
         self.status = Status::Unsent;
         self.confirmed.send_replace(false);
@@ -125,6 +155,7 @@ pub(crate) struct Keep {
     shared: Arc<Shared>,
     channel: Vec<u8>,
     id: u64,
+    waiter: Option<Arc<str>>,
 }
 
 impl Drop for Keep {
@@ -132,6 +163,9 @@ impl Drop for Keep {
         let mut state = self.shared.state();
         let last = match state.channels.get_mut(&self.channel) {
             Some(entry) if entry.id == self.id => {
+                if let Some(waiter) = &self.waiter {
+                    entry.waiters.remove(waiter);
+                }
                 entry.refs -= 1;
                 entry.refs == 0
             }
@@ -194,17 +228,29 @@ impl Subscriber {
         }
     }
 
-    /// Subscribes to `channel` and returns once the server confirmed it, within the operation
-    /// timeout. No round trip if the channel is already subscribed; else one pipelined round
-    /// (plus connecting, the first time).
-    pub(crate) async fn watch(&self, channel: &[u8]) -> Result<ReleaseWatch> {
-        let (rx, keep) = self.subscribe(channel).await?;
-        Ok(ReleaseWatch::notified(rx, keep))
+    /// Subscribes to `channel` for one waiter, `waiter`, and returns once the server confirmed
+    /// it, within the operation timeout. No round trip if the channel is already subscribed;
+    /// else one pipelined round (plus connecting, the first time). The waiter's receiver
+    /// changes on messages naming it (`wake:<waiter>`) and on those naming no one.
+    pub(crate) async fn watch_as_waiter(
+        &self,
+        channel: &[u8],
+        waiter: Arc<str>,
+    ) -> Result<(watch::Receiver<u64>, Keep)> {
+        self.subscribe_as(channel, Some(waiter)).await
     }
 
-    /// As [`watch`](Self::watch), returning the raw receiver and the value that holds the
-    /// subscription.
+    /// As [`watch_as_waiter`](Self::watch_as_waiter) for every release, whoever it wakes:
+    /// the receiver and the value that holds the subscription.
     pub(crate) async fn subscribe(&self, channel: &[u8]) -> Result<(watch::Receiver<u64>, Keep)> {
+        self.subscribe_as(channel, None).await
+    }
+
+    async fn subscribe_as(
+        &self,
+        channel: &[u8],
+        waiter: Option<Arc<str>>,
+    ) -> Result<(watch::Receiver<u64>, Keep)> {
         let (rx, keep, mut confirmed) = {
             let mut state = self.shared.state();
             if !state.running {
@@ -222,18 +268,28 @@ impl Subscriber {
                 id: next_id,
                 refs: 0,
                 tx: watch::channel(0).0,
+                waiters: HashMap::new(),
                 confirmed: watch::channel(false).0,
                 status: Status::Unsent,
                 was_confirmed: false,
             });
             entry.refs += 1;
             let new = entry.id == next_id;
+            let rx = match &waiter {
+                Some(waiter) => {
+                    let (tx, rx) = watch::channel(0);
+                    entry.waiters.insert(waiter.clone(), tx);
+                    rx
+                }
+                None => entry.tx.subscribe(),
+            };
             let handles = (
-                entry.tx.subscribe(),
+                rx,
                 Keep {
                     shared: self.shared.clone(),
                     channel: channel.to_vec(),
                     id: entry.id,
+                    waiter,
                 },
                 entry.confirmed.subscribe(),
             );
@@ -384,7 +440,7 @@ async fn run(
                                 entry.confirmed.send_replace(true);
                                 if entry.was_confirmed {
                                     // A release may have been announced while we were away.
-                                    entry.tx.send_modify(|n| *n = n.wrapping_add(1));
+                                    entry.wake_all();
                                 }
                                 entry.was_confirmed = true;
                             }
@@ -420,14 +476,14 @@ async fn connect(shared: &Arc<Shared>, client: &redis::Client, url: &str, limit:
     })
 }
 
-/// Bumps the watch of every channel a message arrives on, until the connection ends.
+/// Wakes the watches a message is for, until the connection ends.
 async fn dispatch(shared: Arc<Shared>, mut stream: PubSubStream, generation: u64) {
     while let Some(msg) = stream.next().await {
         let Ok(channel) = msg.get_channel::<Vec<u8>>() else {
             continue;
         };
         if let Some(entry) = shared.state().channels.get(&channel) {
-            entry.tx.send_modify(|n| *n = n.wrapping_add(1));
+            entry.deliver(msg.get_payload_bytes());
         }
     }
     tracing::debug!("distlock-redis: the pub/sub connection ended; resubscribing");

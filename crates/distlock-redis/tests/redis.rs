@@ -348,18 +348,33 @@ async fn scripts_survive_a_script_flush() {
     drop(take(&lock, &lock_name, Duration::from_secs(1)).await);
 }
 
-/// A watch wakes on a release by another client (not on a failed stale release), one
-/// pub/sub connection serves many watches, and dropping the last watch unsubscribes.
+/// A release wakes the first queued waiter only, the next release the next one; one pub/sub
+/// connection serves many watches, and dropping the last watch unsubscribes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_wakes_on_release_and_unsubscribes_when_dropped() {
     let url = shared_url().await;
     let (holder, waiter) = (connect(&url).await, connect(&url).await);
     assert_eq!(waiter.capabilities().wake_up, WakeUp::Notification);
+    assert!(waiter.capabilities().wakes_one);
     let lock = name("watched");
-    let lease = take(&holder, &lock, Duration::from_secs(30)).await;
+    let ttl = Duration::from_secs(30);
+    let stay = Duration::from_secs(10);
+    let lease = take(&holder, &lock, ttl).await;
     let mut watch = waiter.watch(&lock).await.expect("subscribes");
     let mut second = waiter.watch(&lock).await.expect("subscribes");
     assert!(watch.is_notified());
+    let (first_id, second_id) = (
+        watch.waiter().expect("a waiter's watch").clone(),
+        second.waiter().expect("a waiter's watch").clone(),
+    );
+    assert_ne!(first_id, second_id);
+    for id in [&first_id, &second_id] {
+        let attempt = waiter
+            .try_acquire_waiting(&lock, OwnerToken::new(), ttl, id, stay)
+            .await
+            .expect("works");
+        assert!(matches!(attempt, TryAcquire::Held(_)), "{attempt:?}");
+    }
     assert_eq!(
         watch.wait(Duration::from_millis(100)).await,
         Woke::TimedOut,
@@ -368,8 +383,26 @@ async fn watch_wakes_on_release_and_unsubscribes_when_dropped() {
     let started = Instant::now();
     assert!(holder.release(&lease).await.expect("works"));
     assert_eq!(watch.wait(Duration::from_secs(5)).await, Woke::Released);
-    assert_eq!(second.wait(Duration::from_secs(5)).await, Woke::Released);
     println!("release heard after {:?}", started.elapsed());
+    assert_eq!(
+        second.wait(Duration::from_millis(300)).await,
+        Woke::TimedOut,
+        "a release wakes the first queued waiter only"
+    );
+    let won = match waiter
+        .try_acquire_waiting(&lock, OwnerToken::new(), ttl, &first_id, stay)
+        .await
+        .expect("works")
+    {
+        TryAcquire::Acquired(lease) => lease,
+        held => panic!("the woken waiter finds the lock free: {held:?}"),
+    };
+    assert!(waiter.release(&won).await.expect("works"));
+    assert_eq!(
+        second.wait(Duration::from_secs(5)).await,
+        Woke::Released,
+        "the next release wakes the next waiter"
+    );
 
     let mut raw = support::raw(&url).await.expect("raw");
     let channel = [b"distlock:released:".as_slice(), lock.as_str().as_bytes()].concat();
