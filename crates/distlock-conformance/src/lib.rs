@@ -175,6 +175,10 @@ pub const CASES: &[Case] = &[
         c27_release_wakes_one_waiter,
         "a release wakes one of six waiters, not all, and no wake is lost"
     ),
+    case!(
+        c28_release_in_process_wakes_a_polling_waiter,
+        "a release in this process hands over at once, even on stores that publish nothing"
+    ),
 ];
 
 tokio::task_local! {
@@ -253,6 +257,7 @@ macro_rules! conformance_tests {
             c25_no_exhaustion_after_timeouts,
             c26_paused_holder_knows_it_lost,
             c27_release_wakes_one_waiter,
+            c28_release_in_process_wakes_a_polling_waiter,
         );
 
         #[test]

@@ -111,6 +111,22 @@ impl DistributedLock for Recording {
         self.record(name);
         self.inner.try_acquire(name, owner, ttl).await
     }
+    async fn try_acquire_waiting(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiter: &str,
+        stay: Duration,
+    ) -> Result<TryAcquire> {
+        self.record(name);
+        self.inner
+            .try_acquire_waiting(name, owner, ttl, waiter, stay)
+            .await
+    }
+    fn store_identity(&self) -> Option<String> {
+        self.inner.store_identity()
+    }
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.inner.release(lease).await
     }

@@ -13,6 +13,7 @@ use crate::cleanup::release_in_background;
 use crate::detach::Detaching;
 use crate::guard::LockGuard;
 use crate::hold::HoldOptions;
+use crate::local::LocallyWoken;
 use crate::schedule::WaitSchedule;
 use crate::watchdog::Watchdog;
 use crate::{
@@ -110,7 +111,7 @@ impl LockClient {
 
     /// A client over a shared backend.
     pub fn from_arc(lock: Arc<dyn DistributedLock>) -> Self {
-        Self::with_defaults_inner(lock, AcquireOptions::new())
+        Self::with_defaults_inner(LocallyWoken::wrap(lock), AcquireOptions::new())
     }
 
     /// A client with other defaults for [`acquire`](Self::acquire) and
@@ -130,7 +131,8 @@ impl LockClient {
         }
     }
 
-    /// The backend.
+    /// The backend (for one that polls and names its store, wrapped so that releases by this
+    /// process wake this process's waiters: see [`DistributedLock::store_identity`]).
     pub fn backend(&self) -> &Arc<dyn DistributedLock> {
         &self.inner.lock
     }

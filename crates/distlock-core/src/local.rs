@@ -10,10 +10,15 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
+use async_trait::async_trait;
+use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::{LockName, ReleaseWatch};
+use crate::{
+    Capabilities, DistributedLock, Lease, LockName, LockState, LossReason, OwnerToken, ReleaseWatch, Result,
+    Session, TryAcquire, WakeUp,
+};
 
 /// The waiter queues of every store identity in this process (see [`LocalWaiters::for_store`]).
 static STORES: LazyLock<Mutex<HashMap<String, Weak<Mutex<Names>>>>> = LazyLock::new(Mutex::default);
@@ -34,7 +39,9 @@ static STORES: LazyLock<Mutex<HashMap<String, Weak<Mutex<Names>>>>> = LazyLock::
 /// let name = LockName::new("report").unwrap();
 /// let mut watch = waiters.watch(&name, true);
 /// let id = watch.waiter().unwrap().clone();
-/// waiters.queue(&name, &id, Duration::from_secs(5)); // its attempt found the lock held
+/// let seen = waiters.releases(&name);
+/// // ... an attempt finds the lock held ...
+/// waiters.queue(&name, &id, Duration::from_secs(5), seen);
 /// waiters.released(&name);
 /// assert_eq!(watch.wait(Duration::from_secs(1)).await, Woke::Released);
 /// # }
@@ -53,6 +60,8 @@ struct Names {
 /// The waiters of one name.
 #[derive(Default)]
 struct Waiters {
+    /// Releases announced so far (see [`LocalWaiters::releases`]).
+    releases: u64,
     /// Every live watch, by waiter id, and whether it was woken and has not tried since.
     watches: HashMap<u64, (watch::Sender<u64>, bool)>,
     /// The waiters queued by their last attempt, the next to wake first, each with the end
@@ -134,13 +143,29 @@ impl LocalWaiters {
         }
     }
 
-    /// Queues `waiter` (at the back, for `stay`): its attempt found `name` held.
-    pub fn queue(&self, name: &LockName, waiter: &str, stay: Duration) {
+    /// How many releases of `name` were announced while it had waiters: read it before an
+    /// attempt and give it to [`queue`](Self::queue) after, so a release in between is not
+    /// missed.
+    pub fn releases(&self, name: &LockName) -> u64 {
+        self.names().by_name.get(name).map_or(0, |w| w.releases)
+    }
+
+    /// Queues `waiter` (at the back, for `stay`): its attempt found `name` held. `seen` is
+    /// [`releases`](Self::releases) from before the attempt: if a release was announced since,
+    /// the waiter is woken at once instead.
+    pub fn queue(&self, name: &LockName, waiter: &str, stay: Duration, seen: u64) {
         let Ok(id) = waiter.parse::<u64>() else { return };
         let now = Instant::now();
         let until = now.checked_add(stay).unwrap_or(now + Duration::from_secs(3600));
         if let Some(waiters) = self.names().by_name.get_mut(name) {
             waiters.dequeue(id);
+            if waiters.releases != seen {
+                if let Some((tx, woken)) = waiters.watches.get_mut(&id) {
+                    *woken = true;
+                    tx.send_modify(|n| *n = n.wrapping_add(1));
+                }
+                return;
+            }
             waiters.queue.push_back((id, until));
         }
     }
@@ -156,6 +181,7 @@ impl LocalWaiters {
     /// `name` was released by a client of this process: wakes its first queued waiter.
     pub fn released(&self, name: &LockName) {
         if let Some(waiters) = self.names().by_name.get_mut(name) {
+            waiters.releases = waiters.releases.wrapping_add(1);
             waiters.wake_next(Instant::now());
         }
     }
@@ -168,6 +194,103 @@ impl LocalWaiters {
     /// Whether no name has a live watch.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// A polling backend with this process's waiters woken by this process's releases: what
+/// [`LockClient`](crate::LockClient) puts around a backend that polls and names its store
+/// ([`DistributedLock::store_identity`]).
+#[derive(Debug)]
+pub(crate) struct LocallyWoken {
+    inner: Arc<dyn DistributedLock>,
+    waiters: LocalWaiters,
+}
+
+impl LocallyWoken {
+    /// `lock` wrapped, if it polls and names its store; else `lock` itself.
+    pub(crate) fn wrap(lock: Arc<dyn DistributedLock>) -> Arc<dyn DistributedLock> {
+        if lock.capabilities().wake_up != WakeUp::Polling {
+            return lock;
+        }
+        match lock.store_identity() {
+            Some(identity) => Arc::new(Self {
+                waiters: LocalWaiters::for_store(&identity),
+                inner: lock,
+            }),
+            None => lock,
+        }
+    }
+}
+
+#[async_trait]
+impl DistributedLock for LocallyWoken {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
+        self.inner.try_acquire(name, owner, ttl).await
+    }
+
+    async fn try_acquire_waiting(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiter: &str,
+        stay: Duration,
+    ) -> Result<TryAcquire> {
+        let seen = self.waiters.releases(name);
+        let outcome = self.inner.try_acquire(name, owner, ttl).await;
+        match &outcome {
+            Ok(TryAcquire::Held(_)) => self.waiters.queue(name, waiter, stay, seen),
+            _ => self.waiters.dequeue(name, waiter),
+        }
+        outcome
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let released = self.inner.release(lease).await;
+        if matches!(released, Ok(true)) {
+            self.waiters.released(lease.name());
+        }
+        released
+    }
+
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
+        self.inner.extend(lease, ttl).await
+    }
+
+    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        self.inner.extend_many(leases).await
+    }
+
+    async fn watch(&self, name: &LockName) -> Result<ReleaseWatch> {
+        Ok(self.waiters.watch(name, true))
+    }
+
+    fn store_identity(&self) -> Option<String> {
+        self.inner.store_identity()
+    }
+
+    fn session(&self) -> Option<watch::Receiver<Session>> {
+        self.inner.session()
+    }
+
+    fn watch_lease(&self, lease: &Lease) -> Option<BoxFuture<'static, LossReason>> {
+        self.inner.watch_lease(lease)
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<LockState> {
+        self.inner.inspect(name).await
+    }
+
+    async fn ping(&self) -> Result<()> {
+        self.inner.ping().await
     }
 }
 
@@ -219,7 +342,7 @@ mod tests {
         let waiters = LocalWaiters::new();
         let (mut a, mut b) = (waiters.watch(&name(), false), waiters.watch(&name(), false));
         for w in [&a, &b] {
-            waiters.queue(&name(), w.waiter().expect("id"), Duration::from_secs(5));
+            waiters.queue(&name(), w.waiter().expect("id"), Duration::from_secs(5), 0);
         }
         waiters.released(&name());
         assert_eq!(a.wait(Duration::from_secs(1)).await, Woke::Released);
@@ -233,7 +356,7 @@ mod tests {
         let waiters = LocalWaiters::new();
         let (a, mut b) = (waiters.watch(&name(), false), waiters.watch(&name(), false));
         for w in [&a, &b] {
-            waiters.queue(&name(), w.waiter().expect("id"), Duration::from_secs(5));
+            waiters.queue(&name(), w.waiter().expect("id"), Duration::from_secs(5), 0);
         }
         waiters.released(&name());
         drop(a);
@@ -243,12 +366,22 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_release_during_the_attempt_wakes_the_waiter_at_once() {
+        let waiters = LocalWaiters::new();
+        let mut w = waiters.watch(&name(), true);
+        let seen = waiters.releases(&name());
+        waiters.released(&name()); // while the attempt was on its way
+        waiters.queue(&name(), w.waiter().expect("id"), Duration::from_secs(5), seen);
+        assert_eq!(w.wait(Duration::from_secs(1)).await, Woke::Released);
+    }
+
+    #[tokio::test]
     async fn one_identity_one_queue() {
         let (x, y) = (LocalWaiters::for_store("s#1"), LocalWaiters::for_store("s#1"));
         let other = LocalWaiters::for_store("s#2");
         let mut w = x.watch(&name(), true);
         assert!(!w.is_notified(), "a polling store's waiter keeps polling");
-        y.queue(&name(), w.waiter().expect("id"), Duration::from_secs(5));
+        y.queue(&name(), w.waiter().expect("id"), Duration::from_secs(5), 0);
         other.released(&name());
         assert_eq!(w.wait(Duration::from_millis(50)).await, Woke::TimedOut);
         y.released(&name());

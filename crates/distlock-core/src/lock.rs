@@ -175,6 +175,18 @@ pub trait DistributedLock: Send + Sync + fmt::Debug + 'static {
         })
     }
 
+    /// A name of the store this client talks to, the same for every client of that store in
+    /// this process (for example `sqlite:<absolute path>#<table>`), or `None`. For a backend
+    /// that polls ([`WakeUp::Polling`](crate::WakeUp::Polling)),
+    /// [`LockClient`](crate::LockClient) uses it to wake this process's waiters of a lock, one
+    /// per release, when a client of this process releases it (see
+    /// [`LocalWaiters`](crate::LocalWaiters)); waiters still poll for releases by other
+    /// processes. Two stores must never share a name; one store under two names only loses
+    /// that wake-up.
+    fn store_identity(&self) -> Option<String> {
+        None
+    }
+
     /// The state of this client's session, for session-bound backends
     /// ([`Expiry::Session`](crate::Expiry::Session)); `None` for TTL backends. The watchdog
     /// follows it to report suspended and lost locks (see [`Session`]).

@@ -154,7 +154,8 @@ impl MemoryLock {
             let remaining = entry.expires_at - now;
             // Queued under the store's lock, so a release cannot slip in between.
             if let Some((id, stay)) = waiter {
-                self.waiters.queue(name, id, stay);
+                let seen = self.waiters.releases(name);
+                self.waiters.queue(name, id, stay, seen);
             }
             return Ok(TryAcquire::Held(Holder::expiring_in(remaining)));
         }

@@ -823,6 +823,17 @@ impl DistributedLock for MemcachedLock {
         Ok(self.release_watch())
     }
 
+    /// `memcache://<servers>#<namespace>`: a release by a client of this process wakes one of
+    /// this process's waiters at once.
+    fn store_identity(&self) -> Option<String> {
+        let config = &self.inner.config;
+        Some(format!(
+            "memcache://{}#{}",
+            config.servers().join(","),
+            config.namespace()
+        ))
+    }
+
     async fn inspect(&self, name: &LockName) -> Result<LockState> {
         self.inspect_once(name).await
     }

@@ -91,6 +91,9 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local function wake_next(waiters, channel)
+  if redis.call('EXISTS', waiters) == 0 then
+    return
+  end
   redis.call('ZREMRANGEBYSCORE', waiters, '-inf', now_ms())
   local first = redis.call('ZRANGE', waiters, 0, 0)[1]
   if first then

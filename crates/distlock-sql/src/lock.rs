@@ -329,6 +329,21 @@ impl DistributedLock for SqlLock {
         Ok(ReleaseWatch::polling())
     }
 
+    /// `mysql://<user>@<host>:<port>/<db>#<table>` or `sqlite:<canonical path>#<table>`: a
+    /// release by a client of this process wakes one of this process's waiters at once.
+    fn store_identity(&self) -> Option<String> {
+        let table = &self.inner.config.table;
+        match &self.inner.config.target {
+            #[cfg(feature = "mysql")]
+            Target::MySql { redacted, .. } => Some(format!("{redacted}#{table}")),
+            #[cfg(feature = "sqlite")]
+            Target::Sqlite { path } => {
+                let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+                Some(format!("sqlite:{}#{table}", path.display()))
+            }
+        }
+    }
+
     /// Inspect: the row's owner, version and remaining time. **1 round trip.**
     async fn inspect(&self, name: &LockName) -> Result<LockState> {
         let key = lock_key(name);

@@ -80,6 +80,30 @@ impl DistributedLock for Broken {
         )
     }
 
+    async fn try_acquire_waiting(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiter: &str,
+        stay: Duration,
+    ) -> Result<TryAcquire> {
+        Ok(
+            match self
+                .inner
+                .try_acquire_waiting(name, owner, self.store_ttl(ttl), waiter, stay)
+                .await?
+            {
+                TryAcquire::Acquired(lease) => TryAcquire::Acquired(self.as_granted(lease, ttl)),
+                held => held,
+            },
+        )
+    }
+
+    fn store_identity(&self) -> Option<String> {
+        self.inner.store_identity()
+    }
+
     async fn release(&self, lease: &Lease) -> Result<bool> {
         if self.breakage != Breakage::UncheckedRelease {
             return self.inner.release(lease).await;

@@ -37,7 +37,7 @@ pub use outage::c12_store_going_away;
 pub use process::{c17_cross_process_holder, c26_paused_holder_knows_it_lost};
 pub use renewal::c05_extend_and_watchdog_keep_lock;
 pub use waiting::{c06_wait_timeout_and_handoff, c07_cancelled_acquire_leaves_nothing, c20_with_lock};
-pub use wakeup::c27_release_wakes_one_waiter;
+pub use wakeup::{c27_release_wakes_one_waiter, c28_release_in_process_wakes_a_polling_waiter};
 
 /// How a case ended (a failure is a panic).
 #[derive(Debug, Clone, PartialEq, Eq)]

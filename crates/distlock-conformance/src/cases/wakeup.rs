@@ -1,4 +1,5 @@
-//! Waking: a release wakes the one waiter that can win, not every waiter.
+//! Waking: a release wakes the one waiter that can win, not every waiter, and reaches waiters
+//! of the same process at once even on stores that publish nothing.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -91,6 +92,50 @@ pub async fn c27_release_wakes_one_waiter(ctx: Ctx) -> Outcome {
         current = next;
     }
     assert!(current.release().await.expect("released"));
+    Outcome::Passed
+}
+
+/// Case 28: A release by a client of this process hands the lock to a waiter of this process
+/// at once, also on stores that publish nothing (their waiters are woken in the process, see
+/// `LocalWaiters`): with the waiter's next poll 5 s away, it holds the lock within 1 s.
+pub async fn c28_release_in_process_wakes_a_polling_waiter(ctx: Ctx) -> Outcome {
+    let probe = ctx.backend().await;
+    if ctx.caps().wake_up == WakeUp::Polling && probe.store_identity().is_none() {
+        return ctx.skip("the backend polls and does not name its store, so waiters only poll");
+    }
+    let (holder, waiter) = (ctx.client().await, ctx.client().await);
+    let name = ctx.name("local-wake");
+    let long_poll = Duration::from_secs(5);
+    let opts = AcquireOptions::new()
+        .ttl(LONG_TTL)
+        .wait_for(Duration::from_secs(60))
+        .poll_interval(long_poll, long_poll);
+    for round in 0..3 {
+        let guard = holder.acquire_with(&name, &opts).await.expect("acquired");
+        let waiting = {
+            let (waiter, name, opts) = (waiter.clone(), name.clone(), opts.clone());
+            tokio::spawn(async move {
+                let guard = waiter
+                    .acquire_with(&name, &opts)
+                    .await
+                    .expect("the waiter acquires");
+                (guard, Instant::now())
+            })
+        };
+        // Let the waiter fail its attempts and go to sleep.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let released = Instant::now();
+        assert!(guard.release().await.expect("released"));
+        let (guard, at) = within(
+            Duration::from_secs(1),
+            "the waiter holds the lock after a release in its process (its next poll is 5 s away)",
+            waiting,
+        )
+        .await
+        .expect("the waiter task");
+        ctx.note(format!("round {round}: handoff {:?}", at - released));
+        assert!(guard.release().await.expect("released"));
+    }
     Outcome::Passed
 }
 
@@ -203,6 +248,10 @@ impl DistributedLock for Counting {
     ) -> Result<Option<Lease>> {
         self.attempts.fetch_add(1, Ordering::SeqCst);
         self.inner.acquire_queued(name, owner, ttl, deadline).await
+    }
+
+    fn store_identity(&self) -> Option<String> {
+        self.inner.store_identity()
     }
 
     fn session(&self) -> Option<tokio::sync::watch::Receiver<distlock_core::Session>> {

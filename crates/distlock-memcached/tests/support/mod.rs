@@ -232,6 +232,31 @@ impl DistributedLock for Recorded {
         self.inner.try_acquire(name, owner, ttl).await
     }
 
+    async fn try_acquire_waiting(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiter: &str,
+        stay: Duration,
+    ) -> Result<TryAcquire> {
+        self.names
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.clone());
+        self.inner
+            .try_acquire_waiting(name, owner, ttl, waiter, stay)
+            .await
+    }
+
+    async fn watch(&self, name: &LockName) -> Result<distlock_core::ReleaseWatch> {
+        self.inner.watch(name).await
+    }
+
+    fn store_identity(&self) -> Option<String> {
+        self.inner.store_identity()
+    }
+
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.inner.release(lease).await
     }
