@@ -56,8 +56,9 @@
 //! An operator's `SELECT ... FOR UPDATE` on a lock row, or DDL waiting for a metadata lock,
 //! therefore makes operations on that row fail with `Unavailable` in time instead of
 //! committing after the caller was told they failed. A connection whose statement was still
-//! running when the operation timed out is dropped from the pool (not returned, where the
-//! pool's return check would wait behind the statement while holding a slot).
+//! running when the operation timed out (or whose future was dropped) is closed, never
+//! returned to the pool (its next statement would first wait for the cut one's answer while
+//! holding a slot).
 //!
 //! # Ambiguous errors
 //!
@@ -83,10 +84,15 @@
 //! - The acquire upsert is independent of how `ON DUPLICATE KEY UPDATE` orders its
 //!   assignments, so it is correct under MariaDB's `SIMULTANEOUS_ASSIGNMENT` (part of
 //!   `sql_mode=ORACLE`) as under the default; a row with an owner but no expiry counts as free.
-//! - Acquire (won or held), release and extend are one statement each, prepared when a
-//!   connection opens; no ping precedes a statement except on a connection idle for over
-//!   30 s. The pool checks a connection with a ping when it is handed back, after the answer
-//!   reached the caller.
+//! - Acquire (won or held), release and extend are exactly one round trip each: one
+//!   statement, prepared when a connection opens, and no ping before or after it. The
+//!   backend keeps its own pool of sqlx connections (sqlx's pool pings every connection
+//!   handed back to it, a second round trip per operation that also keeps the connection
+//!   from the next operation meanwhile): a connection goes back as soon as its statement's
+//!   answer arrived, unless the statement was cut or the answer ended the session, and only a
+//!   connection idle for over 30 s is pinged before its next statement. Connections open
+//!   lazily, at most [`SqlConfig::with_max_connections`] of them; one idle for 10 minutes or
+//!   older than 30 minutes is closed.
 //! - A server that refuses writes because it is read-only (a primary demoted by a failover,
 //!   `--read-only`: errors 1290, 1836, 1792, 1874) makes writes fail with `Unavailable`,
 //!   which callers retry, not `Backend`. The lock's user must not hold `SUPER` or
@@ -121,10 +127,13 @@
 #[cfg(not(any(feature = "mysql", feature = "sqlite")))]
 compile_error!("distlock-sql needs at least one of its features `mysql` and `sqlite`");
 
+mod checkout;
 mod config;
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 mod fs;
 mod lock;
+#[cfg(feature = "mysql")]
+mod mysql_pool;
 mod sql;
 
 pub use config::{SqlConfig, DEFAULT_MAX_CONNECTIONS, DEFAULT_OPERATION_TIMEOUT, DEFAULT_TABLE};

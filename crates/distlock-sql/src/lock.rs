@@ -1,6 +1,8 @@
 //! [`SqlLock`]: the [`DistributedLock`] over one row per lock name with an optimistic
-//! `version` column, on MySQL/MariaDB or SQLite. This module owns the connection pool and the
-//! meaning of each statement's result; the SQL text lives in `sql.rs`.
+//! `version` column, on MySQL/MariaDB or SQLite. This module owns the meaning of each
+//! statement's result and the retries around it; the SQL text lives in `sql.rs`, the MySQL
+//! connection pool in `mysql_pool.rs` and the rule for handing connections back in
+//! `checkout.rs`.
 //!
 //! # Row layout
 //!
@@ -36,18 +38,22 @@ use distlock_core::{
 };
 use tokio::time::Instant;
 
+use crate::checkout::{Checkout, ConnectionPool};
 use crate::config::{SqlConfig, Target};
+#[cfg(feature = "mysql")]
+use crate::mysql_pool::{session_limits, MySqlConnections, Session};
 #[cfg(feature = "mysql")]
 use crate::sql::MYSQL_HELD;
 use crate::sql::{key_char, Dialect, Statements, KEY_LEN};
 
 /// A closure for [`SqlLock::run`]: runs one statement (`$body`, which reaches the connection as
-/// `$c.conn()?`) and hands the connection back to the pool only once the statement finished.
+/// `$c.conn()?`) and hands the connection back to the pool only once the statement finished
+/// with an answer that leaves the connection usable.
 macro_rules! on_conn {
     ($c:ident => $body:expr) => {
         |mut $c: Checkout<_>| async move {
             let result = $body;
-            $c.finish();
+            $c.finish(reusable(&result));
             result
         }
     };
@@ -55,12 +61,6 @@ macro_rules! on_conn {
 
 /// The longest TTL accepted: 30 days, as [`Capabilities::new`] declares.
 const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
-/// A pooled MySQL connection idle for longer than this is pinged before its next statement:
-/// long enough that a lock renewed every few seconds never pays for a ping (a second round
-/// trip that a slow network may not fit in the operation timeout), short enough to catch
-/// connections that a load balancer's or the server's idle timeout closed.
-#[cfg(feature = "mysql")]
-const IDLE_CHECK: Duration = Duration::from_secs(30);
 /// The first and the longest pause between internal retries of a busy or deadlocked statement.
 const RETRY_FIRST: Duration = Duration::from_millis(2);
 const RETRY_MAX: Duration = Duration::from_millis(50);
@@ -112,7 +112,7 @@ struct Inner {
 
 enum Pool {
     #[cfg(feature = "mysql")]
-    MySql(sqlx::MySqlPool),
+    MySql(MySqlConnections),
     #[cfg(feature = "sqlite")]
     Sqlite(sqlx::SqlitePool),
 }
@@ -145,7 +145,7 @@ impl SqlLock {
     pub async fn close(&self) {
         match &self.inner.pool {
             #[cfg(feature = "mysql")]
-            Pool::MySql(pool) => pool.close().await,
+            Pool::MySql(connections) => connections.close().await,
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => pool.close().await,
         }
@@ -172,8 +172,8 @@ impl DistributedLock for SqlLock {
     /// MySQL: **1 round trip**, won or held: `LAST_INSERT_ID` carries the new version, or the
     /// holder's remaining time so the waiter wakes at its expiry. SQLite: **1 statement** when
     /// acquired (`RETURNING version`), **2** when held (the second reads the holder's
-    /// remaining time; both are local calls, no network). No ping precedes a statement,
-    /// except on a MySQL connection idle for over 30 s.
+    /// remaining time; both are local calls, no network). No ping precedes or follows a
+    /// MySQL statement, except one before it on a connection idle for over 30 s.
     async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
         let units = self.ttl_units(ttl)?;
         let key = lock_key(name);
@@ -415,58 +415,14 @@ impl SqlLock {
         let sql = Statements::new(config.dialect(), &config.table);
         let pool = match &config.target {
             #[cfg(feature = "mysql")]
-            Target::MySql { options, .. } => {
-                let limits = session_limits(config.statement_limit());
-                // Prepared once per connection, at connect: a statement first prepared when
-                // it is needed costs a second round trip at that moment (a renewal through a
-                // slow network, the first release after a long hold).
-                let warm: Arc<[String]> = [&sql.acquire, &sql.extend, &sql.release]
-                    .map(String::clone)
-                    .into();
-                Pool::MySql(
-                    sqlx::mysql::MySqlPoolOptions::new()
-                        .max_connections(config.max_connections)
-                        .min_connections(0)
-                        .acquire_timeout(config.operation_timeout)
-                        // No ping before every statement (a second round trip on the critical
-                        // path); only a connection idle for a while, which the server may have
-                        // closed meanwhile (a restart, `wait_timeout`), is checked first.
-                        .test_before_acquire(false)
-                        .before_acquire(|conn, meta| {
-                            Box::pin(async move {
-                                if meta.idle_for < IDLE_CHECK {
-                                    return Ok(true);
-                                }
-                                Ok(sqlx::Connection::ping(conn).await.is_ok())
-                            })
-                        })
-                        .after_connect(move |conn, _meta| {
-                            let (mariadb, mysql) = limits.clone();
-                            let warm = warm.clone();
-                            Box::pin(async move {
-                                use sqlx::Executor;
-                                match conn.execute(&*mariadb).await {
-                                    Ok(_) => {}
-                                    // ER_UNKNOWN_SYSTEM_VARIABLE: MySQL, without max_statement_time.
-                                    Err(e) if mysql_error_number(&e) == Some(1193) => {
-                                        conn.execute(&*mysql).await?;
-                                    }
-                                    Err(e) => return Err(e),
-                                }
-                                for statement in warm.iter() {
-                                    // Best effort: before the table exists (the very first
-                                    // connection) it fails, and the statement is prepared
-                                    // when first run.
-                                    if let Err(e) = conn.prepare(statement.as_str()).await {
-                                        tracing::debug!(error = %e, "distlock-sql: preparing at connect");
-                                    }
-                                }
-                                Ok(())
-                            })
-                        })
-                        .connect_lazy_with((**options).clone()),
-                )
-            }
+            Target::MySql { options, .. } => Pool::MySql(MySqlConnections::new(
+                (**options).clone(),
+                config.max_connections,
+                Session {
+                    limits: session_limits(config.statement_limit()),
+                    warm: vec![sql.acquire.clone(), sql.extend.clone(), sql.release.clone()],
+                },
+            )?),
             #[cfg(feature = "sqlite")]
             Target::Sqlite { path } => Pool::Sqlite(open_sqlite(path, &config)?),
         };
@@ -536,10 +492,10 @@ impl SqlLock {
     /// [`Error::Unavailable`]. A retry starts only if the database's own limit on it
     /// ([`SqlConfig::statement_limit`]) ends before the operation's deadline, so the last
     /// attempt is aborted by the database before the caller is told it failed.
-    async fn run<DB, T, F, Fut>(&self, pool: &sqlx::Pool<DB>, what: &'static str, op: F) -> Result<T>
+    async fn run<C, T, F, Fut>(&self, pool: &C, what: &'static str, op: F) -> Result<T>
     where
-        DB: sqlx::Database,
-        F: FnMut(Checkout<DB>) -> Fut,
+        C: ConnectionPool,
+        F: FnMut(Checkout<C::Pooled>) -> Fut,
         Fut: Future<Output = Result<T, sqlx::Error>>,
     {
         self.run_tracked(pool, what, op).await.map(|(value, _)| value)
@@ -552,15 +508,15 @@ impl SqlLock {
     /// again), except release, whose retry finds nothing to release if the broken attempt was
     /// applied: so the result says whether an attempt broke mid-statement (the error it
     /// broke with), and the caller decides.
-    async fn run_tracked<DB, T, F, Fut>(
+    async fn run_tracked<C, T, F, Fut>(
         &self,
-        pool: &sqlx::Pool<DB>,
+        pool: &C,
         what: &'static str,
         mut op: F,
     ) -> Result<(T, Option<Error>)>
     where
-        DB: sqlx::Database,
-        F: FnMut(Checkout<DB>) -> Fut,
+        C: ConnectionPool,
+        F: FnMut(Checkout<C::Pooled>) -> Fut,
         Fut: Future<Output = Result<T, sqlx::Error>>,
     {
         let timeout = self.inner.config.operation_timeout;
@@ -573,22 +529,30 @@ impl SqlLock {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let attempt = async {
-                let conn = pool.acquire().await?;
-                op(Checkout(Some(conn))).await
+                let conn = pool.checkout(deadline).await.map_err(Failure::Checkout)?;
+                op(Checkout::new(conn)).await.map_err(Failure::Statement)
             };
             match tokio::time::timeout(left, attempt).await {
                 Ok(Ok(value)) => return Ok((value, broken)),
-                Ok(Err(e)) if is_contention(&e) && Instant::now() + pause + limit < deadline => {
+                Ok(Err(Failure::Checkout(e) | Failure::Statement(e)))
+                    if is_contention(&e) && Instant::now() + pause + limit < deadline =>
+                {
                     tracing::trace!(error = %e, what, "distlock-sql: contention, retrying");
                     tokio::time::sleep(jittered(pause)).await;
                     pause = (pause * 2).min(RETRY_MAX);
                 }
-                Ok(Err(e @ sqlx::Error::Io(_))) if reconnects > 0 && Instant::now() < deadline => {
+                // Only a statement's connection breaks mid-statement; a failed checkout sent
+                // nothing (the pool already retried a server refusing connections).
+                Ok(Err(Failure::Statement(e @ sqlx::Error::Io(_))))
+                    if reconnects > 0 && Instant::now() < deadline =>
+                {
                     tracing::debug!(error = %e, what, "distlock-sql: connection broke, retrying on another");
                     reconnects -= 1;
                     broken.get_or_insert(map_error(self.backend(), what, e));
                 }
-                Ok(Err(e)) => return Err(broken.unwrap_or_else(|| map_error(self.backend(), what, e))),
+                Ok(Err(Failure::Checkout(e) | Failure::Statement(e))) => {
+                    return Err(broken.unwrap_or_else(|| map_error(self.backend(), what, e)))
+                }
                 Err(_) => {
                     return Err(broken.unwrap_or_else(|| {
                         Error::unavailable(
@@ -695,59 +659,34 @@ fn open_sqlite(path: &std::path::Path, config: &SqlConfig) -> Result<sqlx::Sqlit
         .connect_lazy_with(options))
 }
 
-/// A pooled connection for one statement. It goes back to the pool only through
-/// [`finish`](Self::finish), once its statement completed. Dropped before that (the operation
-/// timed out mid-statement) it is detached from the pool and its socket closed: returned, it
-/// would hold a pool slot while the pool's return ping waits behind the unfinished statement,
-/// and a few such timeouts would exhaust the pool.
-struct Checkout<DB: sqlx::Database>(Option<sqlx::pool::PoolConnection<DB>>);
-
-impl<DB: sqlx::Database> Checkout<DB> {
-    fn conn(&mut self) -> Result<&mut DB::Connection, sqlx::Error> {
-        self.0.as_deref_mut().ok_or(sqlx::Error::PoolClosed)
-    }
-
-    fn finish(mut self) {
-        drop(self.0.take());
-    }
+/// How one attempt at a statement failed.
+enum Failure {
+    /// No connection: the pool is closed, or connecting failed (nothing was sent).
+    Checkout(sqlx::Error),
+    /// The statement failed, or its connection broke while it ran.
+    Statement(sqlx::Error),
 }
 
-impl<DB: sqlx::Database> Drop for Checkout<DB> {
-    fn drop(&mut self) {
-        if let Some(conn) = self.0.take() {
-            drop(conn.detach());
-        }
+/// Whether a connection may serve the next statement after this one's `outcome`: yes after a
+/// result or an error the server answered with, unless that error ends the session; no after
+/// anything else (an I/O or protocol error leaves the connection in an unknown state).
+fn reusable<T>(outcome: &Result<T, sqlx::Error>) -> bool {
+    match outcome {
+        Ok(_) => true,
+        Err(sqlx::Error::Database(db)) => !ends_session(&**db),
+        Err(_) => false,
     }
 }
 
-/// The statements that bound every statement of a MySQL session by `limit` on the server
-/// (run by the pool's `after_connect` hook): a statement blocked on a row lock (an operator's
-/// `SELECT ... FOR UPDATE`) or on a metadata lock (DDL) is rolled back by the server before
-/// the operation times out on the client, instead of committing after the caller was told it
-/// failed. MariaDB: `max_statement_time` (any statement, µs precision) plus the two lock waits
-/// in whole seconds (0: do not wait). The second statement is for MySQL, which has no time
-/// limit for writes and accepts lock waits from 1 s.
-#[cfg(feature = "mysql")]
-fn session_limits(limit: Duration) -> (Arc<str>, Arc<str>) {
-    let wait = limit.as_secs();
-    let mariadb = format!(
-        "SET SESSION max_statement_time = {:.6}, innodb_lock_wait_timeout = {wait}, \
-         lock_wait_timeout = {wait}",
-        limit.as_secs_f64()
-    );
-    let wait = wait.max(1);
-    let mysql = format!("SET SESSION innodb_lock_wait_timeout = {wait}, lock_wait_timeout = {wait}");
-    (mariadb.into(), mysql.into())
-}
-
-/// The server's error number of a MySQL error.
-#[cfg(feature = "mysql")]
-fn mysql_error_number(error: &sqlx::Error) -> Option<u16> {
-    let sqlx::Error::Database(db) = error else {
-        return None;
-    };
-    db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-        .map(sqlx::mysql::MySqlDatabaseError::number)
+/// MySQL errors after which the server closes the session: ER_SERVER_SHUTDOWN,
+/// ER_CONNECTION_KILLED.
+fn ends_session(db: &dyn sqlx::error::DatabaseError) -> bool {
+    #[cfg(feature = "mysql")]
+    if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        return matches!(my.number(), 1053 | 1927);
+    }
+    let _ = db;
+    false
 }
 
 impl std::fmt::Debug for SqlLock {

@@ -1,8 +1,10 @@
 //! Round trips per operation on MariaDB, counted by the server: the general log records every
 //! query, prepare and execute each client connection sends, and the global status counter
-//! `Com_admin_commands` counts the pings (which the general log leaves out). Acquire (won or
-//! held), release and extend must each be one statement with no ping before it. Owns its server
-//! (it turns the general log on).
+//! `Com_admin_commands` counts the pings (`COM_PING`, which the general log leaves out; the
+//! test's own `mariadb` client sends none). Acquire (won or held), release and extend must each
+//! be exactly one statement: no ping before it, and none after it when the connection goes back
+//! to the pool. Each test owns its server (one turns the general log on; both read global
+//! counters).
 #![cfg(feature = "mysql")]
 
 use std::time::Duration;
@@ -11,14 +13,19 @@ use distlock_core::{DistributedLock, Lease, LockName, OwnerToken, TryAcquire};
 use distlock_sql::{SqlConfig, SqlLock};
 use distlock_testkit::{MariaDbServer, MARIADB_USER};
 
-/// The commands the lock's connections sent while `op` ran (the test's admin commands run as
-/// root and are not counted).
+/// Long enough on loopback for a ping sent after an operation returned (a pool checking the
+/// connection it was handed back) to reach the server and be counted.
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// The commands the lock's connections sent while `op` ran and just after (the test's admin
+/// commands run as root and are not counted).
 async fn commands<T>(server: &MariaDbServer, op: impl std::future::Future<Output = T>) -> (T, Vec<String>) {
     server
         .sql("TRUNCATE TABLE mysql.general_log")
         .expect("truncates the log");
     let pings_before = admin_commands(server);
     let out = op.await;
+    tokio::time::sleep(SETTLE).await;
     let pings = admin_commands(server) - pings_before;
     let log = server
         .sql(&format!(
@@ -33,13 +40,36 @@ async fn commands<T>(server: &MariaDbServer, op: impl std::future::Future<Output
 
 /// The server's count of administrative commands (`COM_PING` among them) so far.
 fn admin_commands(server: &MariaDbServer) -> i64 {
+    counters(server, &["Com_admin_commands"])[0]
+}
+
+/// Global status counters of the server, read by one statement.
+fn counters<const N: usize>(server: &MariaDbServer, names: &[&str; N]) -> [i64; N] {
+    let list = names.map(|n| format!("'{n}'")).join(", ");
     let out = server
-        .sql("SHOW GLOBAL STATUS LIKE 'Com_admin_commands'")
+        .sql(&format!("SHOW GLOBAL STATUS WHERE Variable_name IN ({list})"))
         .expect("reads the status");
-    out.split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .expect("a counter")
+    names.map(|name| {
+        out.lines()
+            .find_map(|line| {
+                let (key, value) = line.split_once('\t')?;
+                key.eq_ignore_ascii_case(name)
+                    .then(|| value.trim().parse().ok())?
+            })
+            .expect("a counter")
+    })
+}
+
+/// How many connections the lock's user has open now.
+fn open_connections(server: &MariaDbServer) -> i64 {
+    server
+        .sql(&format!(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = '{MARIADB_USER}'"
+        ))
+        .expect("reads the process list")
+        .trim()
+        .parse()
+        .expect("a count")
 }
 
 fn won(outcome: TryAcquire) -> Lease {
@@ -110,10 +140,65 @@ async fn one_command_per_operation() {
         ("extend", &extend),
         ("release", &release),
     ] {
-        // One statement, and no ping before it. The pool pings a connection once when it is
-        // handed back, after the answer reached the caller: that one is off the critical path.
-        let statements = cmds.iter().filter(|c| *c != "Ping").count();
-        let pings = cmds.len() - statements;
-        assert!(statements == 1 && pings <= 1, "{what}: {cmds:#?}");
+        // One statement, and no ping before it or after it.
+        assert!(cmds.len() == 1 && cmds[0] != "Ping", "{what}: {cmds:#?}");
     }
+}
+
+/// Many operations back to back through the default pool: after the first cycle (which opens
+/// the connection and prepares the statements) each operation is one prepared statement's
+/// execution, no ping is ever sent, and one connection serves them all (a connection handed
+/// back is free for the next operation at once, not busy with a check of its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_ping_over_many_operations() {
+    const CYCLES: i64 = 100;
+    let server = tokio::task::spawn_blocking(MariaDbServer::start)
+        .await
+        .expect("the starter thread")
+        .expect("mariadbd starts (install mariadb-server)");
+    let lock: SqlLock = SqlLock::connect(&server.url()).await.expect("the server answers");
+    let ttl = Duration::from_secs(30);
+    let name = LockName::new("many-round-trips").expect("valid");
+    let cycle = || async {
+        let lease = won(lock
+            .try_acquire(&name, OwnerToken::new(), ttl)
+            .await
+            .expect("works"));
+        let lease = lock
+            .extend(&lease, ttl)
+            .await
+            .expect("works")
+            .expect("still ours");
+        assert!(lock.release(&lease).await.expect("works"));
+    };
+    cycle().await;
+    tokio::time::sleep(SETTLE).await;
+
+    const NAMES: [&str; 4] = [
+        "Com_admin_commands",
+        "Com_stmt_execute",
+        "Com_stmt_prepare",
+        "Questions",
+    ];
+    // What reading the counters itself adds to them (the test's own statement).
+    let idle = counters(&server, &NAMES);
+    let before = counters(&server, &NAMES);
+    let own = [0, 1, 2, 3].map(|i| before[i] - idle[i]);
+    for _ in 0..CYCLES {
+        cycle().await;
+    }
+    tokio::time::sleep(SETTLE).await;
+    let after = counters(&server, &NAMES);
+    let [pings, executes, prepares, questions] = [0, 1, 2, 3].map(|i| after[i] - before[i] - own[i]);
+    let connections = open_connections(&server);
+    println!(
+        "{} operations: {pings} pings, {executes} executions, {prepares} prepares, \
+         {questions} statements in all, {connections} connections open",
+        3 * CYCLES
+    );
+    assert_eq!(pings, 0, "pings sent");
+    assert_eq!(executes, 3 * CYCLES, "one statement per operation");
+    assert_eq!(prepares, 0, "statements prepared once, at connect");
+    assert_eq!(questions, 3 * CYCLES, "nothing else sent");
+    assert_eq!(connections, 1, "one connection served every operation");
 }
