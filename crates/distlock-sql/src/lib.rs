@@ -131,6 +131,8 @@ mod checkout;
 mod config;
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 mod fs;
+#[cfg(feature = "sqlite")]
+mod host_waiters;
 mod lock;
 #[cfg(feature = "mysql")]
 mod mysql_pool;

@@ -40,6 +40,8 @@ use tokio::time::Instant;
 
 use crate::checkout::{Checkout, ConnectionPool};
 use crate::config::{SqlConfig, Target};
+#[cfg(feature = "sqlite")]
+use crate::host_waiters::HostWaiters;
 #[cfg(feature = "mysql")]
 use crate::mysql_pool::{session_limits, MySqlConnections, Session};
 #[cfg(feature = "mysql")]
@@ -108,6 +110,9 @@ struct Inner {
     pool: Pool,
     sql: Statements,
     config: SqlConfig,
+    /// SQLite: this host's waiters, woken by releases through Unix sockets.
+    #[cfg(feature = "sqlite")]
+    host: Option<HostWaiters>,
 }
 
 enum Pool {
@@ -280,7 +285,15 @@ impl DistributedLock for SqlLock {
             // An attempt broke mid-statement and the retry found nothing to release: the broken
             // attempt may have released it, or it was not ours. Unknown, so an error.
             Some(error) if affected == 0 => Err(error),
-            _ => Ok(affected > 0),
+            _ => {
+                #[cfg(feature = "sqlite")]
+                if affected > 0 {
+                    if let Some(host) = &self.inner.host {
+                        host.released(key);
+                    }
+                }
+                Ok(affected > 0)
+            }
         }
     }
 
@@ -325,22 +338,49 @@ impl DistributedLock for SqlLock {
     /// retries with capped, jittered exponential backoff and wakes early at
     /// [`Holder::remaining`], which a failed attempt reads from the database (its second
     /// round trip). **0 round trips** here; each poll is one [`try_acquire`](Self::try_acquire).
-    async fn watch(&self, _name: &LockName) -> Result<ReleaseWatch> {
+    ///
+    /// SQLite: a release by any process of this host wakes one waiter at once (a Unix datagram
+    /// to the oldest waiter's socket beside the database file, see `host_waiters`); waiters
+    /// still poll, in case a socket cannot be bound.
+    async fn watch(&self, name: &LockName) -> Result<ReleaseWatch> {
+        #[cfg(feature = "sqlite")]
+        if let Some(host) = &self.inner.host {
+            if let Some(watch) = host.watch(&lock_key(name)) {
+                return Ok(watch);
+            }
+        }
+        let _ = name;
         Ok(ReleaseWatch::polling())
     }
 
-    /// `mysql://<user>@<host>:<port>/<db>#<table>` or `sqlite:<canonical path>#<table>`: a
-    /// release by a client of this process wakes one of this process's waiters at once.
+    /// As `try_acquire`; a SQLite waiter that wins passes no wake on when its wait ends.
+    async fn try_acquire_waiting(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiter: &str,
+        stay: Duration,
+    ) -> Result<TryAcquire> {
+        let _ = stay;
+        let outcome = self.try_acquire(name, owner, ttl).await;
+        #[cfg(feature = "sqlite")]
+        if let (Ok(TryAcquire::Acquired(_)), Some(host)) = (&outcome, &self.inner.host) {
+            host.won(waiter);
+        }
+        let _ = waiter;
+        outcome
+    }
+
+    /// MySQL: `mysql://<user>@<host>:<port>/<db>#<table>`, so that a release by a client of
+    /// this process wakes one of this process's waiters at once. SQLite: `None`, since its
+    /// releases wake waiters of the whole host (see [`watch`](Self::watch)).
     fn store_identity(&self) -> Option<String> {
-        let table = &self.inner.config.table;
         match &self.inner.config.target {
             #[cfg(feature = "mysql")]
-            Target::MySql { redacted, .. } => Some(format!("{redacted}#{table}")),
+            Target::MySql { redacted, .. } => Some(format!("{redacted}#{}", self.inner.config.table)),
             #[cfg(feature = "sqlite")]
-            Target::Sqlite { path } => {
-                let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
-                Some(format!("sqlite:{}#{table}", path.display()))
-            }
+            Target::Sqlite { .. } => None,
         }
     }
 
@@ -427,7 +467,17 @@ impl SqlLock {
             Target::Sqlite { path } => Pool::Sqlite(open_sqlite(path, &config)?),
         };
         let lock = Self {
-            inner: Arc::new(Inner { pool, sql, config }),
+            inner: Arc::new(Inner {
+                #[cfg(feature = "sqlite")]
+                host: match &config.target {
+                    Target::Sqlite { path } => Some(HostWaiters::new(path)),
+                    #[allow(unreachable_patterns)] // without the `mysql` feature
+                    _ => None,
+                },
+                pool,
+                sql,
+                config,
+            }),
         };
         lock.prepare().await?;
         Ok(lock)
