@@ -336,23 +336,43 @@ pub(crate) async fn acquire_on(
 }
 
 /// As [`acquire_on`] without the fencing counter (Redlock): a granted lock reports token 0.
-/// Also returns the server's run id, which changes with every restart.
+/// Also returns the server's run id, which changes with every restart. A waiter is queued if
+/// the lock is held.
 pub(crate) async fn acquire_unfenced_on(
     node: &Node,
     limit: Duration,
     keys: &LockKeys,
     owner: &str,
     ttl_ms: u64,
+    waiting: Waiting<'_>,
 ) -> Result<(Acquired, Option<String>)> {
     let ttl_arg = ttl_ms.to_string();
-    let reply: Value = node
-        .script_within(
-            limit,
-            &scripts::ACQUIRE_UNFENCED,
-            &[&keys.lock],
-            &[owner.as_bytes(), ttl_arg.as_bytes()],
-        )
-        .await?;
+    let reply: Value = match waiting {
+        None => {
+            node.script_within(
+                limit,
+                &scripts::ACQUIRE_UNFENCED,
+                &[&keys.lock],
+                &[owner.as_bytes(), ttl_arg.as_bytes()],
+            )
+            .await?
+        }
+        Some((waiter, stay_ms)) => {
+            let stay_arg = stay_ms.to_string();
+            node.script_within(
+                limit,
+                &scripts::ACQUIRE_UNFENCED_WAITING,
+                &[&keys.lock, &keys.waiters],
+                &[
+                    owner.as_bytes(),
+                    ttl_arg.as_bytes(),
+                    waiter.as_bytes(),
+                    stay_arg.as_bytes(),
+                ],
+            )
+            .await?
+        }
+    };
     let mut parts: Vec<Value> = redis::from_redis_value(reply).map_err(|e| node::map_error(e.into()))?;
     let run_id = parts
         .pop()
@@ -393,19 +413,6 @@ fn parse_acquire(reply: Value) -> Result<Acquired> {
             holder: parts.next().and_then(|v| redis::from_redis_value(v).ok()),
         }
     })
-}
-
-/// Runs the release script on `node` (bounded by `limit`): whether our key was deleted.
-pub(crate) async fn release_on(node: &Node, limit: Duration, keys: &LockKeys, owner: &str) -> Result<bool> {
-    let released: i64 = node
-        .script_within(
-            limit,
-            &scripts::RELEASE,
-            &[&keys.lock],
-            &[owner.as_bytes(), &keys.channel],
-        )
-        .await?;
-    Ok(released == 1)
 }
 
 /// Runs the release script that wakes one waiter on `node` (bounded by `limit`): whether our
@@ -768,12 +775,23 @@ impl Drop for Leave {
         if !self.lock.queued().remove(&self.waiter) {
             return; // never queued, or it won the lock, which took it out
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return; // the entry ends with its stay
-        };
-        let (lock, keys, waiter) = (self.lock.clone(), self.keys.clone(), self.waiter.clone());
-        runtime.spawn(async move {
-            let node = &lock.inner.node;
+        leave_in_background(
+            vec![self.lock.inner.node.clone()],
+            self.keys.clone(),
+            self.waiter.clone(),
+        );
+    }
+}
+
+/// Takes `waiter` out of the queue of `keys` on every node, in a background task (the
+/// [`scripts::LEAVE`] script, which also wakes the next waiter if the lock is free). Without a
+/// runtime the entries end with their stay.
+pub(crate) fn leave_in_background(nodes: Vec<Node>, keys: LockKeys, waiter: Arc<str>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        for node in &nodes {
             let left: Result<i64> = node
                 .script(
                     &scripts::LEAVE,
@@ -784,8 +802,8 @@ impl Drop for Leave {
             if let Err(error) = left {
                 tracing::debug!(%error, "distlock-redis: a waiter could not leave the queue; its entry ends with its stay");
             }
-        });
-    }
+        }
+    });
 }
 
 /// Idle connections for `WAIT`: an acquisition takes one (or opens one) for its pipeline and

@@ -18,8 +18,8 @@ use tokio::time::Instant;
 use crate::config::{RedlockConfig, DEFAULT_RESTART_QUARANTINE};
 use crate::keys::{KeySpace, LockKeys};
 use crate::lock::{
-    acquire_unfenced_on, extend_many_on, extend_on, release_on, release_quietly_on, scan_keys, ttl_millis,
-    Acquired,
+    acquire_unfenced_on, extend_many_on, extend_on, leave_in_background, release_quietly_on,
+    release_waking_on, scan_keys, ttl_millis, Acquired, Waiting,
 };
 use crate::node::{Node, BACKEND};
 use crate::subscriber::{Keep, Subscriber};
@@ -90,9 +90,12 @@ const SPLIT_RETRY_MAX: Duration = Duration::from_millis(5);
 ///   answered to tell.
 /// - **extend**: compare-and-`PEXPIRE` on all masters, one parallel round trip; kept only
 ///   with a majority and remaining validity. `extend_many` sends one pipeline per master.
-/// - **wait**: every release publishes on each master that held the lock; a waiter subscribes
-///   on every master (one pub/sub connection per master and client) and wakes on the first
-///   announcement, else at the time a majority of holds expire. After a split vote (no
+/// - **wait**: a waiter's attempt queues it on every master that finds the lock held (as on a
+///   single server, see [`RedisLock`](crate::RedisLock)), and each master's release wakes the
+///   first waiter of its own queue, so a release wakes one waiter (a few at most, if the
+///   masters' queues disagree), not all; a waiter subscribes on every master (one pub/sub
+///   connection per master and client) and wakes on the first wake, else at the time a
+///   majority of holds expire. After a split vote (no
 ///   majority for anyone, the lock free somewhere) the attempt reports a short random wait,
 ///   the "retry after a random delay" of the algorithm, so contenders do not collide again.
 ///   Masters that did not answer (or restarted recently) might hold the lock for anyone, so
@@ -148,6 +151,8 @@ struct Inner {
     subscribers: Vec<Subscriber>,
     keys: KeySpace,
     config: RedlockConfig,
+    /// This client's waiters that may be in the masters' queues (as on a single server).
+    queued: std::sync::Mutex<std::collections::HashSet<Arc<str>>>,
 }
 
 /// What this client knows of one master's restarts.
@@ -215,6 +220,7 @@ impl Redlock {
                 subscribers,
                 keys: KeySpace::new(prefix),
                 config,
+                queued: std::sync::Mutex::default(),
             }),
         })
     }
@@ -278,6 +284,93 @@ impl Redlock {
         )
     }
 
+    fn queued(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<Arc<str>>> {
+        self.inner
+            .queued
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// One attempt on every master, queueing `waiting`'s waiter where the lock is held.
+    async fn attempt(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiting: Waiting<'_>,
+    ) -> Result<TryAcquire> {
+        let ttl_ms = ttl_millis(ttl)?;
+        self.inner
+            .longest_ttl_ms
+            .fetch_max(ttl_ms, std::sync::atomic::Ordering::Relaxed);
+        let keys = self.keys(name);
+        let token = owner.to_string();
+        let limit = self.acquire_limit(ttl);
+        let sent_at = Instant::now();
+        let replies = join_all(
+            self.inner
+                .nodes
+                .iter()
+                .map(|node| acquire_unfenced_on(node, limit, &keys, &token, ttl_ms, waiting)),
+        )
+        .await;
+        let elapsed = sent_at.elapsed();
+        let drift = self.inner.config.drift(ttl);
+        let (mut won, mut held, mut errors, mut untrusted) = (0, Vec::new(), Vec::new(), 0);
+        let mut holders = std::collections::HashMap::<Option<Vec<u8>>, usize>::new();
+        for (i, reply) in replies.into_iter().enumerate() {
+            match reply {
+                Ok((acquired, run_id)) if !self.trusted(i, run_id.as_deref()) => {
+                    // A recently restarted master: its answer counts for nobody.
+                    untrusted += 1;
+                    if let Acquired::No { remaining, .. } = acquired {
+                        held.push(remaining);
+                    }
+                }
+                Ok((Acquired::Yes(_), _)) => won += 1,
+                Ok((Acquired::No { remaining, holder }, _)) => {
+                    held.push(remaining);
+                    *holders.entry(holder).or_default() += 1;
+                }
+                Err(e) => errors.push(crate::node::detail(&e)),
+            }
+        }
+        // Masters that failed to answer or restarted recently may hold the lock for anyone.
+        let unknown = errors.len() + untrusted;
+        let someone_may_hold_a_majority = holders
+            .iter()
+            .any(|(holder, &count)| holder.is_some() && count + unknown >= self.quorum());
+        let valid = ttl.checked_sub(elapsed).and_then(|t| t.checked_sub(drift));
+        if won >= self.quorum() && valid.is_some_and(|v| !v.is_zero()) {
+            return Ok(TryAcquire::Acquired(
+                Lease::new(name.clone(), owner, ttl, sent_at).with_validity_margin(drift),
+            ));
+        }
+        // Failed: give back whatever we got, including on masters whose reply was lost,
+        // without announcing it (the lock is not free for anyone).
+        self.release_all_quietly(&keys, &token).await;
+        let answered = self.inner.nodes.len() - errors.len();
+        if answered < self.quorum() {
+            return Err(self.no_majority("acquire", answered, &errors));
+        }
+        if won >= self.quorum() {
+            tracing::debug!(
+                ?elapsed,
+                "distlock-redis: Redlock majority came too late to be valid"
+            );
+            return Ok(TryAcquire::Held(Holder::unknown()));
+        }
+        if !someone_may_hold_a_majority {
+            // A split vote: nobody holds a majority. Retry after a short random pause.
+            let pause = rand::rng().random_range(Duration::from_millis(1)..=SPLIT_RETRY_MAX);
+            return Ok(TryAcquire::Held(Holder::expiring_in(pause)));
+        }
+        Ok(TryAcquire::Held(match self.remaining(won, held) {
+            Some(remaining) => Holder::expiring_in(remaining),
+            None => Holder::unknown(),
+        }))
+    }
+
     /// Releases on every master, bounded by the node timeout.
     async fn release_all(&self, keys: &LockKeys, token: &str) -> Tally {
         let limit = self.inner.config.node_timeout;
@@ -285,7 +378,7 @@ impl Redlock {
             self.inner
                 .nodes
                 .iter()
-                .map(|node| release_on(node, limit, keys, token)),
+                .map(|node| release_waking_on(node, limit, keys, token)),
         )
         .await;
         tally(replies)
@@ -378,85 +471,38 @@ impl DistributedLock for Redlock {
             WakeUp::Polling
         };
         Capabilities::new(Fencing::None, wake_up)
+            .with_wakes_one(self.inner.config.notifications)
             .with_ttl_granularity(Duration::from_millis(1))
             .with_ttl_range(Duration::from_millis(10), Duration::from_secs(30 * 24 * 3600))
     }
 
     /// One parallel round trip to all masters (another to release them if it failed).
     async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
-        let ttl_ms = ttl_millis(ttl)?;
-        self.inner
-            .longest_ttl_ms
-            .fetch_max(ttl_ms, std::sync::atomic::Ordering::Relaxed);
-        let keys = self.keys(name);
-        let token = owner.to_string();
-        let limit = self.acquire_limit(ttl);
-        let sent_at = Instant::now();
-        let replies = join_all(
-            self.inner
-                .nodes
-                .iter()
-                .map(|node| acquire_unfenced_on(node, limit, &keys, &token, ttl_ms)),
-        )
-        .await;
-        let elapsed = sent_at.elapsed();
-        let drift = self.inner.config.drift(ttl);
-        let (mut won, mut held, mut errors, mut untrusted) = (0, Vec::new(), Vec::new(), 0);
-        let mut holders = std::collections::HashMap::<Option<Vec<u8>>, usize>::new();
-        for (i, reply) in replies.into_iter().enumerate() {
-            match reply {
-                Ok((acquired, run_id)) if !self.trusted(i, run_id.as_deref()) => {
-                    // A recently restarted master: its answer counts for nobody.
-                    untrusted += 1;
-                    if let Acquired::No { remaining, .. } = acquired {
-                        held.push(remaining);
-                    }
-                }
-                Ok((Acquired::Yes(_), _)) => won += 1,
-                Ok((Acquired::No { remaining, holder }, _)) => {
-                    held.push(remaining);
-                    *holders.entry(holder).or_default() += 1;
-                }
-                Err(e) => errors.push(crate::node::detail(&e)),
-            }
-        }
-        // Masters that failed to answer or restarted recently may hold the lock for anyone.
-        let unknown = errors.len() + untrusted;
-        let someone_may_hold_a_majority = holders
-            .iter()
-            .any(|(holder, &count)| holder.is_some() && count + unknown >= self.quorum());
-        let valid = ttl.checked_sub(elapsed).and_then(|t| t.checked_sub(drift));
-        if won >= self.quorum() && valid.is_some_and(|v| !v.is_zero()) {
-            return Ok(TryAcquire::Acquired(
-                Lease::new(name.clone(), owner, ttl, sent_at).with_validity_margin(drift),
-            ));
-        }
-        // Failed: give back whatever we got, including on masters whose reply was lost,
-        // without announcing it (the lock is not free for anyone).
-        self.release_all_quietly(&keys, &token).await;
-        let answered = self.inner.nodes.len() - errors.len();
-        if answered < self.quorum() {
-            return Err(self.no_majority("acquire", answered, &errors));
-        }
-        if won >= self.quorum() {
-            tracing::debug!(
-                ?elapsed,
-                "distlock-redis: Redlock majority came too late to be valid"
-            );
-            return Ok(TryAcquire::Held(Holder::unknown()));
-        }
-        if !someone_may_hold_a_majority {
-            // A split vote: nobody holds a majority. Retry after a short random pause.
-            let pause = rand::rng().random_range(Duration::from_millis(1)..=SPLIT_RETRY_MAX);
-            return Ok(TryAcquire::Held(Holder::expiring_in(pause)));
-        }
-        Ok(TryAcquire::Held(match self.remaining(won, held) {
-            Some(remaining) => Holder::expiring_in(remaining),
-            None => Holder::unknown(),
-        }))
+        self.attempt(name, owner, ttl, None).await
     }
 
-    /// One parallel round trip: compare-and-delete on all masters.
+    /// As `try_acquire`, queueing the waiter on every master that finds the lock held (each
+    /// master's release wakes the first waiter of its own queue).
+    async fn try_acquire_waiting(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiter: &str,
+        stay: Duration,
+    ) -> Result<TryAcquire> {
+        let stay_ms = u64::try_from(stay.as_millis()).unwrap_or(u64::MAX).max(1);
+        let id: Arc<str> = waiter.into();
+        self.queued().insert(id.clone());
+        let outcome = self.attempt(name, owner, ttl, Some((waiter, stay_ms))).await;
+        if matches!(outcome, Ok(TryAcquire::Acquired(_))) {
+            self.queued().remove(&id);
+        }
+        outcome
+    }
+
+    /// One parallel round trip: compare-and-delete on all masters, each waking the first waiter
+    /// of its queue.
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let keys = self.keys(lease.name());
         let tally = self.release_all(&keys, &lease.owner().to_string()).await;
@@ -533,8 +579,10 @@ impl DistributedLock for Redlock {
         }
         let keys = self.keys(name);
         let limit = self.inner.config.node_timeout;
+        let waiter: Arc<str> = format!("{:016x}", rand::random::<u64>()).into();
         let subscriptions = join_all(self.inner.subscribers.iter().map(|subscriber| async {
-            match tokio::time::timeout(limit, subscriber.subscribe(&keys.channel)).await {
+            match tokio::time::timeout(limit, subscriber.watch_as_waiter(&keys.channel, waiter.clone())).await
+            {
                 Ok(subscribed) => subscribed,
                 Err(_) => Err(Error::unavailable(
                     BACKEND,
@@ -553,7 +601,12 @@ impl DistributedLock for Redlock {
         }
         let (tx, rx) = watch::channel(0u64);
         tokio::spawn(forward_releases(live, tx));
-        Ok(distlock_core::ReleaseWatch::notified(rx, ()))
+        let leave = Leave {
+            lock: self.clone(),
+            keys,
+            waiter: waiter.clone(),
+        };
+        Ok(distlock_core::ReleaseWatch::for_waiter(rx, leave, waiter))
     }
 
     /// Reads every master; the holder is the owner a majority agrees on.
@@ -662,6 +715,26 @@ async fn forward_releases(masters: Vec<(watch::Receiver<u64>, Keep)>, tx: watch:
                 Some((false, _, _)) => {}
                 None => return,
             },
+        }
+    }
+}
+
+/// Held by a waiter's watch: when the wait ends, a waiter that may still be queued leaves
+/// every master's queue in the background.
+struct Leave {
+    lock: Redlock,
+    keys: LockKeys,
+    waiter: Arc<str>,
+}
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        if self.lock.queued().remove(&self.waiter) {
+            leave_in_background(
+                self.lock.inner.nodes.clone(),
+                self.keys.clone(),
+                self.waiter.clone(),
+            );
         }
     }
 }

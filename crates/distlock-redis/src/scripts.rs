@@ -86,15 +86,15 @@ return {0, redis.call('PTTL', KEYS[1]), holder}
 macro_rules! wake_next_fn {
     () => {
         r"
-local function now_ms()
+local function now_us()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local function wake_next(waiters, channel)
   if redis.call('EXISTS', waiters) == 0 then
     return
   end
-  redis.call('ZREMRANGEBYSCORE', waiters, '-inf', now_ms())
+  redis.call('ZREMRANGEBYSCORE', waiters, '-inf', now_us())
   local first = redis.call('ZRANGE', waiters, 0, 0)[1]
   if first then
     redis.call('ZREM', waiters, first)
@@ -110,8 +110,9 @@ end
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` fencing counter, `KEYS[3]` waiters; `ARGV[1]` owner token,
 /// `ARGV[2]` TTL in ms, `ARGV[3]` waiter id, `ARGV[4]` stay in ms. Replies as [`ACQUIRE`].
-/// The queue is a sorted set scored by the end of each waiter's stay; it expires with the
-/// longest stay in it.
+/// The queue is a sorted set scored by the end of each waiter's stay in microseconds of the
+/// server's clock (so waiters queued in one millisecond keep their order); it expires with
+/// the longest stay in it.
 pub(crate) static ACQUIRE_WAITING: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(concat!(
         owner_fn!(),
@@ -128,7 +129,7 @@ if holder == ARGV[1] then
   return {1, tonumber(redis.call('GET', KEYS[2]))}
 end
 local stay = tonumber(ARGV[4])
-redis.call('ZADD', KEYS[3], now_ms() + stay, ARGV[3])
+redis.call('ZADD', KEYS[3], now_us() + stay * 1000, ARGV[3])
 if redis.call('PTTL', KEYS[3]) < stay then
   redis.call('PEXPIRE', KEYS[3], stay)
 end
@@ -196,26 +197,40 @@ return {0, redis.call('PTTL', KEYS[1]), holder, run_id}
     ))
 });
 
-/// Release: compare-and-delete, then announce the release.
+/// As [`ACQUIRE_UNFENCED`] by a waiter: if the lock is held, queue the waiter (as
+/// [`ACQUIRE_WAITING`] does), else take it out of the queue.
 ///
-/// `KEYS[1]` lock key; `ARGV[1]` owner token, `ARGV[2]` release channel. Returns 1 if the key
-/// held our token and was deleted, 0 otherwise (a stale owner deletes nothing).
-pub(crate) static RELEASE: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(
+/// `KEYS[1]` lock key, `KEYS[2]` waiters; `ARGV[1]` owner token, `ARGV[2]` TTL in ms,
+/// `ARGV[3]` waiter id, `ARGV[4]` stay in ms. Replies as [`ACQUIRE_UNFENCED`].
+pub(crate) static ACQUIRE_UNFENCED_WAITING: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(concat!(
+        owner_fn!(),
+        wake_next_fn!(),
         r"
-if redis.pcall('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], ARGV[1])
-  return 1
+local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  redis.call('ZREM', KEYS[2], ARGV[3])
+  return {1, 0, run_id}
 end
-return 0
+local holder = owner(KEYS[1])
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('ZREM', KEYS[2], ARGV[3])
+  return {1, 0, run_id}
+end
+local stay = tonumber(ARGV[4])
+redis.call('ZADD', KEYS[2], now_us() + stay * 1000, ARGV[3])
+if redis.call('PTTL', KEYS[2]) < stay then
+  redis.call('PEXPIRE', KEYS[2], stay)
+end
+return {0, redis.call('PTTL', KEYS[1]), holder, run_id}
 ",
-    )
+    ))
 });
 
-/// Release without announcing it: compare-and-delete only. For the cleanup of a failed Redlock
-/// attempt, whose minority grants nobody waits for: announcing them would wake every waiter
-/// (and cut the random pause after a split vote short) for a lock that is still not free.
+/// Release without waking anyone: compare-and-delete only. For the cleanup of a failed Redlock
+/// attempt, whose minority grants nobody waits for: waking a waiter for them would spend its
+/// wake (and cut the random pause after a split vote short) on a lock that is still not free.
 ///
 /// `KEYS[1]` lock key; `ARGV[1]` owner token. Returns 1 if deleted, 0 otherwise.
 pub(crate) static RELEASE_QUIET: LazyLock<LuaScript> = LazyLock::new(|| {

@@ -5,7 +5,7 @@
 //! sender per channel, reference-counted by the `keep` values handed to [`ReleaseWatch`]es.
 //! It may not touch lock keys.
 //!
-//! One background task (started by the first [`subscribe`](Subscriber::subscribe), restarted if its
+//! One background task (started by the first [`watch_as_waiter`](Subscriber::watch_as_waiter), restarted if its
 //! runtime went away) is the only one that talks to the server; callers only edit the shared
 //! table of channels and wait for their own channel's confirmation. So:
 //!
@@ -238,12 +238,6 @@ impl Subscriber {
         waiter: Arc<str>,
     ) -> Result<(watch::Receiver<u64>, Keep)> {
         self.subscribe_as(channel, Some(waiter)).await
-    }
-
-    /// As [`watch_as_waiter`](Self::watch_as_waiter) for every release, whoever it wakes:
-    /// the receiver and the value that holds the subscription.
-    pub(crate) async fn subscribe(&self, channel: &[u8]) -> Result<(watch::Receiver<u64>, Keep)> {
-        self.subscribe_as(channel, None).await
     }
 
     async fn subscribe_as(

@@ -88,6 +88,21 @@ async fn works_with_minority_down(n: usize) {
     a.ping().await.expect("a majority answers");
     let mut watch = b.watch(&lock).await.expect("subscribes on the live masters");
     assert!(watch.is_notified());
+    let waiter = watch.waiter().expect("a waiter's watch").clone();
+    assert!(
+        matches!(
+            b.try_acquire_waiting(
+                &lock,
+                OwnerToken::new(),
+                Duration::from_secs(10),
+                &waiter,
+                Duration::from_secs(10)
+            )
+            .await,
+            Ok(TryAcquire::Held(_))
+        ),
+        "held, so the waiter is queued on the live masters"
+    );
     assert!(a.release(&lease).await.expect("works"));
     assert_eq!(
         watch.wait(Duration::from_secs(5)).await,
