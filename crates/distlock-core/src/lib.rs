@@ -6,7 +6,10 @@
 //!   suite checks it).
 //! - [`LockClient`] is what business code uses, written once for every backend: waiting with
 //!   notifications or jittered backoff, [`LockGuard`]s renewed by one watchdog task per client,
-//!   a lost-lock signal, [`LockClient::with_lock`], and cancel safety.
+//!   a lost-lock signal, [`LockClient::with_lock`], and cancel safety. A release wakes one
+//!   waiter where the store can address it ([`Capabilities::wakes_one`]), and on stores that
+//!   publish nothing, a release by a client of this process wakes one of this process's
+//!   waiters at once ([`LocalWaiters`]).
 //! - [`FencingToken`]s strictly increase per name on backends that promise
 //!   [`Fencing::Monotonic`]; [`OwnerToken`]s are random and never reused.
 //! - [`MemoryLock`] is the in-process reference backend.

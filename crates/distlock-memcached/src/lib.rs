@@ -7,7 +7,9 @@
 //! - Release, extend and a failed attempt are one round trip each; a winning acquisition is
 //!   two (the second records the fencing token in the lock item). The watchdog's renewals
 //!   are pipelined, 64 leases per round trip. Waiters poll (memcached has no
-//!   notifications), waking at the holder's expiry.
+//!   notifications), waking at the holder's expiry; a release by a client of the same
+//!   process wakes one of its waiters at once (`LockClient` does it, by the store's name:
+//!   [`distlock_core::LocalWaiters`]).
 //! - **Read the guarantees on [`MemcachedLock`] before using it**: a memcached restart, or an
 //!   eviction under memory pressure, silently frees locks. A held guard notices at its next
 //!   renewal and fires its lost-lock signal, and no stale holder can ever release or extend

@@ -10,6 +10,11 @@
 //!   `version`, the fencing token; release and extend are compare-and-set on the owner token.
 //!   Expiry is judged by the database's clock only. See [`SqlLock`] for the row layout, the
 //!   round trips of each operation, and why not `GET_LOCK` / `SELECT ... FOR UPDATE`.
+//! - Waiting: SQL publishes no releases, so waiters poll with backoff, waking at the holder's
+//!   expiry. A MySQL release by a client of this process wakes one of this process's waiters
+//!   at once (`LockClient` does it, by the store's name); a SQLite release wakes the oldest
+//!   waiter of the whole host at once, in any process, through a Unix socket per waiter in
+//!   `<database>.waiters/`.
 //! - The backend creates its table if missing (idempotently, also when many processes start
 //!   at once). Where a DBA creates tables, turn that off with
 //!   [`SqlConfig::with_create_table`] and give them [`SqlConfig::ddl`]:
