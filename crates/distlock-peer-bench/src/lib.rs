@@ -1,6 +1,9 @@
-//! distlock beside its Rust peers on the same Redis server, in one run: the floor (two
-//! `PING`s), uncontended acquire+release, handoff and one hot lock, for distlock, rslock and
-//! distributed-lock-redis, alternating round by round.
+//! distlock beside its Rust peers on the same Redis server, in one run: uncontended
+//! acquire+release, handoff and one hot lock, for distlock, rslock and distributed-lock-redis,
+//! alternating round by round, beside three floors on plain redis-rs measured in the same
+//! rounds: two `PING`s back to back, two `PING`s after an idle pause, and notify-then-act (a
+//! `PUBLISH` wakes a parked subscriber, which then makes one round trip: the least a handoff
+//! can cost on this store and client library).
 //!
 //! ```text
 //! cargo run --release --manifest-path crates/distlock-peer-bench/Cargo.toml -- --iterations 300 --rounds 15

@@ -1,10 +1,15 @@
-//! The measurements, the same for every library: the floor (two `PING`s), uncontended
-//! acquire+release, handoff, and one hot lock shared by [`CONTENDERS`] clients. Handoff and
-//! hot lock have the shape of distlock's own benchmark (`distlock_conformance::bench`).
+//! The measurements, the same for every library: uncontended acquire+release, handoff, and one
+//! hot lock shared by [`CONTENDERS`] clients; and the floors they are compared with, on plain
+//! redis-rs: two `PING`s back to back, two `PING`s after an idle pause, and notify-then-act
+//! (a `PUBLISH` wakes a parked subscriber, which then makes one round trip). Handoff and hot
+//! lock have the shape of distlock's own benchmark (`distlock_conformance::bench`).
 
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
+use futures_util::StreamExt as _;
+use redis::aio::{MultiplexedConnection, PubSubSink};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 use crate::libraries::{Library, Result, WAIT};
 
@@ -14,8 +19,10 @@ pub const CONTENDERS: usize = distlock_conformance::bench::CONTENDERS;
 /// The pause between tries of a [`Waiting::TryLoop`].
 pub const TRY_LOOP_PAUSE: Duration = Duration::from_millis(1);
 
-/// How long the waiter of a handoff has been waiting when the holder releases.
-const WAITER_HEAD_START: Duration = Duration::from_millis(5);
+/// How long the waiter of a handoff has been waiting when the holder releases; also the idle
+/// pause before each sample of the parked floors ([`two_pings_after_pause`],
+/// [`NotifyThenAct`]).
+pub const WAITER_HEAD_START: Duration = Duration::from_millis(5);
 
 /// How long [`blocking_acquire_problem`] lets a blocking acquire wait on a held lock.
 const PROBE_WAIT: Duration = Duration::from_millis(300);
@@ -41,6 +48,111 @@ pub async fn two_pings(connection: &mut MultiplexedConnection, n: usize) -> Resu
         samples.push(started.elapsed());
     }
     Ok(samples)
+}
+
+/// `n` samples of two `PING`s in a row, each after an idle pause of [`WAITER_HEAD_START`] (as
+/// a handoff's release comes after one): the client's tasks and the runtime's threads are
+/// parked when the first `PING` is sent, and its reply has a parked task to wake.
+pub async fn two_pings_after_pause(
+    connection: &mut MultiplexedConnection,
+    n: usize,
+) -> Result<Vec<Duration>> {
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        tokio::time::sleep(WAITER_HEAD_START).await;
+        let started = Instant::now();
+        ping(connection).await?;
+        ping(connection).await?;
+        samples.push(started.elapsed());
+    }
+    Ok(samples)
+}
+
+/// The least a handoff through Redis and redis-rs can cost: a `PUBLISH` on one connection
+/// reaches a subscriber parked on another (redis-rs async pub/sub, as distlock's waiters use
+/// it: the stream read by a task of its own that forwards each message to the waiting task),
+/// and the woken waiter makes one round trip (`PING`) on a multiplexed connection of its own,
+/// where a lock's waiter would make its acquisition.
+#[derive(Debug)]
+pub struct NotifyThenAct {
+    publisher: MultiplexedConnection,
+    channel: String,
+    /// When the waiter had the reply to its `PING`, once per message.
+    acted: mpsc::UnboundedReceiver<Result<Instant>>,
+    /// Kept open: the subscription lives as long as its sink.
+    _sink: PubSubSink,
+    tasks: [JoinHandle<()>; 2],
+}
+
+impl NotifyThenAct {
+    /// Subscribes a waiter to `channel` on its own pub/sub connection and opens the publisher's
+    /// and the waiter's multiplexed connections.
+    pub async fn connect(url: &str, channel: &str) -> Result<Self> {
+        let client = redis::Client::open(url)?;
+        let publisher = client.get_multiplexed_async_connection().await?;
+        let mut waiter_connection = client.get_multiplexed_async_connection().await?;
+        let (mut sink, mut stream) = client.get_async_pubsub().await?.split();
+        sink.subscribe(channel).await?;
+
+        let (message_tx, mut message_rx) = mpsc::unbounded_channel();
+        let forwarder = tokio::spawn(async move {
+            while let Some(message) = stream.next().await {
+                if message_tx.send(message).is_err() {
+                    break;
+                }
+            }
+        });
+        let (acted_tx, acted) = mpsc::unbounded_channel();
+        let waiter = tokio::spawn(async move {
+            while let Some(_message) = message_rx.recv().await {
+                let acted = ping(&mut waiter_connection).await.map(|()| Instant::now());
+                if acted_tx.send(acted).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(NotifyThenAct {
+            publisher,
+            channel: channel.to_owned(),
+            acted,
+            _sink: sink,
+            tasks: [forwarder, waiter],
+        })
+    }
+
+    /// `n` samples, each after an idle pause of [`WAITER_HEAD_START`]: the time from just
+    /// before the `PUBLISH` to the waiter having the reply to its `PING`.
+    pub async fn measure(&mut self, n: usize) -> Result<Vec<Duration>> {
+        let mut samples = Vec::with_capacity(n);
+        for _ in 0..n {
+            tokio::time::sleep(WAITER_HEAD_START).await;
+            let published = Instant::now();
+            let receivers: i64 = redis::cmd("PUBLISH")
+                .arg(&self.channel)
+                .arg("released")
+                .query_async(&mut self.publisher)
+                .await?;
+            if receivers != 1 {
+                return Err(format!(
+                    "PUBLISH to {} reached {receivers} subscribers, not the waiter alone",
+                    self.channel
+                )
+                .into());
+            }
+            let acted = tokio::time::timeout(WAIT, self.acted.recv())
+                .await
+                .map_err(|_| format!("the waiter did not act within {WAIT:?} of the PUBLISH"))?
+                .ok_or("the waiter's pub/sub connection ended")??;
+            samples.push(acted.saturating_duration_since(published));
+        }
+        Ok(samples)
+    }
+}
+
+impl Drop for NotifyThenAct {
+    fn drop(&mut self) {
+        self.tasks.iter().for_each(JoinHandle::abort);
+    }
 }
 
 /// One `PING`, which must answer `PONG`.

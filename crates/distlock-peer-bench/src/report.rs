@@ -1,10 +1,10 @@
-//! The table of a run, as Markdown (ready for the README), with the ratios to the floor.
+//! The table of a run, as Markdown (ready for the README), with the ratios to the floors.
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use crate::libraries::TTL;
-use crate::measure::{Waiting, CONTENDERS};
+use crate::measure::{Waiting, CONTENDERS, WAITER_HEAD_START};
 use crate::rounds::Settings;
 
 /// One row of the table: a library, waiting its own way or in a try loop.
@@ -33,6 +33,13 @@ pub struct Report {
     pub settings: Settings,
     /// The floor: median over the rounds of each round's p50 of two `PING`s.
     pub two_pings: Duration,
+    /// The same, each pair after an idle pause (as a handoff's release): median over the rounds
+    /// of each round's p50.
+    pub two_pings_after_pause: Duration,
+    /// The handoff floor: a `PUBLISH` wakes a parked subscriber, which then makes one round trip
+    /// ([`NotifyThenAct`](crate::measure::NotifyThenAct)): median over the rounds of each
+    /// round's p50.
+    pub notify_then_act: Duration,
     /// One or two rows per library.
     pub rows: Vec<Row>,
     /// What a library's blocking acquire did instead of waiting.
@@ -57,17 +64,36 @@ impl Report {
     /// The table and the lines under it, in Markdown.
     pub fn to_markdown(&self) -> String {
         let floor = self.two_pings.as_secs_f64();
+        let parked = self.two_pings_after_pause.as_secs_f64();
+        let notified = self.notify_then_act.as_secs_f64();
+        let pause = WAITER_HEAD_START.as_millis();
         let mut out = String::new();
         let _ = writeln!(
             out,
             "| library | acquire+release p50 | p99 | p50 ÷ two PINGs | handoff p50 | ÷ two PINGs \
-             | hot lock, {CONTENDERS} clients (acquisitions/s) | × three PINGs' time |"
+             | ÷ two PINGs after an idle pause | ÷ notify-then-act \
+             | hot lock, {CONTENDERS} clients (acquisitions/s) | × three PINGs' time \
+             | × notify-then-act p50 |"
         );
-        let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|--:|--:|");
+        let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
         let _ = writeln!(
             out,
-            "| two `PING`s on a plain redis-rs connection (the floor) | {} | | 1.00 | | | | |",
+            "| two `PING`s on a plain redis-rs connection (the floor) | {} | | 1.00 | | | | | | | |",
             duration(self.two_pings)
+        );
+        let _ = writeln!(
+            out,
+            "| two `PING`s after an idle pause ({pause} ms), same connection | | | | {} | {} | 1.00 | {} | | | |",
+            duration(self.two_pings_after_pause),
+            times(parked / floor),
+            times(parked / notified),
+        );
+        let _ = writeln!(
+            out,
+            "| notify-then-act on plain redis-rs (the handoff floor) | | | | {} | {} | {} | 1.00 | | | |",
+            duration(self.notify_then_act),
+            times(notified / floor),
+            times(notified / parked),
         );
         let mut note = 0;
         for row in &self.rows {
@@ -75,24 +101,42 @@ impl Report {
                 Some((p50, p99)) => (duration(p50), duration(p99), times(p50.as_secs_f64() / floor)),
                 None => (String::new(), String::new(), String::new()),
             };
-            let (handoff, handoff_ratio, hot, hot_ratio) =
-                if row.waiting == Waiting::Blocking && row.handoff.is_none() && row.hot_per_s.is_none() {
-                    note += 1;
-                    let fails = format!("blocking acquire does not wait ({note})");
-                    (fails.clone(), String::new(), fails, String::new())
-                } else {
-                    (
-                        row.handoff.map(duration).unwrap_or_default(),
-                        row.handoff
-                            .map(|d| times(d.as_secs_f64() / floor))
-                            .unwrap_or_default(),
-                        row.hot_per_s.map(thousands).unwrap_or_default(),
-                        row.hot_per_s.map(|h| times(h * 1.5 * floor)).unwrap_or_default(),
-                    )
-                };
+            let waits =
+                !(row.waiting == Waiting::Blocking && row.handoff.is_none() && row.hot_per_s.is_none());
+            let handoff_cells = if waits {
+                match row.handoff {
+                    Some(d) => {
+                        let secs = d.as_secs_f64();
+                        format!(
+                            "{} | {} | {} | {}",
+                            duration(d),
+                            times(secs / floor),
+                            times(secs / parked),
+                            times(secs / notified)
+                        )
+                    }
+                    None => " | | |".to_owned(),
+                }
+            } else {
+                note += 1;
+                format!("blocking acquire does not wait ({note}) | | |")
+            };
+            let hot_cells = if waits {
+                match row.hot_per_s {
+                    Some(h) => format!(
+                        "{} | {} | {}",
+                        thousands(h),
+                        times(h * 1.5 * floor),
+                        times(h * notified)
+                    ),
+                    None => " | |".to_owned(),
+                }
+            } else {
+                format!("blocking acquire does not wait ({note}) | |")
+            };
             let _ = writeln!(
                 out,
-                "| {} | {p50} | {p99} | {ratio} | {handoff} | {handoff_ratio} | {hot} | {hot_ratio} |",
+                "| {} | {p50} | {p99} | {ratio} | {handoff_cells} | {hot_cells} |",
                 row.label
             );
         }
@@ -103,11 +147,20 @@ impl Report {
         if let Some(ratio) = self.distlock_hot_over_rslock() {
             let _ = writeln!(out, "- distlock's hot lock ÷ rslock's: {ratio:.2}");
         }
+        let _ = writeln!(
+            out,
+            "- Floors, all on plain redis-rs: two `PING`s back to back on a busy connection; the same \
+             after an idle pause of {pause} ms before each pair (as a handoff's release comes after \
+             one); notify-then-act: after the same pause, a `PUBLISH` on one connection until a \
+             parked subscriber (async pub/sub) has the reply to one `PING` on its own connection, \
+             the least a handoff costs on this store and client library."
+        );
         let s = &self.settings;
         let _ = writeln!(
             out,
             "- {}; TTL {} s for all; medians over {} rounds, each measuring every library in turn: \
-             {} acquire+release pairs (and as many PING pairs), {} handoffs, {} hot-lock acquisitions.",
+             {} acquire+release pairs (and as many PING pairs), {} handoffs (and as many samples of \
+             each parked floor), {} hot-lock acquisitions.",
             self.server,
             TTL.as_secs(),
             s.rounds,

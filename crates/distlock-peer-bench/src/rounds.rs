@@ -19,7 +19,8 @@ pub struct Settings {
     pub rounds: usize,
     /// Uncontended acquire+release pairs per library per round (and as many `PING` pairs).
     pub iterations: usize,
-    /// Handoffs per library per round.
+    /// Handoffs per library per round (and as many samples of each parked floor: two `PING`s
+    /// after an idle pause, notify-then-act).
     pub handoffs: usize,
     /// Acquisitions of the hot lock per library per round, shared out over the contenders.
     pub hot_acquisitions: usize,
@@ -192,11 +193,20 @@ pub async fn run(url: &str, settings: &Settings, progress: &(dyn Fn(&str) + Sync
         Box::new(Clients::<Rslock>::connect(url, &run).await?),
         Box::new(Clients::<DistributedLockRedis>::connect(url, &run).await?),
     ];
+    let mut notify_then_act =
+        measure::NotifyThenAct::connect(url, &format!("peer-bench-{run}-notify-then-act")).await?;
     let mut floors = Vec::with_capacity(settings.rounds);
+    let mut parked_floors = Vec::with_capacity(settings.rounds);
+    let mut notify_floors = Vec::with_capacity(settings.rounds);
     for round in 0..settings.rounds {
         progress(&format!("round {} of {}", round + 1, settings.rounds));
         let mut pings = measure::two_pings(&mut connection, settings.iterations).await?;
         floors.push(percentile(&mut pings, 0.5));
+        // The parked floors, as many samples as each library's handoffs.
+        let mut parked = measure::two_pings_after_pause(&mut connection, settings.handoffs).await?;
+        parked_floors.push(percentile(&mut parked, 0.5));
+        let mut notified = notify_then_act.measure(settings.handoffs).await?;
+        notify_floors.push(percentile(&mut notified, 0.5));
         for step in [Step::AcquireRelease, Step::Handoff, Step::HotLock] {
             for turn in 0..contestants.len() {
                 let next = (round + turn) % contestants.len();
@@ -215,6 +225,8 @@ pub async fn run(url: &str, settings: &Settings, progress: &(dyn Fn(&str) + Sync
         server: format!("redis-server {server} on {}", host_of(url)),
         settings: settings.clone(),
         two_pings: median(&floors).unwrap_or_default(),
+        two_pings_after_pause: median(&parked_floors).unwrap_or_default(),
+        notify_then_act: median(&notify_floors).unwrap_or_default(),
         rows,
         notes,
     })

@@ -24,6 +24,14 @@ async fn a_tiny_run_measures_every_library() {
         .expect("the run completes");
 
     assert!(report.two_pings > Duration::ZERO);
+    // The parked floors: two PINGs after an idle pause, and a PUBLISH waking a parked
+    // subscriber that then makes one round trip (at least that round trip).
+    assert!(report.two_pings_after_pause > Duration::ZERO);
+    assert!(
+        report.notify_then_act > Duration::ZERO,
+        "notify-then-act: {:?}",
+        report.notify_then_act
+    );
     for tag in ["distlock", "rslock", "dlr"] {
         let own = report.row(tag, Waiting::Blocking).expect("a row per library");
         let (p50, p99) = own.acquire_release.expect("acquire+release measured");
@@ -48,7 +56,11 @@ async fn a_tiny_run_measures_every_library() {
 
     let table = report.to_markdown();
     for label in [
-        "two `PING`s",
+        "two `PING`s on a plain redis-rs connection",
+        "two `PING`s after an idle pause",
+        "notify-then-act on plain redis-rs",
+        "÷ notify-then-act",
+        "× notify-then-act p50",
         "distlock 0.1",
         "rslock 0.10",
         "distributed-lock-redis 0.2",
