@@ -4,8 +4,8 @@
 //! SQLite locks only exclude processes of one host (see [`fs`](crate::fs)), so every waiter
 //! can be reached through the file system: each waiter binds a Unix datagram socket in a
 //! directory beside the database file, one directory per lock
-//! (`<database>.waiters/<16 hex digits of the lock key's SHA-256>/`), named so that names sort
-//! by age (`<ns since the epoch>-<pid>-<random>`). A release sends one datagram to the oldest
+//! (`<database>.waiters/<16 hex digits of the lock key's SHA-256>/`, removed with its last
+//! waiter), named so that names sort by age (`<ns since the epoch>-<pid>-<random>`). A release sends one datagram to the oldest
 //! socket whose owner still listens; the socket files of waiters that died are removed on the
 //! way (a send to them is refused). A waiter woken that goes away without winning passes the
 //! wake on. Waiters keep polling: this only shortens their sleep. Where a socket cannot be
@@ -60,16 +60,12 @@ impl HostWaiters {
     /// could be bound (the waiter then only polls). Must run inside a tokio runtime.
     pub(crate) fn watch(&self, key: &str) -> Option<ReleaseWatch> {
         let dir = self.dir(key);
-        if let Err(error) = create_private_dir(&dir) {
-            tracing::debug!(dir = %dir.display(), %error, "distlock-sql: no waiter directory; polling only");
-            return None;
-        }
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         let id: Arc<str> = format!("{nanos:020}-{}-{:08x}", std::process::id(), rand::random::<u32>()).into();
         let path = dir.join(&*id);
-        let socket = match UnixDatagram::bind(&path) {
+        let socket = match bind(&dir, &path) {
             Ok(socket) => socket,
             Err(error) => {
                 tracing::debug!(path = %path.display(), %error, "distlock-sql: cannot bind a waiter socket; polling only");
@@ -151,6 +147,19 @@ fn wake_oldest(dir: &Path) {
     }
 }
 
+/// Binds the socket `path` in `dir`, creating `dir` if missing (again, if the last waiter of
+/// another process removed it in between).
+fn bind(dir: &Path, path: &Path) -> std::io::Result<UnixDatagram> {
+    let mut tries = 0;
+    loop {
+        create_private_dir(dir)?;
+        match UnixDatagram::bind(path) {
+            Err(e) if e.kind() == ErrorKind::NotFound && tries < 3 => tries += 1,
+            bound => return bound,
+        }
+    }
+}
+
 /// Creates `dir` (and its parent) readable by this user only, if missing.
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
@@ -172,6 +181,9 @@ impl Drop for Leave {
     fn drop(&mut self) {
         self.listener.abort();
         let _ = std::fs::remove_file(&self.path);
+        // The lock's directory goes with its last waiter (this fails while others wait), so
+        // ever new lock names leave nothing behind.
+        let _ = std::fs::remove_dir(&self.dir);
         self.waiters
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -211,10 +223,6 @@ mod tests {
         let id = second.waiter().expect("id").clone();
         waiters.won(&id);
         drop(second);
-        assert_eq!(
-            std::fs::read_dir(&lock_dir).expect("dir").count(),
-            0,
-            "sockets removed"
-        );
+        assert!(!lock_dir.exists(), "the last waiter removes the lock's directory");
     }
 }

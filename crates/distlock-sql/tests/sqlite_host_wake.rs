@@ -116,11 +116,18 @@ async fn a_release_in_another_process_wakes_the_waiter() {
         child.wait().expect("the holder exits").success(),
         "the holder process failed"
     );
-    let left = std::fs::read_dir(dir.path().join("locks.db.waiters"))
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("locks.db.waiters"))
         .expect("the waiters' directory")
-        .count();
-    assert_eq!(
-        left, 0,
-        "every waiter removed its socket, and the last one the lock's directory"
+        .map(|e| {
+            let path = e.expect("entry").path();
+            let inside: Vec<_> = std::fs::read_dir(&path)
+                .map(|d| d.map(|e| e.map(|e| e.file_name())).collect())
+                .unwrap_or_default();
+            (path, inside)
+        })
+        .collect();
+    assert!(
+        left.is_empty(),
+        "every waiter removed its socket, and the last one the lock's directory: {left:?}"
     );
 }
