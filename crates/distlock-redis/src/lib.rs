@@ -84,6 +84,7 @@ mod node;
 mod redlock;
 mod scripts;
 mod subscriber;
+mod waiters;
 
 pub use config::{
     RedisConfig, RedlockConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_NODE_TIMEOUT, DEFAULT_OPERATION_TIMEOUT,

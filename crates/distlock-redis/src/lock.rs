@@ -1,8 +1,7 @@
 //! [`RedisLock`]: the lock on one Redis server. Its type docs give the key layout, the round
 //! trips of each operation and what its fencing tokens promise.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -18,6 +17,7 @@ use crate::keys::{KeySpace, LockKeys};
 use crate::node::{self, Node, BACKEND};
 use crate::scripts;
 use crate::subscriber::Subscriber;
+use crate::waiters::{Waiters, Waiting};
 
 /// The longest TTL accepted (30 days), as [`Capabilities::new`] declares.
 const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -129,9 +129,8 @@ struct Inner {
     keys: KeySpace,
     config: RedisConfig,
     subscriber: Subscriber,
-    /// The waiters of this client that may be in a store-side queue (their last attempt found
-    /// the lock held, or its outcome is unknown): each leaves it when its wait ends.
-    queued: Mutex<HashSet<Arc<str>>>,
+    /// This client's waiters that may be in the server's queue.
+    waiters: Waiters,
 }
 
 impl RedisLock {
@@ -172,7 +171,7 @@ impl RedisLock {
                 acks,
                 config,
                 subscriber,
-                queued: Mutex::default(),
+                waiters: Waiters::default(),
             }),
         })
     }
@@ -280,9 +279,6 @@ pub(crate) enum Acquired {
         holder: Option<Vec<u8>>,
     },
 }
-
-/// A waiter's id and its stay in ms, for an attempt that queues it if the lock is held.
-pub(crate) type Waiting<'a> = Option<(&'a str, u64)>;
 
 /// The acquire script with its keys and arguments: [`scripts::ACQUIRE`], or
 /// [`scripts::ACQUIRE_WAITING`] for a waiter.
@@ -553,14 +549,10 @@ impl DistributedLock for RedisLock {
         waiter: &str,
         stay: Duration,
     ) -> Result<TryAcquire> {
-        let stay_ms = u64::try_from(stay.as_millis()).unwrap_or(u64::MAX).max(1);
-        let id: Arc<str> = waiter.into();
-        self.queued().insert(id.clone());
-        let outcome = self.attempt(name, owner, ttl, Some((waiter, stay_ms))).await;
-        if matches!(outcome, Ok(TryAcquire::Acquired(_))) {
-            self.queued().remove(&id);
-        }
-        outcome
+        self.inner
+            .waiters
+            .attempt(waiter, stay, |waiting| self.attempt(name, owner, ttl, waiting))
+            .await
     }
 
     /// One round trip: compare-and-delete, then wake the first queued waiter, if any.
@@ -624,11 +616,10 @@ impl DistributedLock for RedisLock {
             .subscriber
             .watch_as_waiter(&keys.channel, waiter.clone())
             .await?;
-        let leave = Leave {
-            lock: self.clone(),
-            keys,
-            waiter: waiter.clone(),
-        };
+        let leave = self
+            .inner
+            .waiters
+            .leave_on_drop(vec![self.inner.node.clone()], keys, waiter.clone());
         Ok(ReleaseWatch::for_waiter(rx, (keep, leave), waiter))
     }
 
@@ -661,10 +652,6 @@ impl DistributedLock for RedisLock {
 }
 
 impl RedisLock {
-    fn queued(&self) -> std::sync::MutexGuard<'_, HashSet<Arc<str>>> {
-        self.inner.queued.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// One attempt, queueing `waiting`'s waiter if the lock is held.
     async fn attempt(
         &self,
@@ -759,51 +746,6 @@ impl RedisLock {
         }
         Ok(Some(acquired))
     }
-}
-
-/// Held by a waiter's [`ReleaseWatch`]: when the wait ends, a waiter that may still be queued
-/// leaves the queue in the background (the [`scripts::LEAVE`] script, which also wakes the
-/// next waiter if the lock is free, in case this one was woken and went away without trying).
-struct Leave {
-    lock: RedisLock,
-    keys: LockKeys,
-    waiter: Arc<str>,
-}
-
-impl Drop for Leave {
-    fn drop(&mut self) {
-        if !self.lock.queued().remove(&self.waiter) {
-            return; // never queued, or it won the lock, which took it out
-        }
-        leave_in_background(
-            vec![self.lock.inner.node.clone()],
-            self.keys.clone(),
-            self.waiter.clone(),
-        );
-    }
-}
-
-/// Takes `waiter` out of the queue of `keys` on every node, in a background task (the
-/// [`scripts::LEAVE`] script, which also wakes the next waiter if the lock is free). Without a
-/// runtime the entries end with their stay.
-pub(crate) fn leave_in_background(nodes: Vec<Node>, keys: LockKeys, waiter: Arc<str>) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    runtime.spawn(async move {
-        for node in &nodes {
-            let left: Result<i64> = node
-                .script(
-                    &scripts::LEAVE,
-                    &[&keys.lock, &keys.waiters],
-                    &[waiter.as_bytes(), &keys.channel],
-                )
-                .await;
-            if let Err(error) = left {
-                tracing::debug!(%error, "distlock-redis: a waiter could not leave the queue; its entry ends with its stay");
-            }
-        }
-    });
 }
 
 /// Idle connections for `WAIT`: an acquisition takes one (or opens one) for its pipeline and

@@ -18,11 +18,12 @@ use tokio::time::Instant;
 use crate::config::{RedlockConfig, DEFAULT_RESTART_QUARANTINE};
 use crate::keys::{KeySpace, LockKeys};
 use crate::lock::{
-    acquire_unfenced_on, extend_many_on, extend_on, leave_in_background, release_quietly_on,
-    release_waking_on, scan_keys, ttl_millis, Acquired, Waiting,
+    acquire_unfenced_on, extend_many_on, extend_on, release_quietly_on, release_waking_on, scan_keys,
+    ttl_millis, Acquired,
 };
 use crate::node::{Node, BACKEND};
 use crate::subscriber::{Keep, Subscriber};
+use crate::waiters::{Waiters, Waiting};
 
 /// The shortest per-node timeout during acquire, however short the TTL.
 const MIN_NODE_TIMEOUT: Duration = Duration::from_millis(5);
@@ -152,7 +153,7 @@ struct Inner {
     keys: KeySpace,
     config: RedlockConfig,
     /// This client's waiters that may be in the masters' queues (as on a single server).
-    queued: std::sync::Mutex<std::collections::HashSet<Arc<str>>>,
+    waiters: Waiters,
 }
 
 /// What this client knows of one master's restarts.
@@ -220,7 +221,7 @@ impl Redlock {
                 subscribers,
                 keys: KeySpace::new(prefix),
                 config,
-                queued: std::sync::Mutex::default(),
+                waiters: Waiters::default(),
             }),
         })
     }
@@ -282,13 +283,6 @@ impl Redlock {
                 errors.join("; ")
             ),
         )
-    }
-
-    fn queued(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<Arc<str>>> {
-        self.inner
-            .queued
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// One attempt on every master, queueing `waiting`'s waiter where the lock is held.
@@ -491,14 +485,10 @@ impl DistributedLock for Redlock {
         waiter: &str,
         stay: Duration,
     ) -> Result<TryAcquire> {
-        let stay_ms = u64::try_from(stay.as_millis()).unwrap_or(u64::MAX).max(1);
-        let id: Arc<str> = waiter.into();
-        self.queued().insert(id.clone());
-        let outcome = self.attempt(name, owner, ttl, Some((waiter, stay_ms))).await;
-        if matches!(outcome, Ok(TryAcquire::Acquired(_))) {
-            self.queued().remove(&id);
-        }
-        outcome
+        self.inner
+            .waiters
+            .attempt(waiter, stay, |waiting| self.attempt(name, owner, ttl, waiting))
+            .await
     }
 
     /// One parallel round trip: compare-and-delete on all masters, each waking the first waiter
@@ -601,11 +591,10 @@ impl DistributedLock for Redlock {
         }
         let (tx, rx) = watch::channel(0u64);
         tokio::spawn(forward_releases(live, tx));
-        let leave = Leave {
-            lock: self.clone(),
-            keys,
-            waiter: waiter.clone(),
-        };
+        let leave = self
+            .inner
+            .waiters
+            .leave_on_drop(self.inner.nodes.clone(), keys, waiter.clone());
         Ok(distlock_core::ReleaseWatch::for_waiter(rx, leave, waiter))
     }
 
@@ -715,26 +704,6 @@ async fn forward_releases(masters: Vec<(watch::Receiver<u64>, Keep)>, tx: watch:
                 Some((false, _, _)) => {}
                 None => return,
             },
-        }
-    }
-}
-
-/// Held by a waiter's watch: when the wait ends, a waiter that may still be queued leaves
-/// every master's queue in the background.
-struct Leave {
-    lock: Redlock,
-    keys: LockKeys,
-    waiter: Arc<str>,
-}
-
-impl Drop for Leave {
-    fn drop(&mut self) {
-        if self.lock.queued().remove(&self.waiter) {
-            leave_in_background(
-                self.lock.inner.nodes.clone(),
-                self.keys.clone(),
-                self.waiter.clone(),
-            );
         }
     }
 }

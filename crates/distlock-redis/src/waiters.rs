@@ -1,0 +1,107 @@
+//! [`Waiters`]: the client's side of the servers' queues of waiters, shared by
+//! [`RedisLock`](crate::RedisLock) and [`Redlock`](crate::Redlock).
+//!
+//! A waiter's attempt queues it on a server that finds the lock held (the acquire scripts'
+//! waiting variants), and a won attempt takes it out. This module remembers which waiters of
+//! this client may still be queued, and when a waiter's wait ends while it may be, takes it out
+//! of every server's queue in the background (the `LEAVE` script, which also wakes the next
+//! waiter if the lock is free, in case this one was woken and went away without trying).
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use distlock_core::{Result, TryAcquire};
+
+use crate::keys::LockKeys;
+use crate::node::Node;
+use crate::scripts;
+
+/// A waiter's id and its stay in ms, for an attempt that queues it if the lock is held.
+pub(crate) type Waiting<'a> = Option<(&'a str, u64)>;
+
+/// The waiters of one client that may be in a server's queue. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Waiters {
+    queued: Arc<Mutex<HashSet<Arc<str>>>>,
+}
+
+impl Waiters {
+    fn queued(&self) -> MutexGuard<'_, HashSet<Arc<str>>> {
+        self.queued.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `attempt` for `waiter` (given its [`Waiting`]), remembering the waiter as possibly
+    /// queued unless the attempt won (an error may have queued it too).
+    pub(crate) async fn attempt<'a, F, Fut>(
+        &self,
+        waiter: &'a str,
+        stay: Duration,
+        attempt: F,
+    ) -> Result<TryAcquire>
+    where
+        F: FnOnce(Waiting<'a>) -> Fut,
+        Fut: Future<Output = Result<TryAcquire>>,
+    {
+        let id: Arc<str> = waiter.into();
+        self.queued().insert(id.clone());
+        let stay_ms = u64::try_from(stay.as_millis()).unwrap_or(u64::MAX).max(1);
+        let outcome = attempt(Some((waiter, stay_ms))).await;
+        if matches!(outcome, Ok(TryAcquire::Acquired(_))) {
+            self.queued().remove(&id);
+        }
+        outcome
+    }
+
+    /// What a waiter's watch holds: when dropped, the waiter leaves the queues of `keys` on
+    /// `nodes` if it may still be in them.
+    pub(crate) fn leave_on_drop(&self, nodes: Vec<Node>, keys: LockKeys, waiter: Arc<str>) -> Leave {
+        Leave {
+            waiters: self.clone(),
+            nodes,
+            keys,
+            waiter,
+        }
+    }
+}
+
+/// Held by a waiter's [`ReleaseWatch`](distlock_core::ReleaseWatch): when the wait ends, a
+/// waiter that may still be queued leaves every server's queue, in the background. Without a
+/// runtime the entries end with their stay.
+pub(crate) struct Leave {
+    waiters: Waiters,
+    nodes: Vec<Node>,
+    keys: LockKeys,
+    waiter: Arc<str>,
+}
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        if !self.waiters.queued().remove(&self.waiter) {
+            return; // never queued, or it won the lock, which took it out
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (nodes, keys, waiter) = (
+            std::mem::take(&mut self.nodes),
+            self.keys.clone(),
+            self.waiter.clone(),
+        );
+        runtime.spawn(async move {
+            for node in &nodes {
+                let left: Result<i64> = node
+                    .script(
+                        &scripts::LEAVE,
+                        &[&keys.lock, &keys.waiters],
+                        &[waiter.as_bytes(), &keys.channel],
+                    )
+                    .await;
+                if let Err(error) = left {
+                    tracing::debug!(%error, "distlock-redis: a waiter could not leave the queue; its entry ends with its stay");
+                }
+            }
+        });
+    }
+}
