@@ -107,7 +107,8 @@
 //!
 //! [`Fencing::Monotonic`](distlock_core::Fencing::Monotonic) rests on assumptions about the
 //! database's clock: a row's `version` grows by at least one per acquisition while the row
-//! exists, but a row deleted by hand starts again at the database clock in microseconds, so
+//! exists, but a row deleted by hand starts again at the clock in microseconds (the server's
+//! on MySQL; on SQLite the calling process's, as precise as SQLite's own counts only ms), so
 //! tokens keep growing only if that clock never stepped back in between. Across a failover, or between
 //! Galera nodes, the servers' clocks must agree (NTP, no steps backwards); expiry is judged by
 //! whichever server runs the statement, so a node whose clock runs ahead frees holds early.

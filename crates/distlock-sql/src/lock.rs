@@ -231,6 +231,7 @@ impl DistributedLock for SqlLock {
                                 .bind(name.as_str())
                                 .bind(owner_str)
                                 .bind(units)
+                                .bind(clock_micros())
                                 .fetch_all(c.conn()?)
                                 .await
                         }),
@@ -672,6 +673,15 @@ impl SqlLock {
         // At most 30 days in µs: far below i64::MAX.
         i64::try_from(units).map_err(|_| Error::invalid_options("TTL out of range"))
     }
+}
+
+/// This machine's clock in microseconds since the Unix epoch (0 before it), the fine part of
+/// a SQLite fencing token: see `sql.rs`.
+#[cfg(feature = "sqlite")]
+fn clock_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
 /// The key column's value for `name`.

@@ -6,13 +6,23 @@
 //! independent of the session's `time_zone`, unlike `NOW()`), SQLite's `julianday('now')`
 //! (fixed for one statement) as integer milliseconds since the Unix epoch.
 //!
-//! `version`, the fencing token, starts at the database clock in microseconds (SQLite: its
-//! millisecond clock × 1000) and every acquisition sets it to `max(version + 1, clock)`. So it
-//! grows by at least one per acquisition, and a row deleted by hand (an operator's "force
-//! unlock") and created again still starts above every token issued before: the clock runs
-//! far ahead of `version + 1` unless a name were acquired more than once per microsecond.
-//! That last step assumes the database's clock never went back since the old tokens were
-//! issued, and, across a failover or between Galera nodes, that the servers' clocks agree.
+//! `version`, the fencing token, starts at the clock in microseconds and every acquisition
+//! sets it to `max(version + 1, clock)`. So it grows by at least one per acquisition, and a
+//! row deleted by hand (an operator's "force unlock") and created again still starts above
+//! every token issued before: the clock runs far ahead of `version + 1` unless a name were
+//! acquired more than once per microsecond. That last step assumes the clock never went back
+//! since the old tokens were issued, and, across a failover or between Galera nodes, that the
+//! servers' clocks agree.
+//!
+//! MySQL's clock is the server's `UTC_TIMESTAMP(6)`. SQLite's own clock counts milliseconds
+//! only, and a hot name is acquired, deleted and created again within one millisecond (a
+//! token would repeat), so a SQLite acquisition binds the caller's clock in microseconds too
+//! and takes the larger of both. The caller shares the database's machine, and so its clock.
+//! It reads it before the statement takes the write lock; a statement that waited for the
+//! lock runs at least a millisecond after the one it waited for (SQLite's busy handler sleeps
+//! whole milliseconds), so the millisecond clock orders those. What remains: two acquisitions
+//! of one name within one millisecond that reach the database in the opposite order of their
+//! clock readings, with the row deleted by hand between them.
 
 /// The SQL dialect of a database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,7 +68,8 @@ pub(crate) struct Statements {
     pub(crate) create_table: String,
     /// Binds, MySQL: key, name, owner, ttl µs, owner, owner, owner, owner, ttl µs. The fencing token comes
     /// back as `last_insert_id`; held: [`MYSQL_HELD`] + the holder's remaining µs.
-    /// Binds, SQLite: key, name, owner, ttl ms. `RETURNING version` yields a row iff acquired.
+    /// Binds, SQLite: key, name, owner, ttl ms, the caller's clock in µs (see the module docs).
+    /// `RETURNING version` yields a row iff acquired.
     pub(crate) acquire: String,
     /// Binds: key. Yields the holder's remaining time (µs on MySQL, ms on SQLite), if held.
     pub(crate) remaining: String,
@@ -155,9 +166,9 @@ impl Statements {
             // statement inserted or updated one.
             acquire: format!(
                 "INSERT INTO {t} (lock_key, lock_name, owner, version, expires_at) \
-                 VALUES (?1, ?2, ?3, {now} * 1000, {now} + ?4) \
+                 VALUES (?1, ?2, ?3, MAX({now} * 1000, ?5), {now} + ?4) \
                  ON CONFLICT (lock_key) DO UPDATE SET \
-                 owner = excluded.owner, version = MAX(version + 1, {now} * 1000), \
+                 owner = excluded.owner, version = MAX(version + 1, {now} * 1000, ?5), \
                  expires_at = excluded.expires_at \
                  WHERE owner IS NULL OR expires_at IS NULL OR expires_at <= {now} \
                  OR owner = excluded.owner \
