@@ -785,7 +785,10 @@ impl AckConnections {
                 node::bounded(
                     self.connect_timeout,
                     &self.url,
-                    self.client.get_multiplexed_async_connection(),
+                    self.client
+                        .get_multiplexed_async_connection_with_config(&ack_connection_config(
+                            self.connect_timeout,
+                        )),
                 )
                 .await?
             }
@@ -800,6 +803,15 @@ impl AckConnections {
         }
         Ok(replies)
     }
+}
+
+/// An acknowledgement connection's settings: no response timeout of its own (the client
+/// library's default, 500 ms, would cut off a `WAIT` that may last its whole timeout); every
+/// pipeline on it is bounded by [`AckConnections::pipeline`]'s limit instead.
+fn ack_connection_config(connect_timeout: Duration) -> redis::AsyncConnectionConfig {
+    redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(connect_timeout))
+        .set_response_timeout(None)
 }
 
 impl std::fmt::Debug for RedisLock {

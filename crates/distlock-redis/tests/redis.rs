@@ -11,7 +11,7 @@ use distlock_core::{
     WakeUp, Woke,
 };
 use distlock_redis::{RedisConfig, RedisLock};
-use distlock_testkit::{shared, RedisOptions, RedisServer};
+use distlock_testkit::{shared, Direction, FaultProxy, RedisOptions, RedisServer};
 
 fn name(label: &str) -> LockName {
     let run = uuid::Uuid::new_v4().simple().to_string();
@@ -473,15 +473,18 @@ async fn extend_many_renews_a_thousand_locks_in_one_pipeline() {
     assert_eq!(lock.count_held(base.as_str()).await.expect("counts"), 0);
 }
 
-/// With `WAIT` for replicas: an acquisition succeeds when enough replicas acknowledge it, and
-/// fails with `Unavailable` (leaving the lock free) when too few exist.
+/// With `WAIT` for replicas: an acquisition succeeds when enough replicas acknowledge it, also
+/// when they take most of the `WAIT` timeout, and fails with `Unavailable` (leaving the lock
+/// free) when too few exist.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_for_replicas_confirms_or_fails_cleanly() {
     let primary = support::start_server().await;
+    // The replica replicates through a proxy, so its acknowledgements can be slowed down.
+    let link = FaultProxy::start(primary.addr()).expect("proxy");
     let replica_of = vec![
         "--replicaof".to_owned(),
         "127.0.0.1".to_owned(),
-        primary.port().to_string(),
+        link.addr().port().to_string(),
     ];
     let replica = tokio::task::spawn_blocking(move || {
         RedisServer::start_with(RedisOptions {
@@ -522,6 +525,25 @@ async fn wait_for_replicas_confirms_or_fails_cleanly() {
     let on_replica = raw_get(&replica.url(), lock.as_str().as_bytes()).await;
     assert_eq!(on_replica, Some(lease.owner().to_string()), "the replica has it");
     assert!(one.release(&lease).await.expect("works"));
+
+    // A replica that acknowledges after 800 ms, within a 3 s `WAIT`: the acquisition waits
+    // for it and succeeds (no shorter timeout of a connection cuts it off).
+    let patient = RedisConfig::from_url(&url)
+        .expect("valid")
+        .with_wait_for_replicas(1, Duration::from_secs(3))
+        .build()
+        .await
+        .expect("connects");
+    link.set_latency(Direction::ToServer, Duration::from_millis(800), Duration::ZERO);
+    let started = Instant::now();
+    let lease = take(&patient, &lock, Duration::from_secs(30)).await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(700),
+        "the acknowledgement was slowed: {:?}",
+        started.elapsed()
+    );
+    link.set_latency(Direction::ToServer, Duration::ZERO, Duration::ZERO);
+    assert!(patient.release(&lease).await.expect("works"));
 
     let two = RedisConfig::from_url(&url)
         .expect("valid")
