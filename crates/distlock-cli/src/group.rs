@@ -8,7 +8,8 @@
 //! Before the command starts, `distlock` starts a *group leader*: itself, re-executed from
 //! `/proc/self/exe` with a hidden first argument ([`LEADER_ARG`]), in a new process group.
 //! The command then joins that group, and so do its children unless they leave it. The
-//! leader blocks every signal it can, and reads its stdin: the read end of a pipe whose only
+//! leader blocks every signal it can from before it is executed (a signal sent to the group
+//! while it starts up must not end it), and reads its stdin: the read end of a pipe whose only
 //! write end `distlock` holds (close-on-exec, so neither the leader nor the command inherits
 //! it). When `distlock` ends, however it ends (exit, panic, SIGKILL, the OOM killer), the
 //! kernel closes that write end; the leader reads end-of-file and sends SIGKILL to its whole
@@ -158,7 +159,7 @@ mod linux {
     use nix::errno::Errno;
     use nix::fcntl::{fcntl, FcntlArg, OFlag};
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    use nix::sys::signal::{killpg, SigSet, Signal};
+    use nix::sys::signal::{killpg, sigprocmask, SigSet, SigmaskHow, Signal};
     use nix::sys::time::TimeSpec;
     use nix::sys::timerfd::{self, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
     use nix::time::{clock_gettime, ClockId};
@@ -173,21 +174,39 @@ mod linux {
     /// A running group leader, from `distlock`'s side.
     pub(super) struct Leader {
         pub(super) pgid: Pid,
-        process: Child,
+        pub(super) process: Child,
         /// The pipe's only write end: dropping it (or dying) tells the leader to kill.
-        alive: Option<OwnedFd>,
+        pub(super) alive: Option<OwnedFd>,
         /// The latest deadline sent to the leader (`CLOCK_BOOTTIME` nanoseconds; 0: none).
         promised: u64,
     }
 
     impl Leader {
         pub(super) fn start() -> std::io::Result<Self> {
+            let mut leader = Command::new("/proc/self/exe");
+            leader.arg0("distlock").arg(LEADER_ARG);
+            Self::spawn(leader)
+        }
+
+        /// Starts `program` as the group's leader (`distlock` itself, but for tests).
+        pub(super) fn spawn(mut program: Command) -> std::io::Result<Self> {
             let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
             // Ours only (the leader's end stays blocking): a full pipe never stalls us.
             fcntl(&write, FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
-            let process = Command::new("/proc/self/exe")
-                .arg0("distlock")
-                .arg(LEADER_ARG)
+            // Born with every signal blocked (the mask survives exec): a signal forwarded to
+            // the group before the leader's `main` runs must not end it, and on a loaded host
+            // the command can start and be signalled before the leader is first scheduled.
+            // SAFETY: the closure runs in the forked child before exec and calls only
+            // `sigprocmask` on a set filled in place, async-signal-safe; it neither
+            // allocates nor takes locks.
+            #[allow(unsafe_code)]
+            unsafe {
+                program.pre_exec(|| {
+                    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&SigSet::all()), None)?;
+                    Ok(())
+                });
+            }
+            let process = program
                 .process_group(0)
                 // Dup'd onto fd 0, so the leader keeps it across exec; our copy closes here.
                 .stdin(Stdio::from(read))
@@ -287,7 +306,8 @@ mod linux {
     /// pass, then kill the group.
     pub fn lead() -> ExitCode {
         // Forwarded signals (SIGTERM, SIGINT, SIGHUP) reach the whole group, and the command
-        // may signal its own group: none of them may end the leader before the group.
+        // may signal its own group: none of them may end the leader before the group. They are
+        // blocked from before exec (`Leader::spawn`); blocking them again costs nothing.
         let _ = SigSet::all().thread_block();
         if getpgrp() != getpid() || !stdin_is_a_pipe() {
             eprintln!("distlock: {LEADER_ARG} is for `distlock exec`'s own use");
@@ -394,3 +414,38 @@ mod linux {
 
 #[cfg(target_os = "linux")]
 pub use linux::lead;
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+    use std::time::Duration;
+
+    use nix::sys::signal::{killpg, Signal};
+    use tokio::process::Command;
+
+    use super::linux::Leader;
+
+    /// Signals forwarded to the group can come before the leader's `main` has run at all (a
+    /// slow start on a loaded host): it must be born with them blocked, or they kill it and
+    /// leave the group unguarded. A leader that only sleeps stands in for one slow to start.
+    #[tokio::test]
+    async fn the_leader_is_born_with_forwarded_signals_blocked() {
+        let mut sleeper = Command::new("sleep");
+        sleeper.arg("0.5");
+        let mut leader = Leader::spawn(sleeper).expect("the stand-in leader starts");
+        for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+            killpg(leader.pgid, signal).expect("signals the group");
+        }
+        let status = tokio::time::timeout(Duration::from_secs(10), leader.process.wait())
+            .await
+            .expect("the stand-in leader ends")
+            .expect("reaped");
+        assert_eq!(
+            (status.code(), status.signal()),
+            (Some(0), None),
+            "the forwarded signals ended the leader: {status}"
+        );
+        // Reaped: its group id is no longer ours to signal, so nothing is sent on drop.
+        leader.alive = None;
+    }
+}
