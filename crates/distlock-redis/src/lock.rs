@@ -341,6 +341,7 @@ pub(crate) async fn acquire_unfenced_on(
     owner: &str,
     ttl_ms: u64,
     waiting: Waiting<'_>,
+    queued_until_us: u64,
 ) -> Result<(Acquired, Option<String>)> {
     let ttl_arg = ttl_ms.to_string();
     let reply: Value = match waiting {
@@ -355,6 +356,7 @@ pub(crate) async fn acquire_unfenced_on(
         }
         Some((waiter, stay_ms)) => {
             let stay_arg = stay_ms.to_string();
+            let score_arg = queued_until_us.to_string();
             node.script_within(
                 limit,
                 &scripts::ACQUIRE_UNFENCED_WAITING,
@@ -364,6 +366,7 @@ pub(crate) async fn acquire_unfenced_on(
                     ttl_arg.as_bytes(),
                     waiter.as_bytes(),
                     stay_arg.as_bytes(),
+                    score_arg.as_bytes(),
                 ],
             )
             .await?

@@ -93,8 +93,14 @@ const SPLIT_RETRY_MAX: Duration = Duration::from_millis(5);
 ///   with a majority and remaining validity. `extend_many` sends one pipeline per master.
 /// - **wait**: a waiter's attempt queues it on every master that finds the lock held (as on a
 ///   single server, see [`RedisLock`](crate::RedisLock)), and each master's release wakes the
-///   first waiter of its own queue, so a release wakes one waiter (a few at most, if the
-///   masters' queues disagree), not all; a waiter subscribes on every master (one pub/sub
+///   first waiter of its own queue. The queues are ordered by a score the waiter's client
+///   sends with the attempt (the end of its stay by the client's clock), the same on every
+///   master, so they agree and a release wakes one waiter, not all. (Ordered by arrival,
+///   they disagreed: an attempt reaches the masters in parallel, so two waiters' attempts
+///   arrive in different orders, and each master woke a different waiter.) A master drops
+///   an entry once its own clock passes the score: clients' clocks running behind the
+///   masters' by more than a second shorten a waiter's stay, which then only waits for its
+///   next re-check, as without notifications. A waiter subscribes on every master (one pub/sub
 ///   connection per master and client) and wakes on the first wake, else at the time a
 ///   majority of holds expire. After a split vote (no
 ///   majority for anyone, the lock free somewhere) the attempt reports a short random wait,
@@ -300,14 +306,17 @@ impl Redlock {
         let keys = self.keys(name);
         let token = owner.to_string();
         let limit = self.acquire_limit(ttl);
+        // A waiter's score in every master's queue: the end of its stay by this client's
+        // clock, the same on all of them (see `ACQUIRE_UNFENCED_WAITING`).
+        let queued_until_us = waiting.map_or(0, |(_, stay_ms)| {
+            clock_micros().saturating_add(stay_ms.saturating_mul(1000))
+        });
         let sent_at = Instant::now();
-        let replies = join_all(
-            self.inner
-                .nodes
-                .iter()
-                .map(|node| acquire_unfenced_on(node, limit, &keys, &token, ttl_ms, waiting)),
-        )
-        .await;
+        let replies =
+            join_all(self.inner.nodes.iter().map(|node| {
+                acquire_unfenced_on(node, limit, &keys, &token, ttl_ms, waiting, queued_until_us)
+            }))
+            .await;
         let elapsed = sent_at.elapsed();
         let drift = self.inner.config.drift(ttl);
         let (mut won, mut held, mut errors, mut untrusted) = (0, Vec::new(), Vec::new(), 0);
@@ -706,6 +715,13 @@ async fn forward_releases(masters: Vec<(watch::Receiver<u64>, Keep)>, tx: watch:
             },
         }
     }
+}
+
+/// This client's clock in microseconds since the Unix epoch (0 before it).
+fn clock_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 impl std::fmt::Debug for Redlock {

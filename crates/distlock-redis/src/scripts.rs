@@ -201,7 +201,14 @@ return {0, redis.call('PTTL', KEYS[1]), holder, run_id}
 /// [`ACQUIRE_WAITING`] does), else take it out of the queue.
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` waiters; `ARGV[1]` owner token, `ARGV[2]` TTL in ms,
-/// `ARGV[3]` waiter id, `ARGV[4]` stay in ms. Replies as [`ACQUIRE_UNFENCED`].
+/// `ARGV[3]` waiter id, `ARGV[4]` stay in ms, `ARGV[5]` the end of the stay in µs of the
+/// client's clock, the waiter's score. Replies as [`ACQUIRE_UNFENCED`].
+///
+/// The score comes from the client, not from each master's clock as in [`ACQUIRE_WAITING`]:
+/// one attempt reaches the masters in parallel, and waiters' attempts arrive in different
+/// orders at different masters; scored by arrival, each master's release would wake a
+/// different first waiter. With the client's score every master orders its queue alike, and
+/// a release wakes the same waiter on all of them.
 pub(crate) static ACQUIRE_UNFENCED_WAITING: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(concat!(
         owner_fn!(),
@@ -219,7 +226,7 @@ if holder == ARGV[1] then
   return {1, 0, run_id}
 end
 local stay = tonumber(ARGV[4])
-redis.call('ZADD', KEYS[2], now_us() + stay * 1000, ARGV[3])
+redis.call('ZADD', KEYS[2], ARGV[5], ARGV[3])
 if redis.call('PTTL', KEYS[2]) < stay then
   redis.call('PEXPIRE', KEYS[2], stay)
 end
