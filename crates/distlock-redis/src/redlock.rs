@@ -101,8 +101,9 @@ const SPLIT_RETRY_MAX: Duration = Duration::from_millis(5);
 ///   an entry once its own clock passes the score: clients' clocks running behind the
 ///   masters' by more than a second shorten a waiter's stay, which then only waits for its
 ///   next re-check, as without notifications. A waiter subscribes on every master (one pub/sub
-///   connection per master and client) and wakes on the first wake, else at the time a
-///   majority of holds expire. After a split vote (no
+///   connection per master and client) and tries once a majority of masters woke it (each
+///   wakes it once it has released, so the attempt finds a majority free), or the node
+///   timeout after the first did; else at the time a majority of holds expire. After a split vote (no
 ///   majority for anyone, the lock free somewhere) the attempt reports a short random wait,
 ///   the "retry after a random delay" of the algorithm, so contenders do not collide again.
 ///   Masters that did not answer (or restarted recently) might hold the lock for anyone, so
