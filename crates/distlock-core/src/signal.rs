@@ -86,9 +86,33 @@ impl LostSignal {
         self.until(|status| *status == Status::Released).await
     }
 
-    /// Resolves when the lock is lost or its session is suspended (the lock may be gone):
-    /// the point where work that must never run without the lock stops.
-    pub(crate) async fn lost_or_suspended(&self) -> LossReason {
+    /// Resolves when the lock is lost or its session is suspended (session-bound backends:
+    /// disconnected, so the lock may be gone), with [`LossReason::SessionSuspended`] for a
+    /// suspension: the point where work that must never run without the lock stops. It sees
+    /// a suspension however briefly it lasts (a reconnection can follow within milliseconds),
+    /// which polling [`LockGuard::is_suspended`](crate::LockGuard::is_suspended) may miss.
+    ///
+    /// ```
+    /// use distlock_core::{LockClient, LossReason, MemoryLock};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+    /// let client = LockClient::new(MemoryLock::new());
+    /// let guard = client.acquire("job").await?;
+    /// let signal = guard.lost_signal();
+    /// tokio::select! {
+    ///     reason = signal.lost_or_suspended() => {
+    ///         // Stop writing; with SessionSuspended the lock may come back.
+    ///         let _paused = reason == LossReason::SessionSuspended;
+    ///     }
+    ///     () = tokio::time::sleep(std::time::Duration::from_millis(10)) => {} // the work
+    /// }
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn lost_or_suspended(&self) -> LossReason {
         match self.until(|status| *status == Status::Suspended).await {
             HoldEnd::Lost(reason) => reason,
             HoldEnd::Released => std::future::pending().await,
