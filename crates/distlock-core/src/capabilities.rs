@@ -27,6 +27,9 @@ pub struct Capabilities {
     /// queue of waiters, a watch on the predecessor) rather than every waiter, which would
     /// all retry and all but one fail. Only meaningful with [`WakeUp::Notification`].
     pub wakes_one: bool,
+    /// Whether [`DistributedLock::hand_over`](crate::DistributedLock::hand_over) works: one
+    /// store operation releases a lock and takes it for the next owner.
+    pub hands_over: bool,
     /// What keeps a lock alive: a TTL that must be renewed, or the client's session.
     pub expiry: Expiry,
     /// The smallest TTL step the store keeps; TTLs are rounded up to a multiple of it.
@@ -49,6 +52,7 @@ impl Capabilities {
             wake_up,
             fairness: Fairness::None,
             wakes_one: false,
+            hands_over: false,
             expiry: Expiry::Ttl,
             ttl_granularity: Duration::from_millis(1),
             min_ttl: Duration::from_millis(1),
@@ -67,6 +71,12 @@ impl Capabilities {
     /// Sets [`Capabilities::wakes_one`].
     pub const fn with_wakes_one(mut self, wakes_one: bool) -> Self {
         self.wakes_one = wakes_one;
+        self
+    }
+
+    /// Sets [`Capabilities::hands_over`].
+    pub const fn with_hands_over(mut self, hands_over: bool) -> Self {
+        self.hands_over = hands_over;
         self
     }
 

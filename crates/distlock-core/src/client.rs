@@ -280,6 +280,11 @@ impl LockClient {
                 }
                 tracing::trace!(?delay, "distlock: waiting");
                 watch.wait(delay).await;
+                // A release by a client of this process may have handed the lock over to us.
+                if let Some(lease) = watch.take_handed() {
+                    tracing::debug!(lock = %name, fencing = ?lease.fencing_token(), "distlock: acquired by hand-over");
+                    return Ok(LockGuard::start(self.inner.clone(), lease, HoldOptions::from(opts)));
+                }
             }
         }
         .instrument(span)

@@ -4,7 +4,8 @@
 //! The memory store wakes its waiters with it. Stores that publish nothing (SQL, memcached)
 //! use it too: their waiters still poll for releases by other processes, but a release by
 //! any client of the same store in this process wakes one of them at once instead of at its
-//! next poll.
+//! next poll. Where the store can pass a lock from one owner to the next in one operation
+//! ([`DistributedLock::hand_over`]), such a release hands it straight to that waiter.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
@@ -15,6 +16,7 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::cleanup::release_in_background;
 use crate::{
     Capabilities, DistributedLock, Lease, LockName, LockState, LossReason, OwnerToken, ReleaseWatch, Result,
     Session, TryAcquire, WakeUp,
@@ -62,30 +64,101 @@ struct Names {
 struct Waiters {
     /// Releases announced so far (see [`LocalWaiters::releases`]).
     releases: u64,
-    /// Every live watch, by waiter id, and whether it was woken and has not tried since.
-    watches: HashMap<u64, (watch::Sender<u64>, bool)>,
-    /// The waiters queued by their last attempt, the next to wake first, each with the end
-    /// of its stay.
-    queue: VecDeque<(u64, Instant)>,
+    /// Every live watch, by waiter id.
+    watches: HashMap<u64, Watcher>,
+    /// The waiters queued by their last attempt, the next to wake first.
+    queue: VecDeque<Queued>,
+}
+
+/// One live watch.
+struct Watcher {
+    tx: watch::Sender<u64>,
+    /// Woken and has not tried since.
+    woken: bool,
+    /// Where a lock handed over to this waiter waits for it (shared with its watch).
+    handed: HandedSlot,
+}
+
+impl Watcher {
+    fn wake(&mut self) {
+        self.woken = true;
+        self.tx.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+/// One queued waiter.
+struct Queued {
+    id: u64,
+    /// The end of its stay.
+    until: Instant,
+    /// Whom a lock handed over to this waiter goes to, if it can take one.
+    ticket: Option<Ticket>,
+}
+
+/// The owner token and TTL a lock handed over to a waiter is taken with (those of the waiter's
+/// last attempt).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ticket {
+    pub(crate) owner: OwnerToken,
+    pub(crate) ttl: Duration,
+}
+
+/// The first queued waiter of a name, taken out of the queue to be handed the lock.
+#[derive(Debug)]
+pub(crate) struct Taker {
+    name: LockName,
+    id: u64,
+    pub(crate) ticket: Ticket,
+}
+
+/// Where a lock handed over to a waiter is left until the waiter takes it.
+pub(crate) type HandedSlot = Arc<Mutex<Option<Handed>>>;
+
+/// A lock handed over to a waiter. If the waiter is gone before it takes it, dropping it
+/// releases the lock in the background (through the client that handed it over, so the next
+/// waiter gets it).
+pub(crate) struct Handed {
+    lease: Option<Lease>,
+    lock: Arc<dyn DistributedLock>,
+}
+
+impl Handed {
+    /// The lease, now the waiter's to hold.
+    pub(crate) fn into_lease(mut self) -> Option<Lease> {
+        self.lease.take()
+    }
+}
+
+impl Drop for Handed {
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                release_in_background(
+                    self.lock.clone(),
+                    lease,
+                    "a lock handed over to a waiter that had gone",
+                );
+            }
+        }
+    }
 }
 
 impl Waiters {
     fn dequeue(&mut self, id: u64) {
-        self.queue.retain(|(queued, _)| *queued != id);
-        if let Some((_, woken)) = self.watches.get_mut(&id) {
-            *woken = false;
+        self.queue.retain(|queued| queued.id != id);
+        if let Some(watcher) = self.watches.get_mut(&id) {
+            watcher.woken = false;
         }
     }
 
     /// Wakes the first queued waiter still there and within its stay.
     fn wake_next(&mut self, now: Instant) {
-        while let Some((id, until)) = self.queue.pop_front() {
-            if until <= now {
+        while let Some(queued) = self.queue.pop_front() {
+            if queued.until <= now {
                 continue;
             }
-            if let Some((tx, woken)) = self.watches.get_mut(&id) {
-                *woken = true;
-                tx.send_modify(|n| *n = n.wrapping_add(1));
+            if let Some(watcher) = self.watches.get_mut(&queued.id) {
+                watcher.wake();
                 return;
             }
         }
@@ -124,18 +197,21 @@ impl LocalWaiters {
         names.next_id += 1;
         let id = names.next_id;
         let (tx, rx) = watch::channel(0);
-        names
-            .by_name
-            .entry(name.clone())
-            .or_default()
-            .watches
-            .insert(id, (tx, false));
+        let handed = HandedSlot::default();
+        names.by_name.entry(name.clone()).or_default().watches.insert(
+            id,
+            Watcher {
+                tx,
+                woken: false,
+                handed: handed.clone(),
+            },
+        );
         let keep = Leave {
             waiters: self.clone(),
             name: name.clone(),
             id,
         };
-        let watch = ReleaseWatch::for_waiter(rx, keep, id.to_string());
+        let watch = ReleaseWatch::for_waiter(rx, keep, id.to_string()).with_handed_slot(handed);
         if polls {
             watch.polling_too()
         } else {
@@ -154,19 +230,91 @@ impl LocalWaiters {
     /// [`releases`](Self::releases) from before the attempt: if a release was announced since,
     /// the waiter is woken at once instead.
     pub fn queue(&self, name: &LockName, waiter: &str, stay: Duration, seen: u64) {
+        self.queue_with(name, waiter, stay, seen, None);
+    }
+
+    /// As [`queue`](Self::queue); with a `ticket`, a release by this process may hand the
+    /// lock straight to this waiter, taken with the ticket's owner and TTL.
+    pub(crate) fn queue_with(
+        &self,
+        name: &LockName,
+        waiter: &str,
+        stay: Duration,
+        seen: u64,
+        ticket: Option<Ticket>,
+    ) {
         let Ok(id) = waiter.parse::<u64>() else { return };
         let now = Instant::now();
         let until = now.checked_add(stay).unwrap_or(now + Duration::from_secs(3600));
         if let Some(waiters) = self.names().by_name.get_mut(name) {
             waiters.dequeue(id);
             if waiters.releases != seen {
-                if let Some((tx, woken)) = waiters.watches.get_mut(&id) {
-                    *woken = true;
-                    tx.send_modify(|n| *n = n.wrapping_add(1));
+                if let Some(watcher) = waiters.watches.get_mut(&id) {
+                    watcher.wake();
                 }
                 return;
             }
-            waiters.queue.push_back((id, until));
+            waiters.queue.push_back(Queued { id, until, ticket });
+        }
+    }
+
+    /// Takes the first queued waiter of `name` out of the queue to hand it the lock, if it
+    /// is live, within its stay, and queued with a ticket.
+    pub(crate) fn take_next(&self, name: &LockName) -> Option<Taker> {
+        let now = Instant::now();
+        let mut names = self.names();
+        let waiters = names.by_name.get_mut(name)?;
+        while let Some(queued) = waiters.queue.pop_front() {
+            if queued.until <= now || !waiters.watches.contains_key(&queued.id) {
+                continue;
+            }
+            let Some(ticket) = queued.ticket else {
+                waiters.queue.push_front(queued);
+                return None;
+            };
+            return Some(Taker {
+                name: name.clone(),
+                id: queued.id,
+                ticket,
+            });
+        }
+        None
+    }
+
+    /// Leaves `lease`, handed over to `taker`, for it to take, and wakes it; if it is gone,
+    /// the lease is dropped, which releases it (see [`Handed`]).
+    pub(crate) fn deliver(&self, taker: &Taker, lease: Lease, lock: Arc<dyn DistributedLock>) {
+        let handed = Handed {
+            lease: Some(lease),
+            lock,
+        };
+        let mut names = self.names();
+        let watcher = names
+            .by_name
+            .get_mut(&taker.name)
+            .and_then(|waiters| waiters.watches.get_mut(&taker.id));
+        let undelivered = match watcher {
+            Some(watcher) => {
+                let earlier = watcher
+                    .handed
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .replace(handed);
+                watcher.tx.send_modify(|n| *n = n.wrapping_add(1));
+                earlier
+            }
+            None => Some(handed),
+        };
+        drop(names);
+        drop(undelivered);
+    }
+
+    /// Wakes `taker`, to whom the lock was not handed after all, so that it tries itself.
+    pub(crate) fn wake(&self, taker: &Taker) {
+        if let Some(waiters) = self.names().by_name.get_mut(&taker.name) {
+            if let Some(watcher) = waiters.watches.get_mut(&taker.id) {
+                watcher.wake();
+            }
         }
     }
 
@@ -204,6 +352,10 @@ impl LocalWaiters {
 pub(crate) struct LocallyWoken {
     inner: Arc<dyn DistributedLock>,
     waiters: LocalWaiters,
+    /// Whether a release hands the lock to the first waiter ([`Capabilities::hands_over`]).
+    hands_over: bool,
+    /// This wrapper, for what a handed-over lock is released through if its waiter is gone.
+    me: Weak<LocallyWoken>,
 }
 
 impl LocallyWoken {
@@ -213,12 +365,81 @@ impl LocallyWoken {
             return lock;
         }
         match lock.store_identity() {
-            Some(identity) => Arc::new(Self {
+            Some(identity) => Arc::new_cyclic(|me| Self {
                 waiters: LocalWaiters::for_store(&identity),
+                hands_over: lock.capabilities().hands_over,
                 inner: lock,
+                me: me.clone(),
             }),
             None => lock,
         }
+    }
+
+    /// This wrapper as a backend (for releases in the background).
+    fn as_lock(&self) -> Option<Arc<dyn DistributedLock>> {
+        self.me.upgrade().map(|me| me as Arc<dyn DistributedLock>)
+    }
+
+    /// Releases `lease` by handing it to `taker` in one store operation. If the outcome is
+    /// unknown, the lock may now be the taker's, which never hears of it: it is released by
+    /// the taker's owner token in the background. A taker not handed the lock is woken to try
+    /// itself.
+    async fn hand_to(&self, lease: &Lease, taker: Taker) -> Result<bool> {
+        let ticket = taker.ticket;
+        let mut pending = PendingHandOver {
+            waiters: &self.waiters,
+            lock: self.as_lock(),
+            taker: Some(taker),
+            sent: Instant::now(),
+            name: lease.name(),
+        };
+        match self.inner.hand_over(lease, ticket.owner, ticket.ttl).await {
+            Ok(Some(next)) => {
+                if let Some(taker) = pending.taker.take() {
+                    match self.as_lock() {
+                        Some(lock) => self.waiters.deliver(&taker, next, lock),
+                        None => self.waiters.wake(&taker),
+                    }
+                }
+                Ok(true)
+            }
+            Ok(None) => {
+                if let Some(taker) = pending.taker.take() {
+                    self.waiters.wake(&taker);
+                }
+                Ok(false)
+            }
+            Err(error) => {
+                if !error.is_ambiguous() {
+                    if let Some(taker) = pending.taker.take() {
+                        self.waiters.wake(&taker);
+                    }
+                }
+                Err(error)
+            }
+        }
+    }
+}
+
+/// A hand-over under way. Dropped before it was settled (its outcome unknown: an ambiguous
+/// error, or the release's future dropped mid-flight), it releases by the taker's owner token
+/// in the background and wakes the taker.
+struct PendingHandOver<'a> {
+    waiters: &'a LocalWaiters,
+    lock: Option<Arc<dyn DistributedLock>>,
+    taker: Option<Taker>,
+    sent: Instant,
+    name: &'a LockName,
+}
+
+impl Drop for PendingHandOver<'_> {
+    fn drop(&mut self) {
+        let Some(taker) = self.taker.take() else { return };
+        if let (Some(lock), Ok(_)) = (self.lock.take(), tokio::runtime::Handle::try_current()) {
+            let lease = Lease::new(self.name.clone(), taker.ticket.owner, taker.ticket.ttl, self.sent);
+            release_in_background(lock, lease, "a hand-over whose outcome is unknown");
+        }
+        self.waiters.wake(&taker);
     }
 }
 
@@ -247,18 +468,32 @@ impl DistributedLock for LocallyWoken {
         let seen = self.waiters.releases(name);
         let outcome = self.inner.try_acquire(name, owner, ttl).await;
         match &outcome {
-            Ok(TryAcquire::Held(_)) => self.waiters.queue(name, waiter, stay, seen),
+            Ok(TryAcquire::Held(_)) => {
+                let ticket = self.hands_over.then_some(Ticket { owner, ttl });
+                self.waiters.queue_with(name, waiter, stay, seen, ticket);
+            }
             _ => self.waiters.dequeue(name, waiter),
         }
         outcome
     }
 
+    /// Hands the lock to this process's first waiter if the store can; else releases it and
+    /// wakes that waiter.
     async fn release(&self, lease: &Lease) -> Result<bool> {
+        if self.hands_over {
+            if let Some(taker) = self.waiters.take_next(lease.name()) {
+                return self.hand_to(lease, taker).await;
+            }
+        }
         let released = self.inner.release(lease).await;
         if matches!(released, Ok(true)) {
             self.waiters.released(lease.name());
         }
         released
+    }
+
+    async fn hand_over(&self, lease: &Lease, next: OwnerToken, ttl: Duration) -> Result<Option<Lease>> {
+        self.inner.hand_over(lease, next, ttl).await
     }
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
@@ -316,9 +551,9 @@ impl Drop for Leave {
         let Some(waiters) = names.by_name.get_mut(&self.name) else {
             return;
         };
-        waiters.queue.retain(|(queued, _)| *queued != self.id);
-        if let Some((_, woken)) = waiters.watches.remove(&self.id) {
-            if woken {
+        waiters.queue.retain(|queued| queued.id != self.id);
+        if let Some(watcher) = waiters.watches.remove(&self.id) {
+            if watcher.woken {
                 waiters.wake_next(Instant::now());
             }
         }

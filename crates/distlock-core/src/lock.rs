@@ -115,6 +115,43 @@ pub trait DistributedLock: Send + Sync + fmt::Debug + 'static {
     /// as the cleanup after an ambiguous acquisition sends.
     async fn release(&self, lease: &Lease) -> Result<bool>;
 
+    /// Releases `lease` and, in the same store operation, takes its lock for `next` with `ttl`
+    /// (validated by the caller): the lock passes from one owner to the next without a moment
+    /// free for a third. Returns `next`'s lease, with a fencing token above `lease`'s where the
+    /// store fences, or `None` if the store no longer records `lease`'s owner (then nothing
+    /// changed).
+    ///
+    /// [`LockClient`](crate::LockClient) uses it on a polling backend that declares
+    /// [`Capabilities::hands_over`], to pass a lock released by a client of this process
+    /// straight to the first waiter of this process (see [`LocalWaiters`](crate::LocalWaiters)):
+    /// that waiter is alive and waiting, and it saves its own round trip and the failed attempts
+    /// of clients that would race it. An error may be ambiguous as for `release`: the lock may
+    /// now be `next`'s, so the caller releases by `next`'s owner token. The default returns
+    /// [`Error::NotSupported`].
+    ///
+    /// ```
+    /// use distlock_core::{DistributedLock, LockName, MemoryLock, OwnerToken, TryAcquire};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+    /// let (store, name, ttl) = (MemoryLock::new(), LockName::new("job")?, Duration::from_secs(5));
+    /// let TryAcquire::Acquired(first) = store.try_acquire(&name, OwnerToken::new(), ttl).await? else {
+    ///     unreachable!("the lock is free");
+    /// };
+    /// let next = store.hand_over(&first, OwnerToken::new(), ttl).await?.expect("ours to hand over");
+    /// assert!(next.fencing_token() > first.fencing_token());
+    /// assert!(!store.release(&first).await?, "the first owner holds it no more");
+    /// assert!(store.release(&next).await?);
+    /// # Ok(()) }
+    /// ```
+    async fn hand_over(&self, lease: &Lease, next: OwnerToken, ttl: Duration) -> Result<Option<Lease>> {
+        let _ = (lease, next, ttl);
+        Err(Error::NotSupported {
+            backend: self.backend(),
+            what: "handing a lock over to the next owner",
+        })
+    }
+
     /// Resets the lock's TTL to `ttl` if the store still records `lease`'s owner, returning the
     /// renewed lease, or `None` if the lock is no longer ours.
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>>;

@@ -197,6 +197,7 @@ impl DistributedLock for MemoryLock {
         Capabilities::new(Fencing::Monotonic, WakeUp::Notification)
             .with_cross_process(false)
             .with_wakes_one(true)
+            .with_hands_over(true)
     }
 
     async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
@@ -226,6 +227,30 @@ impl DistributedLock for MemoryLock {
             self.waiters.released(lease.name());
         }
         Ok(ours)
+    }
+
+    async fn hand_over(&self, lease: &Lease, next: OwnerToken, ttl: Duration) -> Result<Option<Lease>> {
+        let mut store = self.store();
+        store.check_available()?;
+        let now = Instant::now();
+        let expires_at = now
+            .checked_add(ttl)
+            .ok_or_else(|| Error::invalid_options(format!("a TTL of {ttl:?} overflows the clock")))?;
+        let fencing = store.last_fencing + 1;
+        match store.live(lease.name(), now) {
+            Some(entry) if entry.owner == lease.owner() => {
+                *entry = Entry {
+                    owner: next,
+                    expires_at,
+                    fencing,
+                };
+            }
+            _ => return Ok(None),
+        }
+        store.last_fencing = fencing;
+        Ok(Some(
+            Lease::new(lease.name().clone(), next, ttl, now).with_fencing(FencingToken::new(fencing)),
+        ))
     }
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {

@@ -1,0 +1,234 @@
+//! A release by a client of this process hands the lock straight to this process's first
+//! waiter, on a polling store that can pass a lock from one owner to the next in one operation
+//! (`DistributedLock::hand_over`): the waiter makes no attempt of its own, a stale release hands
+//! nothing over, and a handed-over lock whose waiter went, or whose hand-over's outcome is
+//! unknown, does not stay held.
+//!
+//! The store is the memory store behind a wrapper that says it polls and names its store, as
+//! the SQL backends do, so that `LockClient` puts its in-process wake-ups and hand-overs around it.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::{
+    AcquireOptions, Capabilities, DistributedLock, Error, Fencing, Lease, LockClient, LockName, LockState,
+    MemoryLock, OwnerToken, Result, TryAcquire, WakeUp,
+};
+use futures::FutureExt;
+
+/// The memory store as a polling store with a name, counting attempts.
+#[derive(Debug)]
+struct PollingStore {
+    inner: MemoryLock,
+    identity: String,
+    hands_over: bool,
+    attempts: AtomicUsize,
+    /// The next hand-over is applied on the store, then reports an error (a lost reply).
+    lose_next_hand_over_reply: AtomicBool,
+}
+
+impl PollingStore {
+    fn new(hands_over: bool) -> Arc<Self> {
+        Arc::new(Self {
+            inner: MemoryLock::new(),
+            identity: format!("polling-memory:{}", uuid::Uuid::new_v4()),
+            hands_over,
+            attempts: AtomicUsize::new(0),
+            lose_next_hand_over_reply: AtomicBool::new(false),
+        })
+    }
+
+    fn client(self: &Arc<Self>) -> LockClient {
+        LockClient::from_arc(self.clone())
+    }
+
+    fn attempts(&self) -> usize {
+        self.attempts.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl DistributedLock for PollingStore {
+    fn backend(&self) -> &'static str {
+        "polling-memory"
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(Fencing::Monotonic, WakeUp::Polling)
+            .with_cross_process(false)
+            .with_hands_over(self.hands_over)
+    }
+    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        self.inner.try_acquire(name, owner, ttl).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.inner.release(lease).await
+    }
+    async fn hand_over(&self, lease: &Lease, next: OwnerToken, ttl: Duration) -> Result<Option<Lease>> {
+        let handed = self.inner.hand_over(lease, next, ttl).await?;
+        if self.lose_next_hand_over_reply.swap(false, Ordering::SeqCst) {
+            return Err(Error::unavailable("polling-memory", "the reply was lost"));
+        }
+        Ok(handed)
+    }
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
+        self.inner.extend(lease, ttl).await
+    }
+    fn store_identity(&self) -> Option<String> {
+        Some(self.identity.clone())
+    }
+    async fn inspect(&self, name: &LockName) -> Result<LockState> {
+        self.inner.inspect(name).await
+    }
+    async fn ping(&self) -> Result<()> {
+        self.inner.ping().await
+    }
+}
+
+fn name() -> LockName {
+    LockName::new("handed").expect("valid")
+}
+
+/// Waits for ever, polling only every 20 s: anything sooner is a wake-up or a hand-over.
+static SLOW_POLLING: AcquireOptions = AcquireOptions::new()
+    .ttl(Duration::from_secs(30))
+    .poll_interval(Duration::from_secs(20), Duration::from_secs(20));
+
+fn slow_polling() -> AcquireOptions {
+    SLOW_POLLING.clone()
+}
+
+/// Polls a new acquisition by `waiter` once: it makes its attempts, finds the lock held, is
+/// queued, and sleeps. The future is returned unfinished, so the test decides when it runs on.
+async fn queued_waiter(
+    waiter: &LockClient,
+) -> impl std::future::Future<Output = Result<distlock_core::LockGuard>> + '_ {
+    let mut acquiring = Box::pin(waiter.acquire_with(name(), &SLOW_POLLING));
+    assert!((&mut acquiring).now_or_never().is_none(), "the lock is held");
+    acquiring
+}
+
+#[tokio::test]
+async fn a_release_hands_the_lock_to_the_waiter_without_an_attempt_of_its_own() {
+    let store = PollingStore::new(true);
+    let (holder, waiter) = (store.client(), store.client());
+    let held = holder.acquire_with(name(), &slow_polling()).await.expect("free");
+    let acquiring = queued_waiter(&waiter).await;
+    let attempts_before = store.attempts();
+
+    let first = held.fencing_token();
+    assert!(held.release().await.expect("released"));
+    let guard = tokio::time::timeout(Duration::from_secs(1), acquiring)
+        .await
+        .expect("handed over within 1s, not at the next poll in 20s")
+        .expect("acquired");
+
+    assert_eq!(
+        store.attempts(),
+        attempts_before,
+        "the waiter held the lock without an attempt of its own"
+    );
+    assert!(
+        guard.fencing_token() > first,
+        "{:?} after {first:?}",
+        guard.fencing_token()
+    );
+    let state = store.inner.inspect(&name()).await.expect("inspect");
+    assert_eq!(state.owner, Some(guard.owner().to_string()));
+    assert!(guard.release().await.expect("released"));
+}
+
+#[tokio::test]
+async fn without_hand_over_the_waiter_is_woken_and_tries() {
+    let store = PollingStore::new(false);
+    let (holder, waiter) = (store.client(), store.client());
+    let held = holder.acquire_with(name(), &slow_polling()).await.expect("free");
+    let acquiring = queued_waiter(&waiter).await;
+    let attempts_before = store.attempts();
+    assert!(held.release().await.expect("released"));
+    let guard = tokio::time::timeout(Duration::from_secs(1), acquiring)
+        .await
+        .expect("woken within 1s")
+        .expect("acquired");
+    assert_eq!(
+        store.attempts(),
+        attempts_before + 1,
+        "the woken waiter tried once"
+    );
+    assert!(guard.release().await.expect("released"));
+}
+
+#[tokio::test]
+async fn a_release_that_is_not_ours_hands_nothing_over() {
+    let store = PollingStore::new(true);
+    let (holder, waiter) = (store.client(), store.client());
+    let held = holder.acquire_with(name(), &slow_polling()).await.expect("free");
+    let acquiring = queued_waiter(&waiter).await;
+    assert!(store.inner.steal(&name()), "held");
+    let thief = store.inner.inspect(&name()).await.expect("inspect").owner;
+
+    assert!(
+        !held.release().await.expect("answered"),
+        "the lock was not ours to release"
+    );
+    let outcome = tokio::time::timeout(Duration::from_millis(300), acquiring).await;
+    assert!(
+        outcome.is_err(),
+        "the waiter got a lock that was not the releaser's to give"
+    );
+    assert_eq!(store.inner.inspect(&name()).await.expect("inspect").owner, thief);
+}
+
+#[tokio::test]
+async fn a_lock_handed_to_a_waiter_that_went_is_released() {
+    let store = PollingStore::new(true);
+    let (holder, waiter, third) = (store.client(), store.client(), store.client());
+    let held = holder.acquire_with(name(), &slow_polling()).await.expect("free");
+    let acquiring = queued_waiter(&waiter).await;
+    assert!(held.release().await.expect("released"));
+    let handed_to = store.inner.inspect(&name()).await.expect("inspect").owner;
+    assert!(handed_to.is_some(), "handed over, not freed");
+    // The waiter goes before it ever runs again: the lease left for it is never taken.
+    drop(acquiring);
+
+    let guard = tokio::time::timeout(
+        Duration::from_secs(2),
+        third.acquire_with(name(), &AcquireOptions::new().ttl(Duration::from_secs(30))),
+    )
+    .await
+    .expect("the lock left for a waiter that went was released, long before its 30s TTL")
+    .expect("acquired");
+    assert_ne!(Some(guard.owner().to_string()), handed_to);
+}
+
+#[tokio::test]
+async fn a_hand_over_whose_outcome_is_unknown_is_cleaned_up_and_the_waiter_still_gets_the_lock() {
+    for lost_reply in [false, true] {
+        let store = PollingStore::new(true);
+        let (holder, waiter) = (store.client(), store.client());
+        let held = holder.acquire_with(name(), &slow_polling()).await.expect("free");
+        let acquiring = queued_waiter(&waiter).await;
+        if lost_reply {
+            // Applied on the store: the lock is now held under the waiter's ticket, and nobody
+            // told the waiter.
+            store.lose_next_hand_over_reply.store(true, Ordering::SeqCst);
+        } else {
+            store.inner.set_available(false);
+        }
+        assert!(held.release().await.is_err(), "no answer");
+        store.inner.set_available(true);
+
+        let guard = tokio::time::timeout(Duration::from_secs(3), acquiring)
+            .await
+            .unwrap_or_else(|_| panic!("lost reply {lost_reply}: the waiter did not get the lock within 3s"))
+            .expect("acquired");
+        assert!(guard.release().await.expect("released"));
+        let state = store.inner.inspect(&name()).await.expect("inspect");
+        assert_eq!(
+            state.owner, None,
+            "lost reply {lost_reply}: nothing left held behind"
+        );
+    }
+}
