@@ -11,8 +11,10 @@
 //!   Expiry is judged by the database's clock only. See [`SqlLock`] for the row layout, the
 //!   round trips of each operation, and why not `GET_LOCK` / `SELECT ... FOR UPDATE`.
 //! - Waiting: SQL publishes no releases, so waiters poll with backoff, waking at the holder's
-//!   expiry. A MySQL release by a client of this process wakes one of this process's waiters
-//!   at once (`LockClient` does it, by the store's name); a SQLite release wakes the oldest
+//!   expiry. A MySQL release by a client of this process hands the lock straight to the first
+//!   of this process's waiters, in the release's own `UPDATE` (`LockClient` does it, by the
+//!   store's name, through `DistributedLock::hand_over`): the waiter holds it without a round
+//!   trip of its own, and no client of the process races it. A SQLite release wakes the oldest
 //!   waiter of the whole host at once, in any process, through a Unix socket per waiter in
 //!   `<database>.waiters/`.
 //! - The backend creates its table if missing (idempotently, also when many processes start

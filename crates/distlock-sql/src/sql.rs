@@ -75,6 +75,12 @@ pub(crate) struct Statements {
     pub(crate) remaining: String,
     /// Binds: key, owner. One affected row iff released.
     pub(crate) release: String,
+    /// Releases and takes the row for the next owner in one statement, where the owner is
+    /// still ours, as `release` judges it. Binds, MySQL: next owner, ttl µs, key, owner; one
+    /// affected row iff handed over, the new version as `last_insert_id`. SQLite: key, owner,
+    /// next owner, ttl ms, the caller's clock in µs; `RETURNING version` yields a row iff
+    /// handed over.
+    pub(crate) hand_over: String,
     /// Binds, MySQL: ttl µs, key, owner. SQLite: key, owner, ttl ms. One affected row iff
     /// extended (MySQL counts matched rows: sqlx sets `CLIENT_FOUND_ROWS`).
     pub(crate) extend: String,
@@ -137,6 +143,14 @@ impl Statements {
                 "UPDATE {t} SET owner = NULL, expires_at = NULL \
                  WHERE lock_key = ? AND owner = ? AND (expires_at IS NULL OR expires_at > UTC_TIMESTAMP(6))"
             ),
+            // Every assignment reads only the old row, so the order of assignments does not
+            // matter (see `acquire` on MariaDB's SIMULTANEOUS_ASSIGNMENT).
+            hand_over: format!(
+                "UPDATE {t} SET owner = ?, \
+                 version = LAST_INSERT_ID(GREATEST(version + 1, {MYSQL_CLOCK_US})), \
+                 expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+                 WHERE lock_key = ? AND owner = ? AND (expires_at IS NULL OR expires_at > UTC_TIMESTAMP(6))"
+            ),
             extend: format!(
                 "UPDATE {t} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
                  WHERE lock_key = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)"
@@ -180,6 +194,12 @@ impl Statements {
             release: format!(
                 "UPDATE {t} SET owner = NULL, expires_at = NULL \
                  WHERE lock_key = ?1 AND owner = ?2 AND (expires_at IS NULL OR expires_at > {now})"
+            ),
+            hand_over: format!(
+                "UPDATE {t} SET owner = ?3, version = MAX(version + 1, {now} * 1000, ?5), \
+                 expires_at = {now} + ?4 \
+                 WHERE lock_key = ?1 AND owner = ?2 AND (expires_at IS NULL OR expires_at > {now}) \
+                 RETURNING version"
             ),
             extend: format!(
                 "UPDATE {t} SET expires_at = {now} + ?3 \

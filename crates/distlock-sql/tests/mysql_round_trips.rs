@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Lease, LockName, OwnerToken, TryAcquire};
+use distlock_core::{AcquireOptions, DistributedLock, Lease, LockClient, LockName, OwnerToken, TryAcquire};
 use distlock_sql::{SqlConfig, SqlLock};
 use distlock_testkit::{MariaDbServer, MARIADB_USER};
 
@@ -201,4 +201,66 @@ async fn no_ping_over_many_operations() {
     assert_eq!(prepares, 0, "statements prepared once, at connect");
     assert_eq!(questions, 3 * CYCLES, "nothing else sent");
     assert_eq!(connections, 1, "one connection served every operation");
+}
+
+/// A handoff between two clients of one process is one statement: the release hands the row
+/// to the waiting client's owner token in the same `UPDATE`, and the waiter, woken with the
+/// lock already its own, sends nothing (a release and the waiter's own acquisition would be
+/// two, plus the failed attempts of clients that race it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_within_a_process_is_one_statement() {
+    let server = tokio::task::spawn_blocking(MariaDbServer::start)
+        .await
+        .expect("the starter thread")
+        .expect("mariadbd starts (install mariadb-server)");
+    let client = || async {
+        let lock: SqlLock = SqlConfig::from_url(&server.url())
+            .expect("a valid URL")
+            .with_max_connections(1)
+            .build()
+            .await
+            .expect("the server answers");
+        LockClient::new(lock)
+    };
+    let (holder, waiter) = (client().await, client().await);
+    let name = LockName::new("handoff-round-trips").expect("valid");
+    let long_poll = Duration::from_secs(20);
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(30))
+        .poll_interval(long_poll, long_poll);
+    let handoff = || async {
+        let guard = holder.acquire_with(&name, &opts).await.expect("acquired");
+        let waiting = {
+            let (waiter, name, opts) = (waiter.clone(), name.clone(), opts.clone());
+            tokio::spawn(async move { waiter.acquire_with(&name, &opts).await.expect("acquired") })
+        };
+        // Let the waiter fail its attempts and go to sleep.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        (guard, waiting)
+    };
+
+    // Warm up: every statement prepared on both connections.
+    let (guard, waiting) = handoff().await;
+    assert!(guard.release().await.expect("works"));
+    let handed = waiting.await.expect("the waiter task");
+    assert!(handed.release().await.expect("works"));
+    server
+        .sql("SET GLOBAL log_output = 'TABLE'; SET GLOBAL general_log = 1")
+        .expect("turns the general log on");
+
+    let (guard, waiting) = handoff().await;
+    let (handed, cmds) = commands(&server, async {
+        assert!(guard.release().await.expect("works"));
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("handed over long before the waiter's next poll")
+            .expect("the waiter task")
+    })
+    .await;
+    println!("commands for one handoff: {cmds:#?}");
+    assert!(
+        cmds.len() == 1 && cmds[0] != "Ping",
+        "a handoff within a process: {cmds:#?}"
+    );
+    assert!(handed.release().await.expect("works"));
 }
