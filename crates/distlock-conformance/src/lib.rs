@@ -179,6 +179,10 @@ pub const CASES: &[Case] = &[
         c28_release_in_process_wakes_a_polling_waiter,
         "a release in this process hands over at once, even on stores that publish nothing"
     ),
+    case!(
+        c29_release_hands_over_to_the_next_owner,
+        "hand_over passes a lock on in one operation; a release gives it to a waiter here"
+    ),
 ];
 
 tokio::task_local! {
@@ -258,6 +262,7 @@ macro_rules! conformance_tests {
             c26_paused_holder_knows_it_lost,
             c27_release_wakes_one_waiter,
             c28_release_in_process_wakes_a_polling_waiter,
+            c29_release_hands_over_to_the_next_owner,
         );
 
         #[test]

@@ -11,6 +11,7 @@ mod exclusion;
 mod expiry;
 mod faults;
 mod fencing;
+mod handover;
 mod input;
 mod lost;
 mod outage;
@@ -31,6 +32,7 @@ pub use faults::{
     c24_waiters_survive_resets, c25_no_exhaustion_after_timeouts,
 };
 pub use fencing::c08_fencing_tokens_increase;
+pub use handover::c29_release_hands_over_to_the_next_owner;
 pub use input::c11_bad_input_is_a_typed_error;
 pub use lost::{c16_lost_lock_signal, c18_max_hold_time, c19_no_renewal_reports_expiry};
 pub use outage::c12_store_going_away;

@@ -191,9 +191,9 @@ async fn next_winner(waiters: &mut Vec<JoinHandle<(LockGuard, Instant)>>) -> (Lo
 
 /// A backend that counts acquisition attempts and otherwise passes everything through.
 #[derive(Debug)]
-struct Counting {
-    inner: Arc<dyn DistributedLock>,
-    attempts: Arc<AtomicUsize>,
+pub(crate) struct Counting {
+    pub(crate) inner: Arc<dyn DistributedLock>,
+    pub(crate) attempts: Arc<AtomicUsize>,
 }
 
 #[async_trait]
@@ -227,6 +227,10 @@ impl DistributedLock for Counting {
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.inner.release(lease).await
+    }
+
+    async fn hand_over(&self, lease: &Lease, next: OwnerToken, ttl: Duration) -> Result<Option<Lease>> {
+        self.inner.hand_over(lease, next, ttl).await
     }
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
