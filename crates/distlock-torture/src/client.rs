@@ -1,6 +1,8 @@
-//! One client process of the workload: loops acquire (with a wait), write, hold, write,
-//! release, recording each step with the harness as it happens. Stops after its current
-//! iteration on SIGTERM.
+//! One client process of the workload: one `LockClient` shared by `--tasks` tasks, each
+//! looping acquire (with a wait), write, hold, write, release, and recording each step with the
+//! harness as it happens, on a connection of its own. Tasks of one process contend with each
+//! other as with the other processes, so a release can wake, or hand the lock straight to, a
+//! waiter of its own process. Stops after each task's current iteration on SIGTERM.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -16,7 +18,7 @@ use tokio::sync::Mutex;
 
 use crate::broken::{Breakage, Broken};
 use crate::history::{now, ClientEvent};
-use crate::wire::{Message, WriteReply};
+use crate::wire::{task_client, Message, WriteReply};
 
 /// What a client process is told on its command line.
 #[derive(Debug, Clone, clap::Args)]
@@ -57,6 +59,9 @@ pub struct ClientArgs {
     /// Break the backend on purpose (to prove the checker).
     #[arg(long, value_enum)]
     pub broken: Option<Breakage>,
+    /// Tasks in this process, each its own client in the history (see `wire::task_client`).
+    #[arg(long, default_value_t = 1)]
+    pub tasks: u32,
 }
 
 /// The connection to the harness.
@@ -94,15 +99,6 @@ impl Harness {
 
 /// Runs the client until SIGTERM (or the harness goes away).
 pub async fn run(args: ClientArgs) -> std::io::Result<()> {
-    let stream = TcpStream::connect(&args.control).await?;
-    stream.set_nodelay(true)?;
-    let (read, write) = stream.into_split();
-    let harness = Arc::new(Harness {
-        writer: Mutex::new(write),
-        reader: Mutex::new(BufReader::new(read)),
-    });
-    harness.send(&Message::Hello { client: args.client }).await?;
-
     let client = loop {
         let opened = match args.broken {
             None => distlock::connect(&args.url).await,
@@ -129,8 +125,31 @@ pub async fn run(args: ClientArgs) -> std::io::Result<()> {
         });
     }
 
-    let mut rng =
-        StdRng::seed_from_u64(args.seed ^ (u64::from(args.client) << 32) ^ u64::from(args.incarnation));
+    let args = Arc::new(args);
+    let tasks: Vec<_> = (0..args.tasks.max(1))
+        .map(|task| {
+            let (args, client, stop) = (args.clone(), client.clone(), stop.clone());
+            tokio::spawn(async move { run_task(&args, task_client(args.client, task), &client, &stop).await })
+        })
+        .collect();
+    for task in tasks {
+        task.await.map_err(std::io::Error::other)??;
+    }
+    Ok(())
+}
+
+/// One task's loop, recorded in the history as client `id`.
+async fn run_task(args: &ClientArgs, id: u32, client: &LockClient, stop: &AtomicBool) -> std::io::Result<()> {
+    let stream = TcpStream::connect(&args.control).await?;
+    stream.set_nodelay(true)?;
+    let (read, write) = stream.into_split();
+    let harness = Arc::new(Harness {
+        writer: Mutex::new(write),
+        reader: Mutex::new(BufReader::new(read)),
+    });
+    harness.send(&Message::Hello { client: id }).await?;
+
+    let mut rng = StdRng::seed_from_u64(args.seed ^ (u64::from(id) << 32) ^ u64::from(args.incarnation));
     let mut sequence = 0u64;
     while !stop.load(Ordering::SeqCst) {
         let name = if args.cold == 0 || rng.random_bool(args.hot_share.clamp(0.0, 1.0)) {
@@ -145,7 +164,7 @@ pub async fn run(args: ClientArgs) -> std::io::Result<()> {
             .await?;
         let acquired = tokio::select! {
             acquired = client.acquire_with(name.as_str(), &opts) => acquired,
-            () = stopped(&stop) => break,
+            () = stopped(stop) => break,
         };
         let guard = match acquired {
             Ok(guard) => guard,
@@ -168,7 +187,7 @@ pub async fn run(args: ClientArgs) -> std::io::Result<()> {
             }
         };
         sequence += 1;
-        let grant = format!("{}.{}.{sequence}", args.client, args.incarnation);
+        let grant = format!("{id}.{}.{sequence}", args.incarnation);
         let token = guard.fencing_token().map(distlock::FencingToken::get);
         harness
             .event(

@@ -89,6 +89,10 @@ struct RunArgs {
     /// more acquisitions per second).
     #[arg(long, default_value_t = 0.2)]
     long_holds: f64,
+    /// Tasks per client process: they share its `LockClient` and contend with each other as
+    /// with other processes (a release can hand the lock to a waiter of its own process).
+    #[arg(long, default_value_t = 2)]
+    tasks: u32,
     /// Cold lock names beside the hot one.
     #[arg(long, default_value_t = 3)]
     cold: u32,
@@ -192,6 +196,7 @@ async fn torture(args: RunArgs) -> ExitCode {
                 hot_share: args.hot_share,
                 short_hold: args.short_hold,
                 long_holds: args.long_holds,
+                tasks: args.tasks,
             },
             broken: args.broken,
             only: args.faults.clone(),

@@ -11,7 +11,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::history::{now, ClientEvent, History, Nanos, Stamped, Write};
-use crate::wire::{Message, WriteReply};
+use crate::wire::{slot_of, Message, WriteReply};
 
 /// The shared record.
 #[derive(Default)]
@@ -146,9 +146,9 @@ impl Resource {
         self.state().granted
     }
 
-    /// Forgets who holds what for a client that was killed.
-    pub fn forget(&self, client: u32) {
-        self.state().holders.retain(|_, holder| *holder != client);
+    /// Forgets who holds what for the tasks of a client process that was killed.
+    pub fn forget_slot(&self, slot: u32) {
+        self.state().holders.retain(|_, holder| slot_of(*holder) != slot);
     }
 
     /// Runs `f` on the history being recorded.

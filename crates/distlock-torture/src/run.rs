@@ -20,6 +20,7 @@ use crate::faults::{schedule, FaultKind, Planned};
 use crate::history::{now, FaultRecord, History};
 use crate::resource::Resource;
 use crate::store::{Backend, Store};
+use crate::wire::slot_of;
 
 /// The extra time allowed on top of TTL (or session timeout) plus operation timeout for the
 /// hot lock to be granted again after a fault.
@@ -68,6 +69,8 @@ pub struct Workload {
     pub short_hold: Duration,
     /// The share of holds that outlast a third of the TTL.
     pub long_holds: f64,
+    /// Tasks per client process, sharing its `LockClient`.
+    pub tasks: u32,
 }
 
 /// What a run produced.
@@ -163,6 +166,7 @@ pub async fn run(setup: Setup) -> Result<Outcome, String> {
             .args(["--seed", &setup.seed.to_string()])
             .args(["--long-holds", &setup.workload.long_holds.to_string()])
             .args(["--hot-share", &setup.workload.hot_share.to_string()])
+            .args(["--tasks", &setup.workload.tasks.to_string()])
             .args([
                 "--short-hold",
                 &format!("{}us", setup.workload.short_hold.as_micros()),
@@ -356,7 +360,7 @@ async fn inject(
 ) -> Result<FaultRecord, String> {
     let holder = resource
         .holder(hot)
-        .and_then(|c| usize::try_from(c).ok())
+        .and_then(|c| usize::try_from(slot_of(c)).ok())
         .filter(|&c| c < slots.len())
         .unwrap_or(0);
     let pid = |slot: &Slot| {
@@ -376,7 +380,7 @@ async fn inject(
                 let _ = child.wait().await;
             }
             let killed_at = now();
-            resource.forget(u32::try_from(holder).unwrap_or_default());
+            resource.forget_slot(u32::try_from(holder).unwrap_or_default());
             resource.with_history(|h| {
                 h.kills
                     .push((u32::try_from(holder).unwrap_or_default(), killed_at))

@@ -9,7 +9,8 @@ use crate::history::{ClientEvent, GrantId, Nanos};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 pub enum Message {
-    /// The first line: which client slot this process fills.
+    /// The first line: which client this connection records for (a task of a client
+    /// process, see [`task_client`]).
     Hello { client: u32 },
     /// Something that happened, stamped by the client.
     Event { at: Nanos, event: ClientEvent },
@@ -26,4 +27,18 @@ pub enum Message {
 pub struct WriteReply {
     /// Whether the write was accepted.
     pub accepted: bool,
+}
+
+/// How far apart the history's client ids of one slot's tasks are: task `t` of slot `s` is
+/// client `s + t * TASK_STRIDE` (task 0 is the slot itself).
+pub const TASK_STRIDE: u32 = 1000;
+
+/// The history's client id of task `task` of slot `slot`.
+pub fn task_client(slot: u32, task: u32) -> u32 {
+    slot + task * TASK_STRIDE
+}
+
+/// The slot (client process) of a history client id.
+pub fn slot_of(client: u32) -> u32 {
+    client % TASK_STRIDE
 }
