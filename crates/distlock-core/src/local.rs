@@ -5,7 +5,9 @@
 //! use it too: their waiters still poll for releases by other processes, but a release by
 //! any client of the same store in this process wakes one of them at once instead of at its
 //! next poll. Where the store can pass a lock from one owner to the next in one operation
-//! ([`DistributedLock::hand_over`]), such a release hands it straight to that waiter.
+//! ([`DistributedLock::hand_over`]), such a release hands it straight to that waiter. And a
+//! poll of a waiter that no release here woke is a read ([`DistributedLock::inspect`]) while
+//! the lock stays held: it writes only when a read found it free.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
@@ -18,8 +20,8 @@ use tokio::time::Instant;
 
 use crate::cleanup::release_in_background;
 use crate::{
-    Capabilities, DistributedLock, Lease, LockName, LockState, LossReason, OwnerToken, ReleaseWatch, Result,
-    Session, TryAcquire, WakeUp,
+    Capabilities, DistributedLock, Holder, Lease, LockName, LockState, LossReason, OwnerToken, ReleaseWatch,
+    Result, Session, TryAcquire, WakeUp,
 };
 
 /// The waiter queues of every store identity in this process (see [`LocalWaiters::for_store`]).
@@ -258,6 +260,18 @@ impl LocalWaiters {
         }
     }
 
+    /// Whether `waiter` is in the queue of `name`: its last attempt found the lock held, and no
+    /// release by this process woke it since (nor handed it the lock).
+    pub(crate) fn is_queued(&self, name: &LockName, waiter: &str) -> bool {
+        let Ok(id) = waiter.parse::<u64>() else {
+            return false;
+        };
+        self.names()
+            .by_name
+            .get(name)
+            .is_some_and(|waiters| waiters.queue.iter().any(|queued| queued.id == id))
+    }
+
     /// Takes the first queued waiter of `name` out of the queue to hand it the lock, if it
     /// is live, within its stay, and queued with a ticket.
     pub(crate) fn take_next(&self, name: &LockName) -> Option<Taker> {
@@ -354,6 +368,8 @@ pub(crate) struct LocallyWoken {
     waiters: LocalWaiters,
     /// Whether a release hands the lock to the first waiter ([`Capabilities::hands_over`]).
     hands_over: bool,
+    /// Whether a waiter's poll reads first ([`Capabilities::inspect`]).
+    probes: bool,
     /// This wrapper, for what a handed-over lock is released through if its waiter is gone.
     me: Weak<LocallyWoken>,
 }
@@ -368,6 +384,7 @@ impl LocallyWoken {
             Some(identity) => Arc::new_cyclic(|me| Self {
                 waiters: LocalWaiters::for_store(&identity),
                 hands_over: lock.capabilities().hands_over,
+                probes: lock.capabilities().inspect,
                 inner: lock,
                 me: me.clone(),
             }),
@@ -466,12 +483,27 @@ impl DistributedLock for LocallyWoken {
         stay: Duration,
     ) -> Result<TryAcquire> {
         let seen = self.waiters.releases(name);
+        let ticket = self.hands_over.then_some(Ticket { owner, ttl });
+        if self.probes && self.waiters.is_queued(name, waiter) {
+            // Its last attempt found the lock held and no release here woke it since: a poll
+            // for a release elsewhere. A read says whether a write could win; most polls
+            // find the lock still held and write nothing.
+            match self.inner.inspect(name).await {
+                Ok(LockState {
+                    owner: Some(holder),
+                    remaining: Some(left),
+                    ..
+                }) if !left.is_zero() => {
+                    self.waiters.queue_with(name, waiter, stay, seen, ticket);
+                    return Ok(TryAcquire::Held(Holder::expiring_in(left).with_owner(holder)));
+                }
+                Ok(_) => {}
+                Err(error) => tracing::debug!(%error, "distlock: a waiter's read failed; trying instead"),
+            }
+        }
         let outcome = self.inner.try_acquire(name, owner, ttl).await;
         match &outcome {
-            Ok(TryAcquire::Held(_)) => {
-                let ticket = self.hands_over.then_some(Ticket { owner, ttl });
-                self.waiters.queue_with(name, waiter, stay, seen, ticket);
-            }
+            Ok(TryAcquire::Held(_)) => self.waiters.queue_with(name, waiter, stay, seen, ticket),
             _ => self.waiters.dequeue(name, waiter),
         }
         outcome

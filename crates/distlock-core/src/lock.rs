@@ -274,6 +274,9 @@ pub struct Holder {
     /// Time left until the current hold expires on the store, when the store said; waiters
     /// wake at that point because an expiry publishes nothing.
     pub remaining: Option<Duration>,
+    /// The current holder's owner value, when the attempt read it: a waiter that sees it
+    /// change knows the lock changed hands, and polls soon again (a new hold is often short).
+    pub owner: Option<String>,
 }
 
 impl Holder {
@@ -286,7 +289,22 @@ impl Holder {
     pub fn expiring_in(remaining: Duration) -> Self {
         Self {
             remaining: Some(remaining),
+            owner: None,
         }
+    }
+
+    /// The same holder, known to be `owner` (the stored owner value).
+    ///
+    /// ```
+    /// use distlock_core::Holder;
+    /// use std::time::Duration;
+    ///
+    /// let holder = Holder::expiring_in(Duration::from_secs(3)).with_owner("7f3a");
+    /// assert_eq!(holder.owner.as_deref(), Some("7f3a"));
+    /// ```
+    pub fn with_owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
     }
 }
 

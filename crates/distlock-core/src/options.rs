@@ -158,7 +158,11 @@ impl AcquireOptions {
     }
 
     /// Bounds of the polling backoff used while waiting on backends without notifications
-    /// (and, four times `max`, as the safety net of backends with them).
+    /// (and, four times `max`, as the safety net of backends with them). The backoff doubles
+    /// from `min` to `max` while the same client holds the lock, and starts again from `min`
+    /// when a poll finds that the lock changed hands (a new hold is often short). On the
+    /// polling stores that can read a lock (MySQL, memcached), a waiter's polls are reads
+    /// while the lock stays held; it writes only when a read found the lock free.
     pub const fn poll_interval(mut self, min: Duration, max: Duration) -> Self {
         self.poll_min = min;
         self.poll_max = max;

@@ -15,23 +15,21 @@ const SAFETY_NET_FACTOR: u32 = 4;
 pub(crate) struct WaitSchedule {
     backoff: ExponentialBackoff,
     notified: bool,
+    min: Duration,
     max: Duration,
+    /// The holder last seen (its owner value), when the store said.
+    last_owner: Option<String>,
 }
 
 impl WaitSchedule {
     pub(crate) fn new(opts: &AcquireOptions, notified: bool) -> Self {
         let (min, max) = opts.poll_bounds();
-        let backoff = ExponentialBuilder::default()
-            .with_min_delay(min)
-            .with_max_delay(max)
-            .with_factor(2.0)
-            .with_jitter()
-            .without_max_times()
-            .build();
         Self {
-            backoff,
+            backoff: backoff(min, max),
             notified,
+            min,
             max,
+            last_owner: None,
         }
     }
 
@@ -44,8 +42,15 @@ impl WaitSchedule {
         }
     }
 
-    /// The next sleep after an attempt that found `holder`.
+    /// The next sleep after an attempt that found `holder`. The backoff starts again from the
+    /// shortest sleep when the holder changed since the last attempt that said who held it.
     pub(crate) fn next(&mut self, holder: &Holder) -> Duration {
+        if holder.owner.is_some() && holder.owner != self.last_owner {
+            if self.last_owner.is_some() {
+                self.backoff = backoff(self.min, self.max);
+            }
+            self.last_owner.clone_from(&holder.owner);
+        }
         let base = if self.notified {
             self.longest()
         } else {
@@ -58,6 +63,17 @@ impl WaitSchedule {
             None => base,
         }
     }
+}
+
+/// Exponential backoff from `min` to `max`, doubling, with jitter.
+fn backoff(min: Duration, max: Duration) -> ExponentialBackoff {
+    ExponentialBuilder::default()
+        .with_min_delay(min)
+        .with_max_delay(max)
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .build()
 }
 
 fn expiry_jitter(remaining: Duration) -> Duration {
@@ -81,6 +97,22 @@ mod tests {
             "{delays:?}"
         );
         assert!(delays[19] >= Duration::from_millis(100), "{delays:?}");
+    }
+
+    #[test]
+    fn a_new_holder_starts_the_backoff_again() {
+        let opts = AcquireOptions::new().poll_interval(Duration::from_millis(10), Duration::from_secs(2));
+        let mut s = WaitSchedule::new(&opts, false);
+        let first = Holder::unknown().with_owner("a");
+        let grown: Vec<_> = (0..12).map(|_| s.next(&first)).collect();
+        assert!(grown[11] >= Duration::from_secs(1), "{grown:?}");
+        let again = s.next(&Holder::unknown().with_owner("b"));
+        assert!(again <= Duration::from_millis(20), "{again:?} after {grown:?}");
+        let unknown = s.next(&Holder::unknown());
+        assert!(
+            unknown <= Duration::from_millis(40),
+            "an unknown holder is no change: {unknown:?}"
+        );
     }
 
     #[test]

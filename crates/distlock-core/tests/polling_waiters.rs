@@ -1,8 +1,11 @@
-//! A release by a client of this process hands the lock straight to this process's first
-//! waiter, on a polling store that can pass a lock from one owner to the next in one operation
-//! (`DistributedLock::hand_over`): the waiter makes no attempt of its own, a stale release hands
-//! nothing over, and a handed-over lock whose waiter went, or whose hand-over's outcome is
-//! unknown, does not stay held.
+//! Waiters on a polling store, as `LockClient` runs them:
+//! - a release by a client of this process hands the lock straight to this process's first
+//!   waiter, where the store can pass a lock from one owner to the next in one operation
+//!   (`DistributedLock::hand_over`): the waiter makes no attempt of its own, a stale release
+//!   hands nothing over, and a handed-over lock whose waiter went, or whose hand-over's outcome
+//!   is unknown, does not stay held;
+//! - while another process holds the lock, a waiter polls with reads, not attempts, and after
+//!   the lock changes hands it polls soon again.
 //!
 //! The store is the memory store behind a wrapper that says it polls and names its store, as
 //! the SQL backends do, so that `LockClient` puts its in-process wake-ups and hand-overs around it.
@@ -25,6 +28,7 @@ struct PollingStore {
     identity: String,
     hands_over: bool,
     attempts: AtomicUsize,
+    inspects: AtomicUsize,
     /// The next hand-over is applied on the store, then reports an error (a lost reply).
     lose_next_hand_over_reply: AtomicBool,
 }
@@ -36,6 +40,7 @@ impl PollingStore {
             identity: format!("polling-memory:{}", uuid::Uuid::new_v4()),
             hands_over,
             attempts: AtomicUsize::new(0),
+            inspects: AtomicUsize::new(0),
             lose_next_hand_over_reply: AtomicBool::new(false),
         })
     }
@@ -80,6 +85,7 @@ impl DistributedLock for PollingStore {
         Some(self.identity.clone())
     }
     async fn inspect(&self, name: &LockName) -> Result<LockState> {
+        self.inspects.fetch_add(1, Ordering::SeqCst);
         self.inner.inspect(name).await
     }
     async fn ping(&self) -> Result<()> {
@@ -231,4 +237,64 @@ async fn a_hand_over_whose_outcome_is_unknown_is_cleaned_up_and_the_waiter_still
             "lost reply {lost_reply}: nothing left held behind"
         );
     }
+}
+
+/// Takes `name` in the store directly, as a client of another process would (no wake-up or
+/// hand-over reaches this process's waiters).
+async fn held_elsewhere(store: &PollingStore, ttl: Duration) -> Lease {
+    match store.inner.try_acquire(&name(), OwnerToken::new(), ttl).await {
+        Ok(TryAcquire::Acquired(lease)) => lease,
+        other => panic!("the lock should be free: {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_polls_with_reads_and_soon_again_after_the_lock_changes_hands() {
+    let store = PollingStore::new(true);
+    let waiter = store.client();
+    let first = held_elsewhere(&store, Duration::from_secs(600)).await;
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(30))
+        .poll_interval(Duration::from_millis(10), Duration::from_secs(2));
+    let waiting = {
+        let (waiter, opts) = (waiter.clone(), opts.clone());
+        tokio::spawn(async move {
+            let guard = waiter.acquire_with(name(), &opts).await.expect("acquired");
+            (guard, tokio::time::Instant::now())
+        })
+    };
+
+    // A minute of polls, the backoff grown to 2 s: after the first attempts, reads only.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let (attempts, reads) = (store.attempts(), store.inspects.load(Ordering::SeqCst));
+    assert!(
+        attempts <= 2,
+        "{attempts} attempts (writes on a SQL store) while the lock was held elsewhere"
+    );
+    assert!(
+        reads >= 25,
+        "{reads} reads in a minute of polling up to every 2 s"
+    );
+
+    // The lock changes hands elsewhere; once a read saw the new holder, the waiter polls soon.
+    let second = store
+        .inner
+        .hand_over(&first, OwnerToken::new(), Duration::from_secs(600))
+        .await
+        .expect("answered")
+        .expect("handed over");
+    let seen = store.inspects.load(Ordering::SeqCst);
+    while store.inspects.load(Ordering::SeqCst) == seen {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(store.inner.release(&second).await.expect("released"));
+    let released = tokio::time::Instant::now();
+    let (guard, at) = waiting.await.expect("the waiter task");
+    assert!(
+        at - released < Duration::from_millis(500),
+        "acquired {:?} after the release; a waiter whose backoff did not start again polls every 2 s",
+        at - released
+    );
+    assert!(guard.release().await.expect("released"));
 }
