@@ -411,7 +411,10 @@ impl DistributedLock for SqlLock {
     /// Wait: SQL databases publish no release notifications, so waiters poll. `LockClient`
     /// retries with capped, jittered exponential backoff and wakes early at
     /// [`Holder::remaining`], which a failed attempt reads from the database (its second
-    /// round trip). **0 round trips** here; each poll is one [`try_acquire`](Self::try_acquire).
+    /// round trip). **0 round trips** here. On MySQL, `LockClient` makes each poll after a
+    /// failed attempt a read ([`inspect`](Self::inspect), no row lock) while the lock stays held,
+    /// and an attempt only when the read found it free or a release in this process woke the
+    /// waiter; the backoff starts again when a read finds a new owner.
     ///
     /// SQLite: a release by any process of this host wakes one waiter at once (a Unix datagram
     /// to the oldest waiter's socket beside the database file, see `host_waiters`); waiters

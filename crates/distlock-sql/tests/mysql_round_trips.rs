@@ -264,3 +264,54 @@ async fn a_handoff_within_a_process_is_one_statement() {
     );
     assert!(handed.release().await.expect("works"));
 }
+
+/// While a client of another process holds the lock, a waiter's polls are reads: it writes
+/// (an attempt: the upsert, which locks the row) only when a read found the lock free, so a
+/// crowd of waiters does not queue writes behind the holder's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_polls_with_reads_while_another_process_holds_the_lock() {
+    let server = tokio::task::spawn_blocking(MariaDbServer::start)
+        .await
+        .expect("the starter thread")
+        .expect("mariadbd starts (install mariadb-server)");
+    // The holder is the bare backend: its release wakes nobody here, as one in another
+    // process would not.
+    let elsewhere: SqlLock = SqlLock::connect(&server.url()).await.expect("the server answers");
+    let waiter = LockClient::new(SqlLock::connect(&server.url()).await.expect("the server answers"));
+    let name = LockName::new("polled").expect("valid");
+    let held = won(elsewhere
+        .try_acquire(&name, OwnerToken::new(), Duration::from_secs(30))
+        .await
+        .expect("works"));
+
+    const NAMES: [&str; 2] = ["Com_insert", "Com_select"];
+    let before = counters(&server, &NAMES);
+    let waiting = {
+        let (waiter, name) = (waiter.clone(), name.clone());
+        tokio::spawn(async move {
+            let opts = AcquireOptions::new()
+                .ttl(Duration::from_secs(30))
+                .poll_interval(Duration::from_millis(10), Duration::from_millis(50));
+            waiter.acquire_with(&name, &opts).await.expect("acquired")
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = counters(&server, &NAMES);
+    let [inserts, selects] = [0, 1].map(|i| after[i] - before[i]);
+    println!("while held elsewhere for 2 s: {inserts} attempts, {selects} reads");
+    assert!(
+        inserts <= 2,
+        "{inserts} attempts (writes) while the lock was held elsewhere"
+    );
+    assert!(
+        selects >= 20,
+        "{selects} reads in 2 s of polling up to every 50 ms"
+    );
+
+    assert!(elsewhere.release(&held).await.expect("works"));
+    let guard = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("acquired once free")
+        .expect("the waiter task");
+    assert!(guard.release().await.expect("works"));
+}
