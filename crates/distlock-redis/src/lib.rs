@@ -48,6 +48,14 @@
 //! request timed out is replaced (behind a silent partition it may never answer again);
 //! connections use `TCP_NODELAY` and TCP keepalive probes (30 s idle, then every 10 s).
 //!
+//! Requests share one multiplexed connection, whose replies are matched to requests in order.
+//! A reply lost on the way (the request ran; its answer never came, as behind a proxy that
+//! drops replies) would hand every later request the reply of the one after it, and a
+//! renewal of a lock held by someone else could read another renewal's "renewed". So every
+//! script returns a per-request nonce beside its reply: a reply that is not the request's own
+//! is refused as an ambiguous [`Error::Unavailable`](distlock_core::Error::Unavailable) (the
+//! usual owner-checked cleanup follows) and the connection is replaced.
+//!
 //! The pub/sub connection that wakes waiters is re-established by itself after it breaks
 //! (a `CLIENT KILL TYPE pubsub`, an idle timeout in a load balancer): every watched channel
 //! is subscribed again and its waiters are woken once, as a release may have been missed.

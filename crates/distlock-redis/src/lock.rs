@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::config::RedisConfig;
 use crate::keys::{KeySpace, LockKeys};
-use crate::node::{self, Node, BACKEND};
+use crate::node::{self, Node, Nonce, BACKEND};
 use crate::scripts;
 use crate::subscriber::Subscriber;
 use crate::waiters::{Waiters, Waiting};
@@ -456,32 +456,39 @@ pub(crate) async fn extend_on(
 /// Renews many `(keys, owner, ttl ms)` on `node` in one pipeline of `EVALSHA`s (a second one
 /// with `EVAL` only if the server did not know the script). One result per entry, in order.
 pub(crate) async fn extend_many_on(node: &Node, batch: &[(LockKeys, String, u64)]) -> Vec<Result<bool>> {
+    let nonces: Vec<Nonce> = batch.iter().map(|_| Nonce::new()).collect();
     let build = |use_eval: bool| {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        for (keys, owner, ttl_ms) in batch {
+        for ((keys, owner, ttl_ms), nonce) in batch.iter().zip(&nonces) {
             let ttl_arg = ttl_ms.to_string();
             let keys_arg: [&[u8]; 1] = [&keys.lock];
             let args: [&[u8]; 2] = [owner.as_bytes(), ttl_arg.as_bytes()];
-            pipe.add_command(if use_eval {
-                node::eval(&scripts::EXTEND, &keys_arg, &args)
-            } else {
-                node::evalsha(&scripts::EXTEND, &keys_arg, &args)
-            });
+            pipe.add_command(node::script_cmd(
+                &scripts::EXTEND,
+                &keys_arg,
+                &args,
+                nonce,
+                use_eval,
+            ));
         }
         pipe
     };
-    let mut replies = node.pipeline(&build(false)).await;
-    let unknown_script = matches!(&replies, Ok(values) if values.iter().any(|v| matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")));
+    let mut replies = node.pipeline_on(&build(false)).await;
+    let unknown_script = matches!(&replies, Ok((values, _)) if values.iter().any(|v| matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")));
     if unknown_script {
-        replies = node.pipeline(&build(true)).await;
+        replies = node.pipeline_on(&build(true)).await;
     }
     match replies {
-        Ok(values) if values.len() == batch.len() => values
-            .iter()
-            .map(|v| node::int_reply(v).map(|n| n == 1))
+        Ok((values, generation)) if values.len() == batch.len() => values
+            .into_iter()
+            .zip(&nonces)
+            .map(|(v, nonce)| {
+                let v = node.checked(v, nonce, generation)?;
+                node::int_reply(&v).map(|n| n == 1)
+            })
             .collect(),
-        Ok(values) => batch
+        Ok((values, _)) => batch
             .iter()
             .map(|_| {
                 Err(Error::backend(
@@ -719,15 +726,12 @@ impl RedisLock {
         };
         let call = AcquireCall::new(keys, token, ttl_ms, waiting);
         let args = call.args();
+        let nonce = Nonce::new();
         let wait_ms = u64::try_from(ack.timeout.as_millis()).unwrap_or(u64::MAX).max(1);
         let build = |use_eval: bool| {
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
-            pipe.add_command(if use_eval {
-                node::eval(call.script, &call.keys, &args)
-            } else {
-                node::evalsha(call.script, &call.keys, &args)
-            });
+            pipe.add_command(node::script_cmd(call.script, &call.keys, &args, &nonce, use_eval));
             pipe.cmd("WAIT").arg(ack.count).arg(wait_ms);
             pipe
         };
@@ -739,6 +743,14 @@ impl RedisLock {
         }
         let [script, wait] = <[Value; 2]>::try_from(replies)
             .map_err(|r| Error::backend(BACKEND, format!("{} replies to a pipeline of 2", r.len())))?;
+        // The connection is the acquisition's own, and dropped after any timeout, so it never
+        // lags behind; a reply to another request would still be refused.
+        let script = node::open_reply(script, &nonce).ok_or_else(|| {
+            Error::unavailable(
+                BACKEND,
+                "a reply to another request arrived; the outcome is unknown",
+            )
+        })?;
         let acquired = parse_acquire(script)?;
         if !matches!(acquired, Acquired::Yes(_)) {
             return Ok(Some(acquired));

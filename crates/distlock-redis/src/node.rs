@@ -1,11 +1,13 @@
 //! [`Node`]: one Redis server as the lock code sees it: a multiplexed, self-reconnecting
 //! connection whose every call is bounded in time, scripts run by `EVALSHA` with an `EVAL`
-//! fallback, and the mapping of Redis errors onto [`distlock_core::Error`].
+//! fallback and their replies checked to be their own (a [`Nonce`] each), and the mapping of
+//! Redis errors onto [`distlock_core::Error`].
 //!
 //! It knows nothing about locks; [`RedisLock`](crate::RedisLock) and
 //! [`Redlock`](crate::Redlock) decide what to send.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -142,7 +144,8 @@ impl Node {
         self.script_within(self.timeout, script, keys, args).await
     }
 
-    /// As [`script`](Self::script), bounded by `limit`.
+    /// As [`script`](Self::script), bounded by `limit`. A reply that is not the request's
+    /// own (see [`open_reply`]) is an error, and the connection is replaced.
     pub(crate) async fn script_within<T: FromRedisValue>(
         &self,
         limit: Duration,
@@ -150,11 +153,49 @@ impl Node {
         keys: &[&[u8]],
         args: &[&[u8]],
     ) -> Result<T> {
-        self.run(limit, |mut conn| async move {
-            match evalsha(script, keys, args).query_async(&mut conn).await {
-                Err(e) if is_noscript(&e) => eval(script, keys, args).query_async(&mut conn).await,
-                other => other,
-            }
+        let nonce = Nonce::new();
+        let nonce = &nonce;
+        let (reply, generation) = self
+            .run_on(limit, |mut conn| async move {
+                match script_cmd(script, keys, args, nonce, false)
+                    .query_async::<Value>(&mut conn)
+                    .await
+                {
+                    Err(e) if is_noscript(&e) => {
+                        script_cmd(script, keys, args, nonce, true)
+                            .query_async(&mut conn)
+                            .await
+                    }
+                    other => other,
+                }
+            })
+            .await?;
+        let reply = self.checked(reply, nonce, generation)?;
+        redis::from_redis_value(reply).map_err(|e| with_context(map_error(e.into()), &self.url))
+    }
+
+    /// `reply` opened (see [`open_reply`]); a reply to another request means the connection of
+    /// `generation` lost one and is out of step: it is replaced, and the request's outcome is
+    /// unknown.
+    pub(crate) fn checked(&self, reply: Value, nonce: &Nonce, generation: u64) -> Result<Value> {
+        open_reply(reply, nonce).ok_or_else(|| {
+            tracing::warn!(url = %self.url, "distlock-redis: a reply to another request; replacing the connection");
+            self.replace(generation);
+            Error::unavailable(
+                BACKEND,
+                format!(
+                    "{}: a reply to another request arrived (one was lost on the way); the outcome is unknown",
+                    self.url
+                ),
+            )
+        })
+    }
+
+    /// A pipeline (one round trip) bounded by the operation timeout, with the generation of
+    /// the connection it ran on (for [`checked`](Self::checked)).
+    pub(crate) async fn pipeline_on(&self, pipe: &redis::Pipeline) -> Result<(Vec<Value>, u64)> {
+        self.run_on(self.timeout, |mut conn| async move {
+            pipe.query_async(&mut conn).await
         })
         .await
     }
@@ -171,6 +212,15 @@ impl Node {
         F: Fn(ConnectionManager) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
+        self.run_on(limit, request).await.map(|(value, _)| value)
+    }
+
+    /// As [`run`](Self::run), also returning the generation of the connection that answered.
+    async fn run_on<T, F, Fut>(&self, limit: Duration, request: F) -> Result<(T, u64)>
+    where
+        F: Fn(ConnectionManager) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
         let deadline = tokio::time::Instant::now() + limit;
         let mut retried = false;
         loop {
@@ -180,7 +230,7 @@ impl Node {
             };
             let outcome = tokio::time::timeout_at(deadline, request(conn)).await;
             match outcome {
-                Ok(Ok(value)) => return Ok(value),
+                Ok(Ok(value)) => return Ok((value, generation)),
                 Ok(Err(e)) if e.is_timeout() => {
                     self.replace(generation);
                     return Err(with_context(map_error(e), &self.url));
@@ -232,18 +282,62 @@ fn manager_config(timeout: Duration, connect_timeout: Duration) -> ConnectionMan
         .set_max_delay(Duration::from_millis(200))
 }
 
-/// `EVALSHA sha numkeys keys... args...`.
-pub(crate) fn evalsha(script: &LuaScript, keys: &[&[u8]], args: &[&[u8]]) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.sha1()).arg(keys.len()).arg(keys).arg(args);
+/// A request's nonce: unique in this process; every script returns it beside its reply.
+#[derive(Debug, Clone)]
+pub(crate) struct Nonce(String);
+
+impl Nonce {
+    pub(crate) fn new() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Self(format!("{:x}", NEXT.fetch_add(1, Ordering::Relaxed)))
+    }
+}
+
+/// `EVALSHA sha numkeys keys... args... nonce`, or with `use_eval`
+/// `EVAL code numkeys keys... args... nonce`.
+pub(crate) fn script_cmd(
+    script: &LuaScript,
+    keys: &[&[u8]],
+    args: &[&[u8]],
+    nonce: &Nonce,
+    use_eval: bool,
+) -> redis::Cmd {
+    let mut cmd = match use_eval {
+        true => {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(script.code());
+            cmd
+        }
+        false => {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(script.sha1());
+            cmd
+        }
+    };
+    cmd.arg(keys.len()).arg(keys).arg(args).arg(nonce.0.as_bytes());
     cmd
 }
 
-/// `EVAL code numkeys keys... args...`.
-pub(crate) fn eval(script: &LuaScript, keys: &[&[u8]], args: &[&[u8]]) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVAL");
-    cmd.arg(script.code()).arg(keys.len()).arg(keys).arg(args);
-    cmd
+/// A script's reply `{nonce, reply}` opened: `reply` if the nonce is `nonce`. An error reply
+/// (`NOSCRIPT`, a script error) comes back as it is: it never confirms anything. `None` for a
+/// reply to another request: on one connection replies are matched to requests in order, so
+/// one lost on the way hands every later request the reply of the request after it.
+pub(crate) fn open_reply(reply: Value, nonce: &Nonce) -> Option<Value> {
+    match reply {
+        Value::ServerError(_) => Some(reply),
+        Value::Array(mut parts) if !parts.is_empty() => {
+            let ours = matches!(&parts[0], Value::BulkString(n) if n.as_slice() == nonce.0.as_bytes());
+            if !ours {
+                return None;
+            }
+            Some(if parts.len() > 1 {
+                parts.swap_remove(1)
+            } else {
+                Value::Nil
+            })
+        }
+        _ => None,
+    }
 }
 
 pub(crate) fn is_noscript(e: &RedisError) -> bool {

@@ -10,6 +10,13 @@
 //!
 //! Each script touches only keys passed in `KEYS` and all of one lock's keys share a hash
 //! slot (see [`keys`](crate::keys)), so they run unchanged on Redis Cluster.
+//!
+//! Every script takes one more argument than its documentation lists, last: the request's
+//! nonce, which it takes off `ARGV` and returns beside its reply, `{nonce, reply}`. On one
+//! multiplexed connection replies are matched to requests in order; a reply lost on the way
+//! (a request that ran, whose answer never came) would shift every later reply onto the
+//! request before it, and a renewal could read another renewal's "renewed". With the nonce a
+//! reply that is not the request's own is recognized and refused (see `node::open_reply`).
 
 use std::sync::LazyLock;
 
@@ -33,21 +40,28 @@ end
 
 /// One script: its text (for `EVAL`) and its SHA1 (for `EVALSHA`).
 pub(crate) struct LuaScript {
-    code: &'static str,
+    code: String,
     script: redis::Script,
 }
 
 impl LuaScript {
-    fn new(code: &'static str) -> Self {
+    /// `body` wrapped to take the request's nonce off the end of `ARGV` and return
+    /// `{nonce, reply}` (see the module docs).
+    fn new(body: &'static str) -> Self {
+        let code = format!(
+            "local distlock_nonce = table.remove(ARGV)\n\
+             local function distlock_reply()\n{body}\nend\n\
+             return {{distlock_nonce, distlock_reply()}}\n"
+        );
         Self {
+            script: redis::Script::new(&code),
             code,
-            script: redis::Script::new(code),
         }
     }
 
     /// The script's text.
-    pub(crate) fn code(&self) -> &'static str {
-        self.code
+    pub(crate) fn code(&self) -> &str {
+        &self.code
     }
 
     /// The script's SHA1 in hex.

@@ -146,3 +146,68 @@ async fn release_works_on_a_bare_lease_and_only_for_its_owner() {
     );
     assert!(!lock.inspect(&name).await.expect("works").is_held());
 }
+
+/// A reply lost on the shared connection (the server ran the request; its reply never came)
+/// must never be taken for the reply to another request. On one multiplexed connection
+/// replies are matched to requests in order: with one missing, each later request would get
+/// the reply of the one after it, and a renewal of a lock held by someone else could read the
+/// "renewed" of another renewal. Here: a release's reply is dropped; then a renewal of a
+/// lease that is not ours (the server says 0) is followed by one of a lease that is (1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_reply_is_never_taken_for_another_requests_reply() {
+    let server = support::start_server().await;
+    let proxy = FaultProxy::start(server.addr()).expect("proxy");
+    let url = format!("redis://{}", proxy.host_port());
+    let lock = std::sync::Arc::new(connect(&url, Duration::from_secs(2)).await);
+    let other = connect(&server.url(), Duration::from_secs(2)).await;
+    let ttl = Duration::from_secs(30);
+    let take = |lock: &RedisLock, name: LockName| {
+        let lock = lock.clone();
+        async move {
+            match lock
+                .try_acquire(&name, OwnerToken::new(), ttl)
+                .await
+                .expect("answered")
+            {
+                distlock_core::TryAcquire::Acquired(lease) => lease,
+                held => panic!("held: {held:?}"),
+            }
+        }
+    };
+    let ours_a = take(&lock, name("lost-reply-a")).await;
+    let theirs = take(&other, name("lost-reply-b")).await;
+    let not_ours = Lease::new(
+        theirs.name().clone(),
+        OwnerToken::new(),
+        ttl,
+        tokio::time::Instant::now(),
+    );
+    let ours_c = take(&lock, name("lost-reply-c")).await;
+
+    proxy.drop_replies();
+    let releasing = {
+        let (lock, lease) = (lock.clone(), ours_a.clone());
+        tokio::spawn(async move { lock.release(&lease).await })
+    };
+    // The release runs on the server; its reply is dropped on the way back.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.heal();
+    let (stranger, ours) = tokio::join!(lock.extend(&not_ours, ttl), async {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        lock.extend(&ours_c, ttl).await
+    });
+    let released = releasing.await.expect("the release task");
+    println!("release: {released:?}; renewal of a lock not ours: {stranger:?}; of ours: {ours:?}");
+    assert!(
+        !matches!(stranger, Ok(Some(_))),
+        "a renewal of someone else's lock reported success (another request's reply)"
+    );
+    assert!(
+        !matches!(released, Ok(false)),
+        "a release that was applied reported 'not owned' (another request's reply)"
+    );
+    assert!(
+        !matches!(ours, Ok(None)),
+        "a renewal of our own lock reported 'not owned' (another request's reply)"
+    );
+}
