@@ -130,6 +130,10 @@ impl DistributedLock for Recording {
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.inner.release(lease).await
     }
+    async fn hand_over(&self, lease: &Lease, next: OwnerToken, ttl: Duration) -> Result<Option<Lease>> {
+        self.record(lease.name());
+        self.inner.hand_over(lease, next, ttl).await
+    }
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
         self.inner.extend(lease, ttl).await
     }

@@ -20,8 +20,8 @@ use tokio::time::Instant;
 
 use crate::cleanup::release_in_background;
 use crate::{
-    Capabilities, DistributedLock, Holder, Lease, LockName, LockState, LossReason, OwnerToken, ReleaseWatch,
-    Result, Session, TryAcquire, WakeUp,
+    Capabilities, DistributedLock, Error, Holder, Lease, LockName, LockState, LossReason, OwnerToken,
+    ReleaseWatch, Result, Session, TryAcquire, WakeUp,
 };
 
 /// The waiter queues of every store identity in this process (see [`LocalWaiters::for_store`]).
@@ -426,6 +426,17 @@ impl LocallyWoken {
                 }
                 Ok(false)
             }
+            Err(Error::NotSupported { .. }) => {
+                // A backend (or a wrapper around one) that declares hands_over without
+                // implementing it: an ordinary release, and the taker tries itself.
+                tracing::debug!("distlock: hand-over not supported after all; releasing");
+                let taker = pending.taker.take();
+                let released = self.release_and_wake(lease).await;
+                if let Some(taker) = taker {
+                    self.waiters.wake(&taker);
+                }
+                released
+            }
             Err(error) => {
                 if !error.is_ambiguous() {
                     if let Some(taker) = pending.taker.take() {
@@ -435,6 +446,15 @@ impl LocallyWoken {
                 Err(error)
             }
         }
+    }
+
+    /// Releases `lease` and, if it was ours, wakes this process's first waiter.
+    async fn release_and_wake(&self, lease: &Lease) -> Result<bool> {
+        let released = self.inner.release(lease).await;
+        if matches!(released, Ok(true)) {
+            self.waiters.released(lease.name());
+        }
+        released
     }
 }
 
@@ -517,11 +537,7 @@ impl DistributedLock for LocallyWoken {
                 return self.hand_to(lease, taker).await;
             }
         }
-        let released = self.inner.release(lease).await;
-        if matches!(released, Ok(true)) {
-            self.waiters.released(lease.name());
-        }
-        released
+        self.release_and_wake(lease).await
     }
 
     async fn hand_over(&self, lease: &Lease, next: OwnerToken, ttl: Duration) -> Result<Option<Lease>> {

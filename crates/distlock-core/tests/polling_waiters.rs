@@ -31,6 +31,9 @@ struct PollingStore {
     inspects: AtomicUsize,
     /// The next hand-over is applied on the store, then reports an error (a lost reply).
     lose_next_hand_over_reply: AtomicBool,
+    /// Declares hand-overs but answers them with `NotSupported` (a wrapper that forwards the
+    /// capabilities and forgot the method).
+    hand_over_unsupported: AtomicBool,
 }
 
 impl PollingStore {
@@ -42,6 +45,7 @@ impl PollingStore {
             attempts: AtomicUsize::new(0),
             inspects: AtomicUsize::new(0),
             lose_next_hand_over_reply: AtomicBool::new(false),
+            hand_over_unsupported: AtomicBool::new(false),
         })
     }
 
@@ -72,6 +76,12 @@ impl DistributedLock for PollingStore {
         self.inner.release(lease).await
     }
     async fn hand_over(&self, lease: &Lease, next: OwnerToken, ttl: Duration) -> Result<Option<Lease>> {
+        if self.hand_over_unsupported.load(Ordering::SeqCst) {
+            return Err(Error::NotSupported {
+                backend: "polling-memory",
+                what: "handing a lock over to the next owner",
+            });
+        }
         let handed = self.inner.hand_over(lease, next, ttl).await?;
         if self.lose_next_hand_over_reply.swap(false, Ordering::SeqCst) {
             return Err(Error::unavailable("polling-memory", "the reply was lost"));
@@ -296,5 +306,20 @@ async fn a_waiter_polls_with_reads_and_soon_again_after_the_lock_changes_hands()
         "acquired {:?} after the release; a waiter whose backoff did not start again polls every 2 s",
         at - released
     );
+    assert!(guard.release().await.expect("released"));
+}
+
+#[tokio::test]
+async fn a_hand_over_declared_but_not_supported_is_an_ordinary_release() {
+    let store = PollingStore::new(true);
+    store.hand_over_unsupported.store(true, Ordering::SeqCst);
+    let (holder, waiter) = (store.client(), store.client());
+    let held = holder.acquire_with(name(), &slow_polling()).await.expect("free");
+    let acquiring = queued_waiter(&waiter).await;
+    assert!(held.release().await.expect("released"));
+    let guard = tokio::time::timeout(Duration::from_secs(1), acquiring)
+        .await
+        .expect("the waiter got the lock at once, not after the holder's 30 s TTL")
+        .expect("acquired");
     assert!(guard.release().await.expect("released"));
 }

@@ -67,8 +67,10 @@ impl DistributedLock for Broken {
         self.inner.backend()
     }
 
+    /// The store's, without hand-overs: every release goes through `release`, where the
+    /// breakage lives.
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        self.inner.capabilities().with_hands_over(false)
     }
 
     async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
