@@ -111,6 +111,9 @@ struct RunArgs {
     /// Also write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Write every recorded event, write and fault (JSON) here, the last backend's if several.
+    #[arg(long)]
+    history: Option<PathBuf>,
     /// No progress line.
     #[arg(long)]
     quiet: bool,
@@ -202,6 +205,7 @@ async fn torture(args: RunArgs) -> ExitCode {
             only: args.faults.clone(),
             quiet: args.quiet_time,
             log_dir: logs.path().to_path_buf(),
+            history: args.history.clone(),
             progress: !args.quiet,
         };
         match run::run(setup).await {

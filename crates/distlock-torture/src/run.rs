@@ -54,6 +54,8 @@ pub struct Setup {
     pub quiet: Duration,
     /// Where client processes write their logs.
     pub log_dir: PathBuf,
+    /// Where to write the recorded history (JSON), for a look at what the checker judged.
+    pub history: Option<PathBuf>,
     /// Print a progress line.
     pub progress: bool,
 }
@@ -320,6 +322,10 @@ pub async fn run(setup: Setup) -> Result<Outcome, String> {
     }
 
     let history: History = resource.with_history(|h| h.clone());
+    if let Some(path) = &setup.history {
+        let json = serde_json::to_vec(&history).map_err(|e| e.to_string())?;
+        std::fs::write(path, json).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
     let judgement = Judgement {
         monotonic_fencing: capabilities.fencing == distlock::Fencing::Monotonic,
         documented_losses: backend.documented_losses(),
