@@ -183,6 +183,18 @@ pub const CASES: &[Case] = &[
         c29_release_hands_over_to_the_next_owner,
         "hand_over passes a lock on in one operation; a release gives it to a waiter here"
     ),
+    case!(
+        c30_multi_lock_all_or_none,
+        "a multi-lock holds all of its set or none, also after a wait or a drop"
+    ),
+    case!(
+        c31_multi_lock_never_deadlocks,
+        "six clients taking overlapping sets in different orders all finish, exclusively"
+    ),
+    case!(
+        c32_multi_lock_lost_signal,
+        "a multi-lock's one lost signal fires when one lock of the set is destroyed"
+    ),
 ];
 
 tokio::task_local! {
@@ -263,6 +275,9 @@ macro_rules! conformance_tests {
             c27_release_wakes_one_waiter,
             c28_release_in_process_wakes_a_polling_waiter,
             c29_release_hands_over_to_the_next_owner,
+            c30_multi_lock_all_or_none,
+            c31_multi_lock_never_deadlocks,
+            c32_multi_lock_lost_signal,
         );
 
         #[test]

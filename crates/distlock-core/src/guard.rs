@@ -130,6 +130,11 @@ impl LockGuard {
         self.lost_signal().lost().await
     }
 
+    /// The hold, shared with the watchdog.
+    pub(crate) fn hold(&self) -> Arc<Hold> {
+        self.hold.clone()
+    }
+
     /// A handle on the lost-lock signal that outlives borrows of the guard (for another task).
     pub fn lost_signal(&self) -> LostSignal {
         LostSignal::new(self.hold.clone())

@@ -9,7 +9,11 @@
 //!   a lost-lock signal, [`LockClient::with_lock`], and cancel safety. A release wakes one
 //!   waiter where the store can address it ([`Capabilities::wakes_one`]), and on stores that
 //!   publish nothing, a release by a client of this process wakes one of this process's
-//!   waiters at once ([`LocalWaiters`]).
+//!   waiters at once ([`LocalWaiters`]), or hands it straight to one
+//!   ([`Capabilities::hands_over`]).
+//! - [`LockClient::acquire_all`] holds several locks together, all or none, taken in one
+//!   canonical order so that overlapping sets never deadlock: a [`MultiGuard`] with one
+//!   lost-lock signal for the set. It works on every backend.
 //! - [`FencingToken`]s strictly increase per name on backends that promise
 //!   [`Fencing::Monotonic`]; [`OwnerToken`]s are random and never reused.
 //! - [`MemoryLock`] is the in-process reference backend.
@@ -40,6 +44,7 @@ mod lease;
 mod local;
 mod lock;
 mod memory;
+mod multi;
 mod name;
 mod options;
 mod schedule;
@@ -57,6 +62,7 @@ pub use lease::Lease;
 pub use local::LocalWaiters;
 pub use lock::{DistributedLock, Holder, LockState, TryAcquire};
 pub use memory::MemoryLock;
+pub use multi::MultiGuard;
 pub use name::{LockName, MAX_NAME_BYTES};
 pub use options::{AcquireOptions, Wait};
 pub use session::{Session, SessionState};

@@ -1,4 +1,5 @@
-//! [`LostSignal`]: a hold's lost-lock signal and its end, for work running in other tasks.
+//! [`LostSignal`]: a hold's lost-lock signal and its end, for work running in other tasks; one
+//! signal also watches the holds of a multi-lock's set together.
 //!
 //! Every answer here checks the hold's local deadline against the clock as well as what the
 //! watchdog recorded, so a starved watchdog can delay a renewal but never a "lost".
@@ -23,6 +24,9 @@ pub enum HoldEnd {
 
 /// A cloneable handle on a guard's lost-lock signal, for `select!` in another task.
 ///
+/// A [`MultiGuard`](crate::MultiGuard)'s signal watches every lock of its set: the set is lost
+/// as soon as one of its locks is.
+///
 /// It also tells a worker that holds only the signal when the hold ended for any reason
 /// ([`ended`](Self::ended)), so a worker stops when its owner returned early.
 ///
@@ -45,25 +49,45 @@ pub enum HoldEnd {
 /// ```
 #[derive(Clone)]
 pub struct LostSignal {
-    hold: Arc<Hold>,
-    rx: watch::Receiver<Status>,
+    /// The holds watched (one, or a multi-lock's set), each with a receiver of its status.
+    holds: Vec<(Arc<Hold>, watch::Receiver<Status>)>,
 }
 
 impl LostSignal {
     pub(crate) fn new(hold: Arc<Hold>) -> Self {
-        let rx = hold.subscribe();
-        Self { hold, rx }
+        Self::of([hold])
     }
 
-    /// Whether the lock was lost (also true once the lease's local deadline has passed, even
-    /// if the watchdog could not run to record it).
+    /// The signal of a set of holds: lost when one of them is.
+    pub(crate) fn of(holds: impl IntoIterator<Item = Arc<Hold>>) -> Self {
+        let holds = holds
+            .into_iter()
+            .map(|hold| {
+                let rx = hold.subscribe();
+                (hold, rx)
+            })
+            .collect();
+        Self { holds }
+    }
+
+    /// Whether the lock (or one lock of the set) was lost (also true once the lease's local
+    /// deadline has passed, even if the watchdog could not run to record it).
     pub fn is_lost(&self) -> bool {
-        self.hold.check_lost().is_some()
+        self.lost_reason().is_some()
+    }
+
+    /// Why a hold watched is lost, if one is.
+    fn lost_reason(&self) -> Option<LossReason> {
+        self.holds.iter().find_map(|(hold, _)| hold.check_lost())
     }
 
     /// Whether the hold has ended: lost, or its guard released, dropped or leaked.
     pub fn is_ended(&self) -> bool {
-        self.is_lost() || self.hold.status() == Status::Released
+        self.is_lost()
+            || self
+                .holds
+                .iter()
+                .any(|(hold, _)| hold.status() == Status::Released)
     }
 
     /// Resolves when the lock is lost (at once if it already was), at the latest at the
@@ -121,29 +145,50 @@ impl LostSignal {
 
     /// Waits until the hold is lost (by status or by the clock) or `stop` holds for its
     /// status; a stop on `Suspended` reports [`LossReason::SessionSuspended`].
+    /// A set ends as a whole: lost when one hold is, released when one is (its guard releases
+    /// them together).
     async fn until(&self, stop: impl Fn(&Status) -> bool) -> HoldEnd {
-        let mut rx = self.rx.clone();
+        let mut rxs: Vec<_> = self.holds.iter().map(|(_, rx)| rx.clone()).collect();
         loop {
-            if let Some(reason) = self.hold.check_lost() {
+            if let Some(reason) = self.lost_reason() {
                 return HoldEnd::Lost(reason);
             }
-            let status = rx.borrow_and_update().clone();
-            if stop(&status) {
-                return match status {
-                    Status::Suspended => HoldEnd::Lost(LossReason::SessionSuspended),
-                    _ => HoldEnd::Released,
-                };
+            let mut released = false;
+            for rx in &mut rxs {
+                let status = rx.borrow_and_update().clone();
+                if stop(&status) {
+                    return match status {
+                        Status::Suspended => HoldEnd::Lost(LossReason::SessionSuspended),
+                        _ => HoldEnd::Released,
+                    };
+                }
+                released |= status == Status::Released;
             }
-            if status == Status::Released {
+            if released {
                 // Only `ended` stops here; `lost` and `lost_or_suspended` never resolve.
                 return HoldEnd::Released;
             }
-            let deadline = self.hold.deadline();
+            // The earliest local deadline (session-bound holds have none).
+            let deadline = self.holds.iter().filter_map(|(hold, _)| hold.deadline()).min();
             tokio::select! {
-                // The sender lives in the hold, which this signal keeps alive.
-                _ = rx.changed() => {}
-                _ = sleep_until(deadline) => {}
+                // The senders live in the holds, which this signal keeps alive.
+                () = changed(&mut rxs) => {}
+                () = sleep_until(deadline) => {}
             }
+        }
+    }
+}
+
+/// Resolves when one of `rxs` sees a change.
+async fn changed(rxs: &mut [watch::Receiver<Status>]) {
+    match rxs {
+        [] => std::future::pending().await,
+        [rx] => {
+            let _ = rx.changed().await;
+        }
+        _ => {
+            let changes = rxs.iter_mut().map(|rx| Box::pin(rx.changed()));
+            let _ = futures::future::select_all(changes).await;
         }
     }
 }
