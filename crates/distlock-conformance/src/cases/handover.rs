@@ -3,12 +3,12 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use distlock_core::{AcquireOptions, Fencing, LockClient, OwnerToken, WakeUp};
 
-use super::wakeup::Counting;
-use super::{is_held, take, within, Outcome, LONG_TTL};
+use super::wakeup::{handoff_in_process, Counting};
+use super::{is_held, take, Outcome, LONG_TTL};
 use crate::Ctx;
 
 /// Case 29: With [`Capabilities::hands_over`](distlock_core::Capabilities::hands_over),
@@ -99,31 +99,12 @@ pub async fn c29_release_hands_over_to_the_next_owner(ctx: Ctx) -> Outcome {
         .wait_for(Duration::from_secs(60))
         .poll_interval(long_poll, long_poll);
     for round in 0..3 {
-        let guard = holder.acquire_with(&name, &opts).await.expect("acquired");
-        let waiting = {
-            let (waiter, name, opts) = (waiter.clone(), name.clone(), opts.clone());
-            tokio::spawn(async move {
-                let guard = waiter
-                    .acquire_with(&name, &opts)
-                    .await
-                    .expect("the waiter acquires");
-                (guard, Instant::now())
-            })
-        };
-        // Let the waiter fail its attempts and go to sleep.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let before = attempts.load(Ordering::SeqCst);
-        assert!(before > 0, "the waiter tried");
-        let released = Instant::now();
-        let first = guard.fencing_token();
-        assert!(guard.release().await.expect("released"));
-        let (handed, at) = within(
-            Duration::from_secs(1),
-            "the waiter holds the lock after a release in its process (its next poll is 20 s away)",
-            waiting,
-        )
-        .await
-        .expect("the waiter task");
+        let mut before = 0;
+        let (handed, first, took) = handoff_in_process(&holder, &waiter, &name, &opts, || {
+            before = attempts.load(Ordering::SeqCst);
+        })
+        .await;
+        assert!(before > 0, "round {round}: the waiter tried");
         assert_eq!(
             attempts.load(Ordering::SeqCst),
             before,
@@ -135,7 +116,7 @@ pub async fn c29_release_hands_over_to_the_next_owner(ctx: Ctx) -> Outcome {
                 "round {round}: the token did not grow"
             );
         }
-        ctx.note(format!("round {round}: handed over in {:?}", at - released));
+        ctx.note(format!("round {round}: handed over in {took:?}"));
         assert!(handed.release().await.expect("released"));
     }
     Outcome::Passed

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireOptions, Capabilities, DistributedLock, Lease, LockClient, LockGuard, LockName, LockState,
-    OwnerToken, ReleaseWatch, Result, TryAcquire, WakeUp,
+    AcquireOptions, Capabilities, DistributedLock, FencingToken, Lease, LockClient, LockGuard, LockName,
+    LockState, OwnerToken, ReleaseWatch, Result, TryAcquire, WakeUp,
 };
 use tokio::task::JoinHandle;
 
@@ -113,32 +113,50 @@ pub async fn c28_release_in_process_wakes_a_polling_waiter(ctx: Ctx) -> Outcome 
         .wait_for(Duration::from_secs(60))
         .poll_interval(long_poll, long_poll);
     for round in 0..3 {
-        let guard = holder.acquire_with(&name, &opts).await.expect("acquired");
-        let waiting = {
-            let (waiter, name, opts) = (waiter.clone(), name.clone(), opts.clone());
-            tokio::spawn(async move {
-                let guard = waiter
-                    .acquire_with(&name, &opts)
-                    .await
-                    .expect("the waiter acquires");
-                (guard, Instant::now())
-            })
-        };
-        // Let the waiter fail its attempts and go to sleep.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let released = Instant::now();
-        assert!(guard.release().await.expect("released"));
-        let (guard, at) = within(
-            Duration::from_secs(1),
-            "the waiter holds the lock after a release in its process (its next poll is 5 s away)",
-            waiting,
-        )
-        .await
-        .expect("the waiter task");
-        ctx.note(format!("round {round}: handoff {:?}", at - released));
+        let (guard, _, took) = handoff_in_process(&holder, &waiter, &name, &opts, || ()).await;
+        ctx.note(format!("round {round}: handoff {took:?}"));
         assert!(guard.release().await.expect("released"));
     }
     Outcome::Passed
+}
+
+/// One handoff between two clients of this process: `holder` takes `name`, `waiter` starts
+/// waiting with `opts` (whose next poll must be far away), and once the waiter has made its
+/// attempts and sleeps, `asleep` runs and `holder` releases. Fails unless the waiter holds the
+/// lock within 1 s. Returns the waiter's guard, the holder's fencing token and the time from
+/// the release to the waiter holding.
+pub(crate) async fn handoff_in_process(
+    holder: &LockClient,
+    waiter: &LockClient,
+    name: &LockName,
+    opts: &AcquireOptions,
+    asleep: impl FnOnce(),
+) -> (LockGuard, Option<FencingToken>, Duration) {
+    let guard = holder.acquire_with(name, opts).await.expect("acquired");
+    let waiting = {
+        let (waiter, name, opts) = (waiter.clone(), name.clone(), opts.clone());
+        tokio::spawn(async move {
+            let guard = waiter
+                .acquire_with(&name, &opts)
+                .await
+                .expect("the waiter acquires");
+            (guard, Instant::now())
+        })
+    };
+    // Let the waiter fail its attempts and go to sleep.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    asleep();
+    let first = guard.fencing_token();
+    let released = Instant::now();
+    assert!(guard.release().await.expect("released"));
+    let (handed, at) = within(
+        Duration::from_secs(1),
+        "the waiter holds the lock after a release in its process (its next poll is far away)",
+        waiting,
+    )
+    .await
+    .expect("the waiter task");
+    (handed, first, at - released)
 }
 
 /// Starts a client that waits for `name`; its attempts are counted in `attempts`.
