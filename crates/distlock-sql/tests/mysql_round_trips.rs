@@ -17,6 +17,14 @@ use distlock_testkit::{MariaDbServer, MARIADB_USER};
 /// connection it was handed back) to reach the server and be counted.
 const SETTLE: Duration = Duration::from_millis(200);
 
+/// A server of the test's own (the tests read and change global counters and the log).
+async fn own_server() -> MariaDbServer {
+    tokio::task::spawn_blocking(MariaDbServer::start)
+        .await
+        .expect("the starter thread")
+        .expect("mariadbd starts (install mariadb-server)")
+}
+
 /// The commands the lock's connections sent while `op` ran and just after (the test's admin
 /// commands run as root and are not counted).
 async fn commands<T>(server: &MariaDbServer, op: impl std::future::Future<Output = T>) -> (T, Vec<String>) {
@@ -81,10 +89,7 @@ fn won(outcome: TryAcquire) -> Lease {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_command_per_operation() {
-    let server = tokio::task::spawn_blocking(MariaDbServer::start)
-        .await
-        .expect("the starter thread")
-        .expect("mariadbd starts (install mariadb-server)");
+    let server = own_server().await;
     // One connection, so every statement is prepared once and the counts below are steady.
     let lock: SqlLock = SqlConfig::from_url(&server.url())
         .expect("a valid URL")
@@ -152,10 +157,7 @@ async fn one_command_per_operation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_ping_over_many_operations() {
     const CYCLES: i64 = 100;
-    let server = tokio::task::spawn_blocking(MariaDbServer::start)
-        .await
-        .expect("the starter thread")
-        .expect("mariadbd starts (install mariadb-server)");
+    let server = own_server().await;
     let lock: SqlLock = SqlLock::connect(&server.url()).await.expect("the server answers");
     let ttl = Duration::from_secs(30);
     let name = LockName::new("many-round-trips").expect("valid");
@@ -209,10 +211,7 @@ async fn no_ping_over_many_operations() {
 /// two, plus the failed attempts of clients that race it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handoff_within_a_process_is_one_statement() {
-    let server = tokio::task::spawn_blocking(MariaDbServer::start)
-        .await
-        .expect("the starter thread")
-        .expect("mariadbd starts (install mariadb-server)");
+    let server = own_server().await;
     let client = || async {
         let lock: SqlLock = SqlConfig::from_url(&server.url())
             .expect("a valid URL")
@@ -270,10 +269,7 @@ async fn a_handoff_within_a_process_is_one_statement() {
 /// crowd of waiters does not queue writes behind the holder's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_polls_with_reads_while_another_process_holds_the_lock() {
-    let server = tokio::task::spawn_blocking(MariaDbServer::start)
-        .await
-        .expect("the starter thread")
-        .expect("mariadbd starts (install mariadb-server)");
+    let server = own_server().await;
     // The holder is the bare backend: its release wakes nobody here, as one in another
     // process would not.
     let elsewhere: SqlLock = SqlLock::connect(&server.url()).await.expect("the server answers");
