@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    Capabilities, DistributedLock, Error, Lease, LockName, LockState, LossReason, OwnerToken, ReleaseWatch,
-    Result, Session, TryAcquire,
+    Capabilities, DistributedLock, Error, Lease, LockKind, LockName, LockState, LossReason, OwnerToken,
+    Primitive, ReleaseWatch, Result, Session, TryAcquire,
 };
 use futures::future::BoxFuture;
 use tokio::sync::watch;
@@ -152,6 +152,39 @@ impl DistributedLock for Recording {
     ) -> Result<Option<Lease>> {
         self.record(name);
         self.inner.acquire_queued(name, owner, ttl, deadline).await
+    }
+    async fn try_acquire_kind(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiter: Option<(&str, Duration)>,
+    ) -> Result<TryAcquire> {
+        self.record(name);
+        self.inner.try_acquire_kind(name, kind, owner, ttl, waiter).await
+    }
+    async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
+        self.inner.withdraw(name, kind, waiter).await
+    }
+    async fn watch_kind(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
+        self.inner.watch_kind(name, primitive).await
+    }
+    async fn acquire_kind_queued(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: OwnerToken,
+        ttl: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>> {
+        self.record(name);
+        self.inner
+            .acquire_kind_queued(name, kind, owner, ttl, deadline)
+            .await
+    }
+    async fn inspect_holders(&self, name: &LockName, primitive: Primitive) -> Result<Vec<LockState>> {
+        self.inner.inspect_holders(name, primitive).await
     }
     fn session(&self) -> Option<watch::Receiver<Session>> {
         self.inner.session()

@@ -42,6 +42,12 @@ pub struct Capabilities {
     pub cross_process: bool,
     /// Whether [`DistributedLock::inspect`](crate::DistributedLock::inspect) works.
     pub inspect: bool,
+    /// Whether the backend offers counting semaphores
+    /// ([`LockClient::semaphore`](crate::LockClient::semaphore)).
+    pub semaphores: bool,
+    /// Whether the backend offers read-write locks
+    /// ([`LockClient::rw_lock`](crate::LockClient::rw_lock)).
+    pub rw_locks: bool,
 }
 
 impl Capabilities {
@@ -59,6 +65,8 @@ impl Capabilities {
             max_ttl: Duration::from_secs(30 * 24 * 3600),
             cross_process: true,
             inspect: true,
+            semaphores: false,
+            rw_locks: false,
         }
     }
 
@@ -112,6 +120,22 @@ impl Capabilities {
     pub const fn with_inspect(mut self, inspect: bool) -> Self {
         self.inspect = inspect;
         self
+    }
+
+    /// Sets [`Capabilities::semaphores`] and [`Capabilities::rw_locks`].
+    pub const fn with_primitives(mut self, semaphores: bool, rw_locks: bool) -> Self {
+        self.semaphores = semaphores;
+        self.rw_locks = rw_locks;
+        self
+    }
+
+    /// Whether the backend offers `primitive` (the mutex always).
+    pub const fn offers(&self, primitive: crate::Primitive) -> bool {
+        match primitive {
+            crate::Primitive::Mutex => true,
+            crate::Primitive::Semaphore => self.semaphores,
+            crate::Primitive::RwLock => self.rw_locks,
+        }
     }
 
     /// Checks a TTL against this backend's range and rounds it up to the granularity.

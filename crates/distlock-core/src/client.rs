@@ -17,8 +17,8 @@ use crate::local::LocallyWoken;
 use crate::schedule::WaitSchedule;
 use crate::watchdog::Watchdog;
 use crate::{
-    AcquireOptions, Capabilities, DistributedLock, Error, Fairness, FencingToken, Holder, Lease, LockName,
-    LossReason, LostSignal, OwnerToken, ReleaseWatch, Result, TryAcquire, Wait,
+    AcquireOptions, Capabilities, DistributedLock, Error, Fairness, FencingToken, Holder, Lease, LockKind,
+    LockName, LossReason, LostSignal, OwnerToken, ReleaseWatch, Result, TryAcquire, Wait,
 };
 
 /// Anything that names a lock: `&str`, `String`, [`LockName`].
@@ -210,13 +210,25 @@ impl LockClient {
     /// background task and, if it won the lock, releases it at once. A dropped waiter leaves
     /// nothing behind in the store.
     pub async fn acquire_with(&self, name: impl IntoLockName, opts: &AcquireOptions) -> Result<LockGuard> {
-        let name = name.into_lock_name()?;
+        self.acquire_kind(name.into_lock_name()?, LockKind::Exclusive, opts)
+            .await
+    }
+
+    /// Acquires a hold of `kind` on `name` with `opts`: the mutex's loop, written once for
+    /// every primitive. Waits for semaphores and read-write locks register as waiters with
+    /// [`DistributedLock::try_acquire_kind`] (a waiting writer keeps new readers out) and
+    /// withdraw when they end without a hold, also when dropped.
+    pub(crate) async fn acquire_kind(
+        &self,
+        name: LockName,
+        kind: LockKind,
+        opts: &AcquireOptions,
+    ) -> Result<LockGuard> {
         opts.validate()?;
         let ttl = self.inner.capabilities.validate_ttl(opts.ttl_value())?;
         let started = Instant::now();
         let deadline = opts.wait_value().deadline(started)?;
-        let span =
-            tracing::debug_span!("distlock.acquire", backend = self.inner.lock.backend(), lock = %name);
+        let span = tracing::debug_span!("distlock.acquire", backend = self.inner.lock.backend(), lock = %name, %kind);
         // Every step of a bounded wait is cut at its deadline (an attempt cut there still
         // runs to completion in its task, and cleans up after itself).
         let step_deadline = match opts.wait_value() {
@@ -226,7 +238,7 @@ impl LockClient {
         async move {
             let queued = self.inner.capabilities.fairness == Fairness::Fifo;
             if queued && opts.wait_value() != Wait::No {
-                return match self.queued(&name, ttl, opts, deadline).await? {
+                return match self.queued(&name, kind, ttl, opts, deadline).await? {
                     Some(guard) => Ok(guard),
                     None => Err(timeout(&name, started)),
                 };
@@ -235,7 +247,7 @@ impl LockClient {
                 step_deadline,
                 &name,
                 started,
-                self.attempt(&name, ttl, opts, None),
+                self.attempt(&name, kind, ttl, opts, None),
             )
             .await??
             {
@@ -244,30 +256,49 @@ impl LockClient {
             if opts.wait_value() == Wait::No {
                 return Err(timeout(&name, started));
             }
-            let mut watch =
-                match within_deadline(step_deadline, &name, started, self.inner.lock.watch(&name)).await? {
-                    Ok(watch) => watch,
-                    Err(error) => {
-                        tracing::debug!(%error, "distlock: no release notifications, polling instead");
-                        ReleaseWatch::polling()
-                    }
-                };
+            let watching = match kind {
+                LockKind::Exclusive => self.inner.lock.watch(&name),
+                _ => self.inner.lock.watch_kind(&name, kind.primitive()),
+            };
+            let mut watch = match within_deadline(step_deadline, &name, started, watching).await? {
+                Ok(watch) => watch,
+                Err(error) => {
+                    tracing::debug!(%error, "distlock: no release notifications, polling instead");
+                    ReleaseWatch::polling()
+                }
+            };
+            // A wait for a semaphore or read-write lock is one waiter on the store, under an id
+            // of its own, withdrawn if the wait ends without a hold.
+            let mut withdraw = (kind != LockKind::Exclusive).then(|| Withdraw {
+                lock: self.inner.lock.clone(),
+                name: name.clone(),
+                kind,
+                id: Arc::from(OwnerToken::new().to_string()),
+                armed: true,
+            });
             let mut schedule = WaitSchedule::new(opts, watch.is_notified());
             loop {
                 // Subscribed first, then retried: a release in between is not lost. A waiter
                 // with an id stays queued for longer than it can sleep before its next attempt.
-                let waiting = watch
-                    .waiter()
-                    .map(|id| (id.clone(), schedule.longest().saturating_add(QUEUE_STAY_MARGIN)));
+                let id = match &withdraw {
+                    Some(withdraw) => Some(&withdraw.id),
+                    None => watch.waiter(),
+                };
+                let waiting = id.map(|id| (id.clone(), schedule.longest().saturating_add(QUEUE_STAY_MARGIN)));
                 let holder = match within_deadline(
                     step_deadline,
                     &name,
                     started,
-                    self.attempt(&name, ttl, opts, waiting),
+                    self.attempt(&name, kind, ttl, opts, waiting),
                 )
                 .await??
                 {
-                    Attempt::Acquired(guard) => return Ok(guard),
+                    Attempt::Acquired(guard) => {
+                        if let Some(withdraw) = withdraw.as_mut() {
+                            withdraw.armed = false;
+                        }
+                        return Ok(guard);
+                    }
                     Attempt::Held(holder) => holder,
                 };
                 let now = Instant::now();
@@ -317,40 +348,7 @@ impl LockClient {
         Fut: Future<Output = T>,
     {
         let guard = self.acquire_with(name, opts).await?;
-        let context = LockContext {
-            name: guard.name(),
-            fencing: guard.fencing_token(),
-            owner: guard.owner(),
-            lost: guard.lost_signal(),
-        };
-        let lost = guard.lost_signal();
-        let name = guard.name().to_string();
-        tokio::select! {
-            biased;
-            reason = lost.lost_or_suspended() => {
-                // The work is dropped by now. Dropping the guard sends the owner-checked
-                // release in the background: the store may be unreachable, and the caller
-                // must hear of the loss at once.
-                drop(guard);
-                Err(Error::LockLost { name, reason })
-            }
-            output = work(context) => {
-                // The work may have run past the deadline without yielding (a blocked runtime):
-                // then it did not run under the lock for sure.
-                if let Some(reason) = guard.lost_signal_reason() {
-                    drop(guard);
-                    return Err(Error::LockLost { name, reason });
-                }
-                match guard.release().await {
-                    Ok(true) => Ok(output),
-                    Ok(false) => Err(Error::LockLost { name, reason: LossReason::NotOwned }),
-                    Err(error) => {
-                        tracing::warn!(lock = %name, %error, "distlock: release after with_lock failed; retrying in the background");
-                        Ok(output)
-                    }
-                }
-            }
-        }
+        run_under(guard, work).await
     }
 
     /// One attempt, run to completion even if the caller goes away ([`Detaching`]), so that
@@ -361,6 +359,7 @@ impl LockClient {
     async fn attempt(
         &self,
         name: &LockName,
+        kind: LockKind,
         ttl: std::time::Duration,
         opts: &AcquireOptions,
         waiting: Option<(Arc<str>, std::time::Duration)>,
@@ -371,14 +370,18 @@ impl LockClient {
         let attempt = Detaching::new(async move {
             let owner = OwnerToken::new();
             let sent_at = Instant::now();
-            let outcome = match &waiting {
-                Some((waiter, stay)) => {
+            let outcome = match (kind, &waiting) {
+                (LockKind::Exclusive, Some((waiter, stay))) => {
                     inner
                         .lock
                         .try_acquire_waiting(&name, owner, ttl, waiter, *stay)
                         .await
                 }
-                None => inner.lock.try_acquire(&name, owner, ttl).await,
+                (LockKind::Exclusive, None) => inner.lock.try_acquire(&name, owner, ttl).await,
+                (kind, waiting) => {
+                    let waiter = waiting.as_ref().map(|(id, stay)| (&**id, *stay));
+                    inner.lock.try_acquire_kind(&name, kind, owner, ttl, waiter).await
+                }
             };
             match outcome {
                 Ok(TryAcquire::Acquired(lease)) => {
@@ -389,7 +392,7 @@ impl LockClient {
                 Err(error) => {
                     if error.is_ambiguous() {
                         tracing::debug!(lock = %name, %error, "distlock: acquisition outcome unknown; cleaning up by owner");
-                        let lease = Lease::new(name.clone(), owner, ttl, sent_at);
+                        let lease = Lease::new(name.clone(), owner, ttl, sent_at).with_kind(kind);
                         release_in_background(
                             inner.lock.clone(),
                             lease,
@@ -409,6 +412,7 @@ impl LockClient {
     async fn queued(
         &self,
         name: &LockName,
+        kind: LockKind,
         ttl: std::time::Duration,
         opts: &AcquireOptions,
         deadline: Option<Instant>,
@@ -419,8 +423,19 @@ impl LockClient {
         let (mut tx, rx) = oneshot::channel();
         tokio::spawn(async move {
             let owner = OwnerToken::new();
+            let waiting = async {
+                match kind {
+                    LockKind::Exclusive => inner.lock.acquire_queued(&name, owner, ttl, deadline).await,
+                    kind => {
+                        inner
+                            .lock
+                            .acquire_kind_queued(&name, kind, owner, ttl, deadline)
+                            .await
+                    }
+                }
+            };
             let outcome = tokio::select! {
-                outcome = inner.lock.acquire_queued(&name, owner, ttl, deadline) => outcome,
+                outcome = waiting => outcome,
                 _ = tx.closed() => return,
             };
             let outcome = outcome.map(|lease| {
@@ -445,9 +460,78 @@ impl LockClient {
     }
 }
 
+/// Runs `work` under `guard` and releases it: the body of every `with_*` closure method.
+pub(crate) async fn run_under<F, Fut, T>(guard: LockGuard, work: F) -> Result<T>
+where
+    F: FnOnce(LockContext) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let context = LockContext {
+        name: guard.name(),
+        fencing: guard.fencing_token(),
+        owner: guard.owner(),
+        lost: guard.lost_signal(),
+    };
+    let lost = guard.lost_signal();
+    let name = guard.name().to_string();
+    tokio::select! {
+        biased;
+        reason = lost.lost_or_suspended() => {
+            // The work is dropped by now. Dropping the guard sends the owner-checked
+            // release in the background: the store may be unreachable, and the caller
+            // must hear of the loss at once.
+            drop(guard);
+            Err(Error::LockLost { name, reason })
+        }
+        output = work(context) => {
+            // The work may have run past the deadline without yielding (a blocked runtime):
+            // then it did not run under the lock for sure.
+            if let Some(reason) = guard.lost_signal_reason() {
+                drop(guard);
+                return Err(Error::LockLost { name, reason });
+            }
+            match guard.release().await {
+                Ok(true) => Ok(output),
+                Ok(false) => Err(Error::LockLost { name, reason: LossReason::NotOwned }),
+                Err(error) => {
+                    tracing::warn!(lock = %name, %error, "distlock: release after with_lock failed; retrying in the background");
+                    Ok(output)
+                }
+            }
+        }
+    }
+}
+
 enum Attempt {
     Acquired(LockGuard),
     Held(Holder),
+}
+
+/// A semaphore or read-write lock waiter's record on the store, withdrawn in the background
+/// when the wait ends without a hold (a timeout, an error, the caller dropping the future).
+struct Withdraw {
+    lock: Arc<dyn DistributedLock>,
+    name: LockName,
+    kind: LockKind,
+    id: Arc<str>,
+    armed: bool,
+}
+
+impl Drop for Withdraw {
+    fn drop(&mut self) {
+        if !self.armed || self.kind != LockKind::Write {
+            return;
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let (lock, name, kind, id) = (self.lock.clone(), self.name.clone(), self.kind, self.id.clone());
+        tokio::spawn(async move {
+            if let Err(error) = lock.withdraw(&name, kind, &id).await {
+                tracing::debug!(lock = %name, %error, "distlock: withdrawing a waiting writer failed; its record expires by itself");
+            }
+        });
+    }
 }
 
 /// Runs one step of a wait, cut with [`Error::Timeout`] at `deadline` if there is one. A step

@@ -76,6 +76,18 @@ pub enum Error {
         what: &'static str,
     },
 
+    /// A semaphore's live holders were admitted with another number of permits than this
+    /// attempt names: every holder of a semaphore must agree on it.
+    #[error("semaphore {name:?} is held with {stored} permits, not {asked}")]
+    PermitsMismatch {
+        /// The semaphore's name.
+        name: String,
+        /// The count its live holders use.
+        stored: u32,
+        /// The count this attempt named.
+        asked: u32,
+    },
+
     /// A lock this client held is no longer held.
     #[error("lock {name:?} was lost: {reason}")]
     LockLost {

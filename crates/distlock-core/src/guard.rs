@@ -80,6 +80,12 @@ impl LockGuard {
         self.hold.lease().name().clone()
     }
 
+    /// What this guard holds: the lock of its name, a semaphore permit, a read or the write
+    /// lock of a read-write lock.
+    pub fn kind(&self) -> crate::LockKind {
+        self.hold.lease().kind()
+    }
+
     /// This acquisition's fencing token, if the backend issues them.
     pub fn fencing_token(&self) -> Option<FencingToken> {
         self.hold.lease().fencing_token()

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::{FencingToken, LockName, OwnerToken};
+use crate::{FencingToken, LockKind, LockName, OwnerToken};
 
 /// One successful acquisition of a lock: who holds it, since when, for how long.
 ///
@@ -35,6 +35,7 @@ pub struct Lease {
     valid_until: Option<Instant>,
     handle: Option<Arc<str>>,
     session_epoch: Option<u64>,
+    kind: LockKind,
 }
 
 impl Lease {
@@ -49,6 +50,7 @@ impl Lease {
             valid_until: sent_at.checked_add(ttl),
             handle: None,
             session_epoch: None,
+            kind: LockKind::Exclusive,
         }
     }
 
@@ -71,6 +73,25 @@ impl Lease {
     /// Attaches an opaque backend handle (a ZooKeeper node path, a memcached CAS value, ...).
     pub fn with_handle(mut self, handle: impl Into<Arc<str>>) -> Self {
         self.handle = Some(handle.into());
+        self
+    }
+
+    /// Marks what this lease holds (by default [`LockKind::Exclusive`], the lock of its name):
+    /// a permit of a semaphore or a side of a read-write lock. Backends route `release` and
+    /// `extend` by it.
+    ///
+    /// ```
+    /// use distlock_core::{Lease, LockKind, LockName, OwnerToken};
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    ///
+    /// let lease = Lease::new(LockName::new("exports")?, OwnerToken::new(), Duration::from_secs(30), Instant::now())
+    ///     .with_kind(LockKind::Permit { permits: 4 });
+    /// assert_eq!(lease.kind(), LockKind::Permit { permits: 4 });
+    /// # Ok::<(), distlock_core::Error>(())
+    /// ```
+    pub fn with_kind(mut self, kind: LockKind) -> Self {
+        self.kind = kind;
         self
     }
 
@@ -102,6 +123,11 @@ impl Lease {
     /// The lock's name.
     pub fn name(&self) -> &LockName {
         &self.name
+    }
+
+    /// What this lease holds: the lock of its name, a permit, a read or the write lock.
+    pub fn kind(&self) -> LockKind {
+        self.kind
     }
 
     /// The owner token stored as the lock's value.

@@ -20,8 +20,8 @@ use tokio::time::Instant;
 
 use crate::cleanup::release_in_background;
 use crate::{
-    Capabilities, DistributedLock, Error, Holder, Lease, LockName, LockState, LossReason, OwnerToken,
-    ReleaseWatch, Result, Session, TryAcquire, WakeUp,
+    Capabilities, DistributedLock, Error, Holder, Lease, LockKind, LockName, LockState, LossReason,
+    OwnerToken, Primitive, ReleaseWatch, Result, Session, TryAcquire, WakeUp,
 };
 
 /// The waiter queues of every store identity in this process (see [`LocalWaiters::for_store`]).
@@ -532,6 +532,9 @@ impl DistributedLock for LocallyWoken {
     /// Hands the lock to this process's first waiter if the store can; else releases it and
     /// wakes that waiter.
     async fn release(&self, lease: &Lease) -> Result<bool> {
+        if lease.kind() != LockKind::Exclusive {
+            return self.inner.release(lease).await;
+        }
         if self.hands_over {
             if let Some(taker) = self.waiters.take_next(lease.name()) {
                 return self.hand_to(lease, taker).await;
@@ -554,6 +557,42 @@ impl DistributedLock for LocallyWoken {
 
     async fn watch(&self, name: &LockName) -> Result<ReleaseWatch> {
         Ok(self.waiters.watch(name, true))
+    }
+
+    async fn try_acquire_kind(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiter: Option<(&str, Duration)>,
+    ) -> Result<TryAcquire> {
+        self.inner.try_acquire_kind(name, kind, owner, ttl, waiter).await
+    }
+
+    async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
+        self.inner.withdraw(name, kind, waiter).await
+    }
+
+    async fn watch_kind(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
+        self.inner.watch_kind(name, primitive).await
+    }
+
+    async fn acquire_kind_queued(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: OwnerToken,
+        ttl: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>> {
+        self.inner
+            .acquire_kind_queued(name, kind, owner, ttl, deadline)
+            .await
+    }
+
+    async fn inspect_holders(&self, name: &LockName, primitive: Primitive) -> Result<Vec<LockState>> {
+        self.inner.inspect_holders(name, primitive).await
     }
 
     fn store_identity(&self) -> Option<String> {

@@ -10,7 +10,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::{
-    Capabilities, Error, FencingToken, Lease, LockName, LossReason, OwnerToken, ReleaseWatch, Result, Session,
+    Capabilities, Error, FencingToken, Lease, LockKind, LockName, LossReason, OwnerToken, Primitive,
+    ReleaseWatch, Result, Session,
 };
 
 /// How many renewals the default [`DistributedLock::extend_many`] keeps in flight at once.
@@ -212,6 +213,94 @@ pub trait DistributedLock: Send + Sync + fmt::Debug + 'static {
         })
     }
 
+    /// One attempt at a hold of `kind` other than [`LockKind::Exclusive`]: a permit of the
+    /// semaphore `name`, or the read or write side of the read-write lock `name`. Backends that
+    /// declare [`Capabilities::semaphores`] / [`Capabilities::rw_locks`] implement it; the
+    /// default returns [`Error::NotSupported`].
+    ///
+    /// The lease returned carries `kind` ([`Lease::with_kind`]), and `release`, `extend` and
+    /// `extend_many` must act on the hold of that kind, owner-checked as for the mutex.
+    ///
+    /// Contract, beyond the mutex's (owner checks, expiry, bounded time, ambiguous outcomes,
+    /// all per hold):
+    /// - **Namespaces.** The semaphore `name` and the read-write lock `name` are objects of
+    ///   their own, apart from each other and from the mutex `name`.
+    /// - **Permits.** At most `permits` live holders of a semaphore at once. If live holders
+    ///   recorded another count, the attempt fails with [`Error::PermitsMismatch`] and changes
+    ///   nothing; once no holder is live, a new count may be used.
+    /// - **Readers and writers.** Any number of readers, or one writer, never both.
+    /// - **Writers are not starved.** `waiter` is `Some((id, stay))` when the caller will wait
+    ///   and try again: a [`LockKind::Write`] attempt that fails then records the waiting
+    ///   writer `id` for `stay`, renewed by each attempt of the same wait, and while a waiting
+    ///   writer is recorded no *new* reader gets in (readers already in keep their hold until
+    ///   they release). A winning attempt removes its own record, and so does
+    ///   [`withdraw`](Self::withdraw). Readers and permits ignore `waiter`.
+    /// - **Fencing.** Where the store fences, each hold of the object gets a token greater
+    ///   than every earlier hold of that object.
+    async fn try_acquire_kind(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiter: Option<(&str, Duration)>,
+    ) -> Result<TryAcquire> {
+        let _ = (name, owner, ttl, waiter);
+        Err(Error::NotSupported {
+            backend: self.backend(),
+            what: match kind.primitive() {
+                Primitive::Semaphore => "semaphores",
+                Primitive::RwLock => "read-write locks",
+                Primitive::Mutex => "this kind of hold",
+            },
+        })
+    }
+
+    /// Takes the waiter `id` out of whatever [`try_acquire_kind`](Self::try_acquire_kind)
+    /// recorded for it on `name` (a waiting writer), when its wait ends without a hold: readers
+    /// it kept out may come in now instead of after its `stay`. The default does nothing.
+    async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
+        let _ = (name, kind, waiter);
+        Ok(())
+    }
+
+    /// As [`watch`](Self::watch), for releases of holds of the `primitive` object `name`
+    /// (semaphores and read-write locks). The default returns [`ReleaseWatch::polling`].
+    async fn watch_kind(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
+        let _ = (name, primitive);
+        Ok(ReleaseWatch::polling())
+    }
+
+    /// As [`acquire_queued`](Self::acquire_queued), for a hold of `kind` (a permit, a read or
+    /// the write lock), in the store's own queue. Backends with
+    /// [`Fairness::Fifo`](crate::Fairness::Fifo) implement it for every primitive they offer;
+    /// the default returns [`Error::NotSupported`]. Cancel safe as `acquire_queued`.
+    async fn acquire_kind_queued(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: OwnerToken,
+        ttl: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>> {
+        let _ = (name, kind, owner, ttl, deadline);
+        Err(Error::NotSupported {
+            backend: self.backend(),
+            what: "waiting in a store-side queue for a semaphore or read-write lock",
+        })
+    }
+
+    /// The live holders of the `primitive` object `name` (each a [`LockState`] whose
+    /// [`kind`](LockState::kind) says what it holds), for status displays. The default returns
+    /// [`Error::NotSupported`].
+    async fn inspect_holders(&self, name: &LockName, primitive: Primitive) -> Result<Vec<LockState>> {
+        let _ = (name, primitive);
+        Err(Error::NotSupported {
+            backend: self.backend(),
+            what: "listing the holders of a semaphore or read-write lock",
+        })
+    }
+
     /// A name of the store this client talks to, the same for every client of that store in
     /// this process (for example `sqlite:<absolute path>#<table>`), or `None`. For a backend
     /// that polls ([`WakeUp::Polling`](crate::WakeUp::Polling)),
@@ -319,6 +408,8 @@ pub struct LockState {
     pub fencing: Option<FencingToken>,
     /// Time left on the current hold, if known.
     pub remaining: Option<Duration>,
+    /// What the hold is of ([`LockKind::Exclusive`] for the mutex).
+    pub kind: LockKind,
 }
 
 impl LockState {
@@ -328,6 +419,7 @@ impl LockState {
             owner: None,
             fencing,
             remaining: None,
+            kind: LockKind::Exclusive,
         }
     }
 
@@ -337,7 +429,14 @@ impl LockState {
             owner: Some(owner),
             fencing,
             remaining,
+            kind: LockKind::Exclusive,
         }
+    }
+
+    /// The same state, of a hold of `kind`.
+    pub fn with_kind(mut self, kind: LockKind) -> Self {
+        self.kind = kind;
+        self
     }
 
     /// Whether someone holds the lock.

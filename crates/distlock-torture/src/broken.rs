@@ -67,10 +67,13 @@ impl DistributedLock for Broken {
         self.inner.backend()
     }
 
-    /// The store's, without hand-overs: every release goes through `release`, where the
-    /// breakage lives.
+    /// The store's, without hand-overs (every release goes through `release`, where the
+    /// breakage lives) and without the primitives beyond the mutex, which it does not break.
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities().with_hands_over(false)
+        self.inner
+            .capabilities()
+            .with_hands_over(false)
+            .with_primitives(false, false)
     }
 
     async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {

@@ -1,0 +1,104 @@
+//! What a hold is of: the lock of a name, a permit of a semaphore, or a side of a read-write
+//! lock.
+
+use std::fmt;
+
+/// The three primitives. Each has its own namespace on every store: the mutex `"jobs"`, the
+/// semaphore `"jobs"` and the read-write lock `"jobs"` are three objects that never block one
+/// another.
+///
+/// ```
+/// use distlock_core::{LockKind, Primitive};
+///
+/// assert_eq!(LockKind::Read.primitive(), Primitive::RwLock);
+/// assert_eq!(LockKind::Permit { permits: 4 }.primitive(), Primitive::Semaphore);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Primitive {
+    /// A lock one owner holds at a time.
+    Mutex,
+    /// A counting semaphore: at most its number of permits are held at once.
+    Semaphore,
+    /// A read-write lock: many readers or one writer.
+    RwLock,
+}
+
+impl Primitive {
+    /// A short lowercase name (`"mutex"`, `"semaphore"`, `"rw-lock"`), for keys, logs and the
+    /// command line.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Mutex => "mutex",
+            Self::Semaphore => "semaphore",
+            Self::RwLock => "rw-lock",
+        }
+    }
+}
+
+impl fmt::Display for Primitive {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What one hold (one [`Lease`](crate::Lease), one guard) is of.
+///
+/// ```
+/// use distlock_core::LockKind;
+///
+/// assert!(LockKind::Write.excludes(LockKind::Read));
+/// assert!(!LockKind::Read.excludes(LockKind::Read));
+/// assert_eq!(LockKind::Permit { permits: 3 }.to_string(), "a permit of 3");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// The lock of a name (a mutex): one holder at a time.
+    #[default]
+    Exclusive,
+    /// One permit of a semaphore that has `permits` in all. Every holder of a semaphore must
+    /// name the same count; a store that records another count for live holders refuses with
+    /// [`Error::PermitsMismatch`](crate::Error::PermitsMismatch).
+    Permit {
+        /// How many permits the semaphore has.
+        permits: u32,
+    },
+    /// A shared (reader) hold of a read-write lock.
+    Read,
+    /// The exclusive (writer) hold of a read-write lock.
+    Write,
+}
+
+impl LockKind {
+    /// The primitive (and so the namespace) this hold belongs to.
+    pub const fn primitive(self) -> Primitive {
+        match self {
+            Self::Exclusive => Primitive::Mutex,
+            Self::Permit { .. } => Primitive::Semaphore,
+            Self::Read | Self::Write => Primitive::RwLock,
+        }
+    }
+
+    /// Whether a hold of this kind and one of `other` on the same object can never coexist:
+    /// exclusive and write holds exclude everything of their primitive, reads exclude writes,
+    /// permits are counted instead (they never exclude one another by kind).
+    pub const fn excludes(self, other: LockKind) -> bool {
+        match (self, other) {
+            (Self::Exclusive, Self::Exclusive) => true,
+            (Self::Read, Self::Write) | (Self::Write, Self::Read | Self::Write) => true,
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for LockKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Exclusive => f.write_str("the lock"),
+            Self::Permit { permits } => write!(f, "a permit of {permits}"),
+            Self::Read => f.write_str("a read lock"),
+            Self::Write => f.write_str("the write lock"),
+        }
+    }
+}
