@@ -17,7 +17,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::Fixture;
 
-/// The variable that turns the entry test into a holder: `<hex name>:<ttl ms>`.
+/// The variable that turns the entry test into a holder: `<hex name>:<ttl ms>` for the lock of
+/// the name, `<hex name>:<ttl ms>:<permits>` for a permit of its semaphore.
 pub const CHILD_ENV: &str = "DISTLOCK_CONFORMANCE_CHILD";
 /// Printed once the child holds the lock.
 pub const ACQUIRED: &str = "DISTLOCK-CHILD ACQUIRED";
@@ -45,14 +46,25 @@ pub fn encode_spec(name: &LockName, ttl: Duration) -> String {
     format!("{hex}:{}", ttl.as_millis())
 }
 
-fn decode_spec(spec: &str) -> Option<(LockName, Duration)> {
-    let (hex, ttl) = spec.split_once(':')?;
+/// Encodes a permit of the semaphore `name` with `permits` that a child must take.
+pub fn encode_permit_spec(name: &LockName, ttl: Duration, permits: u32) -> String {
+    format!("{}:{permits}", encode_spec(name, ttl))
+}
+
+/// The lock (and for a semaphore, its permits) a child must take.
+fn decode_spec(spec: &str) -> Option<(LockName, Duration, Option<u32>)> {
+    let mut parts = spec.split(':');
+    let (hex, ttl) = (parts.next()?, parts.next()?);
+    let permits = match parts.next() {
+        Some(permits) => Some(permits.parse().ok()?),
+        None => None,
+    };
     let bytes = (0..hex.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
         .collect::<Option<Vec<u8>>>()?;
     let name = LockName::new(String::from_utf8(bytes).ok()?).ok()?;
-    Some((name, Duration::from_millis(ttl.parse().ok()?)))
+    Some((name, Duration::from_millis(ttl.parse().ok()?), permits))
 }
 
 /// The test name of the entry point generated in the module `module_path` (as given by
@@ -74,7 +86,7 @@ where
         println!("the child entry point only runs inside the cross-process case");
         return;
     };
-    let (name, ttl) = decode_spec(&spec).expect("a well-formed child spec");
+    let (name, ttl, permits) = decode_spec(&spec).expect("a well-formed child spec");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -84,10 +96,16 @@ where
         let fixture = factory().await;
         let client = LockClient::from_arc(fixture.backend().await.expect("the child reaches the store"));
         let opts = AcquireOptions::new().ttl(ttl).wait_for(Duration::from_secs(30));
-        let guard = client
-            .acquire_with(&name, &opts)
-            .await
-            .expect("the child acquires");
+        let guard = match permits {
+            Some(permits) => {
+                let semaphore = client
+                    .semaphore(&name, permits)
+                    .expect("the backend has semaphores");
+                semaphore.acquire_with(&opts).await
+            }
+            None => client.acquire_with(&name, &opts).await,
+        }
+        .expect("the child acquires");
         println!("{ACQUIRED} {:?}", guard.fencing_token());
         let mut lines = BufReader::new(tokio::io::stdin()).lines();
         while let Ok(Some(line)) = lines.next_line().await {

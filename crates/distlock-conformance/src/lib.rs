@@ -195,6 +195,38 @@ pub const CASES: &[Case] = &[
         c32_multi_lock_lost_signal,
         "a multi-lock's one lost signal fires when one lock of the set is destroyed"
     ),
+    case!(
+        c33_semaphore_never_over_admits,
+        "12 clients on 3 permits: never more than 3 holders, and 3 are reached"
+    ),
+    case!(
+        c34_semaphore_counts_agree_and_stale_frees_nothing,
+        "another permit count is refused while held; stale or forged permits free nothing"
+    ),
+    case!(
+        c35_killed_permit_holder_frees_its_permit,
+        "a permit held by another process counts; kill -9 frees it at TTL/session end"
+    ),
+    case!(
+        c36_readers_share_a_writer_excludes,
+        "readers share a read-write lock; a writer excludes readers and writers"
+    ),
+    case!(
+        c37_waiting_writer_is_not_starved,
+        "a waiting writer gets in while readers keep coming; no new reader passes it"
+    ),
+    case!(
+        c38_rw_lock_exclusion_under_contention,
+        "6 clients reading and writing: a writer never overlaps anyone"
+    ),
+    case!(
+        c39_lost_signal_for_each_primitive,
+        "a permit, a read and a write hold destroyed behind their backs fire the lost signal"
+    ),
+    case!(
+        c40_cancelled_waits_leave_nothing,
+        "dropped waits for a permit, a write or a read lock leave nothing held or blocking"
+    ),
 ];
 
 tokio::task_local! {
@@ -278,6 +310,14 @@ macro_rules! conformance_tests {
             c30_multi_lock_all_or_none,
             c31_multi_lock_never_deadlocks,
             c32_multi_lock_lost_signal,
+            c33_semaphore_never_over_admits,
+            c34_semaphore_counts_agree_and_stale_frees_nothing,
+            c35_killed_permit_holder_frees_its_permit,
+            c36_readers_share_a_writer_excludes,
+            c37_waiting_writer_is_not_starved,
+            c38_rw_lock_exclusion_under_contention,
+            c39_lost_signal_for_each_primitive,
+            c40_cancelled_waits_leave_nothing,
         );
 
         #[test]

@@ -84,11 +84,12 @@ impl LockKind {
     /// exclusive and write holds exclude everything of their primitive, reads exclude writes,
     /// permits are counted instead (they never exclude one another by kind).
     pub const fn excludes(self, other: LockKind) -> bool {
-        match (self, other) {
-            (Self::Exclusive, Self::Exclusive) => true,
-            (Self::Read, Self::Write) | (Self::Write, Self::Read | Self::Write) => true,
-            _ => false,
-        }
+        matches!(
+            (self, other),
+            (Self::Exclusive, Self::Exclusive)
+                | (Self::Read, Self::Write)
+                | (Self::Write, Self::Read | Self::Write)
+        )
     }
 }
 

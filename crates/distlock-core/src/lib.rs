@@ -45,6 +45,7 @@ mod lease;
 mod local;
 mod lock;
 mod memory;
+mod memory_holds;
 mod multi;
 mod name;
 mod options;

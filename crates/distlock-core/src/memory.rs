@@ -7,9 +7,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
+use crate::memory_holds::Objects;
 use crate::{
-    Capabilities, DistributedLock, Error, Fencing, FencingToken, Holder, Lease, LocalWaiters, LockName,
-    LockState, OwnerToken, ReleaseWatch, Result, TryAcquire, WakeUp,
+    Capabilities, DistributedLock, Error, Fencing, FencingToken, Holder, Lease, LocalWaiters, LockKind,
+    LockName, LockState, OwnerToken, Primitive, ReleaseWatch, Result, TryAcquire, WakeUp,
 };
 
 const BACKEND: &str = "memory";
@@ -47,6 +48,8 @@ pub struct MemoryLock {
 #[derive(Default)]
 struct Store {
     locks: HashMap<LockName, Entry>,
+    /// Semaphores and read-write locks.
+    objects: Objects,
     last_fencing: u64,
     unavailable: bool,
     /// Operations since the last sweep of expired entries.
@@ -65,11 +68,12 @@ impl Store {
     /// the store's size, and comes after as many operations).
     fn sweep(&mut self, now: Instant) {
         self.since_sweep += 1;
-        if self.since_sweep < SWEEP_EVERY.max(self.locks.len()) {
+        if self.since_sweep < SWEEP_EVERY.max(self.locks.len() + self.objects.len()) {
             return;
         }
         self.since_sweep = 0;
         self.locks.retain(|_, entry| entry.expires_at > now);
+        self.objects.sweep(now);
     }
 
     /// The live entry of `name`, dropping it if it expired.
@@ -124,7 +128,8 @@ impl MemoryLock {
     /// How many entries (held or expired locks, and names with waiters) the store keeps right
     /// now: a test hook showing that unique names do not make it grow without bound.
     pub fn footprint(&self) -> usize {
-        self.store().locks.len() + self.waiters.len()
+        let store = self.store();
+        store.locks.len() + store.objects.len() + self.waiters.len()
     }
 
     /// How many locks are held now whose names start with `prefix`.
@@ -198,6 +203,7 @@ impl DistributedLock for MemoryLock {
             .with_cross_process(false)
             .with_wakes_one(true)
             .with_hands_over(true)
+            .with_primitives(true, true)
     }
 
     async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
@@ -219,6 +225,9 @@ impl DistributedLock for MemoryLock {
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let mut store = self.store();
         store.check_available()?;
+        if lease.kind() != LockKind::Exclusive {
+            return Ok(store.objects.release(lease, Instant::now()));
+        }
         let ours = store
             .live(lease.name(), Instant::now())
             .is_some_and(|e| e.owner == lease.owner());
@@ -257,6 +266,9 @@ impl DistributedLock for MemoryLock {
         let mut store = self.store();
         store.check_available()?;
         let now = Instant::now();
+        if lease.kind() != LockKind::Exclusive {
+            return store.objects.extend(lease, ttl, now);
+        }
         match store.live(lease.name(), now) {
             Some(entry) if entry.owner == lease.owner() => {
                 entry.expires_at = now
@@ -271,6 +283,47 @@ impl DistributedLock for MemoryLock {
     async fn watch(&self, name: &LockName) -> Result<ReleaseWatch> {
         self.store().check_available()?;
         Ok(self.waiters.watch(name, false))
+    }
+
+    async fn try_acquire_kind(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiter: Option<(&str, Duration)>,
+    ) -> Result<TryAcquire> {
+        let mut store = self.store();
+        store.check_available()?;
+        let now = Instant::now();
+        store.sweep(now);
+        let Store {
+            objects,
+            last_fencing,
+            ..
+        } = &mut *store;
+        objects.try_acquire(name, kind, owner, ttl, waiter, now, last_fencing)
+    }
+
+    async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
+        let mut store = self.store();
+        store.check_available()?;
+        store.objects.withdraw(name, kind, waiter);
+        Ok(())
+    }
+
+    /// Every watcher of the object wakes on each release (a permit or a writer's release can
+    /// let several waiters in).
+    async fn watch_kind(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
+        let mut store = self.store();
+        store.check_available()?;
+        Ok(ReleaseWatch::notified(store.objects.watch(name, primitive), ()))
+    }
+
+    async fn inspect_holders(&self, name: &LockName, primitive: Primitive) -> Result<Vec<LockState>> {
+        let mut store = self.store();
+        store.check_available()?;
+        Ok(store.objects.holders(name, primitive, Instant::now()))
     }
 
     async fn inspect(&self, name: &LockName) -> Result<LockState> {

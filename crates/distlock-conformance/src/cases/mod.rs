@@ -13,11 +13,14 @@ mod faults;
 mod fencing;
 mod handover;
 mod input;
+mod kinds;
 mod lost;
 mod multi;
 mod outage;
 mod process;
 mod renewal;
+mod rw_lock;
+mod semaphore;
 mod waiting;
 mod wakeup;
 
@@ -35,11 +38,19 @@ pub use faults::{
 pub use fencing::c08_fencing_tokens_increase;
 pub use handover::c29_release_hands_over_to_the_next_owner;
 pub use input::c11_bad_input_is_a_typed_error;
+pub use kinds::{c39_lost_signal_for_each_primitive, c40_cancelled_waits_leave_nothing};
 pub use lost::{c16_lost_lock_signal, c18_max_hold_time, c19_no_renewal_reports_expiry};
 pub use multi::{c30_multi_lock_all_or_none, c31_multi_lock_never_deadlocks, c32_multi_lock_lost_signal};
 pub use outage::c12_store_going_away;
-pub use process::{c17_cross_process_holder, c26_paused_holder_knows_it_lost};
+pub use process::{
+    c17_cross_process_holder, c26_paused_holder_knows_it_lost, c35_killed_permit_holder_frees_its_permit,
+};
 pub use renewal::c05_extend_and_watchdog_keep_lock;
+pub use rw_lock::{
+    c36_readers_share_a_writer_excludes, c37_waiting_writer_is_not_starved,
+    c38_rw_lock_exclusion_under_contention,
+};
+pub use semaphore::{c33_semaphore_never_over_admits, c34_semaphore_counts_agree_and_stale_frees_nothing};
 pub use waiting::{c06_wait_timeout_and_handoff, c07_cancelled_acquire_leaves_nothing, c20_with_lock};
 pub use wakeup::{c27_release_wakes_one_waiter, c28_release_in_process_wakes_a_polling_waiter};
 

@@ -66,6 +66,46 @@ pub async fn c17_cross_process_holder(ctx: Ctx) -> Outcome {
     Outcome::Passed
 }
 
+/// Case 35: A child process holding a permit of a 2-permit semaphore counts: with ours, the
+/// semaphore is full; killed with kill -9, its permit frees itself once its TTL (or session)
+/// runs out, not before the kill.
+pub async fn c35_killed_permit_holder_frees_its_permit(ctx: Ctx) -> Outcome {
+    if let Some(skip) = super::semaphore::without_semaphores(&ctx) {
+        return skip;
+    }
+    let (env, test) = match child_setup(&ctx) {
+        Ok(setup) => setup,
+        Err(skipped) => return skipped,
+    };
+    let ttl = ctx.short_ttl().max(Duration::from_secs(1));
+    let name = ctx.name("child-permit");
+    let semaphore = ctx.client().await.semaphore(&name, 2).expect("semaphores");
+    let ours = semaphore
+        .try_acquire()
+        .await
+        .expect("works")
+        .expect("a free permit");
+    let mut holder = ChildHolder::spawn_spec(&test, &env, child::encode_permit_spec(&name, ttl, 2)).await;
+    assert!(
+        semaphore.try_acquire().await.expect("works").is_none(),
+        "the child's permit and ours fill the semaphore"
+    );
+    let killed_at = Instant::now();
+    holder.kill().await;
+    let limit = ttl * 4 + Duration::from_secs(40);
+    let freed = semaphore
+        .acquire_with(&AcquireOptions::new().ttl(LONG_TTL).wait_for(limit))
+        .await
+        .expect("the killed child's permit frees itself");
+    ctx.note(format!(
+        "a permit came free {:?} after kill -9 (TTL {ttl:?})",
+        killed_at.elapsed()
+    ));
+    assert!(freed.release().await.expect("works"));
+    assert!(ours.release().await.expect("works"));
+    Outcome::Passed
+}
+
 /// Case 26: A holder frozen past its lease (SIGSTOP: the long GC pause of Kleppmann's
 /// example) knows the lock is lost the moment it runs again. The child reports its guard's
 /// state every 2 ms with the monotonic clock read before each check; we freeze it, wait until
@@ -149,11 +189,16 @@ struct ChildHolder {
 
 impl ChildHolder {
     async fn spawn(test: &str, env: &[(String, String)], name: &LockName, ttl: Duration) -> Self {
+        Self::spawn_spec(test, env, child::encode_spec(name, ttl)).await
+    }
+
+    /// A child that takes what `spec` ([`child::encode_spec`] and the like) names.
+    async fn spawn_spec(test: &str, env: &[(String, String)], spec: String) -> Self {
         let exe = std::env::current_exe().expect("the test binary's path");
         let mut child = Command::new(exe)
             .args([test, "--exact", "--ignored", "--nocapture", "--test-threads=1"])
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env(child::CHILD_ENV, child::encode_spec(name, ttl))
+            .env(child::CHILD_ENV, spec)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
