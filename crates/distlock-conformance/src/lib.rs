@@ -227,6 +227,10 @@ pub const CASES: &[Case] = &[
         c40_cancelled_waits_leave_nothing,
         "dropped waits for a permit, a write or a read lock leave nothing held or blocking"
     ),
+    case!(
+        c41_timed_out_permit_or_write_leaves_nothing,
+        "a permit or write lock whose reply is lost errs in bounded time and strands nothing"
+    ),
 ];
 
 tokio::task_local! {
@@ -318,6 +322,7 @@ macro_rules! conformance_tests {
             c38_rw_lock_exclusion_under_contention,
             c39_lost_signal_for_each_primitive,
             c40_cancelled_waits_leave_nothing,
+            c41_timed_out_permit_or_write_leaves_nothing,
         );
 
         #[test]

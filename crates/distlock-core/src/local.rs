@@ -340,6 +340,18 @@ impl LocalWaiters {
         }
     }
 
+    /// A hold of the semaphore or read-write lock `name` was released by a client of this
+    /// process: wakes every waiter of it here (a permit or a writer's release may let several
+    /// in; each tries once and the losers go back to waiting).
+    pub(crate) fn released_all(&self, name: &LockName) {
+        if let Some(waiters) = self.names().by_name.get_mut(name) {
+            waiters.releases = waiters.releases.wrapping_add(1);
+            for watcher in waiters.watches.values_mut() {
+                watcher.wake();
+            }
+        }
+    }
+
     /// `name` was released by a client of this process: wakes its first queued waiter.
     pub fn released(&self, name: &LockName) {
         if let Some(waiters) = self.names().by_name.get_mut(name) {
@@ -370,6 +382,9 @@ pub(crate) struct LocallyWoken {
     hands_over: bool,
     /// Whether a waiter's poll reads first ([`Capabilities::inspect`]).
     probes: bool,
+    /// This process's waiters of semaphores and of read-write locks on the store.
+    semaphore_waiters: LocalWaiters,
+    rw_lock_waiters: LocalWaiters,
     /// This wrapper, for what a handed-over lock is released through if its waiter is gone.
     me: Weak<LocallyWoken>,
 }
@@ -383,12 +398,23 @@ impl LocallyWoken {
         match lock.store_identity() {
             Some(identity) => Arc::new_cyclic(|me| Self {
                 waiters: LocalWaiters::for_store(&identity),
+                semaphore_waiters: LocalWaiters::for_store(&format!("{identity}#{}", Primitive::Semaphore)),
+                rw_lock_waiters: LocalWaiters::for_store(&format!("{identity}#{}", Primitive::RwLock)),
                 hands_over: lock.capabilities().hands_over,
                 probes: lock.capabilities().inspect,
                 inner: lock,
                 me: me.clone(),
             }),
             None => lock,
+        }
+    }
+
+    /// This process's waiters of the `primitive` objects (the mutex's are `waiters`).
+    fn waiters_of(&self, primitive: Primitive) -> &LocalWaiters {
+        match primitive {
+            Primitive::Semaphore => &self.semaphore_waiters,
+            Primitive::RwLock => &self.rw_lock_waiters,
+            Primitive::Mutex => &self.waiters,
         }
     }
 
@@ -533,7 +559,12 @@ impl DistributedLock for LocallyWoken {
     /// wakes that waiter.
     async fn release(&self, lease: &Lease) -> Result<bool> {
         if lease.kind() != LockKind::Exclusive {
-            return self.inner.release(lease).await;
+            let released = self.inner.release(lease).await;
+            if matches!(released, Ok(true)) {
+                self.waiters_of(lease.kind().primitive())
+                    .released_all(lease.name());
+            }
+            return released;
         }
         if self.hands_over {
             if let Some(taker) = self.waiters.take_next(lease.name()) {
@@ -570,12 +601,21 @@ impl DistributedLock for LocallyWoken {
         self.inner.try_acquire_kind(name, kind, owner, ttl, waiter).await
     }
 
+    /// Withdraws the waiting writer and wakes this process's waiting readers.
     async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
-        self.inner.withdraw(name, kind, waiter).await
+        self.inner.withdraw(name, kind, waiter).await?;
+        self.waiters_of(kind.primitive()).released_all(name);
+        Ok(())
     }
 
+    /// The store's watch if it announces releases; else one woken by this process's releases
+    /// (still polling for others').
     async fn watch_kind(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
-        self.inner.watch_kind(name, primitive).await
+        let watch = self.inner.watch_kind(name, primitive).await?;
+        if watch.is_notified() {
+            return Ok(watch);
+        }
+        Ok(self.waiters_of(primitive).watch(name, true))
     }
 
     async fn acquire_kind_queued(

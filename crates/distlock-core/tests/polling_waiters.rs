@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireOptions, Capabilities, DistributedLock, Error, Fencing, Lease, LockClient, LockName, LockState,
-    MemoryLock, OwnerToken, Result, TryAcquire, WakeUp,
+    AcquireOptions, Capabilities, DistributedLock, Error, Fencing, Lease, LockClient, LockKind, LockName,
+    LockState, MemoryLock, OwnerToken, Result, TryAcquire, WakeUp,
 };
 use futures::FutureExt;
 
@@ -67,6 +67,21 @@ impl DistributedLock for PollingStore {
         Capabilities::new(Fencing::Monotonic, WakeUp::Polling)
             .with_cross_process(false)
             .with_hands_over(self.hands_over)
+            .with_primitives(true, true)
+    }
+    async fn try_acquire_kind(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiter: Option<(&str, Duration)>,
+    ) -> Result<TryAcquire> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        self.inner.try_acquire_kind(name, kind, owner, ttl, waiter).await
+    }
+    async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
+        self.inner.withdraw(name, kind, waiter).await
     }
     async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
         self.attempts.fetch_add(1, Ordering::SeqCst);
@@ -322,4 +337,52 @@ async fn a_hand_over_declared_but_not_supported_is_an_ordinary_release() {
         .expect("the waiter got the lock at once, not after the holder's 30 s TTL")
         .expect("acquired");
     assert!(guard.release().await.expect("released"));
+}
+
+/// A release of a semaphore permit or of a read-write lock by a client of this process wakes
+/// this process's waiters of that object at once, though the store publishes nothing (they
+/// poll only every 20 s); the write lock's release lets both waiting readers in.
+#[tokio::test]
+async fn a_release_of_a_permit_or_write_lock_here_wakes_the_waiters_here() {
+    let store = PollingStore::new(false);
+    let (holder, waiter) = (store.client(), store.client());
+    let permit = holder
+        .semaphore("sem", 1)
+        .expect("semaphores")
+        .acquire()
+        .await
+        .expect("free");
+    let semaphore = waiter.semaphore("sem", 1).expect("semaphores");
+    let waiting = tokio::spawn(async move { semaphore.acquire_with(&slow_polling()).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(permit.release().await.expect("released"));
+    let next = tokio::time::timeout(Duration::from_secs(2), waiting)
+        .await
+        .expect("woken by the release, not by its 20 s poll")
+        .expect("the task")
+        .expect("the permit");
+    assert!(next.release().await.expect("released"));
+
+    let writer = holder
+        .rw_lock("rw")
+        .expect("rw locks")
+        .write()
+        .await
+        .expect("free");
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let rw = waiter.rw_lock("rw").expect("rw locks");
+            tokio::spawn(async move { rw.read_with(&slow_polling()).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(writer.release().await.expect("released"));
+    for reader in readers {
+        let guard = tokio::time::timeout(Duration::from_secs(2), reader)
+            .await
+            .expect("woken by the writer's release")
+            .expect("the task")
+            .expect("a read lock");
+        assert!(guard.release().await.expect("released"));
+    }
 }

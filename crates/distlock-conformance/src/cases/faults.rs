@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use distlock_core::{AcquireOptions, Error, Expiry, LockClient, LockName, WakeUp};
+use distlock_core::{AcquireOptions, Error, Expiry, LockClient, LockName, Primitive, WakeUp};
 use distlock_testkit::{Direction, FaultProxies};
 use futures::future::join_all;
 
@@ -410,5 +410,85 @@ pub async fn c25_no_exhaustion_after_timeouts(ctx: Ctx) -> Outcome {
     ctx.note(format!(
         "20 timeouts in {failed_after:?}; then 100 leases renewed and released"
     ));
+    Outcome::Passed
+}
+
+/// Case 41: Case 21 for the other primitives: a permit of a one-permit semaphore and the write
+/// lock of a read-write lock, asked for while replies are dropped, fail with a typed error
+/// within the bound and strand nothing: once the network heals, another client takes the
+/// permit or the write lock within about an operation timeout (the cleanup releases by owner
+/// token and kind, with no handle).
+pub async fn c41_timed_out_permit_or_write_leaves_nothing(ctx: Ctx) -> Outcome {
+    let caps = ctx.caps().clone();
+    if !caps.offers(Primitive::Semaphore) && !caps.offers(Primitive::RwLock) {
+        return ctx.skip("the backend has neither semaphores nor read-write locks");
+    }
+    let op = ctx.fixture().operation_timeout();
+    for primitive in [Primitive::Semaphore, Primitive::RwLock] {
+        if !caps.offers(primitive) {
+            continue;
+        }
+        let (client, faults) = match proxied(&ctx).await {
+            Ok(pair) => pair,
+            Err(skip) => return skip,
+        };
+        let name = ctx.name(&format!("ambiguous-{primitive}"));
+        warm_up(&ctx, &client, &format!("c41-{primitive}")).await;
+        let take = |client: LockClient, opts: AcquireOptions| {
+            let name = name.clone();
+            async move {
+                match primitive {
+                    Primitive::Semaphore => client.semaphore(&name, 1)?.acquire_with(&opts).await,
+                    _ => client.rw_lock(&name)?.write_with(&opts).await,
+                }
+            }
+        };
+        let before = faults.traffic();
+        faults.drop_replies();
+        let started = Instant::now();
+        let outcome = within(
+            NO_HANG,
+            "an acquire on a faulty network",
+            take(client.clone(), AcquireOptions::new().ttl(LONG_TTL).no_wait()),
+        )
+        .await;
+        let failed_after = started.elapsed();
+        let during = faults.traffic();
+        assert!(
+            during.to_server > before.to_server,
+            "{primitive}: the acquire never reached the server ({before:?} -> {during:?})"
+        );
+        let error = match outcome {
+            Err(error) => error,
+            Ok(guard) => panic!("{primitive}: the acquire cannot have heard an answer, got {guard:?}"),
+        };
+        assert!(
+            error.is_ambiguous() || matches!(error, Error::Timeout { .. }),
+            "{primitive}: an unknown outcome must be a typed, ambiguous error, got {error}"
+        );
+        assert!(
+            failed_after <= op + SLACK,
+            "{primitive}: the error came after {failed_after:?}, past the operation timeout {op:?}"
+        );
+        faults.heal();
+        let healed = Instant::now();
+        let wait = AcquireOptions::new().ttl(LONG_TTL).wait_for(op * 3 + SLACK * 2);
+        let guard = within(
+            NO_HANG,
+            "another client's acquire after the heal",
+            take(ctx.client().await, wait),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{primitive}: stranded by the failed attempt after the heal: {e}"));
+        let recovered = healed.elapsed();
+        ctx.note(format!(
+            "{primitive}: error after {failed_after:?} ({error}); another client held it {recovered:?} after the heal"
+        ));
+        assert!(
+            recovered <= op * 2 + SLACK,
+            "{primitive}: another client waited {recovered:?} after the heal; the cleanup must free it within about an operation timeout"
+        );
+        guard.release().await.expect("released");
+    }
     Outcome::Passed
 }
