@@ -14,6 +14,11 @@
 //! - [`LockClient::acquire_all`] holds several locks together, all or none, taken in one
 //!   canonical order so that overlapping sets never deadlock: a [`MultiGuard`] with one
 //!   lost-lock signal for the set. It works on every backend.
+//! - [`LockClient::semaphore`] (at most N holders at once) and [`LockClient::rw_lock`] (many
+//!   readers or one writer, a waiting writer not starved) give the same [`LockGuard`], on the
+//!   backends that declare [`Capabilities::semaphores`] / [`Capabilities::rw_locks`]; a backend
+//!   implements them with [`DistributedLock::try_acquire_kind`] and routes `release` and
+//!   `extend` by [`Lease::kind`].
 //! - [`FencingToken`]s strictly increase per name on backends that promise
 //!   [`Fencing::Monotonic`]; [`OwnerToken`]s are random and never reused.
 //! - [`MemoryLock`] is the in-process reference backend.
