@@ -45,6 +45,41 @@
 //! 2.7.1 and later); without it a kazoo `Lock` ignores our nodes (we still wait for its).
 //! Curator needs nothing more: our names are its protected-mode names.
 //!
+//! # Semaphores and read-write locks: Curator's recipes
+//!
+//! Both are offered ([`Capabilities::semaphores`](distlock_core::Capabilities::semaphores),
+//! [`Capabilities::rw_locks`](distlock_core::Capabilities::rw_locks)), session-bound and FIFO
+//! like the mutex, with Curator's layouts, so a Curator client on the same path shares them:
+//!
+//! ```text
+//! <root>/semaphore:<encoded name>/locks/_c_<uuid>-lock-<seq>     InterProcessSemaphoreV2 on
+//! <root>/semaphore:<encoded name>/leases/_c_<uuid>-lease-<seq>   ZooKeeperLock::semaphore_path
+//! <root>/rw-lock:<encoded name>/_c_<uuid>-__READ__<seq>          InterProcessReadWriteLock on
+//! <root>/rw-lock:<encoded name>/_c_<uuid>-__WRIT__<seq>          ZooKeeperLock::rw_lock_path
+//! ```
+//!
+//! The encoded name never contains `:`, so the mutex, the semaphore and the read-write lock
+//! of one name never share a path.
+//! - **Semaphore.** The acquirer takes the `locks` mutex, creates its lease and counts the
+//!   leases; with at most `permits` it holds a permit and lets go of `locks`, else it waits
+//!   for `leases` to change, keeping `locks` so that later acquirers queue behind it. Exact:
+//!   every acquirer counts after its own lease exists. Each lease carries `permits=<count>`
+//!   as data (Curator ignores it): an acquirer that finds a live lease with another count
+//!   fails with [`Error::PermitsMismatch`](distlock_core::Error::PermitsMismatch) and leaves
+//!   nothing behind. A permit's fencing token is its lease's creation zxid: leases are only
+//!   created by the holder of `locks`, in the order they are granted.
+//! - **Read-write lock.** One FIFO queue: a reader holds with no writer before it, a writer
+//!   when it is first. A waiting writer keeps every later reader out, so writers are never
+//!   starved by a stream of readers. Tokens are creation zxids.
+//!
+//! Round trips: a permit when there is room, 5 alone and 6 beside other holders (`locks`:
+//! `create2`, `getChildren`; our lease: `create2`, `getChildren`; the other leases' data, all
+//! read at once; `delete` of our `locks` node), +1 for a single attempt's first look (both
+//! listings at once), which is all (+1 to read the counts) when it finds the semaphore full;
+//! each change of `leases` while full costs a waiter 1 `getChildren`. A read or the write
+//! lock, as the mutex (a single attempt: 1 when taken, 3 when free; waiting: 2 when free, 3 to
+//! get in//! line and 1 per wake-up). Release: 1 `delete`; renewal: 1 `exists`, for every kind.
+//!
 //! # Sessions: suspended and lost
 //!
 //! A lock lives as long as the ZooKeeper session that took it; there is no TTL to renew.

@@ -9,7 +9,15 @@
 //! <chroot>/<root>/<encoded name>/_c_<uuid>-lock-0000000042
 //!                                                  EPHEMERAL_SEQUENTIAL, one per contender;
 //!                                                  data = the owner token (UTF-8)
+//! <chroot>/<root>/semaphore:<encoded name>/{locks,leases}/...
+//!                                                  a semaphore (see `semaphore.rs`)
+//! <chroot>/<root>/rw-lock:<encoded name>/_c_<uuid>-__READ__/__WRIT__<seq>
+//!                                                  a read-write lock (see `rw_lock.rs`)
 //! ```
+//!
+//! The submodules: `layout` (paths and node names), `queue` (queue order and who holds),
+//! `entry` (our node while an acquisition runs, and background cleanup), `waiting` (one
+//! attempt, or waiting in line, in any queue), `semaphore` and `rw_lock` (their recipes).
 //!
 //! - `<encoded name>` is [`LockName::encode`] with `[A-Za-z0-9._~-]` kept and everything else
 //!   percent-encoded (names longer than 240 bytes keep a prefix plus a SHA-256); `.` and `..`
@@ -76,8 +84,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    Capabilities, DistributedLock, Error, Expiry, Fairness, Fencing, FencingToken, Holder, Lease, LockName,
-    LockState, LossReason, OwnerToken, Result, Session, SessionState, TryAcquire, WakeUp,
+    Capabilities, DistributedLock, Error, Expiry, Fairness, Fencing, FencingToken, Holder, Lease, LockKind,
+    LockName, LockState, LossReason, OwnerToken, Primitive, Result, Session, SessionState, TryAcquire,
+    WakeUp,
 };
 use futures::future::BoxFuture;
 use tokio::sync::watch;
@@ -86,19 +95,20 @@ use zookeeper_client as zk;
 
 use crate::ZooKeeperConfig;
 
+mod entry;
+mod layout;
+mod queue;
+mod rw_lock;
+mod semaphore;
+mod waiting;
+
+use entry::{spawn_cleanup, Cleanup, Node, QueueEntry};
+use layout::{lock_path, object_path, protected_prefix, LEASE_NODE, LOCK_NODE, READ_NODE, WRITE_NODE};
+use queue::{queue, Line};
+
 const BACKEND: &str = "zookeeper";
-/// Curator's lock-node marker: the sequence follows it.
-const LOCK_MARKER: &str = "-lock-";
-/// The longest encoded name segment.
-const MAX_SEGMENT: usize = 240;
-/// The first pause between a background cleanup's attempts (doubled after each).
-const CLEANUP_RETRY: Duration = Duration::from_millis(200);
 /// The pause before a held node's watch is set again after a failed `exists`.
 const WATCH_RETRY: Duration = Duration::from_millis(100);
-/// The longest pause between a background cleanup's attempts.
-const CLEANUP_MAX_PAUSE: Duration = Duration::from_secs(2);
-/// How many times a background cleanup tries before it gives up (and logs it).
-const CLEANUP_ATTEMPTS: u32 = 10;
 
 /// The ZooKeeper backend: one ZooKeeper session (re-opened with the next epoch when it ends).
 /// Cheap to clone; clones share the session. See the crate docs for the node layout and what
@@ -188,6 +198,21 @@ impl ZooKeeperLock {
         lock_path(self.inner.config.root(), name)
     }
 
+    /// The znode of the semaphore `name` (inside the chroot): a Curator
+    /// `InterProcessSemaphoreV2` on this path, with the same number of leases, shares the
+    /// semaphore with us (its `locks` and `leases` children). Apart from the mutex and the
+    /// read-write lock of the same name.
+    pub fn semaphore_path(&self, name: &LockName) -> String {
+        object_path(self.inner.config.root(), Primitive::Semaphore, name)
+    }
+
+    /// The znode of the read-write lock `name` (inside the chroot): a Curator
+    /// `InterProcessReadWriteLock` on this path shares the lock with us. Apart from the mutex
+    /// and the semaphore of the same name.
+    pub fn rw_lock_path(&self, name: &LockName) -> String {
+        object_path(self.inner.config.root(), Primitive::RwLock, name)
+    }
+
     /// The acquisition counters of this client (all its clones).
     pub fn stats(&self) -> ZooKeeperStats {
         ZooKeeperStats {
@@ -197,34 +222,46 @@ impl ZooKeeperLock {
     }
 
     /// The owner-checked release of a lease without a handle (the core's cleanup after an
-    /// ambiguous attempt): `sync`, `getChildren` of the lock's parent, and a `delete` of each
-    /// node carrying the owner's protected prefix, bounded once by the operation timeout.
-    /// `true` if a node was deleted.
+    /// ambiguous attempt): per queue the hold may have a node in, `sync`, `getChildren`, and a
+    /// `delete` of each node carrying the owner's protected prefix, bounded once by the
+    /// operation timeout. The queues by the lease's kind: the mutex's; the read-write lock's
+    /// (reader or writer prefix); a semaphore's `leases`, then its `locks` (an acquisition cut
+    /// short may have left a node in either). `true` if a node of the hold itself (not a
+    /// `locks` node) was deleted. Round trips per queue: 2 (`sync`, `getChildren`), +1
+    /// `delete` per node of the owner.
     async fn release_by_owner(&self, lease: &Lease) -> Result<bool> {
         let inner = &self.inner;
-        let parent = lock_path(inner.config.root(), lease.name());
-        let prefix = protected_prefix(lease.owner());
+        let root = inner.config.root();
+        let owner = lease.owner();
+        let kind = lease.kind();
+        let object = object_path(root, kind.primitive(), lease.name());
+        // (parent, prefix, whether a node there is the hold)
+        let queues: Vec<(String, String, bool)> = match kind {
+            LockKind::Permit { .. } => vec![
+                (
+                    layout::semaphore_leases(&object),
+                    protected_prefix(owner, LEASE_NODE),
+                    true,
+                ),
+                (
+                    layout::semaphore_locks(&object),
+                    protected_prefix(owner, LOCK_NODE),
+                    false,
+                ),
+            ],
+            LockKind::Read => vec![(object, protected_prefix(owner, READ_NODE), true)],
+            LockKind::Write => vec![(object, protected_prefix(owner, WRITE_NODE), true)],
+            _ => vec![(object, protected_prefix(owner, LOCK_NODE), true)],
+        };
         inner
             .bounded(async {
                 let conn = inner.conn().await?;
-                match conn.client.sync(&parent).await {
-                    Ok(()) | Err(zk::Error::NoNode) => {}
-                    Err(e) => return Err(map_err(e)),
+                let mut released = false;
+                for (parent, prefix, hold) in &queues {
+                    let deleted = inner.delete_owned(&conn, parent, prefix).await?;
+                    released |= deleted && *hold;
                 }
-                let Some(children) = inner.list_children(&conn, &parent).await? else {
-                    return Ok(false);
-                };
-                let mut deleted = false;
-                for child in children.iter().filter(|c| c.starts_with(&prefix)) {
-                    let path = format!("{parent}/{child}");
-                    inner.unhold(&path);
-                    match conn.client.delete(&path, None).await {
-                        Ok(()) => deleted = true,
-                        Err(zk::Error::NoNode) => {}
-                        Err(e) => return Err(map_err(e)),
-                    }
-                }
-                Ok(deleted)
+                Ok(released)
             })
             .await
     }
@@ -242,82 +279,6 @@ impl fmt::Debug for ZooKeeperLock {
             .field("session", &*self.inner.session.borrow())
             .finish()
     }
-}
-
-/// `<root>/<encoded name>`.
-fn lock_path(root: &str, name: &LockName) -> String {
-    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~');
-    let encoded = name.encode(MAX_SEGMENT, allowed);
-    let segment = match &*encoded {
-        "." => "%2E",
-        ".." => "%2E%2E",
-        other => other,
-    };
-    format!("{root}/{segment}")
-}
-
-/// The sequence number that ends a sequential node's name (ours, Curator's or kazoo's).
-///
-/// The server appends a signed 32-bit counter formatted as `%010d`: ten digits while it is
-/// non-negative, and after it wraps past 2147483647 a minus sign and nine or ten digits
-/// (`-2147483648`, ..., `-000000001`). After our (and Curator's) `-lock-` marker the sequence
-/// is everything that follows the marker's last occurrence (its own hyphen is no sign); on
-/// other names a hyphen right before the digits is the sign.
-fn sequence_of(child: &str) -> Option<i32> {
-    let text = match child.rfind(LOCK_MARKER) {
-        Some(i) => &child[i + LOCK_MARKER.len()..],
-        None => {
-            let digits = child.len() - child.trim_end_matches(|c: char| c.is_ascii_digit()).len();
-            let start = child.len() - digits;
-            if child[..start].ends_with('-') {
-                &child[start - 1..]
-            } else {
-                &child[start..]
-            }
-        }
-    };
-    let (negative, digits) = match text.strip_prefix('-') {
-        Some(digits) => (true, digits),
-        None => (false, text),
-    };
-    let well_formed = digits.bytes().all(|b| b.is_ascii_digit())
-        && if negative {
-            matches!(digits.len(), 9 | 10)
-        } else {
-            digits.len() == 10
-        };
-    if !well_formed {
-        return None;
-    }
-    text.parse().ok()
-}
-
-/// Whether sequence `a` was drawn before `b`: the counter wraps, so the difference decides
-/// (valid while live nodes span fewer than 2^31 numbers, which they always do).
-#[cfg(test)]
-fn drawn_before(a: i32, b: i32) -> bool {
-    b.wrapping_sub(a) > 0
-}
-
-/// The contenders in queue order: by sequence, counted from the first child's sequence with
-/// wrapping arithmetic, so that the order holds across the counter's wrap to -2147483648.
-fn queue(children: Vec<String>) -> Vec<String> {
-    let mut keyed: Vec<(i32, String)> = children
-        .into_iter()
-        .filter_map(|c| sequence_of(&c).map(|seq| (seq, c)))
-        .collect();
-    let Some(&(base, _)) = keyed.first() else {
-        return Vec::new();
-    };
-    keyed.sort_by(|(a, x), (b, y)| (a.wrapping_sub(base), x).cmp(&(b.wrapping_sub(base), y)));
-    keyed.into_iter().map(|(_, c)| c).collect()
-}
-
-/// The protected-mode prefix of `owner`'s nodes: `_c_<owner token>-lock-`. The owner token is a
-/// UUID, so this is Curator's protected name, and anyone holding the owner token can find the
-/// node (the core's cleanup after an ambiguous attempt carries no handle).
-fn protected_prefix(owner: OwnerToken) -> String {
-    format!("_c_{}{LOCK_MARKER}", owner.as_uuid().hyphenated())
 }
 
 fn map_err(error: zk::Error) -> Error {
@@ -354,6 +315,7 @@ impl DistributedLock for ZooKeeperLock {
             // Each waiter watches only its predecessor's node.
             .with_wakes_one(true)
             .with_expiry(Expiry::Session)
+            .with_primitives(true, true)
     }
 
     /// One attempt: list the queue first, and only if it is empty create our node, list again
@@ -368,56 +330,19 @@ impl DistributedLock for ZooKeeperLock {
             .bounded(async {
                 let sent_at = Instant::now();
                 let conn = inner.conn().await?;
-                let mut entry = QueueEntry::new(inner, &conn, name, owner);
-                if let Some(children) = inner.list_children(&conn, &entry.parent).await? {
-                    let (ours, queue) = inner
-                        .settle(&conn, &entry.parent, &entry.prefix, queue(children), None)
-                        .await?;
-                    if let Some(node) = ours {
-                        // Our earlier node: first, we hold the lock; else leave the queue.
-                        entry.created = Some(node.path.clone());
-                        entry.sent = true;
-                        if queue.first() == Some(&node.child) {
-                            let lease = inner.hold(&conn, name, owner, node, sent_at)?;
-                            entry.disarm();
-                            return Ok(TryAcquire::Acquired(lease));
-                        }
-                        entry.leave().await?;
-                        return Ok(TryAcquire::Held(Holder::unknown()));
-                    }
-                    if !queue.is_empty() {
-                        entry.disarm();
-                        return Ok(TryAcquire::Held(Holder::unknown()));
-                    }
-                }
-                let created = entry.create(owner).await?;
-                let children = inner
-                    .list_children(&conn, &entry.parent)
+                let mut entry = QueueEntry::mutex(inner, &conn, name, owner);
+                let owner_data = owner.to_string();
+                match inner
+                    .take_once(&conn, &mut entry, Line::Mutex, owner_data.as_bytes(), None)
                     .await?
-                    .unwrap_or_default();
-                let (ours, queue) = inner
-                    .settle(
-                        &conn,
-                        &entry.parent,
-                        &entry.prefix,
-                        queue(children),
-                        Some(&created),
-                    )
-                    .await?;
-                let Some(node) = ours else {
-                    return Err(Error::backend(
-                        BACKEND,
-                        "our queue node vanished (deleted behind our back, or the session ended)",
-                    ));
-                };
-                entry.created = Some(node.path.clone());
-                if queue.first() == Some(&node.child) {
-                    let lease = inner.hold(&conn, name, owner, node, sent_at)?;
-                    entry.disarm();
-                    return Ok(TryAcquire::Acquired(lease));
+                {
+                    Some(node) => {
+                        let lease = inner.hold(&conn, name, owner, node, sent_at, LockKind::Exclusive)?;
+                        entry.disarm();
+                        Ok(TryAcquire::Acquired(lease))
+                    }
+                    None => Ok(TryAcquire::Held(Holder::unknown())),
                 }
-                entry.leave().await?;
-                Ok(TryAcquire::Held(Holder::unknown()))
             })
             .await
     }
@@ -429,11 +354,14 @@ impl DistributedLock for ZooKeeperLock {
     /// Deletes our node: 1 round trip (`delete`; +1 parent `delete` on servers without
     /// container nodes). Owner-checked by construction: the node's name carries the owner
     /// token and is unique to this acquisition, and it is ephemeral, so it exists only while
-    /// this hold does. A lease without a handle (the core's cleanup after an ambiguous
-    /// attempt) is found by the owner's protected prefix: `sync` and `getChildren`, then a
-    /// `delete` per node of that owner. A lease of an ended session reports `false` even if
-    /// the server still had its node. The whole call is bounded once by the operation timeout;
-    /// a delete that timed out or failed transiently is retried in the background.
+    /// this hold does. Every kind of hold is one such node (a mutex contender, a semaphore's
+    /// lease, a reader or a writer), and the lease's handle is its path, so this is the same
+    /// for all of them. A lease without a handle (the core's cleanup after an ambiguous
+    /// attempt) is found by the owner's protected prefix in the queues of its kind
+    /// (`release_by_owner`): `sync` and `getChildren`, then a `delete` per node of that owner.
+    /// A lease of an ended session reports `false` even if the server still had its node. The
+    /// whole call is bounded once by the operation timeout; a delete that timed out or failed
+    /// transiently is retried in the background.
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let inner = &self.inner;
         let Some(path) = lease.handle().map(str::to_owned) else {
@@ -473,14 +401,19 @@ impl DistributedLock for ZooKeeperLock {
         };
         if let Some(client) = client {
             // Keep trying in the background while the session lives.
-            spawn_cleanup(client, Cleanup::Path(path), inner.config.operation_timeout());
+            spawn_cleanup(
+                client,
+                vec![Cleanup::Path(path)],
+                inner.config.operation_timeout(),
+            );
         }
         Err(error)
     }
 
     /// Session-bound locks have nothing to renew: this checks that our node still exists and
     /// belongs to the current session (1 round trip, `exists`), bounded once by the operation
-    /// timeout.
+    /// timeout. The same for every kind of hold (the handle is its node's path); a lease
+    /// without a handle is not renewed (`None`).
     async fn extend(&self, lease: &Lease, _ttl: Duration) -> Result<Option<Lease>> {
         let Some(path) = lease.handle() else {
             return Ok(None);
@@ -523,82 +456,81 @@ impl DistributedLock for ZooKeeperLock {
         let inner = &self.inner;
         let sent_at = Instant::now();
         let conn = inner.bounded(inner.conn()).await?;
-        let mut entry = QueueEntry::new(inner, &conn, name, owner);
-        let created = inner.bounded(entry.create(owner)).await?;
-        let mut session = inner.session.subscribe();
-        loop {
-            let (ours, queue) = inner
-                .bounded(async {
-                    let children = inner
-                        .list_children(&conn, &entry.parent)
-                        .await?
-                        .unwrap_or_default();
-                    inner
-                        .settle(
-                            &conn,
-                            &entry.parent,
-                            &entry.prefix,
-                            queue(children),
-                            Some(&created),
-                        )
-                        .await
-                })
-                .await?;
-            let Some(node) = ours else {
-                return Err(Error::backend(
-                    BACKEND,
-                    "our queue node vanished (deleted behind our back, or the session ended)",
-                ));
-            };
-            entry.created = Some(node.path.clone());
-            let Some(position) = queue.iter().position(|c| *c == node.child) else {
-                return Err(Error::backend(BACKEND, "our queue node is not in the queue"));
-            };
-            if position == 0 {
-                let lease = inner.hold(&conn, name, owner, node, sent_at)?;
-                entry.disarm();
-                return Ok(Some(lease));
+        let mut entry = QueueEntry::mutex(inner, &conn, name, owner);
+        let owner_data = owner.to_string();
+        let created = inner.bounded(entry.create(owner_data.as_bytes())).await?;
+        let Some(node) = inner
+            .wait_in_line(&conn, &mut entry, &created, Line::Mutex, deadline)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let lease = inner.hold(&conn, name, owner, node, sent_at, LockKind::Exclusive)?;
+        entry.disarm();
+        Ok(Some(lease))
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Semaphores and read-write locks
+    // -----------------------------------------------------------------------------------------
+
+    /// One attempt at a permit (see `semaphore.rs`: 2 round trips when full, 6 or 7 when there
+    /// is room) or at a read or the write lock (see `rw_lock.rs`: 1 when blocked, 3 when free).
+    /// The session is the lease's lifetime: `ttl` is ignored. `waiter` is ignored too: this
+    /// backend is [`Fairness::Fifo`], and [`LockClient`](distlock_core::LockClient) waits in
+    /// the store's queue ([`acquire_kind_queued`](Self::acquire_kind_queued)), where a waiting
+    /// writer's node keeps later readers out; a single attempt that fails leaves nothing
+    /// behind, so it records no waiting writer.
+    async fn try_acquire_kind(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: OwnerToken,
+        _ttl: Duration,
+        _waiter: Option<(&str, Duration)>,
+    ) -> Result<TryAcquire> {
+        match kind {
+            LockKind::Permit { permits } => {
+                validate_permits(permits)?;
+                self.inner.try_permit(name, permits, owner).await
             }
-            if deadline.is_some_and(|d| d <= Instant::now()) {
-                inner.bounded(entry.leave()).await?;
-                return Ok(None);
+            LockKind::Read | LockKind::Write => self.inner.try_rw(name, kind, owner).await,
+            other => Err(not_a_kind(other)),
+        }
+    }
+
+    /// Waits in the store's queue for a permit (the semaphore's `locks` mutex, then a count of
+    /// its leases) or for a read or the write lock (one FIFO queue). Cancel safe as
+    /// [`acquire_queued`](Self::acquire_queued): a dropped wait deletes its nodes in the
+    /// background.
+    async fn acquire_kind_queued(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: OwnerToken,
+        _ttl: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>> {
+        match kind {
+            LockKind::Permit { permits } => {
+                validate_permits(permits)?;
+                self.inner.queue_for_permit(name, permits, owner, deadline).await
             }
-            let predecessor = format!("{}/{}", entry.parent, queue[position - 1]);
-            let (stat, watcher) = inner
-                .bounded(async {
-                    conn.client
-                        .check_and_watch_stat(&predecessor)
-                        .await
-                        .map_err(map_err)
-                })
-                .await?;
-            if stat.is_none() {
-                continue; // gone between the listing and the watch: look again
-            }
-            let expired = async {
-                // Ends when the session no longer keeps our epoch (or the backend is gone).
-                let _ = session.wait_for(|s| !s.keeps(conn.epoch)).await;
-            };
-            let sleep = async {
-                match deadline {
-                    Some(deadline) => tokio::time::sleep_until(deadline).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                event = watcher.changed() => {
-                    inner.watch_events.fetch_add(1, Ordering::Relaxed);
-                    if event.event_type == zk::EventType::Session {
-                        return Err(Error::unavailable(BACKEND, format!("the session ended while waiting ({})", event.session_state)));
-                    }
-                }
-                () = sleep => {
-                    inner.bounded(entry.leave()).await?;
-                    return Ok(None);
-                }
-                () = expired => {
-                    return Err(Error::unavailable(BACKEND, "the session ended while waiting"));
-                }
+            LockKind::Read | LockKind::Write => self.inner.queue_for_rw(name, kind, owner, deadline).await,
+            other => Err(not_a_kind(other)),
+        }
+    }
+
+    /// The holders of a mutex (its first contender, as [`inspect`](Self::inspect)), a
+    /// semaphore (its oldest leases, as many as its permits) or a read-write lock (its writer,
+    /// or the readers before the first writer).
+    async fn inspect_holders(&self, name: &LockName, primitive: Primitive) -> Result<Vec<LockState>> {
+        match primitive {
+            Primitive::Semaphore => self.inner.permit_holders(name).await,
+            Primitive::RwLock => self.inner.rw_holders(name).await,
+            _ => {
+                let state = self.inspect(name).await?;
+                Ok(if state.is_held() { vec![state] } else { Vec::new() })
             }
         }
     }
@@ -668,230 +600,31 @@ impl DistributedLock for ZooKeeperLock {
     }
 }
 
-fn ignore_no_node(error: zk::Error) -> Result<()> {
-    match error {
-        zk::Error::NoNode => Ok(()),
-        other => Err(map_err(other)),
+/// A semaphore needs at least one permit ([`LockClient`](distlock_core::LockClient) checks
+/// too; this keeps a direct caller from a semaphore nobody can hold).
+fn validate_permits(permits: u32) -> Result<()> {
+    if permits == 0 {
+        return Err(Error::invalid_options("a semaphore needs at least one permit"));
     }
+    Ok(())
 }
 
-/// A created contender node.
-#[derive(Clone)]
-struct Node {
-    path: String,
-    child: String,
-    czxid: i64,
-}
-
-/// Our place in a lock's queue while an acquisition runs. Dropped while armed (an error, a
-/// timeout, a cancelled future), it deletes our node in the background, or, if `create` may
-/// have been applied without our learning the name, every child carrying our GUID prefix.
-struct QueueEntry {
-    client: zk::Client,
-    parent: String,
-    prefix: String,
-    root: String,
-    op_timeout: Duration,
-    containers: bool,
-    created: Option<String>,
-    sent: bool,
-    armed: bool,
-    inner: Weak<Inner>,
+/// The error for a kind `try_acquire_kind` and `acquire_kind_queued` do not take (the mutex
+/// has `try_acquire` and `acquire_queued`).
+fn not_a_kind(kind: LockKind) -> Error {
+    Error::invalid_options(format!("{kind} is not a permit, a read or the write lock"))
 }
 
 impl QueueEntry {
-    fn new(inner: &Arc<Inner>, conn: &Conn, name: &LockName, owner: OwnerToken) -> Self {
-        Self {
-            client: conn.client.clone(),
-            parent: lock_path(inner.config.root(), name),
-            prefix: protected_prefix(owner),
-            root: inner.config.root().to_owned(),
-            op_timeout: inner.config.operation_timeout(),
-            containers: inner.containers.load(Ordering::Relaxed),
-            created: None,
-            sent: false,
-            armed: true,
-            inner: Arc::downgrade(inner),
-        }
+    /// Our place in the mutex `name`'s queue.
+    fn mutex(inner: &Arc<Inner>, conn: &Conn, name: &LockName, owner: OwnerToken) -> Self {
+        Self::at(
+            inner,
+            conn,
+            lock_path(inner.config.root(), name),
+            protected_prefix(owner, LOCK_NODE),
+        )
     }
-
-    /// `create2` of our EPHEMERAL_SEQUENTIAL node (1 round trip), creating the parent (and once
-    /// the root) when missing; after a connection loss, finds our node by its GUID prefix
-    /// instead of creating a second one (Curator's protection mode).
-    async fn create(&mut self, owner: OwnerToken) -> Result<Node> {
-        let data = owner.to_string();
-        let prefix_path = format!("{}/{}", self.parent, self.prefix);
-        let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let create = self.client.create(&prefix_path, data.as_bytes(), &options);
-            self.sent = true;
-            match create.await {
-                Ok((stat, sequence)) => {
-                    let child = format!("{}{sequence}", self.prefix);
-                    let path = format!("{}/{child}", self.parent);
-                    self.created = Some(path.clone());
-                    return Ok(Node {
-                        path,
-                        child,
-                        czxid: stat.czxid,
-                    });
-                }
-                Err(zk::Error::NoNode) if attempts < 4 => self.create_parent().await?,
-                Err(zk::Error::ConnectionLoss) if attempts < 4 => {
-                    if let Some(node) = self.find_own().await? {
-                        return Ok(node);
-                    }
-                }
-                Err(e) => return Err(map_err(e)),
-            }
-        }
-    }
-
-    /// After a lost `create` reply: our node, if the create was applied. The reconnection may
-    /// have reached a follower that has not applied it yet, so `sync` first (the listing then
-    /// sees every write the leader committed before); if several nodes carry our prefix, the
-    /// lowest of our session is ours and the others are deleted.
-    async fn find_own(&mut self) -> Result<Option<Node>> {
-        let Some(inner) = self.inner.upgrade() else {
-            return Err(Error::unavailable(BACKEND, "the ZooKeeper client was dropped"));
-        };
-        match self.client.sync(&self.parent).await {
-            Ok(()) | Err(zk::Error::NoNode) => {}
-            Err(e) => return Err(map_err(e)),
-        }
-        let conn = Conn {
-            client: self.client.clone(),
-            epoch: 0,
-        };
-        let Some(children) = inner.list_children(&conn, &self.parent).await? else {
-            return Ok(None);
-        };
-        let (ours, _) = inner
-            .settle(&conn, &self.parent, &self.prefix, queue(children), None)
-            .await?;
-        if let Some(node) = &ours {
-            self.created = Some(node.path.clone());
-        }
-        Ok(ours)
-    }
-
-    /// Creates the lock's parent as a container node (persistent if the server has none).
-    async fn create_parent(&mut self) -> Result<()> {
-        for _ in 0..2 {
-            let mode = if self.containers {
-                zk::CreateMode::Container
-            } else {
-                zk::CreateMode::Persistent
-            };
-            let options = mode.with_acls(zk::Acls::anyone_all());
-            match self.client.create(&self.parent, &[], &options).await {
-                Ok(_) | Err(zk::Error::NodeExists) => return Ok(()),
-                Err(zk::Error::Unimplemented) if self.containers => {
-                    self.containers = false;
-                    if let Some(inner) = self.inner.upgrade() {
-                        inner.containers.store(false, Ordering::Relaxed);
-                    }
-                }
-                Err(zk::Error::NoNode) => {
-                    let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-                    self.client.mkdir(&self.root, &options).await.map_err(map_err)?;
-                }
-                Err(e) => return Err(map_err(e)),
-            }
-        }
-        Ok(())
-    }
-
-    /// Deletes our node now (1 round trip) and disarms.
-    async fn leave(&mut self) -> Result<()> {
-        if let Some(path) = &self.created {
-            self.client.delete(path, None).await.or_else(ignore_no_node)?;
-        }
-        self.disarm();
-        Ok(())
-    }
-
-    fn disarm(&mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for QueueEntry {
-    fn drop(&mut self) {
-        if !self.armed || !self.sent {
-            return;
-        }
-        let cleanup = match self.created.take() {
-            Some(path) => Cleanup::Path(path),
-            None => Cleanup::Prefix {
-                parent: std::mem::take(&mut self.parent),
-                prefix: std::mem::take(&mut self.prefix),
-            },
-        };
-        spawn_cleanup(self.client.clone(), cleanup, self.op_timeout);
-    }
-}
-
-enum Cleanup {
-    Path(String),
-    Prefix { parent: String, prefix: String },
-}
-
-/// Deletes a node we no longer want in the background, retrying transient failures with
-/// backoff (200 ms doubling to 2 s) for at most [`CLEANUP_ATTEMPTS`] attempts, and stopping at
-/// once when the session ends (the server then deletes the node anyway) or on a permanent
-/// error such as `NoAuth`. Every failure is logged. Does nothing outside a tokio runtime.
-fn spawn_cleanup(client: zk::Client, cleanup: Cleanup, op_timeout: Duration) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    runtime.spawn(async move {
-        let what = match &cleanup {
-            Cleanup::Path(path) => path.clone(),
-            Cleanup::Prefix { parent, prefix } => format!("{parent}/{prefix}*"),
-        };
-        let mut pause = CLEANUP_RETRY;
-        for attempt in 1..=CLEANUP_ATTEMPTS {
-            let attempt_result = async {
-                match &cleanup {
-                    Cleanup::Path(path) => client.delete(path, None).await,
-                    Cleanup::Prefix { parent, prefix } => {
-                        // Sent after our `create` on the same session, so it sees its node.
-                        let children = match client.list_children(parent).await {
-                            Err(zk::Error::NoNode) => return Ok(()),
-                            other => other?,
-                        };
-                        for child in children.iter().filter(|c| c.starts_with(prefix.as_str())) {
-                            match client.delete(&format!("{parent}/{child}"), None).await {
-                                Ok(()) | Err(zk::Error::NoNode) => {}
-                                Err(e) => return Err(e),
-                            }
-                        }
-                        Ok(())
-                    }
-                }
-            };
-            let error = match tokio::time::timeout(op_timeout, attempt_result).await {
-                Ok(Ok(()) | Err(zk::Error::NoNode)) => return,
-                Ok(Err(error)) => map_err(error),
-                Err(_) => timed_out("ZooKeeper cleanup", op_timeout),
-            };
-            if client.state().is_terminated() {
-                tracing::debug!(node = %what, "distlock: ZooKeeper session ended; the server deletes the node");
-                return;
-            }
-            if !error.is_transient() {
-                tracing::warn!(node = %what, %error, "distlock: cannot delete an unwanted ZooKeeper lock node; it stays until the session ends");
-                return;
-            }
-            tracing::info!(node = %what, attempt, %error, "distlock: ZooKeeper cleanup failed; retrying");
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(CLEANUP_MAX_PAUSE);
-        }
-        tracing::warn!(node = %what, attempts = CLEANUP_ATTEMPTS, "distlock: gave up deleting an unwanted ZooKeeper lock node; it stays until the session ends");
-    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1102,7 +835,10 @@ impl Inner {
                     }
                 }
             }
-            conn.client.delete(&path, None).await.or_else(ignore_no_node)?;
+            conn.client
+                .delete(&path, None)
+                .await
+                .or_else(entry::ignore_no_node)?;
             tracing::info!(
                 path,
                 "distlock: deleted a duplicate ZooKeeper lock node carrying our owner token"
@@ -1112,8 +848,9 @@ impl Inner {
         Ok((adopted, queue))
     }
 
-    /// Builds the lease of a won node and starts watching the node for deletion behind our
-    /// back (in the background: no added latency).
+    /// Builds the lease of a won node (of `kind`: the mutex, a permit, a read or the write
+    /// lock) and starts watching the node for deletion behind our back (in the background: no
+    /// added latency).
     fn hold(
         self: &Arc<Self>,
         conn: &Conn,
@@ -1121,6 +858,7 @@ impl Inner {
         owner: OwnerToken,
         node: Node,
         sent_at: Instant,
+        kind: LockKind,
     ) -> Result<Lease> {
         if !self.session.borrow().keeps(conn.epoch) {
             // Won on the server, but the session is already declared over here: its node is
@@ -1154,8 +892,33 @@ impl Inner {
         ));
         let fencing = FencingToken::new(u64::try_from(node.czxid).unwrap_or_default());
         Ok(Lease::session_bound(name.clone(), owner, conn.epoch, sent_at)
+            .with_kind(kind)
             .with_fencing(fencing)
             .with_handle(node.path))
+    }
+
+    /// Deletes every child of `parent` carrying the protected `prefix` (an owner's nodes):
+    /// `sync` first (the reconnection may have reached a follower behind the leader), then
+    /// `getChildren` and a `delete` per such node. `true` if one was deleted.
+    async fn delete_owned(&self, conn: &Conn, parent: &str, prefix: &str) -> Result<bool> {
+        match conn.client.sync(parent).await {
+            Ok(()) | Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(map_err(e)),
+        }
+        let Some(children) = self.list_children(conn, parent).await? else {
+            return Ok(false);
+        };
+        let mut deleted = false;
+        for child in children.iter().filter(|c| c.starts_with(prefix)) {
+            let path = format!("{parent}/{child}");
+            self.unhold(&path);
+            match conn.client.delete(&path, None).await {
+                Ok(()) => deleted = true,
+                Err(zk::Error::NoNode) => {}
+                Err(e) => return Err(map_err(e)),
+            }
+        }
+        Ok(deleted)
     }
 
     fn unhold(&self, path: &str) {
@@ -1469,84 +1232,5 @@ mod tests {
         ] {
             assert_eq!(session_state_for(ended), None, "{ended}");
         }
-    }
-
-    #[test]
-    fn names_map_to_distinct_legal_segments() {
-        let path = |s: &str| lock_path("/distlock", &LockName::new(s).expect("valid"));
-        assert_eq!(path("orders-42"), "/distlock/orders-42");
-        assert_eq!(path("a/b"), "/distlock/a%2Fb");
-        assert_eq!(path("."), "/distlock/%2E");
-        assert_eq!(path(".."), "/distlock/%2E%2E");
-        assert_ne!(path("."), path("%2E"));
-        assert_eq!(path("with\0nul"), "/distlock/with%00nul");
-        let long = path(&"x".repeat(1024));
-        assert!(long.len() <= "/distlock/".len() + MAX_SEGMENT);
-    }
-
-    #[test]
-    fn queue_orders_all_recipes_by_sequence() {
-        let children = vec![
-            "_c_0f9b6b8e-4a4f-4c53-9a4a-7d0c1b1f7a11-lock-0000000007".to_owned(),
-            "8f14e45fceea167a5a36dedd4bea2543__lock__0000000003".to_owned(),
-            "lease_holder".to_owned(),
-            "_c_aaaaaaaa-4a4f-4c53-9a4a-7d0c1b1f7a11-lock-0000000005".to_owned(),
-        ];
-        let ordered = queue(children);
-        assert_eq!(ordered.len(), 3);
-        assert!(ordered[0].ends_with("__lock__0000000003"));
-        assert!(ordered[1].ends_with("-lock-0000000005"));
-        assert!(ordered[2].ends_with("-lock-0000000007"));
-        assert_eq!(sequence_of("x-lock-0000000042"), Some(42));
-        assert_eq!(sequence_of("x-lock-42"), None);
-    }
-
-    #[test]
-    fn sequences_are_signed_and_compared_across_the_wrap() {
-        let ours = |seq: &str| format!("_c_0f9b6b8e-4a4f-4c53-9a4a-7d0c1b1f7a11-lock-{seq}");
-        assert_eq!(sequence_of(&ours("2147483647")), Some(i32::MAX));
-        assert_eq!(sequence_of(&ours("-2147483648")), Some(i32::MIN));
-        assert_eq!(sequence_of(&ours("-2147483000")), Some(-2_147_483_000));
-        // Past -999999999, `%010d` leaves nine digits after the sign.
-        assert_eq!(sequence_of(&ours("-000000005")), Some(-5));
-        assert_eq!(
-            sequence_of("8f14e45fceea167a5a36dedd4bea2543__lock__-2147483648"),
-            Some(i32::MIN)
-        );
-        assert_eq!(
-            sequence_of("8f14e45fceea167a5a36dedd4bea2543__lock__0000000003"),
-            Some(3)
-        );
-        assert_eq!(sequence_of("_c_x-__READ__-000000001"), Some(-1));
-        assert_eq!(sequence_of(&ours("-00000005")), None);
-        assert_eq!(sequence_of(&ours("12345678901")), None);
-
-        assert!(drawn_before(-2_147_483_000, -2_147_482_999));
-        assert!(!drawn_before(-2_147_482_999, -2_147_483_000));
-        assert!(drawn_before(i32::MAX, i32::MIN));
-        assert!(drawn_before(2_147_483_000, -2_147_483_000));
-        assert!(drawn_before(-1, 0));
-
-        let ordered = queue(vec![
-            ours("-2147482999"),
-            ours("-2147483648"),
-            ours("2147483647"),
-            ours("-2147483000"),
-            ours("2147483000"),
-            "kazoo__lock__-2147483647".to_owned(),
-        ]);
-        let order: Vec<Option<i32>> = ordered.iter().map(|c| sequence_of(c)).collect();
-        assert_eq!(
-            order,
-            [
-                2_147_483_000,
-                i32::MAX,
-                i32::MIN,
-                -2_147_483_647,
-                -2_147_483_000,
-                -2_147_482_999
-            ]
-            .map(Some)
-        );
     }
 }

@@ -1,0 +1,332 @@
+//! [`QueueEntry`]: our node in one queue (a mutex's, a read-write lock's, a semaphore's
+//! `locks` or `leases`) while an acquisition runs, and the background cleanup of a node we no
+//! longer want. Owns creating the node (and its missing parents) and deleting it; knows
+//! nothing about who holds.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use distlock_core::{Error, Result};
+use zookeeper_client as zk;
+
+use super::queue::queue;
+use super::{map_err, timed_out, Conn, Inner, BACKEND};
+
+/// The first pause between a background cleanup's attempts (doubled after each).
+const CLEANUP_RETRY: Duration = Duration::from_millis(200);
+/// The longest pause between a background cleanup's attempts.
+const CLEANUP_MAX_PAUSE: Duration = Duration::from_secs(2);
+/// How many times a background cleanup tries before it gives up (and logs it).
+const CLEANUP_ATTEMPTS: u32 = 10;
+
+/// A created contender node.
+#[derive(Clone)]
+pub(super) struct Node {
+    pub(super) path: String,
+    pub(super) child: String,
+    pub(super) czxid: i64,
+}
+
+/// Our place in a queue while an acquisition runs. Dropped while armed (an error, a timeout,
+/// a cancelled future), it deletes our node in the background, or, if `create` may have been
+/// applied without our learning the name, every child carrying our protected prefix; then the
+/// same for the entry it was [`chain`](Self::chain)ed to, in that order.
+pub(super) struct QueueEntry {
+    client: zk::Client,
+    pub(super) parent: String,
+    pub(super) prefix: String,
+    root: String,
+    op_timeout: Duration,
+    containers: bool,
+    pub(super) created: Option<String>,
+    pub(super) sent: bool,
+    armed: bool,
+    /// An entry cleaned up after this one (a semaphore's `locks` node after its lease, so the
+    /// next acquirer never counts our lease once it may add its own).
+    then: Option<Box<QueueEntry>>,
+    inner: Weak<Inner>,
+}
+
+impl QueueEntry {
+    /// An entry for our node named `prefix` + sequence under `parent`.
+    pub(super) fn at(inner: &Arc<Inner>, conn: &Conn, parent: String, prefix: String) -> Self {
+        Self {
+            client: conn.client.clone(),
+            parent,
+            prefix,
+            root: inner.config.root().to_owned(),
+            op_timeout: inner.config.operation_timeout(),
+            containers: inner.containers.load(Ordering::Relaxed),
+            created: None,
+            sent: false,
+            armed: true,
+            then: None,
+            inner: Arc::downgrade(inner),
+        }
+    }
+
+    /// This entry, with `next` cleaned up after it if it is dropped armed.
+    pub(super) fn chain(mut self, next: QueueEntry) -> Self {
+        self.then = Some(Box::new(next));
+        self
+    }
+
+    /// `create2` of our EPHEMERAL_SEQUENTIAL node holding `data` (1 round trip), creating the
+    /// parent (and any missing level up to the root) when missing; after a connection loss,
+    /// finds our node by its protected prefix instead of creating a second one (Curator's
+    /// protection mode).
+    pub(super) async fn create(&mut self, data: &[u8]) -> Result<Node> {
+        let prefix_path = format!("{}/{}", self.parent, self.prefix);
+        let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let create = self.client.create(&prefix_path, data, &options);
+            self.sent = true;
+            match create.await {
+                Ok((stat, sequence)) => {
+                    let child = format!("{}{sequence}", self.prefix);
+                    let path = format!("{}/{child}", self.parent);
+                    self.created = Some(path.clone());
+                    return Ok(Node {
+                        path,
+                        child,
+                        czxid: stat.czxid,
+                    });
+                }
+                Err(zk::Error::NoNode) if attempts < 4 => self.create_parent().await?,
+                Err(zk::Error::ConnectionLoss) if attempts < 4 => {
+                    if let Some(node) = self.find_own().await? {
+                        return Ok(node);
+                    }
+                }
+                Err(e) => return Err(map_err(e)),
+            }
+        }
+    }
+
+    /// After a lost `create` reply: our node, if the create was applied. The reconnection may
+    /// have reached a follower that has not applied it yet, so `sync` first (the listing then
+    /// sees every write the leader committed before); if several nodes carry our prefix, the
+    /// lowest of our session is ours and the others are deleted.
+    async fn find_own(&mut self) -> Result<Option<Node>> {
+        let Some(inner) = self.inner.upgrade() else {
+            return Err(Error::unavailable(BACKEND, "the ZooKeeper client was dropped"));
+        };
+        match self.client.sync(&self.parent).await {
+            Ok(()) | Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(map_err(e)),
+        }
+        let conn = Conn {
+            client: self.client.clone(),
+            epoch: 0,
+        };
+        let Some(children) = inner.list_children(&conn, &self.parent).await? else {
+            return Ok(None);
+        };
+        let (ours, _) = inner
+            .settle(&conn, &self.parent, &self.prefix, queue(children), None)
+            .await?;
+        if let Some(node) = &ours {
+            self.created = Some(node.path.clone());
+        }
+        Ok(ours)
+    }
+
+    /// Creates the queue's parent as a container node (persistent if the server has none),
+    /// and every missing level between it and the root the same way; the root itself is
+    /// persistent. A level the server removes meanwhile (an emptied container) is created
+    /// again, a bounded number of times.
+    async fn create_parent(&mut self) -> Result<()> {
+        // The parent and the levels above it, deepest first, up to (not including) the root.
+        let mut levels = vec![self.parent.clone()];
+        while let Some((above, _)) = levels[levels.len() - 1].rsplit_once('/') {
+            if above.len() <= self.root.len() || !above.starts_with(&self.root) {
+                break;
+            }
+            levels.push(above.to_owned());
+        }
+        let mut level = 0;
+        for _ in 0..4 * (levels.len() + 1) {
+            let mode = if self.containers {
+                zk::CreateMode::Container
+            } else {
+                zk::CreateMode::Persistent
+            };
+            let options = mode.with_acls(zk::Acls::anyone_all());
+            match self.client.create(&levels[level], &[], &options).await {
+                Ok(_) | Err(zk::Error::NodeExists) if level == 0 => return Ok(()),
+                Ok(_) | Err(zk::Error::NodeExists) => level -= 1,
+                Err(zk::Error::Unimplemented) if self.containers => {
+                    self.containers = false;
+                    if let Some(inner) = self.inner.upgrade() {
+                        inner.containers.store(false, Ordering::Relaxed);
+                    }
+                }
+                Err(zk::Error::NoNode) if level + 1 < levels.len() => level += 1,
+                Err(zk::Error::NoNode) => {
+                    let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+                    match self.client.mkdir(&self.root, &options).await {
+                        Ok(()) | Err(zk::Error::NodeExists) => {}
+                        Err(e) => return Err(map_err(e)),
+                    }
+                }
+                Err(e) => return Err(map_err(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes our node now (1 round trip) and disarms.
+    pub(super) async fn leave(&mut self) -> Result<()> {
+        if let Some(path) = &self.created {
+            self.client.delete(path, None).await.or_else(ignore_no_node)?;
+        }
+        self.disarm();
+        Ok(())
+    }
+
+    /// Deletes our node, then the chained entry's, in one round trip (both requests sent at
+    /// once, applied in order), and disarms both.
+    pub(super) async fn leave_all(&mut self) -> Result<()> {
+        let ours = self.created.as_deref().map(|path| self.client.delete(path, None));
+        let next = self
+            .then
+            .as_deref()
+            .and_then(|next| next.created.as_deref())
+            .map(|path| self.client.delete(path, None));
+        if let Some(deleted) = ours {
+            deleted.await.or_else(ignore_no_node)?;
+        }
+        self.disarm();
+        if let Some(deleted) = next {
+            deleted.await.or_else(ignore_no_node)?;
+        }
+        if let Some(next) = self.then.as_deref_mut() {
+            next.disarm();
+        }
+        Ok(())
+    }
+
+    /// Leaves the chained entry (its node deleted now, 1 round trip; if that fails or is cut
+    /// short, in the background); this entry stays as it is.
+    pub(super) async fn leave_chained(&mut self) {
+        if let Some(mut next) = self.then.take() {
+            if let Err(error) = next.leave().await {
+                tracing::debug!(%error, "distlock: deleting a ZooKeeper queue node failed; retrying in the background");
+            }
+        }
+    }
+
+    pub(super) fn disarm(&mut self) {
+        self.armed = false;
+    }
+
+    /// What must be deleted for this entry if it is dropped now, disarming it.
+    fn cleanup(&mut self) -> Option<Cleanup> {
+        if !self.armed || !self.sent {
+            return None;
+        }
+        self.armed = false;
+        Some(match self.created.take() {
+            Some(path) => Cleanup::Path(path),
+            None => Cleanup::Prefix {
+                parent: std::mem::take(&mut self.parent),
+                prefix: std::mem::take(&mut self.prefix),
+            },
+        })
+    }
+}
+
+impl Drop for QueueEntry {
+    fn drop(&mut self) {
+        let mut cleanups: Vec<Cleanup> = self.cleanup().into_iter().collect();
+        if let Some(next) = self.then.as_deref_mut() {
+            cleanups.extend(next.cleanup());
+        }
+        if !cleanups.is_empty() {
+            spawn_cleanup(self.client.clone(), cleanups, self.op_timeout);
+        }
+    }
+}
+
+pub(super) fn ignore_no_node(error: zk::Error) -> Result<()> {
+    match error {
+        zk::Error::NoNode => Ok(()),
+        other => Err(map_err(other)),
+    }
+}
+
+/// A node (or the nodes of a protected prefix) to delete in the background.
+pub(super) enum Cleanup {
+    Path(String),
+    Prefix { parent: String, prefix: String },
+}
+
+/// Deletes nodes we no longer want in the background, one after the other in the given order,
+/// retrying transient failures with backoff (200 ms doubling to 2 s) for at most
+/// [`CLEANUP_ATTEMPTS`] attempts each, and stopping at once when the session ends (the server
+/// then deletes the nodes anyway) or on a permanent error such as `NoAuth`. Every failure is
+/// logged. Does nothing outside a tokio runtime.
+pub(super) fn spawn_cleanup(client: zk::Client, cleanups: Vec<Cleanup>, op_timeout: Duration) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        for cleanup in cleanups {
+            if !clean_up(&client, cleanup, op_timeout).await {
+                return;
+            }
+        }
+    });
+}
+
+/// One cleanup, retried; `false` if the ones after it should not be tried (the session ended
+/// or the server refuses).
+async fn clean_up(client: &zk::Client, cleanup: Cleanup, op_timeout: Duration) -> bool {
+    let what = match &cleanup {
+        Cleanup::Path(path) => path.clone(),
+        Cleanup::Prefix { parent, prefix } => format!("{parent}/{prefix}*"),
+    };
+    let mut pause = CLEANUP_RETRY;
+    for attempt in 1..=CLEANUP_ATTEMPTS {
+        let attempt_result = async {
+            match &cleanup {
+                Cleanup::Path(path) => client.delete(path, None).await,
+                Cleanup::Prefix { parent, prefix } => {
+                    // Sent after our `create` on the same session, so it sees its node.
+                    let children = match client.list_children(parent).await {
+                        Err(zk::Error::NoNode) => return Ok(()),
+                        other => other?,
+                    };
+                    for child in children.iter().filter(|c| c.starts_with(prefix.as_str())) {
+                        match client.delete(&format!("{parent}/{child}"), None).await {
+                            Ok(()) | Err(zk::Error::NoNode) => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    Ok(())
+                }
+            }
+        };
+        let error = match tokio::time::timeout(op_timeout, attempt_result).await {
+            Ok(Ok(()) | Err(zk::Error::NoNode)) => return true,
+            Ok(Err(error)) => map_err(error),
+            Err(_) => timed_out("ZooKeeper cleanup", op_timeout),
+        };
+        if client.state().is_terminated() {
+            tracing::debug!(node = %what, "distlock: ZooKeeper session ended; the server deletes the node");
+            return false;
+        }
+        if !error.is_transient() {
+            tracing::warn!(node = %what, %error, "distlock: cannot delete an unwanted ZooKeeper lock node; it stays until the session ends");
+            return false;
+        }
+        tracing::info!(node = %what, attempt, %error, "distlock: ZooKeeper cleanup failed; retrying");
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(CLEANUP_MAX_PAUSE);
+    }
+    tracing::warn!(node = %what, attempts = CLEANUP_ATTEMPTS, "distlock: gave up deleting an unwanted ZooKeeper lock node; it stays until the session ends");
+    false
+}
