@@ -11,6 +11,26 @@
 //! | waiters         | `{<slot tag>}` `0xFF` `waiters:` `<lock key>`  | sorted set, `PX` the longest stay |
 //! | release channel | `distlock:released:<lock key>`                | pub/sub channel, not a key       |
 //!
+//! The semaphore and the read-write lock of the same name are objects of their own, with keys
+//! of the derived layout (`{<slot tag>}` `0xFF` `<mark>` `<lock key>`) only:
+//!
+//! | what                         | mark               | type, lifetime                                 |
+//! |------------------------------|--------------------|------------------------------------------------|
+//! | semaphore holders            | `semaphore:`       | sorted set owner -> expiry (ms), `PX` the last |
+//! | semaphore state              | `semaphore-state:` | hash `permits`, `fence`; no TTL                |
+//! | read-write lock readers      | `rw-readers:`      | sorted set owner -> expiry (ms), `PX` the last |
+//! | read-write lock writer       | `rw-writer:`       | string = owner token, `PX` ttl                 |
+//! | waiting writers              | `rw-waiting:`      | sorted set waiter -> end of stay (ms)          |
+//! | read-write lock fencing      | `rw-fence:`        | integer (`INCR`), no TTL                       |
+//!
+//! and the channels `distlock:semaphore-released:<lock key>` and
+//! `distlock:rw-lock-released:<lock key>`. Every mark holds exactly one `:`, at its end, so no
+//! mark is a prefix of another and two derived keys are equal only if their mark and lock key
+//! are; and a derived key is never a lock key (it holds `0xFF`). The three channel prefixes
+//! differ within their first ten bytes, so no two objects share a channel. The mutex `x`, the
+//! semaphore `x` and the read-write lock `x` therefore never share a key or a channel, and all
+//! keys of one object share the lock key's hash slot.
+//!
 //! - The **lock key is the name as is** (names are at most 1024 bytes and Redis keys are
 //!   binary safe), so a plain `SET <name> <token> NX PX <ttl>` by redis-py's `Lock`, redsync
 //!   and friends excludes us and we exclude them. The value is the [`OwnerToken`] in hyphenated
@@ -40,7 +60,15 @@ use distlock_core::LockName;
 const NOT_UTF8: u8 = 0xFF;
 const FENCE_MARK: &[u8] = b"fence:";
 const WAITERS_MARK: &[u8] = b"waiters:";
+const SEMAPHORE_MARK: &[u8] = b"semaphore:";
+const SEMAPHORE_STATE_MARK: &[u8] = b"semaphore-state:";
+const READERS_MARK: &[u8] = b"rw-readers:";
+const WRITER_MARK: &[u8] = b"rw-writer:";
+const WAITING_WRITERS_MARK: &[u8] = b"rw-waiting:";
+const RW_FENCE_MARK: &[u8] = b"rw-fence:";
 const CHANNEL_PREFIX: &[u8] = b"distlock:released:";
+const SEMAPHORE_CHANNEL_PREFIX: &[u8] = b"distlock:semaphore-released:";
+const RW_LOCK_CHANNEL_PREFIX: &[u8] = b"distlock:rw-lock-released:";
 const CLUSTER_SLOTS: u16 = 16384;
 
 /// The keys of one configured key space (one prefix).
@@ -58,6 +86,32 @@ pub(crate) struct LockKeys {
     pub(crate) fence: Vec<u8>,
     /// The queue of waiters to wake, in the lock key's hash slot.
     pub(crate) waiters: Vec<u8>,
+    /// The pub/sub channel a release is announced on.
+    pub(crate) channel: Vec<u8>,
+}
+
+/// The keys and channel of one semaphore.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SemaphoreKeys {
+    /// The live holders: owner token -> expiry in ms of the server's clock.
+    pub(crate) holders: Vec<u8>,
+    /// The permit count of the live holders and the fencing counter (a hash, never expiring).
+    pub(crate) state: Vec<u8>,
+    /// The pub/sub channel a release is announced on.
+    pub(crate) channel: Vec<u8>,
+}
+
+/// The keys and channel of one read-write lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RwLockKeys {
+    /// The readers: owner token -> expiry in ms of the server's clock.
+    pub(crate) readers: Vec<u8>,
+    /// The writer's owner token, with a `PX` TTL.
+    pub(crate) writer: Vec<u8>,
+    /// The waiting writers: waiter id -> end of its stay in ms of the server's clock.
+    pub(crate) waiting: Vec<u8>,
+    /// The fencing counter (never expiring).
+    pub(crate) fence: Vec<u8>,
     /// The pub/sub channel a release is announced on.
     pub(crate) channel: Vec<u8>,
 }
@@ -88,6 +142,28 @@ impl KeySpace {
         }
     }
 
+    pub(crate) fn semaphore_keys(&self, name: &LockName) -> SemaphoreKeys {
+        let lock = self.lock_key(name.as_str());
+        let head = derived_head(&lock);
+        SemaphoreKeys {
+            holders: derived(&head, SEMAPHORE_MARK, &lock),
+            state: derived(&head, SEMAPHORE_STATE_MARK, &lock),
+            channel: [SEMAPHORE_CHANNEL_PREFIX, &lock].concat(),
+        }
+    }
+
+    pub(crate) fn rw_lock_keys(&self, name: &LockName) -> RwLockKeys {
+        let lock = self.lock_key(name.as_str());
+        let head = derived_head(&lock);
+        RwLockKeys {
+            readers: derived(&head, READERS_MARK, &lock),
+            writer: derived(&head, WRITER_MARK, &lock),
+            waiting: derived(&head, WAITING_WRITERS_MARK, &lock),
+            fence: derived(&head, RW_FENCE_MARK, &lock),
+            channel: [RW_LOCK_CHANNEL_PREFIX, &lock].concat(),
+        }
+    }
+
     /// A `SCAN MATCH` pattern for lock keys whose names start with `name_prefix`.
     pub(crate) fn scan_pattern(&self, name_prefix: &str) -> Vec<u8> {
         let mut pattern = Vec::new();
@@ -105,6 +181,15 @@ impl KeySpace {
 /// The keys derived from `lock_key` (see the module docs): the fencing counter and the queue
 /// of waiters, both `{<slot tag>}` `0xFF` `<mark>` `<lock key>`.
 fn derived_keys(lock_key: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let head = derived_head(lock_key);
+    (
+        derived(&head, FENCE_MARK, lock_key),
+        derived(&head, WAITERS_MARK, lock_key),
+    )
+}
+
+/// `{<slot tag>}` `0xFF`: the start of every key derived from `lock_key`.
+fn derived_head(lock_key: &[u8]) -> Vec<u8> {
     let hashed = hash_input(lock_key);
     let mut head = Vec::with_capacity(hashed.len() + 3);
     head.push(b'{');
@@ -115,8 +200,11 @@ fn derived_keys(lock_key: &[u8]) -> (Vec<u8>, Vec<u8>) {
     }
     head.push(b'}');
     head.push(NOT_UTF8);
-    let key = |mark: &[u8]| [head.as_slice(), mark, lock_key].concat();
-    (key(FENCE_MARK), key(WAITERS_MARK))
+    head
+}
+
+fn derived(head: &[u8], mark: &[u8], lock_key: &[u8]) -> Vec<u8> {
+    [head, mark, lock_key].concat()
 }
 
 fn channel(lock_key: &[u8]) -> Vec<u8> {
@@ -230,6 +318,53 @@ mod tests {
         let b = keys("", "a}c");
         assert_ne!(a.fence, b.fence);
         assert_ne!(keys("", "x").fence, keys("", "{x}").fence);
+    }
+
+    #[test]
+    fn the_three_primitives_of_a_name_share_no_key_and_no_channel() {
+        let space = KeySpace::new("p:");
+        for name in ["plain", "{tag}rest", "a}b", "semaphore:x", "rw-writer:x", "ключ"] {
+            let n = LockName::new(name).expect("valid");
+            let (m, s, r) = (space.keys(&n), space.semaphore_keys(&n), space.rw_lock_keys(&n));
+            let keys = [
+                &m.lock, &m.fence, &m.waiters, &s.holders, &s.state, &r.readers, &r.writer, &r.waiting,
+                &r.fence,
+            ];
+            for (i, a) in keys.iter().enumerate() {
+                assert_eq!(key_slot(a), key_slot(&m.lock), "{name:?} key {i}");
+                for b in &keys[i + 1..] {
+                    assert_ne!(a, b, "{name:?}");
+                }
+            }
+            assert_ne!(m.channel, s.channel);
+            assert_ne!(m.channel, r.channel);
+            assert_ne!(s.channel, r.channel);
+        }
+    }
+
+    #[test]
+    fn derived_marks_are_prefix_free() {
+        let marks = [
+            FENCE_MARK,
+            WAITERS_MARK,
+            SEMAPHORE_MARK,
+            SEMAPHORE_STATE_MARK,
+            READERS_MARK,
+            WRITER_MARK,
+            WAITING_WRITERS_MARK,
+            RW_FENCE_MARK,
+        ];
+        for (i, a) in marks.iter().enumerate() {
+            for (j, b) in marks.iter().enumerate() {
+                assert!(i == j || !b.starts_with(a), "{a:?} is a prefix of {b:?}");
+            }
+        }
+        let channels = [CHANNEL_PREFIX, SEMAPHORE_CHANNEL_PREFIX, RW_LOCK_CHANNEL_PREFIX];
+        for (i, a) in channels.iter().enumerate() {
+            for (j, b) in channels.iter().enumerate() {
+                assert!(i == j || !b.starts_with(a), "{a:?} is a prefix of {b:?}");
+            }
+        }
     }
 
     #[test]

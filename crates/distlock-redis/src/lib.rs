@@ -8,12 +8,15 @@
 //!   they go back if the server loses its last writes, which a crash does under Redis's
 //!   default persistence too (RDB snapshots, AOF `everysec`); only AOF `appendfsync always`
 //!   (and no eviction, no failover) makes them monotonic. `build` warns about (or, if
-//!   configured, refuses) a `maxmemory-policy` that can evict lock keys. Its docs give the
-//!   key layout, round trips, fencing and eviction details.
+//!   configured, refuses) a `maxmemory-policy` that can evict lock keys. It also offers
+//!   semaphores and read-write locks (`LockClient::semaphore`, `LockClient::rw_lock`), one
+//!   script per operation as for the mutex. Its docs give the key layout, round trips,
+//!   fencing and eviction details.
 //! - [`Redlock`] (built from a [`RedlockConfig`]) is the majority algorithm over 3 or 5
 //!   masters, without fencing tokens (its docs say why; its capabilities say
 //!   `Fencing::None`). A single-instance client on one of its masters does **not** exclude a
-//!   Redlock holder. Masters that restarted are kept out of majorities for a quarantine.
+//!   Redlock holder. Masters that restarted are kept out of majorities for a quarantine. It
+//!   offers no semaphores (majorities do not bound a count) and no read-write locks.
 //!
 //! Every call is bounded by a timeout and maps connection failures and timeouts to
 //! [`Error::Unavailable`](distlock_core::Error::Unavailable), everything else to
@@ -86,7 +89,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod config;
+mod holds;
 mod keys;
+mod kind_scripts;
 mod lock;
 mod node;
 mod redlock;

@@ -6,16 +6,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    Capabilities, DistributedLock, Error, Fencing, FencingToken, Holder, Lease, LockName, LockState,
-    OwnerToken, ReleaseWatch, Result, TryAcquire, WakeUp,
+    Capabilities, DistributedLock, Error, Fencing, FencingToken, Holder, Lease, LockKind, LockName,
+    LockState, OwnerToken, Primitive, ReleaseWatch, Result, TryAcquire, WakeUp,
 };
 use redis::Value;
 use tokio::time::Instant;
 
 use crate::config::RedisConfig;
+use crate::holds::{self, HoldReply};
 use crate::keys::{KeySpace, LockKeys};
 use crate::node::{self, Node, Nonce, BACKEND};
-use crate::scripts;
+use crate::scripts::{self, LuaScript};
 use crate::subscriber::Subscriber;
 use crate::waiters::{Waiters, Waiting};
 
@@ -48,6 +49,45 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// - channel `distlock:released:<prefix><name>`: a release publishes `wake:<waiter id>` for
 ///   the first waiter in the queue (and takes it out), or nothing if no one waits.
 ///
+/// The semaphore and the read-write lock of the same name are objects of their own, in keys
+/// of the counter's layout (`{<slot tag>}\xFF<mark><prefix><name>`: each mark holds one `:`,
+/// at its end, so no mark is a prefix of another, and the keys collide neither with a lock
+/// name nor with each other):
+///
+/// - semaphore: `semaphore:`, a sorted set of the holders' owner tokens scored by their expiry
+///   in ms of the server's clock, expiring with its last member; `semaphore-state:`, a hash
+///   with the live holders' `permits` and the `fence` counter, never expiring; channel
+///   `distlock:semaphore-released:<prefix><name>`.
+/// - read-write lock: `rw-readers:`, the readers as the semaphore's holders; `rw-writer:`, the
+///   writer's owner token with a `PX` TTL, as a mutex; `rw-waiting:`, the waiting writers'
+///   ids scored by the end of their stay; `rw-fence:`, the counter (readers and writers draw
+///   from it); channel `distlock:rw-lock-released:<prefix><name>`.
+///
+/// # Semaphores and read-write locks
+///
+/// Each operation is one script, so one round trip, deciding on the server's clock (`TIME`):
+///
+/// - **permit**: drop the expired holders (`ZREMRANGEBYSCORE`); if holders are live and
+///   `permits` differs from theirs, refuse ([`Error::PermitsMismatch`], nothing changed); if
+///   fewer than `permits` are live, add the owner with its expiry, store `permits`, `HINCRBY`
+///   the counter; else report the earliest expiry.
+/// - **read**: drop expired readers and waiting writers; refused while a writer holds (its
+///   `PTTL`) or a waiting writer is recorded (the end of the last record); else join.
+/// - **write**: win if no live reader and no writer (taking the waiter's own record out);
+///   else record the waiter, if any, until now + its stay, and report the writer's `PTTL` or
+///   the last reader's expiry.
+/// - **release** (owner-checked, by kind, name and owner alone): remove a live member, or
+///   compare-and-delete the writer, and publish on the object's channel (for readers only
+///   when the last one left: only that can let a writer in). **extend**: move a live member's
+///   expiry (`ZADD XX`), or compare-and-`PEXPIRE` the writer. **withdraw**: remove the
+///   waiting writer's record, publishing if no writer holds and none waits any more.
+///
+/// A release wakes every waiter of the object (they all try once; most find it held again),
+/// not the first of a queue as for the mutex: with several permits or readers, which waiters
+/// can get in depends on what they ask for, and the herd is small for the usual permit
+/// counts. Expiries publish nothing: waiters wake at the expiry a refused attempt reported,
+/// and re-check at the safety net as for the mutex.
+///
 /// # Waking one waiter
 ///
 /// A release wakes one waiter, not all of them: the one first in the queue, which then tries
@@ -66,11 +106,13 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// |----------------------|----------------------------------------------------------------|
 /// | `try_acquire`        | 1 (script; +1 the first time the server sees it: `EVAL`)     |
 /// | `try_acquire_waiting`| 1 (the same, queueing the waiter if held)                      |
+/// | `try_acquire_kind`   | 1 (script; a refused writer's record in the same script)       |
 /// | ... with replicas    | 1 (script and `WAIT` pipelined) + the replicas' delay          |
-/// | `release`, `extend`  | 1 (script)                                                     |
-/// | `extend_many(n)`     | 1 (one pipeline of `n` scripts)                                |
-/// | `watch`              | 0 if the channel is already subscribed, else 1 (+1 to connect) |
-/// | `inspect`, `ping`    | 1                                                              |
+/// | `release`, `extend`  | 1 (script), for every kind                                     |
+/// | `extend_many(n)`     | 1 (one pipeline of `n` scripts, kinds mixed)                   |
+/// | `withdraw`           | 1 (script) for a waiting writer, else 0                        |
+/// | `watch`, `watch_kind`| 0 if the channel is already subscribed, else 1 (+1 to connect) |
+/// | `inspect`, `inspect_holders`, `ping` | 1                                              |
 ///
 /// # Fencing
 ///
@@ -88,6 +130,13 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 ///   [`RedisConfig::with_wait_for_replicas`] narrows this, it does not close it).
 ///
 /// With AOF `appendfsync always`, no eviction and no failover, they are monotonic.
+///
+/// Semaphores and read-write locks draw their tokens from a counter of their own per object
+/// (the `fence` field of the semaphore's state hash, the read-write lock's `rw-fence:` key),
+/// which never expires either: same promise, per object. Every hold gets a new token, readers
+/// and permits too, so concurrent holders have distinct tokens. An acquisition sent again
+/// after a broken connection is granted again with a new token (the first reply never
+/// arrived), still without taking a second permit.
 ///
 /// # Eviction
 ///
@@ -280,58 +329,57 @@ pub(crate) enum Acquired {
     },
 }
 
-/// The acquire script with its keys and arguments: [`scripts::ACQUIRE`], or
-/// [`scripts::ACQUIRE_WAITING`] for a waiter.
-struct AcquireCall<'a> {
-    script: &'static scripts::LuaScript,
-    keys: Vec<&'a [u8]>,
+/// An acquire script with its keys and arguments: for the mutex [`scripts::ACQUIRE`], or
+/// [`scripts::ACQUIRE_WAITING`] for a waiter; for other holds, see [`holds::acquire_call`].
+pub(crate) struct AcquireCall {
+    script: &'static LuaScript,
+    keys: Vec<Vec<u8>>,
     args: Vec<Vec<u8>>,
 }
 
-impl<'a> AcquireCall<'a> {
-    fn new(keys: &'a LockKeys, owner: &str, ttl_ms: u64, waiting: Waiting<'_>) -> Self {
+impl AcquireCall {
+    pub(crate) fn new(script: &'static LuaScript, keys: Vec<Vec<u8>>, args: Vec<Vec<u8>>) -> Self {
+        Self { script, keys, args }
+    }
+
+    /// The mutex's acquire call.
+    fn lock(keys: &LockKeys, owner: &str, ttl_ms: u64, waiting: Waiting<'_>) -> Self {
         let mut args = vec![owner.as_bytes().to_vec(), ttl_ms.to_string().into_bytes()];
         match waiting {
-            None => Self {
-                script: &scripts::ACQUIRE,
-                keys: vec![&keys.lock, &keys.fence],
+            None => Self::new(
+                &scripts::ACQUIRE,
+                vec![keys.lock.clone(), keys.fence.clone()],
                 args,
-            },
+            ),
             Some((waiter, stay_ms)) => {
                 args.push(waiter.as_bytes().to_vec());
                 args.push(stay_ms.to_string().into_bytes());
-                Self {
-                    script: &scripts::ACQUIRE_WAITING,
-                    keys: vec![&keys.lock, &keys.fence, &keys.waiters],
+                Self::new(
+                    &scripts::ACQUIRE_WAITING,
+                    vec![keys.lock.clone(), keys.fence.clone(), keys.waiters.clone()],
                     args,
-                }
+                )
             }
         }
+    }
+
+    fn keys(&self) -> Vec<&[u8]> {
+        self.keys.iter().map(Vec::as_slice).collect()
     }
 
     fn args(&self) -> Vec<&[u8]> {
         self.args.iter().map(Vec::as_slice).collect()
     }
+
+    /// Runs the call on `node`, bounded by `limit`: the script's reply.
+    async fn run(&self, node: &Node, limit: Duration) -> Result<Value> {
+        node.script_within(limit, self.script, &self.keys(), &self.args())
+            .await
+    }
 }
 
-/// Runs the acquire script on `node` (bounded by `limit`); a waiter is queued if the lock is
-/// held.
-pub(crate) async fn acquire_on(
-    node: &Node,
-    limit: Duration,
-    keys: &LockKeys,
-    owner: &str,
-    ttl_ms: u64,
-    waiting: Waiting<'_>,
-) -> Result<Acquired> {
-    let call = AcquireCall::new(keys, owner, ttl_ms, waiting);
-    let reply: Value = node
-        .script_within(limit, call.script, &call.keys, &call.args())
-        .await?;
-    parse_acquire(reply)
-}
-
-/// As [`acquire_on`] without the fencing counter (Redlock): a granted lock reports token 0.
+/// The mutex's acquire script ([`AcquireCall::lock`]) without the fencing counter (Redlock): a
+/// granted lock reports token 0.
 /// Also returns the server's run id, which changes with every restart. A waiter is queued if
 /// the lock is held.
 pub(crate) async fn acquire_unfenced_on(
@@ -453,19 +501,60 @@ pub(crate) async fn extend_on(
     Ok(extended == 1)
 }
 
-/// Renews many `(keys, owner, ttl ms)` on `node` in one pipeline of `EVALSHA`s (a second one
-/// with `EVAL` only if the server did not know the script). One result per entry, in order.
-pub(crate) async fn extend_many_on(node: &Node, batch: &[(LockKeys, String, u64)]) -> Vec<Result<bool>> {
+/// One renewal: an extend script (`KEYS[1]` the hold's key; `ARGV[1]` owner token, `ARGV[2]`
+/// TTL in ms, replying 1 if renewed), for [`extend_many_on`]. The mutex's and the writer's is
+/// [`scripts::EXTEND`] (compare-and-`PEXPIRE`); a permit's and a reader's moves its member's
+/// expiry (see [`holds::renewal`]).
+pub(crate) struct Renewal {
+    script: &'static LuaScript,
+    key: Vec<u8>,
+    owner: String,
+    ttl_ms: u64,
+}
+
+impl Renewal {
+    pub(crate) fn new(script: &'static LuaScript, key: Vec<u8>, owner: String, ttl_ms: u64) -> Self {
+        Self {
+            script,
+            key,
+            owner,
+            ttl_ms,
+        }
+    }
+
+    /// The renewal of a mutex.
+    pub(crate) fn lock(keys: &LockKeys, owner: String, ttl_ms: u64) -> Self {
+        Self::new(&scripts::EXTEND, keys.lock.clone(), owner, ttl_ms)
+    }
+
+    /// Runs it alone on `node` (bounded by `limit`): whether the hold is still ours.
+    async fn run(&self, node: &Node, limit: Duration) -> Result<bool> {
+        let ttl_arg = self.ttl_ms.to_string();
+        let extended: i64 = node
+            .script_within(
+                limit,
+                self.script,
+                &[&self.key],
+                &[self.owner.as_bytes(), ttl_arg.as_bytes()],
+            )
+            .await?;
+        Ok(extended == 1)
+    }
+}
+
+/// Runs many renewals on `node` in one pipeline of `EVALSHA`s (a second one with `EVAL` only
+/// if the server did not know a script). One result per renewal, in order.
+pub(crate) async fn extend_many_on(node: &Node, batch: &[Renewal]) -> Vec<Result<bool>> {
     let nonces: Vec<Nonce> = batch.iter().map(|_| Nonce::new()).collect();
     let build = |use_eval: bool| {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        for ((keys, owner, ttl_ms), nonce) in batch.iter().zip(&nonces) {
-            let ttl_arg = ttl_ms.to_string();
-            let keys_arg: [&[u8]; 1] = [&keys.lock];
-            let args: [&[u8]; 2] = [owner.as_bytes(), ttl_arg.as_bytes()];
+        for (renewal, nonce) in batch.iter().zip(&nonces) {
+            let ttl_arg = renewal.ttl_ms.to_string();
+            let keys_arg: [&[u8]; 1] = [&renewal.key];
+            let args: [&[u8]; 2] = [renewal.owner.as_bytes(), ttl_arg.as_bytes()];
             pipe.add_command(node::script_cmd(
-                &scripts::EXTEND,
+                renewal.script,
                 &keys_arg,
                 &args,
                 nonce,
@@ -530,8 +619,10 @@ impl DistributedLock for RedisLock {
         BACKEND
     }
 
+    /// Best-effort fencing, notified waiters (one woken per release of a mutex; every waiter
+    /// of the object for semaphores and read-write locks), semaphores and read-write locks.
     fn capabilities(&self) -> Capabilities {
-        let mut caps = Self::single_instance_capabilities();
+        let mut caps = Self::single_instance_capabilities().with_primitives(true, true);
         if self.inner.config.notifications {
             caps.wakes_one = true;
         } else {
@@ -565,34 +656,41 @@ impl DistributedLock for RedisLock {
             .await
     }
 
-    /// One round trip: compare-and-delete, then wake the first queued waiter, if any.
+    /// One round trip: for the mutex, compare-and-delete, then wake the first queued waiter,
+    /// if any; for a permit, a read or the write lock, its release script (which announces
+    /// the release to every waiter of the object). By the lease's kind, name and owner alone.
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        let keys = self.keys(lease.name());
+        let owner = lease.owner().to_string();
         let node = &self.inner.node;
-        release_waking_on(node, node.timeout(), &keys, &lease.owner().to_string()).await
+        match lease.kind() {
+            LockKind::Exclusive => {
+                release_waking_on(node, node.timeout(), &self.keys(lease.name()), &owner).await
+            }
+            kind => holds::release(node, node.timeout(), &self.inner.keys, lease.name(), kind, &owner).await,
+        }
     }
 
-    /// One round trip: compare-and-`PEXPIRE`.
+    /// One round trip: compare-and-`PEXPIRE` (the mutex, the write lock), or a live member's
+    /// expiry moved (a permit, a read lock).
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
-        let ttl_ms = ttl_millis(ttl)?;
-        let keys = self.keys(lease.name());
+        let renewal = self.renewal(lease, ttl)?;
         let sent_at = Instant::now();
         let node = &self.inner.node;
-        let ours = extend_on(node, node.timeout(), &keys, &lease.owner().to_string(), ttl_ms).await?;
+        let ours = renewal.run(node, node.timeout()).await?;
         Ok(ours.then(|| lease.renewed(ttl, sent_at)))
     }
 
-    /// One round trip for all leases: a pipeline of extend scripts.
+    /// One round trip for all leases, of any kinds: a pipeline of extend scripts.
     async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
         let mut batch = Vec::with_capacity(leases.len());
         let mut slots = Vec::with_capacity(leases.len());
         let mut results: Vec<Option<Result<Option<Lease>>>> = Vec::with_capacity(leases.len());
         for lease in leases {
-            match ttl_millis(lease.ttl()) {
-                Ok(ms) => {
+            match self.renewal(lease, lease.ttl()) {
+                Ok(renewal) => {
                     slots.push(results.len());
                     results.push(None);
-                    batch.push((self.keys(lease.name()), lease.owner().to_string(), ms));
+                    batch.push(renewal);
                 }
                 Err(e) => results.push(Some(Err(e))),
             }
@@ -631,6 +729,94 @@ impl DistributedLock for RedisLock {
             .waiters
             .leave_on_drop(vec![self.inner.node.clone()], keys, waiter.clone());
         Ok(ReleaseWatch::for_waiter(rx, (keep, leave), waiter))
+    }
+
+    /// One attempt at a permit, a read or the write lock: one round trip (one script; with
+    /// replica acknowledgement, the `WAIT` rides in the same pipeline, as for `try_acquire`).
+    /// A failing write attempt with `waiter` records the waiting writer in the same script.
+    /// The mutex ([`LockKind::Exclusive`]) goes to `try_acquire`.
+    async fn try_acquire_kind(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiter: Option<(&str, Duration)>,
+    ) -> Result<TryAcquire> {
+        if kind == LockKind::Exclusive {
+            return self.attempt(name, owner, ttl, None).await;
+        }
+        let ttl_ms = ttl_millis(ttl)?;
+        let token = owner.to_string();
+        let waiting = waiter.map(|(id, stay)| (id, stay_millis(stay)));
+        let call = holds::acquire_call(&self.inner.keys, name, kind, &token, ttl_ms, waiting)?;
+        let sent_at = Instant::now();
+        let (reply, wait) = self.run_acquire(&call).await?;
+        match holds::parse_acquire(reply)? {
+            HoldReply::Acquired(fencing) => {
+                if !self.acked(wait)? {
+                    let node = &self.inner.node;
+                    let _ = holds::release(node, node.timeout(), &self.inner.keys, name, kind, &token).await;
+                    return Err(self.too_few_replicas());
+                }
+                Ok(TryAcquire::Acquired(
+                    Lease::new(name.clone(), owner, ttl, sent_at)
+                        .with_kind(kind)
+                        .with_fencing(FencingToken::new(fencing)),
+                ))
+            }
+            HoldReply::Held(holder) => Ok(TryAcquire::Held(holder)),
+            HoldReply::PermitsMismatch(stored) => Err(Error::PermitsMismatch {
+                name: name.to_string(),
+                stored,
+                asked: match kind {
+                    LockKind::Permit { permits } => permits,
+                    _ => 0,
+                },
+            }),
+        }
+    }
+
+    /// One round trip for a waiting writer (its record goes; if no writer holds and no other
+    /// writer waits, readers are told); nothing for other kinds.
+    async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
+        if kind != LockKind::Write {
+            return Ok(());
+        }
+        holds::withdraw_writer(&self.inner.node, &self.inner.keys, name, waiter).await
+    }
+
+    /// Subscribes to the object's release channel on this client's one pub/sub connection
+    /// (0 round trips if already subscribed, else 1): every release of a permit, of the write
+    /// lock, of the last reader and every withdrawal of the last waiting writer wakes every
+    /// watch of the object. The waiters' safety-net re-check and their wake-up at the
+    /// holders' expiry (which announces nothing) stay, as for the mutex.
+    async fn watch_kind(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
+        if primitive == Primitive::Mutex {
+            return self.watch(name).await;
+        }
+        if !self.inner.config.notifications {
+            return Ok(ReleaseWatch::polling());
+        }
+        let Some(channel) = holds::channel(&self.inner.keys, name, primitive) else {
+            return Ok(ReleaseWatch::polling());
+        };
+        let (rx, keep) = self.inner.subscriber.watch(&channel).await?;
+        Ok(ReleaseWatch::notified(rx, keep))
+    }
+
+    /// One round trip: the live holders, read atomically by a script. For the mutex, its
+    /// holder if held (as [`inspect`](DistributedLock::inspect)).
+    async fn inspect_holders(&self, name: &LockName, primitive: Primitive) -> Result<Vec<LockState>> {
+        let (node, space) = (&self.inner.node, &self.inner.keys);
+        match primitive {
+            Primitive::Semaphore => holds::semaphore_holders(node, space, name).await,
+            Primitive::RwLock => holds::rw_lock_holders(node, space, name).await,
+            _ => {
+                let state = self.inspect(name).await?;
+                Ok(if state.is_held() { vec![state] } else { Vec::new() })
+            }
+        }
     }
 
     /// One round trip: `GET`, `PTTL` and the fencing counter, read atomically by a script.
@@ -674,28 +860,16 @@ impl RedisLock {
         let keys = self.keys(name);
         let token = owner.to_string();
         let sent_at = Instant::now();
-        let node = &self.inner.node;
-        let outcome = match self.inner.config.replicas {
-            None => acquire_on(node, node.timeout(), &keys, &token, ttl_ms, waiting).await?,
-            Some(ack) => {
-                let outcome = self
-                    .acquire_with_wait(&keys, &token, ttl_ms, waiting, ack)
-                    .await?;
-                if let Some(outcome) = outcome {
-                    outcome
-                } else {
-                    // Too few replicas: give the lock back, then report.
-                    let _ = release_waking_on(node, node.timeout(), &keys, &token).await;
-                    return Err(Error::unavailable(
-                        BACKEND,
-                        format!(
-                            "fewer than {} replicas acknowledged the lock within {:?}",
-                            ack.count, ack.timeout
-                        ),
-                    ));
-                }
-            }
-        };
+        let (reply, wait) = self
+            .run_acquire(&AcquireCall::lock(&keys, &token, ttl_ms, waiting))
+            .await?;
+        let outcome = parse_acquire(reply)?;
+        if matches!(outcome, Acquired::Yes(_)) && !self.acked(wait)? {
+            // Too few replicas: give the lock back, then report.
+            let node = &self.inner.node;
+            let _ = release_waking_on(node, node.timeout(), &keys, &token).await;
+            return Err(self.too_few_replicas());
+        }
         Ok(match outcome {
             Acquired::Yes(fencing) => TryAcquire::Acquired(
                 Lease::new(name.clone(), owner, ttl, sent_at).with_fencing(FencingToken::new(fencing)),
@@ -708,30 +882,67 @@ impl RedisLock {
         })
     }
 
-    /// The acquire script and `WAIT count timeout` in one pipeline. `None` if we won the lock
-    /// but too few replicas acknowledged it.
-    async fn acquire_with_wait(
+    /// What renews `lease` for `ttl`, by its kind.
+    fn renewal(&self, lease: &Lease, ttl: Duration) -> Result<Renewal> {
+        let ttl_ms = ttl_millis(ttl)?;
+        let owner = lease.owner().to_string();
+        match lease.kind() {
+            LockKind::Exclusive => Ok(Renewal::lock(&self.keys(lease.name()), owner, ttl_ms)),
+            kind => holds::renewal(&self.inner.keys, lease.name(), kind, owner, ttl_ms),
+        }
+    }
+
+    /// Runs an acquire call: the script's reply, and with
+    /// [`RedisConfig::with_wait_for_replicas`] the reply to its `WAIT`.
+    async fn run_acquire(&self, call: &AcquireCall) -> Result<(Value, Option<Value>)> {
+        let node = &self.inner.node;
+        match self.inner.config.replicas {
+            None => Ok((call.run(node, node.timeout()).await?, None)),
+            Some(ack) => self.run_acquire_with_wait(call, ack).await,
+        }
+    }
+
+    /// Whether enough replicas acknowledged a granted hold, by the reply to its `WAIT` (no
+    /// `WAIT`: nothing to wait for).
+    fn acked(&self, wait: Option<Value>) -> Result<bool> {
+        match (wait, self.inner.config.replicas) {
+            (Some(wait), Some(ack)) => Ok(node::int_reply(&wait)? >= i64::from(ack.count)),
+            _ => Ok(true),
+        }
+    }
+
+    fn too_few_replicas(&self) -> Error {
+        let (count, timeout) = self
+            .inner
+            .config
+            .replicas
+            .map(|ack| (ack.count, ack.timeout))
+            .unwrap_or_default();
+        Error::unavailable(
+            BACKEND,
+            format!("fewer than {count} replicas acknowledged the lock within {timeout:?}"),
+        )
+    }
+
+    /// The acquire script and `WAIT count timeout` in one pipeline: both replies.
+    async fn run_acquire_with_wait(
         &self,
-        keys: &LockKeys,
-        token: &str,
-        ttl_ms: u64,
-        waiting: Waiting<'_>,
+        call: &AcquireCall,
         ack: crate::config::ReplicaAck,
-    ) -> Result<Option<Acquired>> {
+    ) -> Result<(Value, Option<Value>)> {
         let Some(acks) = self.inner.acks.as_ref() else {
             return Err(Error::backend(
                 BACKEND,
                 "no connections for replica acknowledgements",
             ));
         };
-        let call = AcquireCall::new(keys, token, ttl_ms, waiting);
-        let args = call.args();
+        let (keys, args) = (call.keys(), call.args());
         let nonce = Nonce::new();
         let wait_ms = u64::try_from(ack.timeout.as_millis()).unwrap_or(u64::MAX).max(1);
         let build = |use_eval: bool| {
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
-            pipe.add_command(node::script_cmd(call.script, &call.keys, &args, &nonce, use_eval));
+            pipe.add_command(node::script_cmd(call.script, &keys, &args, &nonce, use_eval));
             pipe.cmd("WAIT").arg(ack.count).arg(wait_ms);
             pipe
         };
@@ -751,16 +962,19 @@ impl RedisLock {
                 "a reply to another request arrived; the outcome is unknown",
             )
         })?;
-        let acquired = parse_acquire(script)?;
-        if !matches!(acquired, Acquired::Yes(_)) {
-            return Ok(Some(acquired));
+        if let Value::ServerError(e) = &script {
+            return Err(node::map_error(redis::RedisError::from(e.clone())));
         }
-        let acked = node::int_reply(&wait)?;
-        if acked < i64::from(ack.count) {
-            return Ok(None);
-        }
-        Ok(Some(acquired))
+        Ok((script, Some(wait)))
     }
+}
+
+/// A waiter's stay in whole ms, at most [`MAX_TTL`] (its record's score must stay a number the
+/// server keeps exactly).
+fn stay_millis(stay: Duration) -> u64 {
+    u64::try_from(stay.min(MAX_TTL).as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1)
 }
 
 /// Idle connections for `WAIT`: an acquisition takes one (or opens one) for its pipeline and

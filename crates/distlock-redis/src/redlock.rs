@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    Capabilities, DistributedLock, Error, Fencing, Holder, Lease, LockName, LockState, OwnerToken, Result,
-    TryAcquire, WakeUp,
+    Capabilities, DistributedLock, Error, Fencing, Holder, Lease, LockKind, LockName, LockState, OwnerToken,
+    Result, TryAcquire, WakeUp,
 };
 use futures::future::join_all;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -19,7 +19,7 @@ use crate::config::{RedlockConfig, DEFAULT_RESTART_QUARANTINE};
 use crate::keys::{KeySpace, LockKeys};
 use crate::lock::{
     acquire_unfenced_on, extend_many_on, extend_on, release_quietly_on, release_waking_on, scan_keys,
-    ttl_millis, Acquired,
+    ttl_millis, Acquired, Renewal,
 };
 use crate::node::{Node, BACKEND};
 use crate::subscriber::{Keep, Subscriber};
@@ -126,6 +126,27 @@ const SPLIT_RETRY_MAX: Duration = Duration::from_millis(5);
 /// validity can still act. Use it where an occasional double holder costs efficiency, not
 /// correctness; for correctness, fence the resource with a store that gives
 /// [`Fencing::Monotonic`].
+///
+/// # Semaphores and read-write locks: none
+///
+/// Redlock offers only the mutex ([`Capabilities::semaphores`] and
+/// [`Capabilities::rw_locks`] are `false`; `try_acquire_kind` answers
+/// [`Error::NotSupported`]).
+///
+/// A semaphore cannot be built by majority votes: a majority quorum bounds who holds a
+/// *single* lock (two majorities always share a master, and that master grants one owner),
+/// but it does not bound a *count*. With 3 masters and 2 permits, holder A is admitted on
+/// masters {1, 2}, B on {2, 3} and C on {1, 3}: each holds a majority, each master sees only
+/// 2 holders (within its 2 permits), and yet 3 clients hold a 2-permit semaphore. Counting
+/// correctly would need every master to agree on one set of holders, which is consensus, not
+/// Redlock.
+///
+/// Read-write locks are not offered in this version either. Their exclusion is within a
+/// majority's reach (a reader's majority and a writer's share a master, which refuses one of
+/// them), but the rest is not designed nor tested yet: the waiting writers that keep new
+/// readers out would have to be recorded alike on a majority, and a failed attempt's partial
+/// grants of each kind given back. Use a single [`RedisLock`](crate::RedisLock) (or a store
+/// with fencing) for both.
 ///
 /// ```no_run
 /// use distlock_core::LockClient;
@@ -448,6 +469,19 @@ impl Redlock {
     }
 }
 
+/// Redlock holds only mutexes (see the type docs): a lease of another kind was never granted
+/// by it, and its name's mutex key must not be touched for it.
+fn only_mutex(lease: &Lease) -> Result<()> {
+    if lease.kind() == LockKind::Exclusive {
+        Ok(())
+    } else {
+        Err(Error::NotSupported {
+            backend: "redlock",
+            what: "semaphores and read-write locks",
+        })
+    }
+}
+
 fn tally(replies: Vec<Result<bool>>) -> Tally {
     let mut tally = Tally::default();
     for reply in replies {
@@ -467,7 +501,8 @@ impl DistributedLock for Redlock {
     }
 
     /// No fencing (see the type docs), notified waiters (unless switched off), 1 ms TTL
-    /// granularity, TTLs from 10 ms (below that the drift allowance eats the validity).
+    /// granularity, TTLs from 10 ms (below that the drift allowance eats the validity), no
+    /// semaphores and no read-write locks (see the type docs).
     fn capabilities(&self) -> Capabilities {
         let wake_up = if self.inner.config.notifications {
             WakeUp::Notification
@@ -478,6 +513,7 @@ impl DistributedLock for Redlock {
             .with_wakes_one(self.inner.config.notifications)
             .with_ttl_granularity(Duration::from_millis(1))
             .with_ttl_range(Duration::from_millis(10), Duration::from_secs(30 * 24 * 3600))
+            .with_primitives(false, false)
     }
 
     /// One parallel round trip to all masters (another to release them if it failed).
@@ -504,6 +540,7 @@ impl DistributedLock for Redlock {
     /// One parallel round trip: compare-and-delete on all masters, each waking the first waiter
     /// of its queue.
     async fn release(&self, lease: &Lease) -> Result<bool> {
+        only_mutex(lease)?;
         let keys = self.keys(lease.name());
         let tally = self.release_all(&keys, &lease.owner().to_string()).await;
         let n = self.inner.nodes.len();
@@ -518,6 +555,7 @@ impl DistributedLock for Redlock {
 
     /// One parallel round trip: compare-and-`PEXPIRE` on all masters; kept with a majority.
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
+        only_mutex(lease)?;
         let ttl_ms = ttl_millis(ttl)?;
         let keys = self.keys(lease.name());
         let token = lease.owner().to_string();
@@ -540,8 +578,15 @@ impl DistributedLock for Redlock {
         let mut batch = Vec::with_capacity(leases.len());
         let mut batched = Vec::with_capacity(leases.len());
         for (i, lease) in leases.iter().enumerate() {
+            if lease.kind() != LockKind::Exclusive {
+                continue;
+            }
             if let Ok(ms) = ttl_millis(lease.ttl()) {
-                batch.push((self.keys(lease.name()), lease.owner().to_string(), ms));
+                batch.push(Renewal::lock(
+                    &self.keys(lease.name()),
+                    lease.owner().to_string(),
+                    ms,
+                ));
                 batched.push(i);
             }
         }
@@ -553,7 +598,7 @@ impl DistributedLock for Redlock {
         };
         let mut results: Vec<Result<Option<Lease>>> = leases
             .iter()
-            .map(|lease| ttl_millis(lease.ttl()).map(|_| None))
+            .map(|lease| only_mutex(lease).and_then(|()| ttl_millis(lease.ttl()).map(|_| None)))
             .collect();
         for (j, &i) in batched.iter().enumerate() {
             let replies = per_node

@@ -47,7 +47,7 @@ pub(crate) struct LuaScript {
 impl LuaScript {
     /// `body` wrapped to take the request's nonce off the end of `ARGV` and return
     /// `{nonce, reply}` (see the module docs).
-    fn new(body: &'static str) -> Self {
+    pub(crate) fn new(body: &'static str) -> Self {
         let code = format!(
             "local distlock_nonce = table.remove(ARGV)\n\
              local function distlock_reply()\n{body}\nend\n\

@@ -29,7 +29,8 @@
 //!   watches stay open meanwhile (their waiters keep their safety-net poll).
 //! - A watch may belong to one waiter ([`watch_as_waiter`](Subscriber::watch_as_waiter)): a
 //!   message `wake:<waiter id>` wakes only that waiter, any other message every watch of the
-//!   channel (a resubscription too).
+//!   channel (a resubscription too). A plain [`watch`](Subscriber::watch) (the semaphores' and
+//!   read-write locks' waiters) wakes on every message naming no waiter.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -238,6 +239,12 @@ impl Subscriber {
         waiter: Arc<str>,
     ) -> Result<(watch::Receiver<u64>, Keep)> {
         self.subscribe_as(channel, Some(waiter)).await
+    }
+
+    /// Subscribes to `channel` for every message on it that names no waiter, as
+    /// [`watch_as_waiter`](Self::watch_as_waiter) otherwise.
+    pub(crate) async fn watch(&self, channel: &[u8]) -> Result<(watch::Receiver<u64>, Keep)> {
+        self.subscribe_as(channel, None).await
     }
 
     async fn subscribe_as(
