@@ -233,10 +233,20 @@ impl SqlConfig {
         self
     }
 
-    /// The `CREATE TABLE` statement for this config's database and table, for teams whose
-    /// DBAs create tables.
+    /// The `CREATE TABLE` statements for this config's database and table, for teams whose
+    /// DBAs create tables: the lock table, then its holds table (`<table>_holds`, for
+    /// semaphores and read-write locks), separated by `;`.
     pub fn ddl(&self) -> String {
-        crate::sql::Statements::new(self.dialect(), &self.table).create_table
+        let statements = crate::sql::Statements::new(self.dialect(), &self.table);
+        statements.create_tables().join(";\n\n")
+    }
+
+    /// The name of the holds table beside [`table`](Self::table), where semaphores and
+    /// read-write locks keep their rows: `<table>_holds` (shortened with a hash when that
+    /// would pass 64 characters). Do not give another client of the same database this name
+    /// as its lock table.
+    pub fn holds_table(&self) -> String {
+        crate::holds_sql::holds_table(&self.table)
     }
 
     /// The table name.

@@ -10,6 +10,15 @@
 //!   `version`, the fencing token; release and extend are compare-and-set on the owner token.
 //!   Expiry is judged by the database's clock only. See [`SqlLock`] for the row layout, the
 //!   round trips of each operation, and why not `GET_LOCK` / `SELECT ... FOR UPDATE`.
+//! - Semaphores and read-write locks
+//!   ([`LockClient::semaphore`](distlock_core::LockClient::semaphore),
+//!   [`LockClient::rw_lock`](distlock_core::LockClient::rw_lock)) keep their rows in a second
+//!   table, `<table>_holds`: one row per object (its fencing counter), per hold and per
+//!   waiting writer. An attempt takes the object first (an InnoDB row lock on the object's
+//!   row; SQLite's `BEGIN IMMEDIATE`) and only then counts the live holds and inserts its own,
+//!   so permits are exact under any concurrency; on MySQL the whole transaction is one round
+//!   trip (one text query of several statements). Release, extend and withdraw are one
+//!   statement each. See [`SqlLock`].
 //! - Waiting: SQL publishes no releases, so waiters poll with backoff, waking at the holder's
 //!   expiry. A MySQL release by a client of this process hands the lock straight to the first
 //!   of this process's waiters, in the release's own `UPDATE` (`LockClient` does it, by the
@@ -17,7 +26,7 @@
 //!   trip of its own, and no client of the process races it. A SQLite release wakes the oldest
 //!   waiter of the whole host at once, in any process, through a Unix socket per waiter in
 //!   `<database>.waiters/`.
-//! - The backend creates its table if missing (idempotently, also when many processes start
+//! - The backend creates its tables if missing (idempotently, also when many processes start
 //!   at once). Where a DBA creates tables, turn that off with
 //!   [`SqlConfig::with_create_table`] and give them [`SqlConfig::ddl`]:
 //!
@@ -32,6 +41,18 @@
 //!   PRIMARY KEY (lock_key)
 //! ) ENGINE=InnoDB;
 //!
+//! CREATE TABLE IF NOT EXISTS `distlock_locks_holds` (
+//!   primitive  VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+//!   lock_key   VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+//!   holder     VARCHAR(72) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+//!   lock_name  VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+//!   kind       VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+//!   permits    INT UNSIGNED NULL,
+//!   version    BIGINT NOT NULL,
+//!   expires_at DATETIME(6) NULL,
+//!   PRIMARY KEY (primitive, lock_key, holder)
+//! ) ENGINE=InnoDB;
+//!
 //! -- SQLite (expires_at: milliseconds since the Unix epoch)
 //! CREATE TABLE IF NOT EXISTS "distlock_locks" (
 //!   lock_key   TEXT NOT NULL PRIMARY KEY,
@@ -39,6 +60,18 @@
 //!   owner      TEXT,
 //!   version    INTEGER NOT NULL,
 //!   expires_at INTEGER
+//! ) WITHOUT ROWID;
+//!
+//! CREATE TABLE IF NOT EXISTS "distlock_locks_holds" (
+//!   primitive  TEXT NOT NULL,
+//!   lock_key   TEXT NOT NULL,
+//!   holder     TEXT NOT NULL,
+//!   lock_name  TEXT NOT NULL,
+//!   kind       TEXT NOT NULL,
+//!   permits    INTEGER,
+//!   version    INTEGER NOT NULL,
+//!   expires_at INTEGER,
+//!   PRIMARY KEY (primitive, lock_key, holder)
 //! ) WITHOUT ROWID;
 //! ```
 //!
@@ -92,7 +125,10 @@
 //!   assignments, so it is correct under MariaDB's `SIMULTANEOUS_ASSIGNMENT` (part of
 //!   `sql_mode=ORACLE`) as under the default; a row with an owner but no expiry counts as free.
 //! - Acquire (won or held), release and extend are exactly one round trip each: one
-//!   statement, prepared when a connection opens, and no ping before or after it. The
+//!   statement, prepared when a connection opens, and no ping before or after it. An attempt
+//!   at a permit or a side of a read-write lock is one round trip too: one text query
+//!   (`COM_QUERY`) carrying its transaction, its values spliced in as hexadecimal literals
+//!   (`_ascii X'...'`), which no `sql_mode` can misread. The
 //!   backend keeps its own pool of sqlx connections (sqlx's pool pings every connection
 //!   handed back to it, a second round trip per operation that also keeps the connection
 //!   from the next operation meanwhile): a connection goes back as soon as its statement's
@@ -135,10 +171,12 @@
 #[cfg(not(any(feature = "mysql", feature = "sqlite")))]
 compile_error!("distlock-sql needs at least one of its features `mysql` and `sqlite`");
 
+mod admission;
 mod checkout;
 mod config;
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 mod fs;
+mod holds_sql;
 #[cfg(feature = "sqlite")]
 mod host_waiters;
 mod lock;

@@ -26,6 +26,12 @@
 //! `INSERT ... ON DUPLICATE KEY UPDATE` or `UPDATE` reads the latest committed row (a locking
 //! read), never a stale snapshot. No lock is tied to a connection, so pooled connections can
 //! come and go, and a lost connection loses no lock (the lease simply expires unless renewed).
+//!
+//! Semaphores and read-write locks live in a table of their own beside this one
+//! (`<table>_holds`, layout in `holds_sql.rs`), reached through `lock/holds.rs`: `release` and
+//! `extend` (and so the default `extend_many`) route a lease there by its [`LockKind`]; the
+//! mutex's rows and statements are untouched by it. Their attempt is the one operation that
+//! runs a transaction (committed within the operation's one round trip on MySQL).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -33,8 +39,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    Capabilities, DistributedLock, Error, Fencing, FencingToken, Holder, Lease, LockName, LockState,
-    OwnerToken, ReleaseWatch, Result, TryAcquire, WakeUp,
+    Capabilities, DistributedLock, Error, Fencing, FencingToken, Holder, Lease, LockKind, LockName,
+    LockState, OwnerToken, Primitive, ReleaseWatch, Result, TryAcquire, WakeUp,
 };
 use tokio::time::Instant;
 
@@ -61,6 +67,21 @@ macro_rules! on_conn {
     };
 }
 
+/// As [`on_conn!`], for statements that run in a transaction of their own, committed within
+/// `$body`: the connection goes back to the pool only after a success; after any error it is
+/// closed, which rolls back whatever the unfinished transaction did.
+macro_rules! in_transaction {
+    ($c:ident => $body:expr) => {
+        |mut $c: Checkout<_>| async move {
+            let result = $body;
+            $c.finish(result.is_ok());
+            result
+        }
+    };
+}
+
+mod holds;
+
 /// The longest TTL accepted: 30 days, as [`Capabilities::new`] declares.
 const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// The first and the longest pause between internal retries of a busy or deadlocked statement.
@@ -77,8 +98,10 @@ const RETRY_MAX: Duration = Duration::from_millis(50);
 /// Capabilities: [`Fencing::Monotonic`] (the `version` column; monotonic as long as the
 /// database's clock never steps back and the clocks of failover peers or Galera nodes agree,
 /// see the crate docs), [`WakeUp::Polling`] (waiters back off with jitter and wake at the
-/// holder's expiry), TTLs from 1 ms to 30 days in 1 ms steps, and
-/// [`inspect`](DistributedLock::inspect).
+/// holder's expiry), TTLs from 1 ms to 30 days in 1 ms steps,
+/// [`inspect`](DistributedLock::inspect), semaphores and read-write locks (writer
+/// preference: a waiting writer keeps new readers out), each hold with its own fencing
+/// token from a per-object counter.
 ///
 /// # Why not `GET_LOCK` or `SELECT ... FOR UPDATE`
 ///
@@ -171,6 +194,7 @@ impl DistributedLock for SqlLock {
             .with_hands_over(true)
             .with_ttl_granularity(Duration::from_millis(1))
             .with_ttl_range(Duration::from_millis(1), MAX_TTL)
+            .with_primitives(true, true)
     }
 
     /// Acquire: insert the row, or take it over if it is free or expired, bumping `version`.
@@ -254,6 +278,9 @@ impl DistributedLock for SqlLock {
     /// fencing token, as the core's cleanup after an ambiguous acquire sends) works.
     /// **1 round trip.**
     async fn release(&self, lease: &Lease) -> Result<bool> {
+        if lease.kind() != LockKind::Exclusive {
+            return self.release_hold(lease).await;
+        }
         let key = lock_key(lease.name());
         let key = key.as_ref();
         let owner = lease.owner().to_string();
@@ -304,6 +331,12 @@ impl DistributedLock for SqlLock {
     /// `LockClient` hands a lock released in this process to this process's first waiter
     /// with it, which saves the waiter's round trip.
     async fn hand_over(&self, lease: &Lease, next: OwnerToken, ttl: Duration) -> Result<Option<Lease>> {
+        if lease.kind() != LockKind::Exclusive {
+            return Err(Error::NotSupported {
+                backend: self.backend(),
+                what: "handing a semaphore permit or a read-write lock over",
+            });
+        }
         let units = self.ttl_units(ttl)?;
         let key = lock_key(lease.name());
         let key = key.as_ref();
@@ -374,6 +407,9 @@ impl DistributedLock for SqlLock {
     /// Extend: move `expires_at` to the database's now + `ttl` where the owner is still ours
     /// and the hold has not expired. **1 round trip.**
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
+        if lease.kind() != LockKind::Exclusive {
+            return self.extend_hold(lease, ttl).await;
+        }
         let units = self.ttl_units(ttl)?;
         let key = lock_key(lease.name());
         let key = key.as_ref();
@@ -500,6 +536,30 @@ impl DistributedLock for SqlLock {
         })
     }
 
+    /// A permit of a semaphore, or a side of a read-write lock: one transaction over the
+    /// object's rows in the holds table (see `lock/holds.rs`). MySQL: **1 round trip**, won or
+    /// not. SQLite: 4 to 7 statements of one `BEGIN IMMEDIATE` transaction (local calls).
+    async fn try_acquire_kind(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiter: Option<(&str, Duration)>,
+    ) -> Result<TryAcquire> {
+        self.acquire_hold(name, kind, owner, ttl, waiter).await
+    }
+
+    /// Deletes the waiting writer's record. **1 round trip**; nothing for other kinds.
+    async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
+        self.withdraw_waiter(name, kind, waiter).await
+    }
+
+    /// The live holds of a semaphore or read-write lock, oldest first. **1 round trip.**
+    async fn inspect_holders(&self, name: &LockName, primitive: Primitive) -> Result<Vec<LockState>> {
+        self.holder_states(name, primitive).await
+    }
+
     /// `SELECT 1`. **1 round trip.**
     async fn ping(&self) -> Result<()> {
         match &self.inner.pool {
@@ -537,7 +597,14 @@ impl SqlLock {
                 config.max_connections,
                 Session {
                     limits: session_limits(config.statement_limit()),
-                    warm: vec![sql.acquire.clone(), sql.extend.clone(), sql.release.clone()],
+                    warm: vec![
+                        sql.acquire.clone(),
+                        sql.extend.clone(),
+                        sql.release.clone(),
+                        sql.holds.extend.clone(),
+                        sql.holds.release.clone(),
+                        sql.holds.withdraw.clone(),
+                    ],
                 },
             )?),
             #[cfg(feature = "sqlite")]
@@ -561,7 +628,8 @@ impl SqlLock {
     }
 
     /// Switches SQLite to WAL (persistent, so pooled connections need not repeat it), creates
-    /// the table if asked, and proves the database answers.
+    /// the tables if asked (the lock table and its holds table), and proves the database
+    /// answers.
     #[allow(irrefutable_let_patterns)] // with only the `sqlite` feature
     async fn prepare(&self) -> Result<()> {
         #[cfg(feature = "sqlite")]
@@ -582,25 +650,26 @@ impl SqlLock {
             }
         }
         if self.inner.config.create_table {
-            let ddl = self.inner.sql.create_table.as_str();
-            match &self.inner.pool {
-                #[cfg(feature = "mysql")]
-                Pool::MySql(pool) => {
-                    self.run(
-                        pool,
-                        "creating the lock table",
-                        on_conn!(c => sqlx::query(ddl).execute(c.conn()?).await),
-                    )
-                    .await?;
-                }
-                #[cfg(feature = "sqlite")]
-                Pool::Sqlite(pool) => {
-                    self.run(
-                        pool,
-                        "creating the lock table",
-                        on_conn!(c => sqlx::query(ddl).execute(c.conn()?).await),
-                    )
-                    .await?;
+            for ddl in self.inner.sql.create_tables() {
+                match &self.inner.pool {
+                    #[cfg(feature = "mysql")]
+                    Pool::MySql(pool) => {
+                        self.run(
+                            pool,
+                            "creating the lock tables",
+                            on_conn!(c => sqlx::query(ddl).execute(c.conn()?).await),
+                        )
+                        .await?;
+                    }
+                    #[cfg(feature = "sqlite")]
+                    Pool::Sqlite(pool) => {
+                        self.run(
+                            pool,
+                            "creating the lock tables",
+                            on_conn!(c => sqlx::query(ddl).execute(c.conn()?).await),
+                        )
+                        .await?;
+                    }
                 }
             }
         }

@@ -24,6 +24,8 @@
 //! of one name within one millisecond that reach the database in the opposite order of their
 //! clock readings, with the row deleted by hand between them.
 
+use crate::holds_sql::HoldStatements;
+
 /// The SQL dialect of a database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(not(all(feature = "mysql", feature = "sqlite")), allow(dead_code))]
@@ -46,7 +48,7 @@ pub(crate) fn key_char(c: char) -> bool {
 }
 
 /// MySQL's clock in microseconds since the Unix epoch, from UTC only (no time zone involved).
-const MYSQL_CLOCK_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
+pub(crate) const MYSQL_CLOCK_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
 
 /// Added to the holder's remaining time (µs) in the `last_insert_id` of an acquire that found
 /// the row held. Versions stay far below it (the clock in µs is about 2^51 this century).
@@ -59,7 +61,7 @@ const MYSQL_WON: &str =
 
 /// SQLite's clock in integer milliseconds since the Unix epoch. `'now'` is the same for every
 /// use within one statement.
-const SQLITE_NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
+pub(crate) const SQLITE_NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
 
 /// The statements of one dialect, with the table name spliced in (it was validated as a
 /// plain identifier by `SqlConfig::with_table`).
@@ -86,6 +88,8 @@ pub(crate) struct Statements {
     pub(crate) extend: String,
     /// Binds: key. Yields owner, version, remaining time (µs / ms).
     pub(crate) inspect: String,
+    /// The holds table's statements (semaphores and read-write locks), see `holds_sql.rs`.
+    pub(crate) holds: HoldStatements,
 }
 
 impl Statements {
@@ -94,6 +98,12 @@ impl Statements {
             Dialect::MySql => Self::mysql(table),
             Dialect::Sqlite => Self::sqlite(table),
         }
+    }
+
+    /// Every `CREATE TABLE` statement, in the order to run them: the mutex table, then the
+    /// holds table.
+    pub(crate) fn create_tables(&self) -> [&str; 2] {
+        [&self.create_table, &self.holds.create_table]
     }
 
     fn mysql(table: &str) -> Self {
@@ -159,6 +169,7 @@ impl Statements {
                 "SELECT CAST(owner AS CHAR CHARACTER SET utf8mb4), version, \
                  TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {t} WHERE lock_key = ?"
             ),
+            holds: HoldStatements::new(Dialect::MySql, table),
         }
     }
 
@@ -206,6 +217,7 @@ impl Statements {
                  WHERE lock_key = ?1 AND owner = ?2 AND expires_at > {now}"
             ),
             inspect: format!("SELECT owner, version, expires_at - {now} FROM {t} WHERE lock_key = ?1"),
+            holds: HoldStatements::new(Dialect::Sqlite, table),
         }
     }
 }

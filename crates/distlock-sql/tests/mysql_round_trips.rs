@@ -3,7 +3,8 @@
 //! `Com_admin_commands` counts the pings (`COM_PING`, which the general log leaves out; the
 //! test's own `mariadb` client sends none). Acquire (won or held), release and extend must each
 //! be exactly one statement: no ping before it, and none after it when the connection goes back
-//! to the pool. Each test owns its server (one turns the general log on; both read global
+//! to the pool. The same holds for semaphores and read-write locks, whose attempt is one text
+//! query carrying its whole transaction. Each test owns its server (one turns the general log on; both read global
 //! counters).
 #![cfg(feature = "mysql")]
 
@@ -310,4 +311,97 @@ async fn a_waiter_polls_with_reads_while_another_process_holds_the_lock() {
         .expect("acquired once free")
         .expect("the waiter task");
     assert!(guard.release().await.expect("works"));
+}
+
+/// A permit of a semaphore and the sides of a read-write lock: an attempt (won, refused, or
+/// a writer recording that it waits) is one text query of several statements, one
+/// transaction; release, extend and withdraw are one prepared statement each. No ping.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_command_per_operation_on_semaphores_and_rw_locks() {
+    use distlock_core::LockKind;
+
+    let server = own_server().await;
+    let lock: SqlLock = SqlConfig::from_url(&server.url())
+        .expect("a valid URL")
+        .with_max_connections(1)
+        .build()
+        .await
+        .expect("the server answers");
+    let ttl = Duration::from_secs(30);
+    let name = LockName::new("round-trips").expect("valid");
+    let permit = LockKind::Permit { permits: 1 };
+    let stay = Duration::from_secs(5);
+
+    // Warm up: every prepared statement once.
+    let a = won(lock
+        .try_acquire_kind(&name, permit, OwnerToken::new(), ttl, None)
+        .await
+        .expect("works"));
+    assert!(lock.extend(&a, ttl).await.expect("works").is_some());
+    assert!(lock.release(&a).await.expect("works"));
+    lock.withdraw(&name, LockKind::Write, "w").await.expect("works");
+    server
+        .sql("SET GLOBAL log_output = 'TABLE'; SET GLOBAL general_log = 1")
+        .expect("turns the general log on");
+
+    let (a, acquire) = commands(
+        &server,
+        lock.try_acquire_kind(&name, permit, OwnerToken::new(), ttl, None),
+    )
+    .await;
+    let a = won(a.expect("works"));
+    let (held, held_cmds) = commands(
+        &server,
+        lock.try_acquire_kind(&name, permit, OwnerToken::new(), ttl, None),
+    )
+    .await;
+    match held.expect("works") {
+        TryAcquire::Held(h) => {
+            let left = h.remaining.expect("the holder's remaining time");
+            assert!(left > Duration::from_secs(25) && left <= ttl, "{left:?}");
+        }
+        TryAcquire::Acquired(l) => panic!("acquired a full semaphore: {l:?}"),
+    }
+    let (extended, extend) = commands(&server, lock.extend(&a, ttl)).await;
+    assert!(extended.expect("works").is_some());
+    let (released, release) = commands(&server, lock.release(&a)).await;
+    assert!(released.expect("works"));
+
+    let reader = won(lock
+        .try_acquire_kind(&name, LockKind::Read, OwnerToken::new(), ttl, None)
+        .await
+        .expect("works"));
+    let (waits, wait_cmds) = commands(
+        &server,
+        lock.try_acquire_kind(&name, LockKind::Write, OwnerToken::new(), ttl, Some(("w", stay))),
+    )
+    .await;
+    assert!(matches!(waits.expect("works"), TryAcquire::Held(_)));
+    let (withdrawn, withdraw) = commands(&server, lock.withdraw(&name, LockKind::Write, "w")).await;
+    withdrawn.expect("works");
+    assert!(lock.release(&reader).await.expect("works"));
+
+    let all = [
+        ("acquire a permit", &acquire),
+        ("acquire a permit (full)", &held_cmds),
+        ("extend a permit", &extend),
+        ("release a permit", &release),
+        ("a writer waits", &wait_cmds),
+        ("withdraw", &withdraw),
+    ];
+    println!(
+        "commands per operation: {:?}",
+        all.map(|(what, cmds)| (what, cmds.len()))
+    );
+    for (what, cmds) in all {
+        // One command, and no ping before it or after it.
+        assert!(cmds.len() == 1 && cmds[0] != "Ping", "{what}: {cmds:#?}");
+    }
+    // An attempt is one text query carrying its whole transaction.
+    for (what, cmds) in [("acquire", &acquire), ("held", &held_cmds), ("waits", &wait_cmds)] {
+        assert!(
+            cmds[0].starts_with("Query\tSTART TRANSACTION;"),
+            "{what}: {cmds:#?}"
+        );
+    }
 }

@@ -143,3 +143,69 @@ async fn an_owner_without_expiry_is_free() {
     assert!(b.fencing_token() > a.fencing_token());
     assert!(lock.release(&b).await.expect("works"));
 }
+
+/// Semaphores and read-write locks (whose attempt is one text query of several statements,
+/// with session variables and hexadecimal literals) behave the same under modes that change
+/// how SQL is read: Oracle's, ANSI quotes, no backslash escapes, empty strings as NULL,
+/// strict tables and full GROUP BY.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_and_rw_locks_under_unusual_modes() {
+    use distlock_core::{Error, LockKind, Primitive};
+
+    let server =
+        server("ORACLE,ANSI,STRICT_ALL_TABLES,NO_BACKSLASH_ESCAPES,ONLY_FULL_GROUP_BY,EMPTY_STRING_IS_NULL")
+            .await;
+    let lock = client(&server.url()).await;
+    let ttl = Duration::from_secs(30);
+    let name = LockName::new(format!("mode's \\ \"kinds\" {}", uuid::Uuid::new_v4())).expect("valid");
+    let permit = LockKind::Permit { permits: 2 };
+    let take = |kind, waiter| lock.try_acquire_kind(&name, kind, OwnerToken::new(), ttl, waiter);
+
+    let a = acquired(take(permit, None).await.expect("works"), "first permit");
+    let b = acquired(take(permit, None).await.expect("works"), "second permit");
+    assert!(b.fencing_token() > a.fencing_token());
+    match take(permit, None).await.expect("works") {
+        TryAcquire::Held(h) => assert!(h.remaining.is_some_and(|l| l <= ttl), "{h:?}"),
+        TryAcquire::Acquired(l) => panic!("a third permit of two: {l:?}"),
+    }
+    assert!(matches!(
+        take(LockKind::Permit { permits: 3 }, None).await,
+        Err(Error::PermitsMismatch {
+            stored: 2,
+            asked: 3,
+            ..
+        })
+    ));
+    assert_eq!(
+        lock.inspect_holders(&name, Primitive::Semaphore)
+            .await
+            .expect("works")
+            .len(),
+        2
+    );
+    assert!(lock.extend(&a, ttl).await.expect("works").is_some());
+    assert!(lock.release(&a).await.expect("works"));
+    assert!(lock.release(&b).await.expect("works"));
+
+    let reader = acquired(take(LockKind::Read, None).await.expect("works"), "reader");
+    assert!(matches!(
+        take(LockKind::Write, Some(("w", ttl))).await.expect("works"),
+        TryAcquire::Held(_)
+    ));
+    assert!(matches!(
+        take(LockKind::Read, None).await.expect("works"),
+        TryAcquire::Held(_)
+    ));
+    lock.withdraw(&name, LockKind::Write, "w").await.expect("works");
+    let second = acquired(
+        take(LockKind::Read, None).await.expect("works"),
+        "reader after withdrawal",
+    );
+    assert!(lock.release(&reader).await.expect("works"));
+    assert!(lock.release(&second).await.expect("works"));
+    let writer = acquired(
+        take(LockKind::Write, Some(("w", ttl))).await.expect("works"),
+        "writer",
+    );
+    assert!(lock.release(&writer).await.expect("works"));
+}

@@ -1,0 +1,430 @@
+//! The SQL text of the holds table, per dialect: the rows of semaphores and read-write locks.
+//! This module owns that table's layout and its statements only; it runs nothing (see
+//! `lock/holds.rs`), and the rule the statements apply is `admission.rs`'s.
+//!
+//! # Layout
+//!
+//! One table beside the mutex table, named after it (`<table>_holds`), with one row per
+//! object, per live hold and per waiting writer; primary key `(primitive, lock_key, holder)`,
+//! so every row of one object sits together in the index:
+//!
+//! | row            | `holder`                     | `kind`                         | `permits`          | `version`                            | `expires_at` |
+//! |----------------|------------------------------|--------------------------------|--------------------|--------------------------------------|--------------|
+//! | the object     | `#`                          | `object`                       | `NULL`             | the last fencing token issued        | `NULL` |
+//! | a hold         | the holder's owner token     | `permit`, `read` or `write`    | the count (permit) | this hold's fencing token            | end of the hold |
+//! | waiting writer | `~` + the waiter's id        | `waiter`                       | `NULL`             | 0                                    | end of the wait record |
+//!
+//! `primitive` is [`Primitive::as_str`](distlock_core::Primitive::as_str) (`semaphore`,
+//! `rw-lock`), so the semaphore `x` and the read-write lock `x` never share a row, nor a row
+//! of the mutex table. A row is live while `expires_at` is after the database's clock (the
+//! same clock as the mutex's: MySQL's `UTC_TIMESTAMP(6)`, SQLite's `julianday('now')` in ms).
+//! The object's row is never deleted: its `version` grows by one at least per hold, as
+//! `max(version + 1, clock in µs)` (see `sql.rs` on why the clock), so tokens keep growing
+//! when the object has no holder. Expired holds and waiter records are deleted by the next
+//! attempt on the object.
+//!
+//! # An attempt
+//!
+//! Every attempt first takes the object: on MySQL the upsert of the object's row locks it
+//! (InnoDB row lock, held to the end of the transaction), on SQLite `BEGIN IMMEDIATE` takes
+//! the database's write lock. Only then does it count the live rows (the census) and insert
+//! its hold, so two attempts on one object never decide on the same count: no
+//! over-admission, and no reliance on `INSERT ... SELECT COUNT(*)` (whose read could miss a
+//! concurrent insert). Releases, renewals and withdrawals are single statements on their own
+//! row, which need not take the object: none of them can let anyone in who should not be.
+//!
+//! MySQL runs the whole transaction in **one round trip**: one text query of several
+//! statements ([`mysql_attempt`]), deciding with session variables (`@dl_*`) by the rule of
+//! `admission.rs`, and ending with a `SELECT` of the outcome. Its values are spliced in as
+//! hexadecimal literals with a character set introducer (`_ascii X'6a6f6273'`), so no value
+//! can change the statement's meaning, whatever the `sql_mode`. SQLite runs the census and
+//! the writes as separate statements of one transaction on one connection: local calls, no
+//! network, with the rule applied in Rust between them.
+
+use std::fmt::Write as _;
+
+use distlock_core::LockKind;
+
+use crate::sql::{Dialect, KEY_LEN, MYSQL_CLOCK_US, SQLITE_NOW_MS};
+
+/// The longest `holder` value: `~` + a SHA-256 in hex (64), or an owner token (36).
+pub(crate) const HOLDER_LEN: usize = 72;
+
+/// The holds table's name for the mutex table `table`: `<table>_holds`, or, when that would
+/// pass the 64 characters of a MySQL identifier, a prefix of `table`, 8 hex digits of its
+/// SHA-256 and `_holds` (so two long table names never share a holds table).
+pub(crate) fn holds_table(table: &str) -> String {
+    const MAX: usize = 64;
+    const SUFFIX: &str = "_holds";
+    if table.len() + SUFFIX.len() <= MAX {
+        return format!("{table}{SUFFIX}");
+    }
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(table.as_bytes());
+    let tag = hex(&digest[..4]);
+    // The table name is ASCII (checked by `SqlConfig::with_table`), so any cut is a char boundary.
+    let keep = MAX - SUFFIX.len() - 1 - tag.len();
+    format!("{}_{tag}{SUFFIX}", &table[..keep.min(table.len())])
+}
+
+/// The `kind` column's value for a hold of `kind`; `None` for the mutex.
+pub(crate) fn kind_column(kind: LockKind) -> Option<&'static str> {
+    match kind {
+        LockKind::Permit { .. } => Some("permit"),
+        LockKind::Read => Some("read"),
+        LockKind::Write => Some("write"),
+        _ => None,
+    }
+}
+
+/// The hold a row's `kind` and `permits` describe; `None` for anything else.
+pub(crate) fn kind_of_row(kind: &str, permits: Option<i64>) -> Option<LockKind> {
+    match kind {
+        "permit" => Some(LockKind::Permit {
+            permits: u32::try_from(permits?).ok()?,
+        }),
+        "read" => Some(LockKind::Read),
+        "write" => Some(LockKind::Write),
+        _ => None,
+    }
+}
+
+/// The `holder` value of the waiting writer `id`: `~` + the id when it is a short plain token
+/// (an owner token, as `LockClient` sends), else `~` + its SHA-256 in hex, so any id fits the
+/// column and never looks like an owner token.
+pub(crate) fn waiter_holder(id: &str) -> String {
+    let plain = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if plain {
+        return format!("~{id}");
+    }
+    use sha2::{Digest, Sha256};
+    format!("~{}", hex(&Sha256::digest(id.as_bytes())))
+}
+
+/// The statements of the holds table, for one dialect.
+#[derive(Debug, Clone)]
+pub(crate) struct HoldStatements {
+    /// The table's name, unquoted.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub(crate) table: String,
+    pub(crate) create_table: String,
+    /// Binds: primitive, key, owner, kind. One affected row iff a live hold was released.
+    pub(crate) release: String,
+    /// Binds, MySQL: ttl µs, primitive, key, owner, kind. SQLite: primitive, key, owner, kind,
+    /// ttl ms. One affected (matched) row iff a live hold was extended.
+    pub(crate) extend: String,
+    /// Binds: primitive, key, waiter holder. Deletes a waiting writer's record.
+    pub(crate) withdraw: String,
+    /// Binds: primitive, key. Yields holder, kind, permits, version, remaining time (µs / ms)
+    /// of each live hold, oldest first.
+    pub(crate) holders: String,
+    /// SQLite: the statements of an attempt's transaction (MySQL builds its one query per
+    /// attempt with [`mysql_attempt`]).
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) sqlite: SqliteAttempt,
+}
+
+/// The statements of one SQLite attempt, run in this order inside `BEGIN IMMEDIATE` ...
+/// `COMMIT` on one connection.
+#[derive(Debug, Clone, Default)]
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+pub(crate) struct SqliteAttempt {
+    /// Binds: primitive, key. Deletes the object's expired holds and waiter records.
+    pub(crate) purge: String,
+    /// Binds: primitive, key, owner, kind. Yields one [`CensusRow`](crate::admission::CensusRow).
+    pub(crate) census: String,
+    /// Binds: primitive, key, name, the caller's clock in µs. Creates the object's row or
+    /// bumps its version; `RETURNING` the new version, the new hold's fencing token.
+    pub(crate) bump: String,
+    /// Binds: primitive, key, owner, name, kind, permits, version, ttl ms. The new hold.
+    pub(crate) insert: String,
+    /// Binds: primitive, key, owner, kind, ttl ms. Renews the attempt's own hold (a retry).
+    pub(crate) renew: String,
+    /// Binds: primitive, key, waiter holder, name, stay ms. Records or renews a waiting writer.
+    pub(crate) record_waiter: String,
+}
+
+impl HoldStatements {
+    /// The statements for the holds table of the mutex table `table`.
+    pub(crate) fn new(dialect: Dialect, table: &str) -> Self {
+        let table = holds_table(table);
+        match dialect {
+            Dialect::MySql => Self::mysql(table),
+            Dialect::Sqlite => Self::sqlite(table),
+        }
+    }
+
+    fn mysql(table: String) -> Self {
+        let t = format!("`{table}`");
+        let now = "UTC_TIMESTAMP(6)";
+        let left = "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)";
+        Self {
+            create_table: format!(
+                "CREATE TABLE IF NOT EXISTS {t} (\n  \
+                 primitive  VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n  \
+                 lock_key   VARCHAR({KEY_LEN}) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n  \
+                 holder     VARCHAR({HOLDER_LEN}) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n  \
+                 lock_name  VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n  \
+                 kind       VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n  \
+                 permits    INT UNSIGNED NULL,\n  \
+                 version    BIGINT NOT NULL,\n  \
+                 expires_at DATETIME(6) NULL,\n  \
+                 PRIMARY KEY (primitive, lock_key, holder)\n\
+                 ) ENGINE=InnoDB"
+            ),
+            release: format!(
+                "DELETE FROM {t} WHERE primitive = ? AND lock_key = ? AND holder = ? AND kind = ? \
+                 AND expires_at > {now}"
+            ),
+            extend: format!(
+                "UPDATE {t} SET expires_at = {now} + INTERVAL ? MICROSECOND \
+                 WHERE primitive = ? AND lock_key = ? AND holder = ? AND kind = ? AND expires_at > {now}"
+            ),
+            withdraw: format!(
+                "DELETE FROM {t} WHERE primitive = ? AND lock_key = ? AND holder = ? AND kind = 'waiter'"
+            ),
+            holders: format!(
+                "SELECT CAST(holder AS CHAR CHARACTER SET utf8mb4), CAST(kind AS CHAR CHARACTER SET utf8mb4), \
+                 CAST(permits AS SIGNED), version, {left} FROM {t} \
+                 WHERE primitive = ? AND lock_key = ? AND kind IN ('permit', 'read', 'write') \
+                 AND expires_at > {now} ORDER BY version"
+            ),
+            sqlite: SqliteAttempt::default(),
+            table,
+        }
+    }
+
+    fn sqlite(table: String) -> Self {
+        let t = format!("\"{table}\"");
+        let now = SQLITE_NOW_MS;
+        let left = format!("expires_at - {now}");
+        let columns = "(primitive, lock_key, holder, lock_name, kind, permits, version, expires_at)";
+        Self {
+            create_table: format!(
+                "CREATE TABLE IF NOT EXISTS {t} (\n  \
+                 primitive  TEXT NOT NULL,\n  \
+                 lock_key   TEXT NOT NULL,\n  \
+                 holder     TEXT NOT NULL,\n  \
+                 lock_name  TEXT NOT NULL,\n  \
+                 kind       TEXT NOT NULL,\n  \
+                 permits    INTEGER,\n  \
+                 version    INTEGER NOT NULL,\n  \
+                 expires_at INTEGER,\n  \
+                 PRIMARY KEY (primitive, lock_key, holder)\n\
+                 ) WITHOUT ROWID"
+            ),
+            release: format!(
+                "DELETE FROM {t} WHERE primitive = ?1 AND lock_key = ?2 AND holder = ?3 AND kind = ?4 \
+                 AND expires_at > {now}"
+            ),
+            extend: format!(
+                "UPDATE {t} SET expires_at = {now} + ?5 \
+                 WHERE primitive = ?1 AND lock_key = ?2 AND holder = ?3 AND kind = ?4 AND expires_at > {now}"
+            ),
+            withdraw: format!(
+                "DELETE FROM {t} WHERE primitive = ?1 AND lock_key = ?2 AND holder = ?3 AND kind = 'waiter'"
+            ),
+            holders: format!(
+                "SELECT holder, kind, permits, version, {left} FROM {t} \
+                 WHERE primitive = ?1 AND lock_key = ?2 AND kind IN ('permit', 'read', 'write') \
+                 AND expires_at > {now} ORDER BY version"
+            ),
+            sqlite: SqliteAttempt {
+                purge: format!(
+                    "DELETE FROM {t} WHERE primitive = ?1 AND lock_key = ?2 AND kind <> 'object' \
+                     AND expires_at <= {now}"
+                ),
+                census: format!(
+                    "SELECT {} FROM {t} WHERE primitive = ?1 AND lock_key = ?2 AND kind <> 'object' \
+                     AND expires_at > {now}",
+                    census_columns("?3", "?4", &left)
+                ),
+                bump: format!(
+                    "INSERT INTO {t} {columns} VALUES (?1, ?2, '#', ?3, 'object', NULL, MAX({now} * 1000, ?4), NULL) \
+                     ON CONFLICT (primitive, lock_key, holder) DO UPDATE SET \
+                     version = MAX(version + 1, {now} * 1000, ?4) \
+                     RETURNING version"
+                ),
+                insert: format!("INSERT INTO {t} {columns} VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, {now} + ?8)"),
+                renew: format!(
+                    "UPDATE {t} SET expires_at = {now} + ?5 \
+                     WHERE primitive = ?1 AND lock_key = ?2 AND holder = ?3 AND kind = ?4"
+                ),
+                record_waiter: format!(
+                    "INSERT INTO {t} {columns} VALUES (?1, ?2, ?3, ?4, 'waiter', NULL, 0, {now} + ?5) \
+                     ON CONFLICT (primitive, lock_key, holder) DO UPDATE SET expires_at = excluded.expires_at"
+                ),
+            },
+            table,
+        }
+    }
+}
+
+/// The census's columns over one object's live rows (a [`CensusRow`](crate::admission::CensusRow)):
+/// holds, readers, writers, waiting writers, the permit count of live permits, the token of
+/// the attempt's own hold (`owner` of `kind`), and the remaining times of the first permit,
+/// the last reader and the writer (`left` computes a row's remaining time).
+fn census_columns(owner: &str, kind: &str, left: &str) -> String {
+    format!(
+        "COALESCE(SUM(kind <> 'waiter'), 0), COALESCE(SUM(kind = 'read'), 0), \
+         COALESCE(SUM(kind = 'write'), 0), COALESCE(SUM(kind = 'waiter'), 0), \
+         MIN(CASE WHEN kind = 'permit' THEN permits END), \
+         MAX(CASE WHEN holder = {owner} AND kind = {kind} THEN version END), \
+         MIN(CASE WHEN kind = 'permit' THEN {left} END), \
+         MAX(CASE WHEN kind = 'read' THEN {left} END), \
+         MAX(CASE WHEN kind = 'write' THEN {left} END)"
+    )
+}
+
+/// The values of one attempt.
+#[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) struct AttemptValues<'a> {
+    pub(crate) primitive: &'static str,
+    pub(crate) key: &'a str,
+    pub(crate) name: &'a str,
+    pub(crate) owner: &'a str,
+    pub(crate) kind: LockKind,
+    /// The hold's TTL in µs.
+    pub(crate) ttl: i64,
+    /// A waiting writer's `holder` value and how long its record lives (µs).
+    pub(crate) waiter: Option<(&'a str, i64)>,
+}
+
+/// MySQL: one attempt as one text query (one round trip). In one transaction: lock the
+/// object's row (creating it if missing), delete its expired rows, take the census of the
+/// live rows with `FOR UPDATE`, decide by `admission.rs`'s rule, then either bump the object's
+/// version and insert the hold, or renew the attempt's own hold (a retry); a writer removes
+/// its waiting record when it wins and records or renews it when it loses. The final
+/// `SELECT` yields `won`, the fencing token, then the census's columns.
+///
+/// A statement that fails stops the query with the transaction open: the caller must close
+/// the connection then (which rolls it back), never return it to the pool.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) fn mysql_attempt(table: &str, v: &AttemptValues<'_>) -> String {
+    let t = format!("`{table}`");
+    let p = ascii_literal(v.primitive);
+    let k = ascii_literal(v.key);
+    let n = text_literal(v.name);
+    let o = ascii_literal(v.owner);
+    let kind = kind_column(v.kind).unwrap_or("object");
+    let kind_lit = format!("'{kind}'");
+    let (permits, won) = match v.kind {
+        LockKind::Permit { permits } => (
+            permits.to_string(),
+            format!(
+                "@dl_mine IS NOT NULL OR ((@dl_stored IS NULL OR @dl_stored = {permits}) \
+                 AND @dl_holds < {permits})"
+            ),
+        ),
+        LockKind::Read => (
+            "NULL".to_owned(),
+            "@dl_mine IS NOT NULL OR (@dl_writers = 0 AND @dl_waiting = 0)".to_owned(),
+        ),
+        // A writer, and anything else (which never reaches here) only when nothing is held.
+        _ => (
+            "NULL".to_owned(),
+            "@dl_mine IS NOT NULL OR @dl_holds = 0".to_owned(),
+        ),
+    };
+    let ttl = v.ttl;
+    let object = format!("primitive = {p} AND lock_key = {k}");
+    let columns = "(primitive, lock_key, holder, lock_name, kind, permits, version, expires_at)";
+    let left = "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)";
+    let mut q = String::with_capacity(4096);
+    // `write!` to a String cannot fail.
+    let _ = write!(
+        q,
+        "START TRANSACTION;\n\
+         INSERT INTO {t} {columns} VALUES ({p}, {k}, '#', {n}, 'object', NULL, 0, NULL) \
+         ON DUPLICATE KEY UPDATE version = version;\n\
+         DELETE FROM {t} WHERE {object} AND kind <> 'object' AND expires_at <= UTC_TIMESTAMP(6);\n\
+         SELECT {census} INTO @dl_holds, @dl_readers, @dl_writers, @dl_waiting, @dl_stored, @dl_mine, \
+         @dl_first_permit, @dl_last_reader, @dl_writer \
+         FROM {t} WHERE {object} AND kind <> 'object' AND expires_at > UTC_TIMESTAMP(6) FOR UPDATE;\n\
+         SET @dl_won = ({won});\n\
+         UPDATE {t} SET version = LAST_INSERT_ID(GREATEST(version + 1, {MYSQL_CLOCK_US})) \
+         WHERE {object} AND holder = '#' AND @dl_won AND @dl_mine IS NULL;\n\
+         SET @dl_token = CASE WHEN NOT @dl_won THEN NULL WHEN @dl_mine IS NOT NULL THEN @dl_mine \
+         ELSE LAST_INSERT_ID() END;\n\
+         INSERT INTO {t} {columns} SELECT {p}, {k}, {o}, {n}, {kind_lit}, {permits}, @dl_token, \
+         UTC_TIMESTAMP(6) + INTERVAL {ttl} MICROSECOND FROM DUAL WHERE @dl_won AND @dl_mine IS NULL;\n\
+         UPDATE {t} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL {ttl} MICROSECOND \
+         WHERE {object} AND holder = {o} AND kind = {kind_lit} AND @dl_mine IS NOT NULL;\n",
+        census = census_columns(&o, &kind_lit, left),
+    );
+    if let Some((waiter, stay)) = v.waiter {
+        let w = ascii_literal(waiter);
+        let _ = write!(
+            q,
+            "DELETE FROM {t} WHERE {object} AND holder = {w} AND kind = 'waiter' AND @dl_won;\n\
+             INSERT INTO {t} {columns} SELECT {p}, {k}, {w}, {n}, 'waiter', NULL, 0, \
+             UTC_TIMESTAMP(6) + INTERVAL {stay} MICROSECOND FROM DUAL WHERE NOT @dl_won \
+             ON DUPLICATE KEY UPDATE expires_at = UTC_TIMESTAMP(6) + INTERVAL {stay} MICROSECOND;\n"
+        );
+    }
+    q.push_str(
+        "COMMIT;\n\
+         SELECT CAST(@dl_won AS SIGNED), CAST(@dl_token AS SIGNED), CAST(@dl_holds AS SIGNED), \
+         CAST(@dl_readers AS SIGNED), CAST(@dl_writers AS SIGNED), CAST(@dl_waiting AS SIGNED), \
+         CAST(@dl_stored AS SIGNED), CAST(@dl_mine AS SIGNED), CAST(@dl_first_permit AS SIGNED), \
+         CAST(@dl_last_reader AS SIGNED), CAST(@dl_writer AS SIGNED)",
+    );
+    q
+}
+
+/// An ASCII string as a MySQL literal that no `sql_mode` or content can misread.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+fn ascii_literal(s: &str) -> String {
+    format!("_ascii X'{}'", hex(s.as_bytes()))
+}
+
+/// A UTF-8 string as a MySQL literal that no `sql_mode` or content can misread.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+fn text_literal(s: &str) -> String {
+    format!("_utf8mb4 X'{}'", hex(s.as_bytes()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_tables_fit_an_identifier_and_stay_apart() {
+        assert_eq!(holds_table("distlock_locks"), "distlock_locks_holds");
+        let long_a = format!("{}a", "x".repeat(63));
+        let long_b = format!("{}b", "x".repeat(63));
+        let (a, b) = (holds_table(&long_a), holds_table(&long_b));
+        assert!(a.len() <= 64 && b.len() <= 64, "{a} {b}");
+        assert_ne!(a, b);
+        assert!(a.ends_with("_holds"));
+    }
+
+    #[test]
+    fn waiter_ids_fit_and_never_look_like_owners() {
+        assert_eq!(waiter_holder("ab-12"), "~ab-12");
+        let odd = waiter_holder("it's a 'quoted' id");
+        assert!(odd.starts_with('~') && odd.len() == 65, "{odd}");
+        let long = waiter_holder(&"x".repeat(200));
+        assert!(long.len() <= HOLDER_LEN);
+        assert_ne!(waiter_holder(""), "~");
+    }
+
+    #[test]
+    fn literals_carry_no_quotes_of_their_own() {
+        assert_eq!(ascii_literal("a'b"), "_ascii X'612762'");
+        assert_eq!(text_literal("é"), "_utf8mb4 X'c3a9'");
+    }
+}
