@@ -177,3 +177,34 @@ async fn the_same_business_code_runs_on_every_enabled_store() {
         assert_eq!((sold, left), (30, 0), "{url}: every seat sold exactly once");
     }
 }
+
+/// The semaphore across processes: 4 processes x 3 exports under 2 permits never run more
+/// than 2 at once, and do run 2 at once (it is not a mutex); the read-write lock keeps every
+/// catalog read whole while the publisher rewrites it.
+#[test]
+fn exports_run_at_most_and_at_times_exactly_permits_at_once() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let url = sqlite_url(&dir);
+    let stdout = run_example(
+        "exports",
+        &[
+            "--url",
+            &url,
+            "--processes",
+            "4",
+            "--exports",
+            "3",
+            "--permits",
+            "2",
+        ],
+        &[],
+    );
+    assert!(
+        stdout.contains("max concurrent exports = 2 of 2 permits"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("12 exports; every catalog read was whole"),
+        "{stdout}"
+    );
+}

@@ -3,21 +3,33 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgGroup, Args, Parser, Subcommand};
 
 const AFTER_HELP: &str = "\
 Stores: redis://HOST:PORT[/DB], redlock://H1:P1,H2:P2,H3:P3, mysql://USER:PASS@HOST:PORT/DB,
 sqlite://PATH, zk://H1:P1,H2:P2/CHROOT, memcache://HOST:PORT, memory://NAME (one process).
 Without --url or DISTLOCK_URL, the embedded default store is used.
 
+What `exec` holds while the command runs (the lock, the semaphore and the read-write lock
+of one NAME are three objects that never block one another):
+  (default)     the lock NAME: one command at a time
+  --permits N   a permit of the semaphore NAME: at most N commands at once; every holder
+                must give the same N while any holds a permit
+  --read        a read lock of the read-write lock NAME (alias --shared): readers run
+                together, never beside a writer; once a writer waits, new readers wait
+  --write       the write lock of the read-write lock NAME: no reader or writer beside it
+`status --semaphore NAME` and `status --rw NAME` list the holders of those two.
+
 Exit codes of `exec`: the command's own code (128+N if killed by signal N), or
-  75  the lock was not acquired within --wait (or at once with --no-wait)
+  75  the lock (or a permit) was not acquired within --wait (or at once with --no-wait)
   76  the lock was lost while the command ran; it got SIGTERM, then SIGKILL after --grace
       or at the lease's deadline, whichever is first
   126 the command cannot be executed     127 the command was not found
   70  the command's process group could not be set up
-Any command: 64 invalid name or duration, 69 store unavailable, 78 bad URL or store not
-compiled in, 2 usage error. `check` exits 1 if a case failed.
+Any command: 64 invalid name, duration or --permits (0, or another count than the live
+holders of the semaphore gave), 69 store unavailable, 78 bad URL, store not compiled in, or
+a store without what was asked (semaphores, read-write locks, fencing tokens), 2 usage
+error. `check` exits 1 if a case failed.
 
 `exec` runs the command in a process group of its own. On Linux that group is killed with
 SIGKILL when distlock dies, however it dies (kill -9 included), and at the lease's local
@@ -46,9 +58,11 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run a command while holding a lock; release it when the command exits.
+    /// Run a command while holding a lock (or a semaphore's permit, or a read or write lock);
+    /// release it when the command exits.
     Exec(ExecArgs),
-    /// Show whether a lock is held, by whom, its fencing token and remaining TTL.
+    /// Show whether a lock is held, by whom, its fencing token and remaining TTL (or the
+    /// holders of a semaphore or read-write lock).
     Status(StatusArgs),
     /// Run the conformance suite against the store and print a table of the cases.
     Check(CheckArgs),
@@ -62,14 +76,30 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("primitive").args(["permits", "read", "write"])))]
 pub struct ExecArgs {
     /// How long to wait for the lock (500ms, 30s, 2m); default: wait until it is free.
     #[arg(long, short, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
     pub wait: Option<Duration>,
 
-    /// Fail at once (exit 75) if the lock is held.
+    /// Fail at once (exit 75) if the lock is held (with --permits: if every permit is).
     #[arg(long, short = 'n')]
     pub no_wait: bool,
+
+    /// Hold one of N permits of the semaphore NAME instead of the lock NAME: at most N
+    /// commands run at once. Every holder must give the same N (else exit 64).
+    #[arg(long, value_name = "N")]
+    pub permits: Option<u32>,
+
+    /// Hold a read lock of the read-write lock NAME: readers run together, never beside a
+    /// writer (`--write`); once a writer waits, new readers wait for it.
+    #[arg(long, visible_alias = "shared")]
+    pub read: bool,
+
+    /// Hold the write lock of the read-write lock NAME: no reader or other writer runs
+    /// beside it.
+    #[arg(long)]
+    pub write: bool,
 
     /// The lock's TTL; the lock is renewed every TTL/3 while the command runs.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
@@ -84,7 +114,8 @@ pub struct ExecArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
     pub grace: Duration,
 
-    /// The lock's name.
+    /// The lock's name (the semaphore's with --permits, the read-write lock's with --read or
+    /// --write).
     pub name: String,
 
     /// The command and its arguments (after `--`).
@@ -98,7 +129,15 @@ pub struct StatusArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// The lock's name.
+    /// List the holders of the semaphore NAME (`exec --permits`) instead of the lock NAME.
+    #[arg(long, conflicts_with = "rw")]
+    pub semaphore: bool,
+
+    /// List the readers and writer of the read-write lock NAME (`exec --read`/`--write`).
+    #[arg(long, visible_alias = "rw-lock")]
+    pub rw: bool,
+
+    /// The lock's name (the semaphore's with --semaphore, the read-write lock's with --rw).
     pub name: String,
 }
 

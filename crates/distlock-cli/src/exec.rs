@@ -1,5 +1,11 @@
 //! `distlock exec`: run a command while holding a lock, like `flock(1)` across hosts.
 //!
+//! What is held is the lock `NAME` by default, one permit of the semaphore `NAME` with
+//! `--permits N`, or a side of the read-write lock `NAME` with `--read` / `--write`. Only how
+//! the guard is obtained differs ([`acquire`]): every hold is the same `LockGuard`, so all
+//! that follows (renewal, the lost-lock stop, the process group and its deadline, the exit
+//! codes) is the same for each.
+//!
 //! The command runs in a process group of its own, apart from `distlock`'s (as `timeout(1)`
 //! runs it), so that SIGINT, SIGTERM and SIGHUP reach it exactly once: `distlock` forwards
 //! them to the whole group. While it runs, the watchdog renews the lock every TTL/3. If the
@@ -42,11 +48,12 @@
 //! the lock expires after its TTL, so another holder can run beside it; and what the command
 //! leaves in its group when it exits is not killed.
 
+use std::fmt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use distlock::{AcquireOptions, Error, Result, Wait};
+use distlock::{AcquireOptions, Error, LockClient, LockGuard, LockKind, Result, Wait};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
@@ -63,6 +70,11 @@ const PROMISE_MIN_PERIOD: Duration = Duration::from_millis(10);
 const LOCK_NAME_ENV: &str = "DISTLOCK_LOCK_NAME";
 
 pub async fn run(url: &str, args: ExecArgs) -> Result<u8> {
+    // Bad arguments are reported before the store is contacted.
+    let held = Held {
+        name: &args.name,
+        kind: kind(&args)?,
+    };
     let client = distlock::connect(url).await?;
     let wait = match (args.no_wait, args.wait) {
         (true, _) => Wait::No,
@@ -70,7 +82,7 @@ pub async fn run(url: &str, args: ExecArgs) -> Result<u8> {
         (false, None) => Wait::Forever,
     };
     let opts = AcquireOptions::new().ttl(args.ttl).wait(wait);
-    let guard = client.acquire_with(args.name.as_str(), &opts).await?;
+    let guard = acquire(&client, held, &opts).await?;
 
     let mut command = Command::new(&args.command[0]);
     command.args(&args.command[1..]).env(LOCK_NAME_ENV, &args.name);
@@ -104,10 +116,7 @@ pub async fn run(url: &str, args: ExecArgs) -> Result<u8> {
     if lost.is_lost() {
         group.end().await;
         let reason = lost.lost().await;
-        eprintln!(
-            "distlock: lock {:?} was lost ({reason}) before the command started",
-            args.name
-        );
+        eprintln!("distlock: {held} was lost ({reason}) before the command started");
         drop(guard);
         return Ok(exit::LOST);
     }
@@ -117,10 +126,7 @@ pub async fn run(url: &str, args: ExecArgs) -> Result<u8> {
             // The lease ran out between the check and the spawn: the leader's group was gone.
             group.end().await;
             let reason = lost.lost().await;
-            eprintln!(
-                "distlock: lock {:?} was lost ({reason}) before the command started ({error})",
-                args.name
-            );
+            eprintln!("distlock: {held} was lost ({reason}) before the command started ({error})");
             drop(guard);
             return Ok(exit::LOST);
         }
@@ -147,8 +153,7 @@ pub async fn run(url: &str, args: ExecArgs) -> Result<u8> {
                 if status.signal() == Some(Signal::SIGKILL as i32) && lost.is_lost() {
                     let reason = lost.lost().await;
                     eprintln!(
-                        "distlock: lock {:?} was lost ({reason}); the command was killed at the lease's deadline",
-                        args.name
+                        "distlock: {held} was lost ({reason}); the command was killed at the lease's deadline"
                     );
                     break Ended::Lost;
                 }
@@ -161,7 +166,7 @@ pub async fn run(url: &str, args: ExecArgs) -> Result<u8> {
                 }
             }
             reason = lost.lost() => {
-                eprintln!("distlock: lock {:?} was lost ({reason}); stopping the command", args.name);
+                eprintln!("distlock: {held} was lost ({reason}); stopping the command");
                 // Never past the lease's deadline (the leader kills the group then anyway).
                 let grace = guard.remaining().map_or(args.grace, |left| left.min(args.grace));
                 terminate(&mut child, pgid, grace).await;
@@ -179,16 +184,65 @@ pub async fn run(url: &str, args: ExecArgs) -> Result<u8> {
         Ended::Exited(status) => {
             match guard.release().await {
                 Ok(true) => {}
-                Ok(false) => eprintln!(
-                    "distlock: warning: lock {:?} was no longer held when the command ended",
-                    args.name
-                ),
-                Err(error) => eprintln!(
-                    "distlock: warning: releasing {:?} failed ({error}); its TTL frees it",
-                    args.name
-                ),
+                Ok(false) => eprintln!("distlock: warning: {held} was no longer held when the command ended"),
+                Err(error) => {
+                    eprintln!("distlock: warning: releasing {held} failed ({error}); its TTL frees it")
+                }
             }
             Ok(exit_code(status))
+        }
+    }
+}
+
+/// What the command runs under: a hold of `kind` on the object `name`.
+#[derive(Clone, Copy)]
+struct Held<'a> {
+    name: &'a str,
+    kind: LockKind,
+}
+
+/// The hold `--permits`, `--read` or `--write` ask for (clap lets at most one through), else
+/// the lock of the name.
+///
+/// # Errors
+/// [`Error::InvalidOptions`] for `--permits 0`.
+fn kind(args: &ExecArgs) -> Result<LockKind> {
+    Ok(match args.permits {
+        Some(0) => {
+            return Err(Error::invalid_options(
+                "--permits must be at least 1 (the number of commands that may run at once)",
+            ))
+        }
+        Some(permits) => LockKind::Permit { permits },
+        None if args.read => LockKind::Read,
+        None if args.write => LockKind::Write,
+        None => LockKind::Exclusive,
+    })
+}
+
+/// Takes what `held` names, waiting as `opts` say. The only step that differs between the
+/// lock, a permit and a side of a read-write lock: each gives the same [`LockGuard`].
+///
+/// # Errors
+/// [`Error::Timeout`]; [`Error::NotSupported`] if the store has no semaphores or read-write
+/// locks; [`Error::PermitsMismatch`]; store errors.
+async fn acquire(client: &LockClient, held: Held<'_>, opts: &AcquireOptions) -> Result<LockGuard> {
+    match held.kind {
+        LockKind::Permit { permits } => client.semaphore(held.name, permits)?.acquire_with(opts).await,
+        LockKind::Read => client.rw_lock(held.name)?.read_with(opts).await,
+        LockKind::Write => client.rw_lock(held.name)?.write_with(opts).await,
+        _ => client.acquire_with(held.name, opts).await,
+    }
+}
+
+impl fmt::Display for Held<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = self.name;
+        match self.kind {
+            LockKind::Permit { .. } => write!(f, "a permit of semaphore {name:?}"),
+            LockKind::Read => write!(f, "the read lock of {name:?}"),
+            LockKind::Write => write!(f, "the write lock of {name:?}"),
+            _ => write!(f, "lock {name:?}"),
         }
     }
 }

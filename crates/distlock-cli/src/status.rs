@@ -1,6 +1,7 @@
-//! `distlock status`: who holds a lock, as the store sees it.
+//! `distlock status`: who holds a lock, a semaphore's permits or a read-write lock, as the
+//! store sees it.
 
-use distlock::{LockName, Result};
+use distlock::{Error, LockClient, LockKind, LockName, LockState, Primitive, Result};
 use serde::Serialize;
 
 use crate::cli::StatusArgs;
@@ -18,7 +19,17 @@ struct Status<'a> {
 pub async fn run(url: &str, args: StatusArgs) -> Result<u8> {
     let name = LockName::new(&args.name)?;
     let client = distlock::connect(url).await?;
-    let state = client.backend().inspect(&name).await?;
+    match (args.semaphore, args.rw) {
+        (true, _) => holders(&client, &name, Primitive::Semaphore, args.json).await,
+        (false, true) => holders(&client, &name, Primitive::RwLock, args.json).await,
+        (false, false) => mutex(&client, &name, args.json).await,
+    }
+}
+
+/// The lock `name`: one line, `NAME: held by OWNER (fencing token T, 1.2s left)` or
+/// `NAME: free (last fencing token T)`.
+async fn mutex(client: &LockClient, name: &LockName, json: bool) -> Result<u8> {
+    let state = client.backend().inspect(name).await?;
     let status = Status {
         name: name.as_str(),
         held: state.is_held(),
@@ -26,21 +37,117 @@ pub async fn run(url: &str, args: StatusArgs) -> Result<u8> {
         fencing_token: state.fencing.map(|t| t.get()),
         remaining_ms: state.remaining.map(|d| d.as_millis()),
     };
-    if args.json {
+    if json {
         println!("{}", serde_json::to_string(&status).unwrap_or_default());
         return Ok(exit::OK);
     }
-    let token = state.fencing.map(|t| format!("fencing token {t}"));
-    match (&state.owner, state.remaining) {
-        (Some(owner), remaining) => {
-            let left = remaining.map(|d| format!("{:.1}s left", d.as_secs_f64()));
-            let details: Vec<String> = [token, left].into_iter().flatten().collect();
-            println!("{}: held by {owner} ({})", name, details.join(", "));
-        }
-        (None, _) => match token {
-            Some(token) => println!("{name}: free (last {token})"),
-            None => println!("{name}: free"),
-        },
+    match (&state.owner, state.fencing) {
+        (Some(owner), _) => println!("{name}: held by {owner} ({})", details(&state).join(", ")),
+        (None, Some(token)) => println!("{name}: free (last fencing token {token})"),
+        (None, None) => println!("{name}: free"),
     }
     Ok(exit::OK)
+}
+
+#[derive(Serialize)]
+struct Holders<'a> {
+    name: &'a str,
+    /// `"semaphore"` or `"rw-lock"`.
+    primitive: &'static str,
+    held: bool,
+    /// A semaphore's number of permits, as its holders gave it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    permits: Option<u32>,
+    holders: Vec<Hold<'a>>,
+}
+
+#[derive(Serialize)]
+struct Hold<'a> {
+    /// `"permit"`, `"read"` or `"write"`.
+    kind: &'static str,
+    owner: Option<&'a str>,
+    fencing_token: Option<u64>,
+    remaining_ms: Option<u128>,
+}
+
+/// The live holders of the semaphore or read-write lock `name`: a summary line, then one line
+/// per holder, oldest fencing token first.
+async fn holders(client: &LockClient, name: &LockName, primitive: Primitive, json: bool) -> Result<u8> {
+    if !client.capabilities().offers(primitive) {
+        return Err(Error::NotSupported {
+            backend: client.backend().backend(),
+            what: match primitive {
+                Primitive::Semaphore => "semaphores",
+                _ => "read-write locks",
+            },
+        });
+    }
+    let mut states = client.backend().inspect_holders(name, primitive).await?;
+    states.sort_by_key(|s| (s.fencing.is_none(), s.fencing, s.owner.clone()));
+    let permits = states.iter().find_map(|s| match s.kind {
+        LockKind::Permit { permits } => Some(permits),
+        _ => None,
+    });
+    if json {
+        let report = Holders {
+            name: name.as_str(),
+            primitive: primitive.as_str(),
+            held: !states.is_empty(),
+            permits,
+            holders: states
+                .iter()
+                .map(|s| Hold {
+                    kind: kind_word(s.kind),
+                    owner: s.owner.as_deref(),
+                    fencing_token: s.fencing.map(|t| t.get()),
+                    remaining_ms: s.remaining.map(|d| d.as_millis()),
+                })
+                .collect(),
+        };
+        println!("{}", serde_json::to_string(&report).unwrap_or_default());
+        return Ok(exit::OK);
+    }
+    let readers = states.iter().filter(|s| s.kind == LockKind::Read).count();
+    let summary = match (states.len(), permits) {
+        (0, _) => "free".to_owned(),
+        (n, Some(permits)) => format!("{n} of {permits} permits held"),
+        (_, None) if readers > 0 => format!("held by {readers} reader{}", plural(readers)),
+        (_, None) => "held by a writer".to_owned(),
+    };
+    println!("{name} ({primitive}): {summary}");
+    for state in &states {
+        let owner = state.owner.as_deref().unwrap_or("an unknown owner");
+        let details = details(state);
+        let details = if details.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", details.join(", "))
+        };
+        println!("  {:<6} held by {owner}{details}", kind_word(state.kind));
+    }
+    Ok(exit::OK)
+}
+
+/// `fencing token T` and `1.2s left`, those that are known.
+fn details(state: &LockState) -> Vec<String> {
+    let token = state.fencing.map(|t| format!("fencing token {t}"));
+    let left = state.remaining.map(|d| format!("{:.1}s left", d.as_secs_f64()));
+    [token, left].into_iter().flatten().collect()
+}
+
+fn kind_word(kind: LockKind) -> &'static str {
+    match kind {
+        LockKind::Permit { .. } => "permit",
+        LockKind::Read => "read",
+        LockKind::Write => "write",
+        _ => "lock",
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
 }
