@@ -1,52 +1,17 @@
 //! End-to-end tests of the built `distlock` binary on a SQLite file shared by processes.
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_distlock");
-
-fn sqlite_url(dir: &Path) -> String {
-    format!("sqlite://{}", dir.join("locks.db").display())
-}
-
-fn distlock(url: &str, args: &[&str]) -> Command {
-    let mut command = Command::new(BIN);
-    command
-        .env_remove("DISTLOCK_URL")
-        .arg("--url")
-        .arg(url)
-        .args(args);
-    command
-}
-
-fn run(command: &mut Command) -> Output {
-    command.output().expect("distlock runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+mod support;
+use support::{distlock, run, sqlite_url, text, wait_exit, BIN};
 
 fn wait_for_file(path: &Path) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !path.exists() {
         assert!(Instant::now() < deadline, "{} never appeared", path.display());
         std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn wait_exit(child: &mut Child, limit: Duration) -> Option<i32> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().expect("waitable") {
-            return status.code();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "distlock did not exit within {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

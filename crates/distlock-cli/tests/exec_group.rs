@@ -11,27 +11,14 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
-const BIN: &str = env!("CARGO_BIN_EXE_distlock");
+mod support;
+use support::{distlock, sqlite_url, BIN};
 
 /// The hidden argument of `distlock`'s group leader (`src/group.rs`).
 const LEADER_ARG: &str = "__exec-group-leader";
 
 /// Well under every TTL used here: the group must be gone within this after distlock dies.
 const GONE_WITHIN: Duration = Duration::from_secs(5);
-
-fn sqlite_url(dir: &Path) -> String {
-    format!("sqlite://{}", dir.join("locks.db").display())
-}
-
-fn distlock(url: &str, args: &[&str]) -> Command {
-    let mut command = Command::new(BIN);
-    command
-        .env_remove("DISTLOCK_URL")
-        .arg("--url")
-        .arg(url)
-        .args(args);
-    command
-}
 
 /// Waits until `path` holds a line and returns it.
 fn read_when_written(path: &Path) -> String {
