@@ -46,7 +46,7 @@ use super::layout::{
 };
 use super::queue::{queue, sequence_of, Line};
 use super::waiting::vanished;
-use super::{map_err, Conn, Inner, BACKEND};
+use super::{map_err, Conn, Inner};
 
 /// What a lease node's data starts with; the permit count follows.
 const PERMITS_DATA: &str = "permits=";
@@ -294,29 +294,9 @@ impl Inner {
                 self.bounded(entry.leave_all()).await?;
                 return Ok(None);
             }
-            let expired = async {
-                let _ = session.wait_for(|s| !s.keeps(conn.epoch)).await;
-            };
-            let sleep = async {
-                match deadline {
-                    Some(deadline) => tokio::time::sleep_until(deadline).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                event = watcher.changed() => {
-                    self.watch_events.fetch_add(1, Ordering::Relaxed);
-                    if event.event_type == zk::EventType::Session {
-                        return Err(Error::unavailable(BACKEND, format!("the session ended while waiting ({})", event.session_state)));
-                    }
-                }
-                () = sleep => {
-                    self.bounded(entry.leave_all()).await?;
-                    return Ok(None);
-                }
-                () = expired => {
-                    return Err(Error::unavailable(BACKEND, "the session ended while waiting"));
-                }
+            if !self.await_change(watcher, &mut session, &conn, deadline).await? {
+                self.bounded(entry.leave_all()).await?;
+                return Ok(None);
             }
         }
     }

@@ -128,30 +128,9 @@ impl Inner {
             if stat.is_none() {
                 continue; // gone between the listing and the watch: look again
             }
-            let expired = async {
-                // Ends when the session no longer keeps our epoch (or the backend is gone).
-                let _ = session.wait_for(|s| !s.keeps(conn.epoch)).await;
-            };
-            let sleep = async {
-                match deadline {
-                    Some(deadline) => tokio::time::sleep_until(deadline).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                event = watcher.changed() => {
-                    self.watch_events.fetch_add(1, Ordering::Relaxed);
-                    if event.event_type == zk::EventType::Session {
-                        return Err(Error::unavailable(BACKEND, format!("the session ended while waiting ({})", event.session_state)));
-                    }
-                }
-                () = sleep => {
-                    self.bounded(entry.leave()).await?;
-                    return Ok(None);
-                }
-                () = expired => {
-                    return Err(Error::unavailable(BACKEND, "the session ended while waiting"));
-                }
+            if !self.await_change(watcher, &mut session, conn, deadline).await? {
+                self.bounded(entry.leave()).await?;
+                return Ok(None);
             }
         }
     }
@@ -169,4 +148,40 @@ fn position_of(queue: &[String], node: &Node) -> Result<usize> {
 fn holds(line: Line, queue: &[String], node: &Node) -> Result<bool> {
     let position = position_of(queue, node)?;
     Ok(line.verdict(queue, position) == Verdict::Holds)
+}
+
+impl Inner {
+    /// Waits for `watcher`'s event: `true` when it comes, `false` when `deadline` passes first.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] if the session ends meanwhile (it no longer keeps `conn`'s epoch).
+    pub(super) async fn await_change(
+        &self,
+        watcher: zk::OneshotWatcher,
+        session: &mut tokio::sync::watch::Receiver<distlock_core::Session>,
+        conn: &Conn,
+        deadline: Option<Instant>,
+    ) -> Result<bool> {
+        let expired = async {
+            // Ends when the session no longer keeps our epoch (or the backend is gone).
+            let _ = session.wait_for(|s| !s.keeps(conn.epoch)).await;
+        };
+        let sleep = async {
+            match deadline {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            event = watcher.changed() => {
+                self.watch_events.fetch_add(1, Ordering::Relaxed);
+                if event.event_type == zk::EventType::Session {
+                    return Err(Error::unavailable(BACKEND, format!("the session ended while waiting ({})", event.session_state)));
+                }
+                Ok(true)
+            }
+            () = sleep => Ok(false),
+            () = expired => Err(Error::unavailable(BACKEND, "the session ended while waiting")),
+        }
+    }
 }
