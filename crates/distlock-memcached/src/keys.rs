@@ -4,7 +4,13 @@
 //!
 //! For a namespace `ns` (default `distlock`) and a lock name `n`:
 //! - `ns:l:<enc(n)>` is the lock item: the owner token as its value, the TTL as its expiry;
-//! - `ns:f:<enc(n)>` is the fencing counter of `n` (an `incr` counter, 30-day expiry).
+//! - `ns:f:<enc(n)>` is the fencing counter of `n` (an `incr` counter, 30-day expiry);
+//! - `ns:s:<enc(n)>` is the semaphore `n` and `ns:w:<enc(n)>` the read-write lock `n`: one
+//!   item each, holding every holder, waiting writer and the fencing counter of that object
+//!   (see `holders_item.rs`).
+//!
+//! The mutex, the semaphore and the read-write lock of one name are three objects: their
+//! keys differ in the letter between the colons, so they never collide.
 //!
 //! `enc` is [`LockName::encode`] with printable ASCII allowed (memcached keys may not hold
 //! spaces or control characters) and the room the 250-byte key limit leaves: `%` and every
@@ -15,12 +21,13 @@
 //! Routing: with several servers, each name lives on exactly one of them, chosen by
 //! rendezvous hashing of `enc(n)` over the configured addresses (FNV-1a, stable across
 //! builds and processes, so every client with the same server list agrees). The lock item
-//! and its counter go to the same server. Adding or removing a server moves only the names
+//! and its counter go to the same server, and so do the semaphore and the read-write lock of
+//! that name. Adding or removing a server moves only the names
 //! that hash to it; losing a server loses the locks on it.
 
 use std::borrow::Cow;
 
-use distlock_core::LockName;
+use distlock_core::{LockName, Primitive};
 
 /// memcached's key length limit.
 pub(crate) const MAX_KEY_LEN: usize = 250;
@@ -54,6 +61,17 @@ impl Keys {
     /// The fencing counter's key.
     pub(crate) fn fence_key(&self, encoded: &str) -> String {
         format!("{}:f:{encoded}", self.namespace)
+    }
+
+    /// The item of the semaphore or read-write lock `encoded` (`primitive` is one of those
+    /// two; the mutex's item is [`lock_key`](Self::lock_key)).
+    pub(crate) fn object_key(&self, encoded: &str, primitive: Primitive) -> String {
+        let letter = match primitive {
+            Primitive::Semaphore => 's',
+            Primitive::RwLock => 'w',
+            _ => 'l',
+        };
+        format!("{}:{letter}:{encoded}", self.namespace)
     }
 }
 
@@ -111,7 +129,18 @@ mod tests {
         let a = keys.encoded(&name(&format!("{long}a"))).into_owned();
         let b = keys.encoded(&name(&format!("{long}b"))).into_owned();
         assert_ne!(a, b);
-        assert_ne!(keys.lock_key("x"), keys.fence_key("x"));
+        let all = [
+            keys.lock_key("x"),
+            keys.fence_key("x"),
+            keys.object_key("x", Primitive::Semaphore),
+            keys.object_key("x", Primitive::RwLock),
+            crate::wire::IDENTITY_KEY.to_owned(),
+        ];
+        let unique: std::collections::BTreeSet<&String> = all.iter().collect();
+        assert_eq!(unique.len(), all.len(), "{all:?}");
+        assert_eq!(keys.object_key("x", Primitive::Mutex), keys.lock_key("x"));
+        let enc = keys.encoded(&name(&long)).into_owned();
+        assert!(keys.object_key(&enc, Primitive::Semaphore).len() <= MAX_KEY_LEN);
     }
 
     const PINNED: [usize; 4] = [2, 2, 0, 1];

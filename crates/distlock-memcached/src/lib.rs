@@ -10,6 +10,11 @@
 //!   notifications), waking at the holder's expiry; a release by a client of the same
 //!   process wakes one of its waiters at once (`LockClient` does it, by the store's name:
 //!   [`distlock_core::LocalWaiters`]).
+//! - Semaphores and read-write locks ([`distlock_core::LockClient::semaphore`],
+//!   [`distlock_core::LockClient::rw_lock`]) keep each object in one item, changed by a
+//!   read and a CAS-guarded rewrite (2 round trips): exact permit counts, writer preference,
+//!   holds ended by the server's clock; see "Semaphores and read-write locks" on
+//!   [`MemcachedLock`].
 //! - **Read the guarantees on [`MemcachedLock`] before using it**: a memcached restart, or an
 //!   eviction under memory pressure, silently frees locks. A held guard notices at its next
 //!   renewal and fires its lost-lock signal, and no stale holder can ever release or extend
@@ -46,6 +51,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod config;
+mod holders;
+mod holders_item;
+mod item_rewrite;
 mod keys;
 mod lock;
 mod pool;

@@ -6,11 +6,14 @@
 //!   TTL rounded up to whole seconds **plus two seconds** (see "TTLs" on [`MemcachedLock`]);
 //! - `ns:f:<enc(n)>` = the fencing counter, an `incr` counter seeded with the unix time in
 //!   microseconds when it is (re)created, expiry 30 days, refreshed on each use;
+//! - `ns:s:<enc(n)>` (the semaphore `n`) and `ns:w:<enc(n)>` (the read-write lock `n`) =
+//!   one item per object holding all its holders, waiting writers and its fencing counter,
+//!   with an absolute expiry 30 days after its last write (`holders_item.rs`, `holders.rs`);
 //! - `distlock:server-identity` (one per server, shared by every namespace) = a random
 //!   128-bit nonce in hex, no expiry, added by the first client to connect to a fresh
 //!   server process.
 //!
-//! Every lease remembers the lock item's CAS value and the identity of the server process
+//! Every mutex lease remembers the lock item's CAS value and the identity of the server process
 //! (its nonce) that issued it, in [`Lease::handle`]. CAS-guarded commands only go out on a
 //! connection that reaches that same process (see `wire.rs` for why).
 //!
@@ -22,8 +25,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use distlock_core::{
-    Capabilities, DistributedLock, Error, Fencing, FencingToken, Holder, Lease, LockName, LockState,
-    OwnerToken, ReleaseWatch, Result, TryAcquire, WakeUp,
+    Capabilities, DistributedLock, Error, Fencing, FencingToken, Holder, Lease, LockKind, LockName,
+    LockState, OwnerToken, Primitive, ReleaseWatch, Result, TryAcquire, WakeUp,
 };
 use futures::future::join_all;
 use tokio::time::Instant;
@@ -33,10 +36,10 @@ use crate::keys::{self, Keys};
 use crate::pool::Server;
 use crate::wire::{Batch, Code, Epoch, Reply, WireError};
 
-const BACKEND: &str = "memcached";
+pub(crate) const BACKEND: &str = "memcached";
 
 /// memcached reads an expiry above 30 days as an absolute unix time.
-const SERVER_MAX_RELATIVE_SECS: u64 = 30 * 24 * 3600;
+pub(crate) const SERVER_MAX_RELATIVE_SECS: u64 = 30 * 24 * 3600;
 /// Added to every expiry we send. memcached's clock is `floor(monotonic seconds)` sampled by
 /// a once-a-second timer whose phase drifts (each firing re-arms it), so it can lag real
 /// time by up to two seconds, and an item can expire up to two seconds before
@@ -44,9 +47,9 @@ const SERVER_MAX_RELATIVE_SECS: u64 = 30 * 24 * 3600;
 /// carries the monotonic clock's fraction across a whole second). With two extra seconds the
 /// server keeps the item at least until the lease's local deadline (`sent + TTL`), less the
 /// lateness of one timer firing (modelled in the unit tests).
-const EXPIRY_SLACK_SECS: u64 = 2;
+pub(crate) const EXPIRY_SLACK_SECS: u64 = 2;
 /// Leases per pipelined renewal batch.
-const EXTEND_BATCH: usize = 64;
+pub(crate) const EXTEND_BATCH: usize = 64;
 /// The fencing counter's expiry (refreshed on every acquisition attempt).
 const COUNTER_TTL_SECS: u32 = 30 * 24 * 3600;
 
@@ -73,6 +76,11 @@ pub const MAX_TTL: Duration = Duration::from_secs(SERVER_MAX_RELATIVE_SECS - EXP
 /// | wait | polling with jittered backoff, waking at the holder's expiry (`mg t`) | per attempt: 1 |
 /// | inspect (owner, fencing token, seconds left) | `mg <lock> v t` | 1 |
 /// | ping | `mn` on every server | 1 |
+/// | semaphore / read-write lock: acquire, release, extend | `mg <object> c t v`, then `cas <object>` (the whole item rewritten) + `mg <object> c t v` | 2 (1 more to create the item; more per lost CAS race, see below) |
+/// | the same, refused (or nothing to release or renew) | `mg <object> c t v` | 1 |
+/// | the same, extend_many (watchdog) | one rewrite per object for all its leases, 64 objects per pipeline, all servers at once | 2 per 64 objects per server |
+/// | the same, withdraw a waiting writer | as release | 1 or 2 |
+/// | the same, inspect_holders | `mg <object> c t v` | 1 |
 ///
 /// A new connection costs one more round trip (`add` + `mg` of the identity item, to learn
 /// the server process and check that it hands out CAS values).
@@ -144,6 +152,49 @@ pub const MAX_TTL: Duration = Duration::from_secs(SERVER_MAX_RELATIVE_SECS - EXP
 ///   lock could be released or renewed; every connection to it fails with
 ///   [`Error::InvalidConfig`] (checked when the connection opens, so
 ///   [`DistributedLock::ping`] and [`MemcachedLock::connect`] report it).
+///
+/// # Semaphores and read-write locks
+///
+/// [`LockClient::semaphore`](distlock_core::LockClient::semaphore) and
+/// [`LockClient::rw_lock`](distlock_core::LockClient::rw_lock) work on one item per object
+/// (`ns:s:<name>`, `ns:w:<name>`: apart from each other and from the mutex of the same name)
+/// whose value lists every hold (side, owner token, end, fencing token), the waiting writers,
+/// the semaphore's count and the object's fencing counter. Each change reads the item and
+/// rewrites it with a classic `cas`, so:
+///
+/// - **Exact.** At most `permits` live holders, under any race between clients: two
+///   clients that read the same item cannot both write it. A client that names another count
+///   than the live holders gets [`Error::PermitsMismatch`], and once no holder is live a new
+///   count is taken. A writer waits for every reader and writer; while a waiting writer is
+///   recorded (its record renewed by each attempt of its wait, dropped when it wins or
+///   withdraws, lapsing after its stay plus two seconds), no new reader gets in.
+/// - **Holds end by the server's clock**, in whole seconds, like the mutex's items, with the
+///   same two seconds of slack: the item is written with an absolute expiry that its value
+///   repeats, so every read learns the server's clock from the `t` flag. No client's clock
+///   decides whether a hold is live. Absolute expiries limit these primitives to
+///   mid-December 2037: memcached 1.6 parses expiry times as 32-bit numbers (a write that
+///   would not fit fails with [`Error::Backend`] instead of storing an item that vanishes).
+/// - **Bounded.** One item keeps at most 512 holds (permits or readers): a semaphore of
+///   more permits, or a 513th reader, gets [`Error::NotSupported`]; at most 64 waiting
+///   writers are recorded (the rest wait unrecorded, while the recorded ones keep readers
+///   out). The item stays below 48 KiB.
+/// - **Contention.** Every change of an object rewrites its one item, so clients changing
+///   it at once race: the loser retries at once on the item its failed write brought back
+///   (1 more round trip), then after random pauses (up to 0.5 ms, doubling to 32 ms) and a
+///   new read (2 more each), so that colliding clients spread out. Each race lost means
+///   another client's change went through. If the races go on until the operation timeout,
+///   an attempt reports the object held ([`TryAcquire::Held`], no expiry hint: a waiter
+///   polls again) and a release, renewal or withdrawal fails with [`Error::Unavailable`]
+///   (the watchdog retries it).
+/// - **Restarts and evictions lose every hold of the object at once**: the item is gone. A
+///   renewal then finds no item (or a new one without its owner token) and returns `None`,
+///   so every holder's lost-lock signal fires at its next renewal; until then, as for the
+///   mutex, old and new holders can overlap. The read and the rewrite of one change go to the
+///   same server process (a restarted one could hand out the same CAS for another item).
+///   Fencing tokens come from the item's counter, which lives 30 days after the last write,
+///   so it survives the object having no holders; when the item is lost, it is re-created at
+///   the unix time in microseconds, best effort as for the mutex.
+/// - Waiters poll, as for the mutex (a release wakes nobody in another process).
 ///
 /// # Ambiguous errors
 ///
@@ -301,6 +352,31 @@ impl MemcachedLock {
         self.locate(name).server.addr()
     }
 
+    /// The key of the semaphore `name`'s item, or of the read-write lock `name`'s (for
+    /// operators and tests; see the key layout). [`Primitive::Mutex`] gives
+    /// [`lock_key`](Self::lock_key).
+    pub fn object_key(&self, name: &LockName, primitive: Primitive) -> String {
+        self.object_index(name, primitive).1
+    }
+
+    /// The servers, in the configuration's order.
+    pub(crate) fn servers(&self) -> &[Server] {
+        &self.inner.servers
+    }
+
+    /// The server (by index) and the key of the `primitive` object `name`.
+    pub(crate) fn object_index(&self, name: &LockName, primitive: Primitive) -> (usize, String) {
+        let encoded = self.inner.keys.encoded(name);
+        let index = keys::route(&encoded, self.inner.servers.iter().map(Server::addr));
+        (index, self.inner.keys.object_key(&encoded, primitive))
+    }
+
+    /// The server and the key of the `primitive` object `name`.
+    pub(crate) fn object_at(&self, name: &LockName, primitive: Primitive) -> (&Server, String) {
+        let (index, key) = self.object_index(name, primitive);
+        (&self.inner.servers[index], key)
+    }
+
     fn locate(&self, name: &LockName) -> Located<'_> {
         let encoded = self.inner.keys.encoded(name);
         let index = keys::route(&encoded, self.inner.servers.iter().map(Server::addr));
@@ -314,7 +390,7 @@ impl MemcachedLock {
     /// Sends `batch` on one connection to `server` and reads every reply, all within the
     /// operation timeout. With `bound_to`, sends nothing and returns `None` if the
     /// connection reaches another server process than the lease's.
-    async fn exchange(
+    pub(crate) async fn exchange(
         &self,
         server: &Server,
         batch: &Batch,
@@ -366,7 +442,7 @@ impl MemcachedLock {
     }
 
     /// [`exchange`](Self::exchange) on whatever process the server runs now.
-    async fn exchange_any(&self, server: &Server, batch: &Batch) -> Result<(Epoch, Vec<Reply>)> {
+    pub(crate) async fn exchange_any(&self, server: &Server, batch: &Batch) -> Result<(Epoch, Vec<Reply>)> {
         match self.exchange(server, batch, None).await? {
             Some(outcome) => Ok(outcome),
             None => Err(Error::backend(BACKEND, "an unbound exchange was refused")),
@@ -381,7 +457,12 @@ impl MemcachedLock {
     /// **1 round trip when the lock is held, 2 when the attempt wins** (the second records
     /// the token in the item, see [`record_token`](Self::record_token)); one more on a new
     /// connection.
-    async fn acquire_once(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
+    pub(crate) async fn acquire_once(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+    ) -> Result<TryAcquire> {
         let (lease_ttl, expiry) = ttl_on_server(ttl)?;
         let at = self.locate(name);
         let owner_text = owner.to_string();
@@ -749,7 +830,7 @@ impl MemcachedLock {
 
     /// `mg <lock> v t`: the owner token, the holder's fencing token and the whole seconds
     /// left. **1 round trip.**
-    async fn inspect_once(&self, name: &LockName) -> Result<LockState> {
+    pub(crate) async fn inspect_once(&self, name: &LockName) -> Result<LockState> {
         let at = self.locate(name);
         let mut batch = Batch::new();
         batch.get(&at.lock_key, "v t");
@@ -801,22 +882,75 @@ impl DistributedLock for MemcachedLock {
         Capabilities::new(Fencing::BestEffort, WakeUp::Polling)
             .with_ttl_granularity(Duration::from_secs(1))
             .with_ttl_range(MIN_TTL, MAX_TTL)
+            .with_primitives(true, true)
     }
 
     async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
         self.acquire_once(name, owner, ttl).await
     }
 
+    /// The mutex's lease goes to the mutex's item; a permit, read or write lease to its
+    /// object's item (`holders.rs`).
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.release_once(lease).await
+        match lease.kind() {
+            LockKind::Exclusive => self.release_once(lease).await,
+            _ => self.release_hold(lease).await,
+        }
     }
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
-        self.extend_once(lease, ttl).await
+        match lease.kind() {
+            LockKind::Exclusive => self.extend_once(lease, ttl).await,
+            _ => self.extend_hold(lease, ttl).await,
+        }
     }
 
+    /// The mutex's leases as before (64 per pipeline), the others one rewrite per object (64
+    /// objects per pipeline); both at once.
     async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
-        self.extend_all(leases).await
+        let (mutex, holds): (Vec<usize>, Vec<usize>) =
+            (0..leases.len()).partition(|&i| leases[i].kind() == LockKind::Exclusive);
+        if holds.is_empty() {
+            return self.extend_all(leases).await;
+        }
+        let mutex_leases: Vec<Lease> = mutex.iter().map(|&i| leases[i].clone()).collect();
+        let (renewed_mutex, renewed_holds) =
+            futures::join!(self.extend_all(&mutex_leases), self.extend_holds(leases, &holds));
+        let mut results: Vec<Option<Result<Option<Lease>>>> = leases.iter().map(|_| None).collect();
+        for (i, outcome) in mutex.into_iter().zip(renewed_mutex) {
+            results[i] = Some(outcome);
+        }
+        for (i, outcome) in renewed_holds {
+            results[i] = Some(outcome);
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::backend(BACKEND, "a renewal got no result"))))
+            .collect()
+    }
+
+    async fn try_acquire_kind(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiter: Option<(&str, Duration)>,
+    ) -> Result<TryAcquire> {
+        self.acquire_hold(name, kind, owner, ttl, waiter).await
+    }
+
+    async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
+        self.withdraw_waiter(name, kind, waiter).await
+    }
+
+    /// Polling, as for the mutex: memcached publishes nothing. **0 round trips.**
+    async fn watch_kind(&self, _name: &LockName, _primitive: Primitive) -> Result<ReleaseWatch> {
+        Ok(self.release_watch())
+    }
+
+    async fn inspect_holders(&self, name: &LockName, primitive: Primitive) -> Result<Vec<LockState>> {
+        self.holders_of(name, primitive).await
     }
 
     async fn watch(&self, _name: &LockName) -> Result<ReleaseWatch> {
@@ -905,7 +1039,7 @@ fn owner_of(value: &str) -> &str {
 }
 
 /// One error reported for each lease of a failed pipeline (errors are not `Clone`).
-fn same_error(e: &Error) -> Error {
+pub(crate) fn same_error(e: &Error) -> Error {
     match e {
         Error::Unavailable { .. } => Error::unavailable(BACKEND, e.to_string()),
         Error::InvalidOptions { reason } => Error::invalid_options(reason.clone()),
@@ -914,7 +1048,7 @@ fn same_error(e: &Error) -> Error {
 }
 
 /// The lease's TTL (rounded up to whole seconds) and the expiry to send (two seconds more).
-fn ttl_on_server(ttl: Duration) -> Result<(Duration, u32)> {
+pub(crate) fn ttl_on_server(ttl: Duration) -> Result<(Duration, u32)> {
     if ttl.is_zero() {
         return Err(Error::invalid_options("the TTL must be greater than zero"));
     }
@@ -930,7 +1064,7 @@ fn ttl_on_server(ttl: Duration) -> Result<(Duration, u32)> {
 }
 
 /// The seed of a (re)created fencing counter: the unix time in microseconds.
-fn fence_seed() -> u64 {
+pub(crate) fn fence_seed() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2))
@@ -956,14 +1090,14 @@ fn remaining(reply: &Reply) -> Option<Duration> {
         .map(Duration::from_secs)
 }
 
-fn refused(server: &Server, message: &str) -> Error {
+pub(crate) fn refused(server: &Server, message: &str) -> Error {
     Error::backend(
         BACKEND,
         format!("{} refused the command: {message}", server.addr()),
     )
 }
 
-fn unexpected(server: &Server, wanted: &str, got: &impl fmt::Debug) -> Error {
+pub(crate) fn unexpected(server: &Server, wanted: &str, got: &impl fmt::Debug) -> Error {
     Error::backend(
         BACKEND,
         format!("{}: expected {wanted}, got {got:?}", server.addr()),
@@ -1084,5 +1218,6 @@ mod tests {
         assert_eq!(caps.ttl_granularity, Duration::from_secs(1));
         assert_eq!((caps.min_ttl, caps.max_ttl), (MIN_TTL, MAX_TTL));
         assert!(caps.validate_ttl(Duration::from_secs(31 * 24 * 3600)).is_err());
+        assert!(caps.semaphores && caps.rw_locks);
     }
 }

@@ -24,13 +24,14 @@ use std::io;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
-/// The longest data block we accept in a reply: owner tokens and counters are tiny.
-const MAX_VALUE: usize = 64 * 1024;
+/// The longest data block we accept in a reply: owner tokens and counters are tiny, and a
+/// semaphore's or read-write lock's item is bounded below it (`holders_item.rs`).
+pub(crate) const MAX_VALUE: usize = 64 * 1024;
 /// The longest reply line we accept.
 const MAX_LINE: usize = 4096;
 
 /// The key of the server identity item (outside every namespace: namespaces only make
-/// keys with `:l:` and `:f:`).
+/// keys with `:l:`, `:f:`, `:s:` and `:w:`).
 pub(crate) const IDENTITY_KEY: &str = "distlock:server-identity";
 
 /// One memcached process, as identified by the random nonce in its identity item.

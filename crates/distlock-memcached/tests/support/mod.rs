@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_conformance::{Fixture, Outage, Proxied};
-use distlock_core::{DistributedLock, Error, Lease, LockName, LockState, OwnerToken, Result, TryAcquire};
+use distlock_core::{
+    DistributedLock, Error, Lease, LockKind, LockName, LockState, OwnerToken, Primitive, Result, TryAcquire,
+};
 use distlock_memcached::{MemcachedConfig, MemcachedLock};
 use distlock_testkit::{shared, MemcachedOptions, MemcachedServer};
 use futures::stream::{self, StreamExt};
@@ -251,6 +253,33 @@ impl DistributedLock for Recorded {
 
     async fn watch(&self, name: &LockName) -> Result<distlock_core::ReleaseWatch> {
         self.inner.watch(name).await
+    }
+
+    async fn try_acquire_kind(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiter: Option<(&str, Duration)>,
+    ) -> Result<TryAcquire> {
+        self.names
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.clone());
+        self.inner.try_acquire_kind(name, kind, owner, ttl, waiter).await
+    }
+
+    async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
+        self.inner.withdraw(name, kind, waiter).await
+    }
+
+    async fn watch_kind(&self, name: &LockName, primitive: Primitive) -> Result<distlock_core::ReleaseWatch> {
+        self.inner.watch_kind(name, primitive).await
+    }
+
+    async fn inspect_holders(&self, name: &LockName, primitive: Primitive) -> Result<Vec<LockState>> {
+        self.inner.inspect_holders(name, primitive).await
     }
 
     fn store_identity(&self) -> Option<String> {
