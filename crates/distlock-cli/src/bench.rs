@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use distlock::{AcquireOptions, Error, LockClient, LockName, Result};
+use distlock::{AcquireOptions, Error, LockClient, LockGuard, LockName, Result};
 use distlock_conformance::bench::{handoff_once, hot_lock, CONTENDERS};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -22,11 +22,15 @@ struct Figures {
     acquire_release_p99_us: f64,
     handoff_us: f64,
     hot_lock_ops_per_s: f64,
+    /// An uncontended semaphore permit taken and released, if the store has semaphores.
+    permit_us: Option<f64>,
+    /// An uncontended write lock of a read-write lock taken and released, if the store has them.
+    write_us: Option<f64>,
 }
 
 pub async fn run(urls: &[String], args: BenchArgs) -> Result<u8> {
     let iterations = args.iterations.max(10);
-    let steps_per_store = u64::from(iterations) * 3 + u64::from(iterations / 4);
+    let steps_per_store = u64::from(iterations) * 5 + u64::from(iterations / 4);
     let progress = ProgressBar::new(steps_per_store * urls.len() as u64);
     progress.set_style(
         ProgressStyle::with_template("{msg:>30} [{bar:30}] {pos}/{len}")
@@ -76,6 +80,23 @@ async fn measure(url: &str, iterations: u32, progress: &ProgressBar) -> Result<F
         progress.inc(1);
     }
 
+    let permits = match client.semaphore(name("permits")?, 4) {
+        Ok(semaphore) => Some(pair_times(iterations, progress, || semaphore.try_acquire()).await?),
+        Err(Error::NotSupported { .. }) => None,
+        Err(error) => return Err(error),
+    };
+    let writes = match client.rw_lock(name("rw")?) {
+        Ok(rw) => Some(pair_times(iterations, progress, || rw.try_write()).await?),
+        Err(Error::NotSupported { .. }) => None,
+        Err(error) => return Err(error),
+    };
+    if permits.is_none() {
+        progress.inc(u64::from(iterations));
+    }
+    if writes.is_none() {
+        progress.inc(u64::from(iterations));
+    }
+
     let waiter = distlock::connect(url).await?;
     let hand = name("handoff")?;
     let mut handoffs = Vec::new();
@@ -114,7 +135,36 @@ async fn measure(url: &str, iterations: u32, progress: &ProgressBar) -> Result<F
         acquire_release_p99_us: micros(percentile(&mut pairs, 0.99)),
         handoff_us: micros(percentile(&mut handoffs, 0.5)),
         hot_lock_ops_per_s: f64::from(iterations) / elapsed.as_secs_f64().max(1e-9),
+        permit_us: permits.map(|mut times| micros(percentile(&mut times, 0.5))),
+        write_us: writes.map(|mut times| micros(percentile(&mut times, 0.5))),
     })
+}
+
+/// `iterations` uncontended pairs of `take` (one attempt that must win) and a release.
+async fn pair_times<F, Fut>(iterations: u32, progress: &ProgressBar, take: F) -> Result<Vec<Duration>>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<LockGuard>>>,
+{
+    let mut times = Vec::new();
+    for _ in 0..iterations {
+        let started = Instant::now();
+        let guard = take().await?.ok_or_else(|| {
+            Error::backend(
+                "bench",
+                "the benchmark's semaphore or read-write lock is held by someone else",
+            )
+        })?;
+        guard.release().await?;
+        times.push(started.elapsed());
+        progress.inc(1);
+    }
+    Ok(times)
+}
+
+/// A figure, or `-` for a primitive the store lacks.
+fn optional(value: Option<f64>, width: usize) -> String {
+    value.map_or_else(|| format!("{:>width$}", "-"), |v| format!("{v:>width$.1}"))
 }
 
 fn percentile(samples: &mut [Duration], p: f64) -> Duration {
@@ -146,20 +196,30 @@ fn redact(url: &str) -> String {
 
 fn print_table(results: &[Figures]) {
     println!(
-        "{:<36} {:>12} {:>16} {:>7} {:>12} {:>12} {:>14}",
-        "store", "2x raw (us)", "acq+rel (us)", "ratio", "p99 (us)", "handoff (us)", "hot x16 (op/s)"
+        "{:<36} {:>12} {:>16} {:>7} {:>12} {:>12} {:>14} {:>12} {:>12}",
+        "store",
+        "2x raw (us)",
+        "acq+rel (us)",
+        "ratio",
+        "p99 (us)",
+        "handoff (us)",
+        "hot x16 (op/s)",
+        "permit (us)",
+        "write (us)"
     );
     for f in results {
         let ratio = f.acquire_release_us / f.roundtrip_x2_us.max(1e-9);
         println!(
-            "{:<36} {:>12.1} {:>16.1} {:>6.1}x {:>12.1} {:>12.1} {:>14.0}",
+            "{:<36} {:>12.1} {:>16.1} {:>6.1}x {:>12.1} {:>12.1} {:>14.0} {} {}",
             f.url,
             f.roundtrip_x2_us,
             f.acquire_release_us,
             ratio,
             f.acquire_release_p99_us,
             f.handoff_us,
-            f.hot_lock_ops_per_s
+            f.hot_lock_ops_per_s,
+            optional(f.permit_us, 12),
+            optional(f.write_us, 12)
         );
     }
 }
@@ -168,17 +228,20 @@ fn write_out(path: &Path, results: &[Figures]) -> Result<()> {
     let text = if path.extension().is_some_and(|e| e == "json") {
         serde_json::to_string_pretty(results).map_err(|e| Error::backend("bench", e))?
     } else {
-        let mut csv = String::from("url,backend,roundtrip_x2_us,acquire_release_us,acquire_release_p99_us,handoff_us,hot_lock_ops_per_s\n");
+        let mut csv = String::from("url,backend,roundtrip_x2_us,acquire_release_us,acquire_release_p99_us,handoff_us,hot_lock_ops_per_s,permit_us,write_us\n");
+        let cell = |value: Option<f64>| value.map_or_else(String::new, |v| format!("{v:.1}"));
         for f in results {
             csv.push_str(&format!(
-                "{},{},{:.1},{:.1},{:.1},{:.1},{:.0}\n",
+                "{},{},{:.1},{:.1},{:.1},{:.1},{:.0},{},{}\n",
                 f.url,
                 f.backend,
                 f.roundtrip_x2_us,
                 f.acquire_release_us,
                 f.acquire_release_p99_us,
                 f.handoff_us,
-                f.hot_lock_ops_per_s
+                f.hot_lock_ops_per_s,
+                cell(f.permit_us),
+                cell(f.write_us)
             ));
         }
         csv

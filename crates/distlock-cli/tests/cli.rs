@@ -400,6 +400,10 @@ fn bench_compares_stores_and_writes_csv_and_json() {
         stdout.contains("acq+rel (us)") && stdout.contains("memory://bench"),
         "{stdout}"
     );
+    assert!(
+        stdout.contains("permit (us)") && stdout.contains("write (us)"),
+        "the semaphore permit and write lock pairs: {stdout}"
+    );
     let written = std::fs::read_to_string(&csv).expect("the CSV");
     let lines: Vec<&str> = written.lines().collect();
     assert_eq!(lines.len(), 3, "a header and one row per store: {written}");
@@ -414,7 +418,10 @@ fn bench_compares_stores_and_writes_csv_and_json() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let written = std::fs::read_to_string(&json).expect("the JSON");
     assert!(
-        written.trim_start().starts_with('[') && written.contains("\"hot_lock_ops_per_s\""),
+        written.trim_start().starts_with('[')
+            && written.contains("\"hot_lock_ops_per_s\"")
+            && written.contains("\"permit_us\"")
+            && written.contains("\"write_us\""),
         "{written}"
     );
 }
