@@ -1,9 +1,9 @@
 //! Real lock stores for distlock's tests: `redis-server`, `memcached`,
-//! MariaDB and ZooKeeper (standalone or a 3-node ensemble), each started on
+//! MariaDB, PostgreSQL and ZooKeeper (standalone or a 3-node ensemble), each started on
 //! free `127.0.0.1` ports in a temporary directory.
 //!
 //! * **Owned servers** — [`RedisServer::start`], [`MemcachedServer::start`],
-//!   [`MariaDbServer::start`], [`ZooKeeperServer::start`],
+//!   [`MariaDbServer::start`], [`PostgresServer::start`], [`ZooKeeperServer::start`],
 //!   [`ZooKeeperEnsemble::start`] — belong to one test, which may stop,
 //!   `kill -9`, pause (SIGSTOP), resume (SIGCONT) and restart them (same
 //!   port, same data directory). Dropping the handle kills the server and
@@ -12,7 +12,8 @@
 //!   test binary and reused; use them only in tests that leave the server
 //!   alone. [`shared::redis_url`] and friends honour
 //!   `DISTLOCK_TEST_REDIS_URL`, `DISTLOCK_TEST_MEMCACHED_URL`,
-//!   `DISTLOCK_TEST_MYSQL_URL` and `DISTLOCK_TEST_ZOOKEEPER_URL` to use
+//!   `DISTLOCK_TEST_MYSQL_URL`, `DISTLOCK_TEST_POSTGRES_URL` and
+//!   `DISTLOCK_TEST_ZOOKEEPER_URL` to use
 //!   servers you already run.
 //!
 //! * **Fault proxies** — [`FaultProxy`] sits between a client and a server on
@@ -21,7 +22,7 @@
 //!
 //! The API is synchronous: `start` and `restart` block until the server
 //! passes a readiness check (a protocol-level ping, polled every 25 ms, at
-//! most 10 s for redis/memcached and 30 s for MariaDB/ZooKeeper). From async
+//! most 10 s for redis/memcached and 30 s for MariaDB/PostgreSQL/ZooKeeper). From async
 //! tests, call them before entering the runtime or via `spawn_blocking`.
 //!
 //! Each server's stdout/stderr go to `server.log` in its directory; a failed
@@ -47,6 +48,7 @@ mod error;
 mod mariadb;
 mod memcached;
 mod port;
+mod postgres;
 pub mod probe;
 mod process;
 pub mod proxy;
@@ -60,6 +62,7 @@ pub use error::HarnessError;
 pub use mariadb::{MariaDbOptions, MariaDbServer, MARIADB_DATABASE, MARIADB_PASSWORD, MARIADB_USER};
 pub use memcached::{MemcachedOptions, MemcachedServer};
 pub use port::free_port;
+pub use postgres::{PostgresOptions, PostgresServer, POSTGRES_DATABASE, POSTGRES_PASSWORD, POSTGRES_USER};
 pub use process::ServerProcess;
 pub use proxy::{Direction, FaultProxies, FaultProxy, Traffic};
 pub use redis::{RedisOptions, RedisServer};

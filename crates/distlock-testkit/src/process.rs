@@ -6,6 +6,7 @@ use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -40,6 +41,24 @@ pub(crate) struct ProcessSpec {
     pub(crate) probe: Probe,
 }
 
+/// How a server process is launched and stopped, beyond its command line.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Launch {
+    /// Run as this user and group id (a server that refuses to run as root, started by root).
+    pub(crate) run_as: Option<(u32, u32)>,
+    /// The signal of a graceful [`stop`](ServerProcess::stop).
+    pub(crate) stop_signal: Signal,
+}
+
+impl Default for Launch {
+    fn default() -> Self {
+        Self {
+            run_as: None,
+            stop_signal: Signal::Term,
+        }
+    }
+}
+
 /// One running (or stopped) server process.
 ///
 /// The process was spawned with `PR_SET_PDEATHSIG = SIGKILL`, so it dies with
@@ -51,6 +70,7 @@ pub(crate) struct ProcessSpec {
 /// check.
 pub struct ServerProcess {
     spec: ProcessSpec,
+    how: Launch,
     /// Behind a mutex so `&self` methods can poll it and exit handlers can
     /// kill shared servers they only hold by `&'static`.
     child: Mutex<Option<Child>>,
@@ -72,7 +92,18 @@ impl fmt::Debug for ServerProcess {
 impl ServerProcess {
     /// Spawns the process and waits until it is ready.
     pub(crate) fn start(spec: ProcessSpec) -> Result<Self, HarnessError> {
-        let process = Self::spawn(spec)?;
+        Self::start_with(spec, Launch::default())
+    }
+
+    /// Spawns the process as `launch` says and waits until it is ready.
+    pub(crate) fn start_with(spec: ProcessSpec, launch: Launch) -> Result<Self, HarnessError> {
+        let mut process = ServerProcess {
+            spec,
+            how: launch,
+            child: Mutex::new(None),
+            paused: false,
+        };
+        process.launch()?;
         process.wait_ready()?; // on error, dropping `process` kills it
         Ok(process)
     }
@@ -81,6 +112,7 @@ impl ServerProcess {
     pub(crate) fn spawn(spec: ProcessSpec) -> Result<Self, HarnessError> {
         let mut process = ServerProcess {
             spec,
+            how: Launch::default(),
             child: Mutex::new(None),
             paused: false,
         };
@@ -107,6 +139,9 @@ impl ServerProcess {
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(stderr);
+        if let Some((uid, gid)) = self.how.run_as {
+            cmd.uid(uid).gid(gid);
+        }
         let child = spawner::spawn(cmd)
             .map_err(|e| HarnessError::io(format!("starting {}", spec.program.display()), e))?;
         *self.child_mut() = Some(child);
@@ -180,15 +215,16 @@ impl ServerProcess {
         self.paused
     }
 
-    /// Graceful stop: SIGTERM (and SIGCONT, in case it is paused), wait up
-    /// to 10 s for it to exit, then SIGKILL. Does nothing if not running.
+    /// Graceful stop: SIGTERM (SIGINT for PostgreSQL, its fast shutdown; and
+    /// SIGCONT, in case it is paused), wait up to 10 s for it to exit, then
+    /// SIGKILL. Does nothing if not running.
     pub fn stop(&mut self) -> Result<(), HarnessError> {
         let Some(pid) = self.pid() else {
             self.paused = false;
             return Ok(());
         };
         // Errors mean it exited meanwhile, which is what we want anyway.
-        let _ = sys::send_signal(pid, Signal::Term);
+        let _ = sys::send_signal(pid, self.how.stop_signal);
         let _ = sys::send_signal(pid, Signal::Cont);
         self.paused = false;
         let deadline = Instant::now() + STOP_TIMEOUT;
@@ -386,6 +422,18 @@ pub(crate) fn run_setup_command(
     log_path: &Path,
     timeout: Duration,
 ) -> Result<(), HarnessError> {
+    run_setup_command_as(program, args, cwd, log_path, timeout, None)
+}
+
+/// [`run_setup_command`], as the user and group `run_as` when given.
+pub(crate) fn run_setup_command_as(
+    program: &Path,
+    args: &[OsString],
+    cwd: &Path,
+    log_path: &Path,
+    timeout: Duration,
+    run_as: Option<(u32, u32)>,
+) -> Result<(), HarnessError> {
     let what = program.display().to_string();
     let log = File::create(log_path)
         .map_err(|e| HarnessError::io(format!("creating {}", log_path.display()), e))?;
@@ -398,6 +446,9 @@ pub(crate) fn run_setup_command(
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(stderr);
+    if let Some((uid, gid)) = run_as {
+        cmd.uid(uid).gid(gid);
+    }
     let mut child = spawner::spawn(cmd).map_err(|e| HarnessError::io(format!("starting {what}"), e))?;
     let deadline = Instant::now() + timeout;
     let failure = loop {

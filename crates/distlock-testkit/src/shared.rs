@@ -17,8 +17,8 @@ use std::fs;
 use std::sync::{Once, OnceLock};
 
 use crate::{
-    HarnessError, MariaDbServer, MemcachedServer, RedisServer, ServerProcess, ZooKeeperEnsemble,
-    ZooKeeperServer,
+    HarnessError, MariaDbServer, MemcachedServer, PostgresServer, RedisServer, ServerProcess,
+    ZooKeeperEnsemble, ZooKeeperServer,
 };
 
 /// Points [`redis_url`] at an existing server, e.g. `redis://127.0.0.1:6379`.
@@ -29,6 +29,9 @@ pub const MEMCACHED_URL_ENV: &str = "DISTLOCK_TEST_MEMCACHED_URL";
 /// Points [`mysql_url`] at an existing server, e.g.
 /// `mysql://user:pass@127.0.0.1:3306/db`.
 pub const MYSQL_URL_ENV: &str = "DISTLOCK_TEST_MYSQL_URL";
+/// Points [`postgres_url`] at an existing server, e.g.
+/// `postgres://user:pass@127.0.0.1:5432/db`.
+pub const POSTGRES_URL_ENV: &str = "DISTLOCK_TEST_POSTGRES_URL";
 /// Points [`zookeeper_url`] at an existing server or ensemble, e.g.
 /// `zk://127.0.0.1:2181`.
 pub const ZOOKEEPER_URL_ENV: &str = "DISTLOCK_TEST_ZOOKEEPER_URL";
@@ -38,6 +41,7 @@ type Cell<T> = OnceLock<Result<T, HarnessError>>;
 static REDIS: Cell<RedisServer> = OnceLock::new();
 static MEMCACHED: Cell<MemcachedServer> = OnceLock::new();
 static MARIADB: Cell<MariaDbServer> = OnceLock::new();
+static POSTGRES: Cell<PostgresServer> = OnceLock::new();
 static ZOOKEEPER: Cell<ZooKeeperServer> = OnceLock::new();
 static ZOOKEEPER_ENSEMBLE: Cell<ZooKeeperEnsemble> = OnceLock::new();
 
@@ -55,6 +59,12 @@ pub fn memcached() -> Result<&'static MemcachedServer, HarnessError> {
 /// until ready).
 pub fn mariadb() -> Result<&'static MariaDbServer, HarnessError> {
     shared(&MARIADB, MariaDbServer::start)
+}
+
+/// The shared PostgreSQL server (initialised and started on first use;
+/// blocks until ready).
+pub fn postgres() -> Result<&'static PostgresServer, HarnessError> {
+    shared(&POSTGRES, PostgresServer::start)
 }
 
 /// The shared standalone ZooKeeper server (started on first use; blocks
@@ -81,6 +91,11 @@ pub fn memcached_url() -> Result<String, HarnessError> {
 /// `$DISTLOCK_TEST_MYSQL_URL` if set, else the shared MariaDB's URL.
 pub fn mysql_url() -> Result<String, HarnessError> {
     env_url(MYSQL_URL_ENV).map_or_else(|| mariadb().map(MariaDbServer::url), Ok)
+}
+
+/// `$DISTLOCK_TEST_POSTGRES_URL` if set, else the shared PostgreSQL's URL.
+pub fn postgres_url() -> Result<String, HarnessError> {
+    env_url(POSTGRES_URL_ENV).map_or_else(|| postgres().map(PostgresServer::url), Ok)
 }
 
 /// `$DISTLOCK_TEST_ZOOKEEPER_URL` if set, else the shared server's URL.
@@ -123,6 +138,9 @@ extern "C" fn cleanup_at_exit() {
             cleanup(server.process(), server.dir());
         }
         if let Some(Ok(server)) = MARIADB.get() {
+            cleanup(server.process(), server.dir());
+        }
+        if let Some(Ok(server)) = POSTGRES.get() {
             cleanup(server.process(), server.dir());
         }
         if let Some(Ok(server)) = ZOOKEEPER.get() {

@@ -10,6 +10,7 @@ use std::process::Command;
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Signal {
     Term,
+    Int,
     Kill,
     Stop,
     Cont,
@@ -19,6 +20,7 @@ impl Signal {
     fn raw(self) -> libc::c_int {
         match self {
             Signal::Term => libc::SIGTERM,
+            Signal::Int => libc::SIGINT,
             Signal::Kill => libc::SIGKILL,
             Signal::Stop => libc::SIGSTOP,
             Signal::Cont => libc::SIGCONT,
@@ -78,6 +80,30 @@ pub(crate) fn run_at_exit(handler: extern "C" fn()) -> bool {
     // plain `extern "C" fn` with no arguments that never unwinds (callers
     // wrap their body in `catch_unwind`).
     unsafe { libc::atexit(handler) == 0 }
+}
+
+/// The user and group ids of the user `name`, if it exists.
+pub(crate) fn user_ids(name: &str) -> Option<(u32, u32)> {
+    let name = std::ffi::CString::new(name).ok()?;
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: an all-zero `passwd` is a valid value (null pointers, zero ids) for
+    // getpwnam_r(3) to fill in; `buf` outlives the call and its length is passed with it, and
+    // the strings the entry points to (into `buf`) are not read. `found` is either null or
+    // points at `entry`, which is read only after the call returned.
+    unsafe {
+        let mut entry: libc::passwd = std::mem::zeroed();
+        let rc = libc::getpwnam_r(name.as_ptr(), &mut entry, buf.as_mut_ptr(), buf.len(), &mut found);
+        if rc != 0 || found.is_null() {
+            return None;
+        }
+        Some((entry.pw_uid, entry.pw_gid))
+    }
+}
+
+/// Gives `path` to the user and group `ids` (not following a symlink).
+pub(crate) fn chown(path: &std::path::Path, (uid, gid): (u32, u32)) -> io::Result<()> {
+    std::os::unix::fs::lchown(path, Some(uid), Some(gid))
 }
 
 /// True when the harness runs as root (servers then need `--user=root`).

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use distlock_testkit::{
     probe, shared, HarnessError, MariaDbOptions, MariaDbServer, MemcachedOptions, MemcachedServer,
-    RedisOptions, RedisServer, ZkMode, ZooKeeperEnsemble, ZooKeeperOptions, ZooKeeperServer,
+    PostgresOptions, PostgresServer, RedisOptions, RedisServer, ZkMode, ZooKeeperEnsemble, ZooKeeperOptions,
+    ZooKeeperServer,
 };
 
 /// Short enough that a paused server makes the ping fail quickly.
@@ -54,6 +55,16 @@ fn mysql_greeting(port: u16) -> io::Result<()> {
     match reply.get(4) {
         Some(10) => Ok(()),
         _ => Err(io::Error::other(format!("unexpected greeting {reply:?}"))),
+    }
+}
+
+/// PostgreSQL's `SSLRequest`: the server answers one byte, `N` (no TLS here) or `S`.
+fn postgres_ssl_request(port: u16) -> io::Result<()> {
+    let request = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+    let reply = exchange(port, &request, |reply| !reply.is_empty())?;
+    match reply.first() {
+        Some(b'N' | b'S') => Ok(()),
+        _ => Err(io::Error::other(format!("unexpected answer {reply:?}"))),
     }
 }
 
@@ -192,6 +203,28 @@ fn mariadb_lifecycle() {
 }
 
 #[test]
+fn postgres_lifecycle() {
+    let started = Instant::now();
+    let mut postgres = PostgresServer::start().expect("start postgres");
+    eprintln!("postgres initdb+start took {:?}", started.elapsed());
+    assert_eq!(
+        postgres.url(),
+        format!(
+            "postgres://distlock:distlock@127.0.0.1:{}/distlock_test",
+            postgres.port()
+        )
+    );
+    assert_eq!(postgres.sql("SELECT 1").expect("SELECT 1").trim(), "1");
+    postgres
+        .sql("CREATE TABLE kept (v INT); INSERT INTO kept VALUES (42)")
+        .expect("create a table");
+    postgres.kill().expect("kill -9");
+    postgres.restart().expect("restart");
+    assert_eq!(postgres.sql("SELECT v FROM kept").expect("select").trim(), "42");
+    check_lifecycle!(postgres, postgres_ssl_request);
+}
+
+#[test]
 fn zookeeper_standalone_lifecycle() {
     let started = Instant::now();
     let zk = ZooKeeperServer::start().expect("start zookeeper");
@@ -304,6 +337,13 @@ fn missing_programs_say_how_to_install_them() {
     .expect_err("must fail");
     check(err, "distlock-no-such-install-db", "mariadb-server");
 
+    let err = PostgresServer::start_with(PostgresOptions {
+        bin_dir: Some("/nonexistent/postgresql/bin".into()),
+        ..PostgresOptions::default()
+    })
+    .expect_err("must fail");
+    check(err, "/nonexistent/postgresql/bin/postgres", "postgresql");
+
     let err = ZooKeeperServer::start_with(ZooKeeperOptions {
         java: Some("distlock-no-such-java".into()),
         ..ZooKeeperOptions::default()
@@ -359,22 +399,40 @@ fn orphan_helper() {
     if std::env::var_os(HELPER_ENV).is_none() {
         return;
     }
-    let redis = RedisServer::start().expect("start redis");
-    println!(
-        "HELPER pid={} dir={}",
-        redis.pid().expect("running"),
-        redis.dir().display()
-    );
+    let (pid, dir) = if std::env::var_os(HELPER_ENV).is_some_and(|v| v == "postgres") {
+        let postgres = PostgresServer::start().expect("start postgres");
+        let found = (postgres.pid().expect("running"), postgres.dir().to_path_buf());
+        std::mem::forget(postgres);
+        found
+    } else {
+        let redis = RedisServer::start().expect("start redis");
+        let found = (redis.pid().expect("running"), redis.dir().to_path_buf());
+        std::mem::forget(redis);
+        found
+    };
+    println!("HELPER pid={pid} dir={}", dir.display());
     io::stdout().flush().expect("flush");
     thread::sleep(Duration::from_secs(30));
 }
 
 #[test]
 fn servers_die_with_the_test_process() {
+    server_dies_with_the_test_process("redis");
+}
+
+/// As `servers_die_with_the_test_process`, for a postmaster run as another
+/// user (as root, the `postgres` user): its parent-death signal survives the
+/// change of user.
+#[test]
+fn postgres_dies_with_the_test_process() {
+    server_dies_with_the_test_process("postgres");
+}
+
+fn server_dies_with_the_test_process(kind: &str) {
     let exe = std::env::current_exe().expect("current exe");
     let mut helper = Command::new(exe)
         .args(["--exact", "orphan_helper", "--nocapture", "--test-threads=1"])
-        .env(HELPER_ENV, "1")
+        .env(HELPER_ENV, kind)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -394,7 +452,7 @@ fn servers_die_with_the_test_process() {
     helper.wait().expect("reap it");
     assert!(
         wait_gone(pid, Duration::from_secs(5)),
-        "redis {pid} must die with its test process"
+        "{kind} {pid} must die with its test process"
     );
     // Nobody was left to remove it.
     let _ = std::fs::remove_dir_all(PathBuf::from(dir));

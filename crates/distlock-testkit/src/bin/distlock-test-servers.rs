@@ -14,6 +14,7 @@ fn main() -> ExitCode {
         (shared::REDIS_URL_ENV, shared::redis_url as fn() -> _),
         (shared::MEMCACHED_URL_ENV, shared::memcached_url),
         (shared::MYSQL_URL_ENV, shared::mysql_url),
+        (shared::POSTGRES_URL_ENV, shared::postgres_url),
         (shared::ZOOKEEPER_URL_ENV, shared::zookeeper_url),
     ];
     for (variable, start) in servers {

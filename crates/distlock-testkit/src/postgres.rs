@@ -1,0 +1,381 @@
+//! PostgreSQL (`postgres`) on a free loopback port, initialised by `initdb`
+//! in a temporary directory.
+//!
+//! PostgreSQL refuses to run as root: when the tests run as root, `initdb`,
+//! `postgres` and the data directory belong to the unprivileged `postgres`
+//! user that Debian's package creates.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use tempfile::TempDir;
+
+use crate::port::{free_port, retry_if_port_taken};
+use crate::probe::loopback;
+use crate::process::{delegate_process_controls, run_setup_command_as, Launch, ProcessSpec};
+use crate::sys::{self, Signal};
+use crate::{temp_dir, HarnessError, ServerProcess};
+
+/// How long `start`/`restart` wait for the server to accept logins.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bound on `initdb`.
+const INITDB_TIMEOUT: Duration = Duration::from_secs(60);
+/// Bound on one run of `psql`.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The Debian package with the server programs.
+const PACKAGE: &str = "postgresql";
+/// The unprivileged user the server runs as when the tests run as root.
+const SERVER_USER: &str = "postgres";
+
+/// The superuser that [`PostgresServer::url`] logs in as.
+pub const POSTGRES_USER: &str = "distlock";
+/// The password of [`POSTGRES_USER`].
+pub const POSTGRES_PASSWORD: &str = "distlock";
+/// The database created for the tests.
+pub const POSTGRES_DATABASE: &str = "distlock_test";
+
+/// Options for [`PostgresServer::start_with`].
+#[derive(Debug, Clone, Default)]
+pub struct PostgresOptions {
+    /// Extra `postgres` arguments, e.g. `["-c", "max_connections=20"]`.
+    pub extra_args: Vec<String>,
+    /// The directory holding `initdb`, `postgres` and `psql`; default the
+    /// newest `/usr/lib/postgresql/*/bin` (Debian's layout), else `PATH`.
+    pub bin_dir: Option<PathBuf>,
+}
+
+/// A PostgreSQL server owned by one test.
+///
+/// `start` runs `initdb` in a fresh temporary directory (superuser
+/// [`POSTGRES_USER`] / [`POSTGRES_PASSWORD`], password logins over TCP,
+/// trust on the Unix socket), starts `postgres` on `127.0.0.1` without
+/// `fsync` and `full_page_writes` (a commit still reaches the OS before it is
+/// acknowledged, so it survives `kill -9`, though not a power cut) and
+/// creates the database [`POSTGRES_DATABASE`]. Logs: `initdb.log` and
+/// `server.log` in [`dir`](Self::dir). Killed and removed when dropped.
+///
+/// [`stop`](Self::stop) is PostgreSQL's fast shutdown (SIGINT: sessions are
+/// cut, not waited for); [`kill`](Self::kill) is `kill -9` of the postmaster,
+/// whose backends then exit on their own; [`restart`](Self::restart) reuses
+/// the port and the data directory.
+///
+/// ```no_run
+/// use distlock_testkit::PostgresServer;
+///
+/// let mut pg = PostgresServer::start().expect("start postgres");
+/// let url = pg.url(); // postgres://distlock:distlock@127.0.0.1:PORT/distlock_test
+/// assert_eq!(pg.sql("SELECT 1").expect("psql").trim(), "1");
+/// pg.restart().expect("restart on the same port");
+/// # drop(url);
+/// ```
+#[derive(Debug)]
+pub struct PostgresServer {
+    // Field order matters: the process is killed before the directory goes.
+    process: ServerProcess,
+    port: u16,
+    psql: PathBuf,
+    dir: TempDir,
+}
+
+impl PostgresServer {
+    /// Initialises and starts a server with default options; blocks until
+    /// `SELECT 1` works over TCP (typically one to two seconds).
+    pub fn start() -> Result<Self, HarnessError> {
+        Self::start_with(PostgresOptions::default())
+    }
+
+    /// Initialises and starts a server with `options`; blocks until
+    /// `SELECT 1` works over TCP.
+    pub fn start_with(options: PostgresOptions) -> Result<Self, HarnessError> {
+        let bin = bin_dir(options.bin_dir.as_deref())?;
+        let initdb = bin.join("initdb");
+        let postgres = bin.join("postgres");
+        let psql = bin.join("psql");
+        let run_as = if sys::is_root() {
+            Some(sys::user_ids(SERVER_USER).ok_or_else(|| {
+                HarnessError::Other(format!(
+                    "postgres refuses to run as root and there is no {SERVER_USER:?} user to run \
+                     it as: run scripts/install-test-deps (or: apt-get install -y {PACKAGE})"
+                ))
+            })?)
+        } else {
+            None
+        };
+        retry_if_port_taken(|| {
+            let dir = temp_dir("postgres")?;
+            if let Some(ids) = run_as {
+                sys::chown(dir.path(), ids)
+                    .map_err(|e| HarnessError::io(format!("chown {}", dir.path().display()), e))?;
+            }
+            init(&initdb, dir.path(), run_as)?;
+            let port = free_port()?;
+            let mut args: Vec<OsString> = [
+                "-D".to_owned(),
+                dir.path().join("data").display().to_string(),
+                "-p".into(),
+                port.to_string(),
+            ]
+            .map(OsString::from)
+            .into();
+            for setting in [
+                "listen_addresses=127.0.0.1".to_owned(),
+                format!("unix_socket_directories={}", dir.path().display()),
+                "fsync=off".into(),
+                "full_page_writes=off".into(),
+                "max_connections=300".into(),
+                "shared_buffers=16MB".into(),
+                "log_min_messages=warning".into(),
+            ] {
+                args.push("-c".into());
+                args.push(setting.into());
+            }
+            args.extend(options.extra_args.iter().map(OsString::from));
+            let probe_psql = psql.clone();
+            let process = ServerProcess::start_with(
+                ProcessSpec {
+                    name: format!("postgres on 127.0.0.1:{port}"),
+                    program: postgres.clone(),
+                    args,
+                    cwd: dir.path().to_path_buf(),
+                    log_path: dir.path().join("server.log"),
+                    ready_timeout: READY_TIMEOUT,
+                    probe: Box::new(move || ready(&probe_psql, port)),
+                },
+                Launch {
+                    run_as,
+                    stop_signal: Signal::Int,
+                },
+            )?;
+            let server = PostgresServer {
+                process,
+                port,
+                psql: psql.clone(),
+                dir,
+            };
+            server
+                .psql("postgres", &format!("CREATE DATABASE {POSTGRES_DATABASE}"))
+                .map_err(HarnessError::Other)?;
+            Ok(server)
+        })
+    }
+
+    /// The TCP port on `127.0.0.1`.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn addr(&self) -> SocketAddr {
+        loopback(self.port)
+    }
+
+    /// `postgres://distlock:distlock@127.0.0.1:PORT/distlock_test`.
+    pub fn url(&self) -> String {
+        format!(
+            "postgres://{POSTGRES_USER}:{POSTGRES_PASSWORD}@127.0.0.1:{}/{POSTGRES_DATABASE}",
+            self.port
+        )
+    }
+
+    /// The temporary directory: `data/`, the Unix socket and the logs.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Runs SQL as [`POSTGRES_USER`] through `psql` over the Unix socket, in
+    /// database [`POSTGRES_DATABASE`]; returns the output (tab-separated, no
+    /// column names), stopping at the first error. Blocks up to 10 s.
+    pub fn sql(&self, statements: &str) -> Result<String, HarnessError> {
+        self.psql(POSTGRES_DATABASE, statements)
+            .map_err(HarnessError::Other)
+    }
+
+    fn psql(&self, database: &str, statements: &str) -> Result<String, String> {
+        let host = self.dir.path().display().to_string();
+        let port = self.port.to_string();
+        run_psql(
+            &self.psql,
+            &[
+                "-X",
+                "-A",
+                "-t",
+                "-q",
+                "-F",
+                "\t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-h",
+                &host,
+                "-p",
+                &port,
+                "-U",
+                POSTGRES_USER,
+                "-d",
+                database,
+                "-c",
+                statements,
+            ],
+        )
+    }
+
+    /// The server process and its controls.
+    pub fn process(&self) -> &ServerProcess {
+        &self.process
+    }
+
+    /// The server process and its controls, mutably.
+    pub fn process_mut(&mut self) -> &mut ServerProcess {
+        &mut self.process
+    }
+}
+
+delegate_process_controls!(PostgresServer);
+
+/// The directory of the server programs: `given`, else the newest
+/// `/usr/lib/postgresql/<version>/bin` with a `postgres` in it, else the
+/// directory of `postgres` on `PATH`.
+fn bin_dir(given: Option<&Path>) -> Result<PathBuf, HarnessError> {
+    let complete = |dir: &Path| {
+        ["initdb", "postgres", "psql"]
+            .iter()
+            .all(|p| is_executable(&dir.join(p)))
+    };
+    if let Some(dir) = given {
+        return if complete(dir) {
+            Ok(dir.to_path_buf())
+        } else {
+            Err(HarnessError::missing(
+                dir.join("postgres").display().to_string(),
+                PACKAGE,
+            ))
+        };
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let version = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            Some((version, entry.path().join("bin")))
+        })
+        .filter(|(_, bin)| complete(bin))
+        .collect();
+    versions.sort();
+    if let Some((_, bin)) = versions.pop() {
+        return Ok(bin);
+    }
+    let path_var = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path_var)
+        .find(|dir| complete(dir))
+        .ok_or_else(|| HarnessError::missing("postgres (with initdb and psql)", PACKAGE))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// `initdb` into `dir/data`: the test superuser with its password (SCRAM over
+/// TCP), trust on the Unix socket, UTF-8, no fsync.
+fn init(initdb: &Path, dir: &Path, run_as: Option<(u32, u32)>) -> Result<(), HarnessError> {
+    let pwfile = dir.join("pwfile");
+    std::fs::write(&pwfile, format!("{POSTGRES_PASSWORD}\n"))
+        .map_err(|e| HarnessError::io(format!("writing {}", pwfile.display()), e))?;
+    if let Some(ids) = run_as {
+        sys::chown(&pwfile, ids).map_err(|e| HarnessError::io(format!("chown {}", pwfile.display()), e))?;
+    }
+    let args: Vec<OsString> = [
+        "-D".to_owned(),
+        dir.join("data").display().to_string(),
+        "-U".into(),
+        POSTGRES_USER.into(),
+        format!("--pwfile={}", pwfile.display()),
+        "--auth-host=scram-sha-256".into(),
+        "--auth-local=trust".into(),
+        "--encoding=UTF8".into(),
+        "--locale=C".into(),
+        "--no-sync".into(),
+    ]
+    .map(OsString::from)
+    .into();
+    run_setup_command_as(
+        initdb,
+        &args,
+        dir,
+        &dir.join("initdb.log"),
+        INITDB_TIMEOUT,
+        run_as,
+    )
+}
+
+/// Ready when the test user can run `SELECT 1` over TCP with its password.
+fn ready(psql: &Path, port: u16) -> Result<(), String> {
+    let port = port.to_string();
+    let output = run_psql(
+        psql,
+        &[
+            "-X",
+            "-A",
+            "-t",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-U",
+            POSTGRES_USER,
+            "-d",
+            "postgres",
+            "-c",
+            "SELECT 1",
+        ],
+    )?;
+    if output.trim() == "1" {
+        Ok(())
+    } else {
+        Err(format!("SELECT 1 returned {output:?}"))
+    }
+}
+
+/// Runs `psql`, bounded by [`CLIENT_TIMEOUT`]; `Ok(stdout)` on success,
+/// `Err(message with stderr)` otherwise.
+fn run_psql(psql: &Path, args: &[&str]) -> Result<String, String> {
+    let child = Command::new(psql)
+        .args(args)
+        .env("PGPASSWORD", POSTGRES_PASSWORD)
+        .env("PGCONNECT_TIMEOUT", "2")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", psql.display()))?;
+    let pid = child.id();
+    // Collect the output on a helper thread so a large result cannot fill
+    // the pipe while we wait with a timeout.
+    let (done, result) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = done.send(child.wait_with_output());
+    });
+    let output = match result.recv_timeout(CLIENT_TIMEOUT) {
+        Ok(Ok(output)) => output,
+        Ok(Err(e)) => return Err(format!("running psql: {e}")),
+        Err(_) => {
+            // The helper thread reaps it once it is dead.
+            let _ = sys::send_signal(pid, Signal::Kill);
+            return Err(format!("psql hung for {CLIENT_TIMEOUT:?}"));
+        }
+    };
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(format!(
+            "psql failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
+}
