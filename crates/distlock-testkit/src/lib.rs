@@ -4,7 +4,7 @@
 //!
 //! * **Owned servers** — [`RedisServer::start`], [`MemcachedServer::start`],
 //!   [`MariaDbServer::start`], [`PostgresServer::start`], [`ZooKeeperServer::start`],
-//!   [`ZooKeeperEnsemble::start`] — belong to one test, which may stop,
+//!   [`ZooKeeperEnsemble::start`], [`RedisCluster::start`] (three masters) — belong to one test, which may stop,
 //!   `kill -9`, pause (SIGSTOP), resume (SIGCONT) and restart them (same
 //!   port, same data directory). Dropping the handle kills the server and
 //!   removes its directory, also when the test panics.
@@ -53,6 +53,7 @@ pub mod probe;
 mod process;
 pub mod proxy;
 mod redis;
+mod redis_cluster;
 pub mod shared;
 mod spawner;
 mod sys;
@@ -66,6 +67,7 @@ pub use postgres::{PostgresOptions, PostgresServer, POSTGRES_DATABASE, POSTGRES_
 pub use process::ServerProcess;
 pub use proxy::{Direction, FaultProxies, FaultProxy, Traffic};
 pub use redis::{RedisOptions, RedisServer};
+pub use redis_cluster::{RedisCluster, RedisClusterOptions, CLUSTER_MASTERS};
 pub use zookeeper::{
     four_letter_word, zk_mode, ZkMode, ZooKeeperEnsemble, ZooKeeperNode, ZooKeeperOptions, ZooKeeperServer,
     ENSEMBLE_SIZE,

@@ -114,8 +114,16 @@ pub struct FaultProxy {
 impl FaultProxy {
     /// Starts a proxy on a free loopback port that forwards every connection to `upstream`.
     pub fn start(upstream: SocketAddr) -> Result<Self, HarnessError> {
-        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .map_err(|e| HarnessError::io("binding the fault proxy", e))?;
+        Self::start_on(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), upstream)
+    }
+
+    /// Starts a proxy listening on `listen` (port 0: a free one) that forwards every
+    /// connection to `upstream`; for example on `127.0.0.2` and the server's own port, for
+    /// clients that derive other servers' addresses from the one they reached (see
+    /// [`RedisCluster::proxies`](crate::RedisCluster::proxies)).
+    pub fn start_on(listen: SocketAddr, upstream: SocketAddr) -> Result<Self, HarnessError> {
+        let listener = std::net::TcpListener::bind(listen)
+            .map_err(|e| HarnessError::io(format!("binding the fault proxy on {listen}"), e))?;
         listener
             .set_nonblocking(true)
             .map_err(|e| HarnessError::io("configuring the fault proxy", e))?;

@@ -16,6 +16,8 @@
 use std::fs;
 use std::sync::{Once, OnceLock};
 
+use crate::RedisCluster;
+
 use crate::{
     HarnessError, MariaDbServer, MemcachedServer, PostgresServer, RedisServer, ServerProcess,
     ZooKeeperEnsemble, ZooKeeperServer,
@@ -23,6 +25,9 @@ use crate::{
 
 /// Points [`redis_url`] at an existing server, e.g. `redis://127.0.0.1:6379`.
 pub const REDIS_URL_ENV: &str = "DISTLOCK_TEST_REDIS_URL";
+/// Points [`redis_cluster_url`] at an existing Redis Cluster, e.g.
+/// `redis+cluster://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003`.
+pub const REDIS_CLUSTER_URL_ENV: &str = "DISTLOCK_TEST_REDIS_CLUSTER_URL";
 /// Points [`memcached_url`] at an existing server, e.g.
 /// `memcache://127.0.0.1:11211`.
 pub const MEMCACHED_URL_ENV: &str = "DISTLOCK_TEST_MEMCACHED_URL";
@@ -39,6 +44,7 @@ pub const ZOOKEEPER_URL_ENV: &str = "DISTLOCK_TEST_ZOOKEEPER_URL";
 type Cell<T> = OnceLock<Result<T, HarnessError>>;
 
 static REDIS: Cell<RedisServer> = OnceLock::new();
+static REDIS_CLUSTER: Cell<RedisCluster> = OnceLock::new();
 static MEMCACHED: Cell<MemcachedServer> = OnceLock::new();
 static MARIADB: Cell<MariaDbServer> = OnceLock::new();
 static POSTGRES: Cell<PostgresServer> = OnceLock::new();
@@ -48,6 +54,12 @@ static ZOOKEEPER_ENSEMBLE: Cell<ZooKeeperEnsemble> = OnceLock::new();
 /// The shared `redis-server` (started on first use; blocks until ready).
 pub fn redis() -> Result<&'static RedisServer, HarnessError> {
     shared(&REDIS, RedisServer::start)
+}
+
+/// The shared three-master Redis Cluster (started on first use; blocks until every node
+/// reports `cluster_state:ok`).
+pub fn redis_cluster() -> Result<&'static RedisCluster, HarnessError> {
+    shared(&REDIS_CLUSTER, RedisCluster::start)
 }
 
 /// The shared `memcached` (started on first use; blocks until ready).
@@ -81,6 +93,11 @@ pub fn zookeeper_ensemble() -> Result<&'static ZooKeeperEnsemble, HarnessError> 
 /// `$DISTLOCK_TEST_REDIS_URL` if set, else the shared server's URL.
 pub fn redis_url() -> Result<String, HarnessError> {
     env_url(REDIS_URL_ENV).map_or_else(|| redis().map(RedisServer::url), Ok)
+}
+
+/// `$DISTLOCK_TEST_REDIS_CLUSTER_URL` if set, else the shared cluster's `redis+cluster://` URL.
+pub fn redis_cluster_url() -> Result<String, HarnessError> {
+    env_url(REDIS_CLUSTER_URL_ENV).map_or_else(|| redis_cluster().map(RedisCluster::url), Ok)
 }
 
 /// `$DISTLOCK_TEST_MEMCACHED_URL` if set, else the shared server's URL.
@@ -133,6 +150,11 @@ extern "C" fn cleanup_at_exit() {
     let _ = std::panic::catch_unwind(|| {
         if let Some(Ok(server)) = REDIS.get() {
             cleanup(server.process(), server.dir());
+        }
+        if let Some(Ok(cluster)) = REDIS_CLUSTER.get() {
+            for node in cluster.nodes() {
+                cleanup(node.process(), node.dir());
+            }
         }
         if let Some(Ok(server)) = MEMCACHED.get() {
             cleanup(server.process(), server.dir());

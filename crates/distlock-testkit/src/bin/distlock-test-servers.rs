@@ -12,6 +12,7 @@ use distlock_testkit::shared;
 fn main() -> ExitCode {
     let servers = [
         (shared::REDIS_URL_ENV, shared::redis_url as fn() -> _),
+        (shared::REDIS_CLUSTER_URL_ENV, shared::redis_cluster_url),
         (shared::MEMCACHED_URL_ENV, shared::memcached_url),
         (shared::MYSQL_URL_ENV, shared::mysql_url),
         (shared::POSTGRES_URL_ENV, shared::postgres_url),
