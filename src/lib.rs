@@ -13,6 +13,9 @@
 //! | `memcached` | memcached: `add` with expiry, CAS-guarded; a restart or eviction frees locks | [`memcached::MemcachedLock`] |
 //! | `zookeeper` | ZooKeeper 3.5+: FIFO waiters, session-bound locks | [`zookeeper::ZooKeeperLock`] |
 //!
+//! The `metrics` feature records lock metrics through the `metrics` facade (`metrics` module,
+//! listed there and in the README).
+//!
 //! ```
 //! use distlock::{AcquireOptions, LockClient, MemoryLock};
 //! use std::time::Duration;

@@ -30,6 +30,7 @@ fn example(name: &str) -> PathBuf {
             ("redis-tls", cfg!(feature = "redis-tls")),
             ("zookeeper", cfg!(feature = "zookeeper")),
             ("memcached", cfg!(feature = "memcached")),
+            ("metrics", cfg!(feature = "metrics")),
         ]
         .iter()
         .filter(|(_, on)| *on)
@@ -233,4 +234,34 @@ fn exports_run_at_most_and_at_times_exactly_permits_at_once() {
             "{url}: {stdout}"
         );
     }
+}
+
+/// The Prometheus text of the metrics example holds every metric it should, with the bounded
+/// labels: the backend, never a lock's name.
+#[cfg(feature = "metrics")]
+#[test]
+fn metrics_reach_the_prometheus_text() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let url = sqlite_url(&dir);
+    let text = run_example("metrics", &["--url", &url], &[]);
+    for expected in [
+        "# TYPE distlock_acquires_total counter",
+        r#"distlock_acquires_total{backend="sqlite",primitive="mutex",outcome="acquired"} 6"#,
+        r#"distlock_acquires_total{backend="sqlite",primitive="mutex",outcome="busy"} 1"#,
+        r#"distlock_acquires_total{backend="sqlite",primitive="mutex",outcome="timeout"} 1"#,
+        r#"distlock_acquire_duration_seconds_bucket{backend="sqlite",primitive="mutex",outcome="timeout",le="5"} 1"#,
+        r#"distlock_acquire_wait_seconds_count{backend="sqlite",primitive="mutex",outcome="timeout"} 1"#,
+        r#"distlock_acquire_attempt_duration_seconds_count{backend="sqlite",primitive="mutex",result="held"}"#,
+        r#"distlock_hold_duration_seconds_count{backend="sqlite",primitive="mutex",end="released"} 6"#,
+        r#"distlock_hold_duration_seconds_count{backend="sqlite",primitive="semaphore",end="released"} 1"#,
+        r#"distlock_renewals_total{backend="sqlite",primitive="mutex",outcome="ok"}"#,
+        r#"distlock_locks_held{backend="sqlite",primitive="mutex"} 0"#,
+        "# HELP distlock_hold_duration_seconds",
+    ] {
+        assert!(text.contains(expected), "no {expected:?} in:\n{text}");
+    }
+    assert!(
+        !text.contains("metrics:report"),
+        "lock names are no label by default:\n{text}"
+    );
 }

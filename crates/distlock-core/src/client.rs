@@ -14,6 +14,7 @@ use crate::detach::Detaching;
 use crate::guard::LockGuard;
 use crate::hold::HoldOptions;
 use crate::local::LocallyWoken;
+use crate::meter::{AcquireMeter, Meter};
 use crate::schedule::WaitSchedule;
 use crate::watchdog::Watchdog;
 use crate::{
@@ -68,6 +69,7 @@ pub(crate) struct ClientInner {
     pub(crate) lock: Arc<dyn DistributedLock>,
     pub(crate) capabilities: Capabilities,
     pub(crate) watchdog: Watchdog,
+    pub(crate) meter: Meter,
     defaults: AcquireOptions,
 }
 
@@ -117,15 +119,40 @@ impl LockClient {
     /// A client with other defaults for [`acquire`](Self::acquire) and
     /// [`try_acquire`](Self::try_acquire). Clones made before this keep the old defaults.
     pub fn with_defaults(self, defaults: AcquireOptions) -> Self {
-        Self::with_defaults_inner(self.inner.lock.clone(), defaults)
+        let meter = self.inner.meter.clone();
+        Self::with_inner(self.inner.lock.clone(), defaults, meter)
+    }
+
+    /// Adds (or with `false` removes) a `name` label with the lock's name to the per-lock
+    /// [`metrics`](crate::metrics). Its cardinality is unbounded: one series per name in every
+    /// metric, so turn it on only for a small, fixed set of names. Clones made before this
+    /// keep the old setting.
+    ///
+    /// ```
+    /// use distlock_core::{LockClient, MemoryLock};
+    ///
+    /// let client = LockClient::new(MemoryLock::new()).metrics_by_name(true);
+    /// # drop(client);
+    /// ```
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn metrics_by_name(self, on: bool) -> Self {
+        let meter = self.inner.meter.clone().by_name(on);
+        Self::with_inner(self.inner.lock.clone(), self.inner.defaults.clone(), meter)
     }
 
     fn with_defaults_inner(lock: Arc<dyn DistributedLock>, defaults: AcquireOptions) -> Self {
+        let meter = Meter::new(lock.backend());
+        Self::with_inner(lock, defaults, meter)
+    }
+
+    fn with_inner(lock: Arc<dyn DistributedLock>, defaults: AcquireOptions, meter: Meter) -> Self {
         Self {
             inner: Arc::new(ClientInner {
                 capabilities: lock.capabilities(),
                 watchdog: Watchdog::new(lock.clone()),
                 lock,
+                meter,
                 defaults,
             }),
         }
@@ -217,12 +244,31 @@ impl LockClient {
     /// Acquires a hold of `kind` on `name` with `opts`: the mutex's loop, written once for
     /// every primitive. Waits for semaphores and read-write locks register as waiters with
     /// [`DistributedLock::try_acquire_kind`] (a waiting writer keeps new readers out) and
-    /// withdraw when they end without a hold, also when dropped.
+    /// withdraw when they end without a hold, also when dropped. Its outcome and times go to
+    /// the [`metrics`](crate::metrics).
     pub(crate) async fn acquire_kind(
         &self,
         name: LockName,
         kind: LockKind,
         opts: &AcquireOptions,
+    ) -> Result<LockGuard> {
+        let mut meter = self
+            .inner
+            .meter
+            .acquire(&name, kind, opts.wait_value() == Wait::No);
+        let outcome = self.wait_for(name, kind, opts, &mut meter).await;
+        meter.finish(&outcome);
+        outcome
+    }
+
+    /// The body of [`acquire_kind`](Self::acquire_kind), telling `meter` when it starts
+    /// waiting.
+    async fn wait_for(
+        &self,
+        name: LockName,
+        kind: LockKind,
+        opts: &AcquireOptions,
+        meter: &mut AcquireMeter,
     ) -> Result<LockGuard> {
         opts.validate()?;
         let ttl = self.inner.capabilities.validate_ttl(opts.ttl_value())?;
@@ -238,6 +284,7 @@ impl LockClient {
         async move {
             let queued = self.inner.capabilities.fairness == Fairness::Fifo;
             if queued && opts.wait_value() != Wait::No {
+                meter.waiting();
                 return match self.queued(&name, kind, ttl, opts, deadline).await? {
                     Some(guard) => Ok(guard),
                     None => Err(timeout(&name, started)),
@@ -256,6 +303,7 @@ impl LockClient {
             if opts.wait_value() == Wait::No {
                 return Err(timeout(&name, started));
             }
+            meter.waiting();
             let watching = match kind {
                 LockKind::Exclusive => self.inner.lock.watch(&name),
                 _ => self.inner.lock.watch_kind(&name, kind.primitive()),
@@ -383,6 +431,7 @@ impl LockClient {
                     inner.lock.try_acquire_kind(&name, kind, owner, ttl, waiter).await
                 }
             };
+            inner.meter.attempt(&name, kind, sent_at, &outcome);
             match outcome {
                 Ok(TryAcquire::Acquired(lease)) => {
                     tracing::debug!(lock = %name, fencing = ?lease.fencing_token(), "distlock: acquired");

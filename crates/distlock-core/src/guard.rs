@@ -60,11 +60,13 @@ pub struct LockGuard {
 impl LockGuard {
     /// Wraps a fresh lease and hands it to the watchdog. Must run inside a tokio runtime.
     pub(crate) fn start(client: Arc<ClientInner>, lease: Lease, options: HoldOptions) -> Self {
+        let meter = client.meter.hold(lease.name(), lease.kind());
         let hold = Arc::new(Hold::new(
             NEXT_HOLD_ID.fetch_add(1, Ordering::Relaxed),
             lease,
             options,
             client.watchdog.session(),
+            meter,
         ));
         client.watchdog.register(hold.clone());
         Self {

@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::meter::{HoldMeter, RenewalOutcome};
 use crate::{clock, AcquireOptions, Lease, LossReason, Session};
 
 /// Renewals happen when this fraction of the TTL has passed (Redisson renews at a third).
@@ -77,6 +78,8 @@ pub(crate) struct Hold {
     pub(crate) renewing: Arc<tokio::sync::Mutex<()>>,
     /// The backend's session, for a session-bound lease: its local deadline bounds the hold.
     session: Option<watch::Receiver<Session>>,
+    /// Where its renewals and its end are recorded.
+    meter: HoldMeter,
 }
 
 struct State {
@@ -96,6 +99,7 @@ impl Hold {
         lease: Lease,
         options: HoldOptions,
         session: Option<watch::Receiver<Session>>,
+        meter: HoldMeter,
     ) -> Self {
         let session = session.filter(|_| lease.session_epoch().is_some());
         let max_hold_until = options.max_hold.and_then(|d| lease.acquired_at().checked_add(d));
@@ -118,6 +122,7 @@ impl Hold {
             suspended_at_start: clock::suspended_total(),
             renewing: Arc::default(),
             session,
+            meter,
         }
     }
 
@@ -212,6 +217,11 @@ impl Hold {
 
     /// Records what a renewal sent at `sent_at` for `ttl` came back with.
     pub(crate) fn settle(&self, sent_at: Instant, ttl: Duration, renewal: Renewal) {
+        self.meter.renewal(match renewal {
+            Renewal::Renewed(_) => RenewalOutcome::Ok,
+            Renewal::NotOwned => RenewalOutcome::Lost,
+            Renewal::Unknown(_) => RenewalOutcome::Failed,
+        });
         let mut state = self.state();
         match renewal {
             Renewal::Renewed(renewed) => {
@@ -285,12 +295,13 @@ impl Hold {
         });
         if changed {
             tracing::warn!(lock = %self.lease().name(), %reason, "distlock: lock lost");
+            self.meter.ended(Some(&reason));
         }
     }
 
     /// Marks the hold ended by its owner (released, dropped or leaked), unless it was lost.
     pub(crate) fn end(&self) {
-        self.status.send_if_modified(|status| {
+        let changed = self.status.send_if_modified(|status| {
             if matches!(status, Status::Held | Status::Suspended) {
                 *status = Status::Released;
                 true
@@ -298,6 +309,9 @@ impl Hold {
                 false
             }
         });
+        if changed {
+            self.meter.ended(None);
+        }
     }
 }
 
@@ -335,12 +349,14 @@ fn session_deadline_of(lease: &Lease, hold: &Hold) -> Option<Instant> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{LockName, OwnerToken};
+    use crate::meter::Meter;
+    use crate::{LockKind, LockName, OwnerToken};
 
     #[tokio::test(start_paused = true)]
     async fn time_spent_suspended_counts_against_the_deadline() {
+        let name = LockName::new("suspend").expect("valid");
         let lease = Lease::new(
-            LockName::new("suspend").expect("valid"),
+            name.clone(),
             OwnerToken::new(),
             Duration::from_secs(30),
             Instant::now(),
@@ -350,7 +366,13 @@ mod tests {
             max_hold: None,
             safety_margin: None,
         };
-        let hold = Hold::new(1, lease, options, None);
+        let hold = Hold::new(
+            1,
+            lease,
+            options,
+            None,
+            Meter::new("memory").hold(&name, LockKind::Exclusive),
+        );
         assert!(hold.check_lost().is_none());
         // The host sleeps 40 s: tokio's clock did not move, the store's TTL ran out.
         clock::pretend_suspended(Duration::from_secs(40));
@@ -366,18 +388,20 @@ mod tests {
         let now = Instant::now();
         let session = crate::Session::connected(epoch).with_valid_until(now + Duration::from_secs(30));
         let (_session_tx, session_rx) = watch::channel(session);
-        let lease = Lease::session_bound(
-            LockName::new("suspend-session").expect("valid"),
-            OwnerToken::new(),
-            epoch,
-            now,
-        );
+        let name = LockName::new("suspend-session").expect("valid");
+        let lease = Lease::session_bound(name.clone(), OwnerToken::new(), epoch, now);
         let options = HoldOptions {
             auto_renew: true,
             max_hold: None,
             safety_margin: None,
         };
-        let hold = Hold::new(1, lease, options, Some(session_rx));
+        let hold = Hold::new(
+            1,
+            lease,
+            options,
+            Some(session_rx),
+            Meter::new("memory").hold(&name, LockKind::Exclusive),
+        );
         assert!(hold.check_lost().is_none());
         clock::pretend_suspended(Duration::from_secs(40));
         assert_eq!(hold.check_lost(), Some(LossReason::SessionExpired));

@@ -22,6 +22,9 @@
 //! - [`FencingToken`]s strictly increase per name on backends that promise
 //!   [`Fencing::Monotonic`]; [`OwnerToken`]s are random and never reused.
 //! - [`MemoryLock`] is the in-process reference backend.
+//! - With the `metrics` feature, the client, its guards and its watchdog record acquire
+//!   latency and outcomes, wait and hold times, renewals and lost locks through the `metrics`
+//!   facade, labelled by backend and primitive: see the `metrics` module.
 //!
 //! ```
 //! use distlock_core::{AcquireOptions, LockClient, MemoryLock};
@@ -51,6 +54,10 @@ mod local;
 mod lock;
 mod memory;
 mod memory_holds;
+mod meter;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
 mod multi;
 mod name;
 mod options;
