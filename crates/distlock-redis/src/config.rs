@@ -1,4 +1,4 @@
-//! Configuration of the single-instance [`RedisLock`](crate::RedisLock) and of
+//! Configuration of the single-instance and cluster [`RedisLock`](crate::RedisLock) and of
 //! [`Redlock`](crate::Redlock): URLs, key prefix, timeouts, replica acknowledgement.
 //!
 //! Owns parsing and validation; it may not connect (that is `build`'s job). A malformed URL is
@@ -14,12 +14,17 @@ pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long connecting may take.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// How to reach one Redis server and how to use it for locks.
+/// How to reach one Redis server, or one Redis Cluster, and how to use it for locks.
 ///
 /// URLs: `redis://[user:pass@]host:port[/db]`, `redis+unix:///path[?db=N]`, and `rediss://`
 /// when the crate is built with the `tls-rustls` feature (rustls with the `ring` provider and
 /// the webpki root certificates; no OpenSSL). Without it a `rediss://` URL is an
 /// [`Error::InvalidConfig`].
+///
+/// A cluster: `redis+cluster://[user:pass@]host1:port1[,host2:port2...]` (`rediss+cluster://`
+/// for TLS), naming one or more seed nodes (the client learns the others from them). The
+/// scheme, not a query flag, says "cluster", so a tool that does not know it refuses the URL
+/// instead of talking to one master as if it were the whole store.
 ///
 /// ```
 /// use distlock_redis::RedisConfig;
@@ -34,7 +39,7 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// ```
 #[derive(Clone)]
 pub struct RedisConfig {
-    pub(crate) client: redis::Client,
+    pub(crate) target: Target,
     pub(crate) url: String,
     pub(crate) prefix: String,
     pub(crate) operation_timeout: Duration,
@@ -42,6 +47,57 @@ pub struct RedisConfig {
     pub(crate) replicas: Option<ReplicaAck>,
     pub(crate) notifications: bool,
     pub(crate) require_noeviction: bool,
+}
+
+/// Where the lock's data lives: one server, or a cluster.
+#[derive(Clone)]
+#[allow(clippy::large_enum_variant)] // one per client, cloned only at connect time
+pub(crate) enum Target {
+    Server(redis::Client),
+    Cluster(ClusterSeeds),
+}
+
+/// A cluster's seed nodes, and the client settings every cluster connection shares.
+#[derive(Clone)]
+pub(crate) struct ClusterSeeds {
+    nodes: Vec<redis::ConnectionInfo>,
+}
+
+impl ClusterSeeds {
+    /// The first seed's host: the host of a master that `CLUSTER SLOTS` lists without one
+    /// (the cluster client then uses the host it asked, which is a seed's).
+    pub(crate) fn first_host(&self) -> String {
+        match self.nodes.first().map(redis::ConnectionInfo::addr) {
+            Some(redis::ConnectionAddr::Tcp(host, _)) => host.clone(),
+            Some(redis::ConnectionAddr::TcpTls { host, .. }) => host.clone(),
+            _ => String::new(),
+        }
+    }
+
+    /// A cluster client of these seeds: responses bounded by `timeout`, connecting by
+    /// `connect_timeout`, few retries of redirects (every call is bounded by our own timeouts
+    /// anyway); with `push`, over RESP3 with pushes (sharded pub/sub messages) sent there.
+    pub(crate) fn client(
+        &self,
+        timeout: Duration,
+        connect_timeout: Duration,
+        push: Option<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>,
+    ) -> redis::RedisResult<redis::cluster::ClusterClient> {
+        let builder = redis::cluster::ClusterClientBuilder::new(self.nodes.clone())
+            .connection_timeout(connect_timeout)
+            .response_timeout(timeout)
+            .retries(4)
+            .min_retry_wait(10)
+            .max_retry_wait(200)
+            .tcp_settings(tcp_settings());
+        match push {
+            Some(push) => builder
+                .use_protocol(redis::ProtocolVersion::RESP3)
+                .push_sender(push)
+                .build(),
+            None => builder.build(),
+        }
+    }
 }
 
 /// Wait for `count` replicas to acknowledge each acquisition, at most `timeout`.
@@ -57,8 +113,12 @@ impl RedisConfig {
     /// # Errors
     /// [`Error::InvalidConfig`] if the URL is malformed or names an unsupported scheme.
     pub fn from_url(url: &str) -> Result<Self> {
+        let target = match url.split_once("://") {
+            Some(("redis+cluster" | "rediss+cluster", _)) => Target::Cluster(parse_cluster_url(url)?),
+            _ => Target::Server(parse_url(url)?),
+        };
         Ok(Self {
-            client: parse_url(url)?,
+            target,
             url: redact(url),
             prefix: String::new(),
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
@@ -135,9 +195,19 @@ impl RedisConfig {
         crate::RedisLock::build(self).await
     }
 
+    /// Whether this names a cluster (`redis+cluster://`).
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.target, Target::Cluster(_))
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         if self.operation_timeout.is_zero() || self.connect_timeout.is_zero() {
             return Err(Error::invalid_config("timeouts must be greater than zero"));
+        }
+        if self.is_cluster() && self.replicas.is_some() {
+            return Err(Error::invalid_config(
+                "waiting for replicas (with_wait_for_replicas) is not offered on a cluster: its WAIT must run on the master of each lock's slot",
+            ));
         }
         if let Some(ack) = self.replicas {
             if ack.timeout.is_zero() {
@@ -403,6 +473,55 @@ impl fmt::Debug for RedlockConfig {
     }
 }
 
+/// Parses `redis+cluster://[user:pass@]h1:p1[,h2:p2...][/0][?params]` into one seed URL per
+/// host (`redis://[user:pass@]h:p[?params]`, `rediss://` for `rediss+cluster`), each checked
+/// as a server URL.
+fn parse_cluster_url(url: &str) -> Result<ClusterSeeds> {
+    let bad = |why: &str| {
+        Error::invalid_config(format!(
+            "not a Redis Cluster URL (redis+cluster://host1:port1[,host2:port2...]): {why}: {}",
+            redact(url)
+        ))
+    };
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
+    let node_scheme = match scheme {
+        "redis+cluster" => "redis",
+        "rediss+cluster" => "rediss",
+        _ => return Err(bad("another scheme")),
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
+        None => (String::new(), authority),
+    };
+    if hosts.is_empty() || hosts.split(',').any(str::is_empty) {
+        return Err(bad("an empty host"));
+    }
+    let (path, query) = tail.split_once('?').unwrap_or((tail, ""));
+    if !matches!(path, "" | "/" | "/0") {
+        return Err(bad("a cluster has only database 0"));
+    }
+    let query = if query.is_empty() {
+        String::new()
+    } else {
+        format!("?{query}")
+    };
+    let nodes = hosts
+        .split(',')
+        .map(|host| {
+            let client = parse_url(&format!("{node_scheme}://{userinfo}{host}{query}"))?;
+            Ok(client.get_connection_info().clone())
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let seeds = ClusterSeeds { nodes };
+    // Refuses what the cluster client would refuse at connect time (mixed credentials, ...).
+    seeds
+        .client(DEFAULT_OPERATION_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, None)
+        .map_err(|e| bad(&e.to_string()))?;
+    Ok(seeds)
+}
+
 fn parse_url(url: &str) -> Result<redis::Client> {
     #[cfg(feature = "tls-rustls")]
     if url.starts_with("rediss://") || url.starts_with("valkeys://") {
@@ -508,6 +627,28 @@ mod tests {
         }
         assert!(RedisConfig::from_url("redis://127.0.0.1:6379/3").is_ok());
         assert!(RedisConfig::from_url("redis://user:pw@localhost:6379").is_ok());
+        assert!(
+            RedisConfig::from_url("redis+cluster://127.0.0.1:7001,127.0.0.1:7002")
+                .expect("a cluster")
+                .is_cluster()
+        );
+        assert!(!RedisConfig::from_url("redis://127.0.0.1:7001")
+            .expect("a server")
+            .is_cluster());
+        for url in [
+            "redis+cluster://",
+            "redis+cluster://a:1,,b:2",
+            "redis+cluster://a:1/2",
+            "redis+cluster://a:port",
+            "cluster://a:1",
+        ] {
+            assert!(
+                matches!(RedisConfig::from_url(url), Err(Error::InvalidConfig { .. })),
+                "{url:?}"
+            );
+        }
+        let config = RedisConfig::from_url("redis+cluster://u:hunter2@a:1,b:2/0").expect("valid");
+        assert!(!format!("{config:?}").contains("hunter2"));
         let tls = RedisConfig::from_url("rediss://localhost:6380");
         if cfg!(feature = "tls-rustls") {
             assert!(tls.is_ok(), "{tls:?}");

@@ -11,6 +11,12 @@
 //! | waiters         | `{<slot tag>}` `0xFF` `waiters:` `<lock key>`  | sorted set, `PX` the longest stay |
 //! | release channel | `distlock:released:<lock key>`                | pub/sub channel, not a key       |
 //!
+//! On a Redis Cluster every channel is preceded by the lock key's `{<slot tag>}` `0xFF`
+//! (`{<slot tag>}` `0xFF` `distlock:released:<lock key>`, and so on), so it hashes to the
+//! object's slot: releases are announced by sharded pub/sub (`SPUBLISH` from the script, which
+//! may only publish to a channel of its own slot) and heard through `SSUBSCRIBE` on the master
+//! serving that slot.
+//!
 //! The semaphore and the read-write lock of the same name are objects of their own, with keys
 //! of the derived layout (`{<slot tag>}` `0xFF` `<mark>` `<lock key>`) only:
 //!
@@ -75,6 +81,9 @@ const CLUSTER_SLOTS: u16 = 16384;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct KeySpace {
     prefix: String,
+    /// Channels in the lock key's slot (`{<slot tag>}` `0xFF` before the channel name), for
+    /// sharded pub/sub on a cluster.
+    sharded: bool,
 }
 
 /// The keys and channel of one lock.
@@ -120,6 +129,26 @@ impl KeySpace {
     pub(crate) fn new(prefix: impl Into<String>) -> Self {
         Self {
             prefix: prefix.into(),
+            sharded: false,
+        }
+    }
+
+    /// The key space of a cluster: the same keys, and every channel in its object's slot
+    /// (sharded pub/sub delivers a message only to the shard of the channel's slot, and a
+    /// script may publish only to a channel of its own slot).
+    pub(crate) fn sharded(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+            sharded: true,
+        }
+    }
+
+    /// `channel_prefix` and `lock_key`, behind the lock key's slot tag when sharded.
+    fn channel(&self, channel_prefix: &[u8], lock_key: &[u8]) -> Vec<u8> {
+        if self.sharded {
+            [&derived_head(lock_key), channel_prefix, lock_key].concat()
+        } else {
+            [channel_prefix, lock_key].concat()
         }
     }
 
@@ -137,7 +166,7 @@ impl KeySpace {
         LockKeys {
             fence,
             waiters,
-            channel: channel(&lock),
+            channel: self.channel(CHANNEL_PREFIX, &lock),
             lock,
         }
     }
@@ -148,7 +177,7 @@ impl KeySpace {
         SemaphoreKeys {
             holders: derived(&head, SEMAPHORE_MARK, &lock),
             state: derived(&head, SEMAPHORE_STATE_MARK, &lock),
-            channel: [SEMAPHORE_CHANNEL_PREFIX, &lock].concat(),
+            channel: self.channel(SEMAPHORE_CHANNEL_PREFIX, &lock),
         }
     }
 
@@ -160,7 +189,7 @@ impl KeySpace {
             writer: derived(&head, WRITER_MARK, &lock),
             waiting: derived(&head, WAITING_WRITERS_MARK, &lock),
             fence: derived(&head, RW_FENCE_MARK, &lock),
-            channel: [RW_LOCK_CHANNEL_PREFIX, &lock].concat(),
+            channel: self.channel(RW_LOCK_CHANNEL_PREFIX, &lock),
         }
     }
 
@@ -207,13 +236,6 @@ fn derived(head: &[u8], mark: &[u8], lock_key: &[u8]) -> Vec<u8> {
     [head, mark, lock_key].concat()
 }
 
-fn channel(lock_key: &[u8]) -> Vec<u8> {
-    let mut channel = Vec::with_capacity(CHANNEL_PREFIX.len() + lock_key.len());
-    channel.extend_from_slice(CHANNEL_PREFIX);
-    channel.extend_from_slice(lock_key);
-    channel
-}
-
 /// The part of `key` Redis Cluster hashes: the content of the first `{...}` if non-empty,
 /// else the whole key.
 pub(crate) fn hash_input(key: &[u8]) -> &[u8] {
@@ -228,8 +250,7 @@ pub(crate) fn hash_input(key: &[u8]) -> &[u8] {
 }
 
 /// The cluster hash slot of `key`.
-#[cfg(test)]
-fn key_slot(key: &[u8]) -> u16 {
+pub(crate) fn key_slot(key: &[u8]) -> u16 {
     slot(hash_input(key))
 }
 
@@ -339,6 +360,30 @@ mod tests {
             assert_ne!(m.channel, s.channel);
             assert_ne!(m.channel, r.channel);
             assert_ne!(s.channel, r.channel);
+        }
+    }
+
+    #[test]
+    fn sharded_channels_share_their_objects_slot() {
+        let (plain, sharded) = (KeySpace::new("p:"), KeySpace::sharded("p:"));
+        for name in ["plain", "{tag}rest", "a}b", "{}x", "ключ"] {
+            let n = LockName::new(name).expect("valid");
+            let (m, s, r) = (
+                sharded.keys(&n),
+                sharded.semaphore_keys(&n),
+                sharded.rw_lock_keys(&n),
+            );
+            for channel in [&m.channel, &s.channel, &r.channel] {
+                assert_eq!(key_slot(channel), key_slot(&m.lock), "{name:?}");
+            }
+            assert_ne!(m.channel, s.channel);
+            assert_ne!(m.channel, r.channel);
+            assert_ne!(s.channel, r.channel);
+            // The keys are those of one server: only the channels differ.
+            assert_eq!(m.lock, plain.keys(&n).lock);
+            assert_eq!(m.fence, plain.keys(&n).fence);
+            assert_eq!(s.holders, plain.semaphore_keys(&n).holders);
+            assert_ne!(m.channel, plain.keys(&n).channel);
         }
     }
 

@@ -174,7 +174,7 @@ if tonumber(score) <= now then
   return 0
 end
 if ARGV[3] == 'each' or live(KEYS[1], now) == 0 then
-  redis.call('PUBLISH', ARGV[2], 'released')
+  redis.call(distlock_publish, ARGV[2], 'released')
 end
 return 1
 ",
@@ -211,7 +211,7 @@ pub(crate) static RELEASE_WRITE: LazyLock<LuaScript> = LazyLock::new(|| {
         r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], 'released')
+  redis.call(distlock_publish, ARGV[2], 'released')
   return 1
 end
 return 0
@@ -232,7 +232,7 @@ if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
 if live(KEYS[1], now_ms()) == 0 and redis.call('EXISTS', KEYS[2]) == 0 then
-  redis.call('PUBLISH', ARGV[2], 'released')
+  redis.call(distlock_publish, ARGV[2], 'released')
 end
 return 1
 ",

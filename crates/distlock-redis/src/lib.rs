@@ -96,6 +96,7 @@ mod lock;
 mod node;
 mod redlock;
 mod scripts;
+mod slots;
 mod subscriber;
 mod waiters;
 

@@ -12,13 +12,16 @@ use distlock_core::{
 use redis::Value;
 use tokio::time::Instant;
 
-use crate::config::RedisConfig;
+use crate::config::{RedisConfig, Target};
 use crate::holds::{self, HoldReply};
+use crate::keys;
 use crate::keys::{KeySpace, LockKeys};
 use crate::node::{self, Node, Nonce, BACKEND};
 use crate::scripts::{self, LuaScript};
+use crate::slots::{Master, SlotMap};
 use crate::subscriber::Subscriber;
 use crate::waiters::{Waiters, Waiting};
+use futures::future::join_all;
 
 /// The longest TTL accepted (30 days), as [`Capabilities::new`] declares.
 const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -180,6 +183,8 @@ struct Inner {
     subscriber: Subscriber,
     /// This client's waiters that may be in the server's queue.
     waiters: Waiters,
+    /// On a cluster, which master serves which slot (for batched renewals).
+    slots: SlotMap,
 }
 
 impl RedisLock {
@@ -199,28 +204,33 @@ impl RedisLock {
     pub async fn build(config: RedisConfig) -> Result<Self> {
         config.validate()?;
         let node = Node::connect(
-            config.client.clone(),
+            config.target.clone(),
             config.url.clone(),
             config.operation_timeout,
             config.connect_timeout,
         )
         .await?;
         check_eviction_policy(&node, config.require_noeviction).await?;
-        let acks = config.replicas.map(|_| AckConnections::new(&config));
+        let acks = config.replicas.and_then(|_| AckConnections::new(&config));
         let subscriber = Subscriber::new(
-            node.client().clone(),
+            node.target().clone(),
             node.url().to_owned(),
             node.timeout(),
             node.connect_timeout(),
         );
         Ok(Self {
             inner: Arc::new(Inner {
-                keys: KeySpace::new(config.prefix.clone()),
+                keys: if node.is_cluster() {
+                    KeySpace::sharded(config.prefix.clone())
+                } else {
+                    KeySpace::new(config.prefix.clone())
+                },
                 node,
                 acks,
                 config,
                 subscriber,
                 waiters: Waiters::default(),
+                slots: SlotMap::default(),
             }),
         })
     }
@@ -256,7 +266,16 @@ impl RedisLock {
     /// Store errors.
     pub async fn count_held(&self, name_prefix: &str) -> Result<usize> {
         let pattern = self.inner.keys.scan_pattern(name_prefix);
-        scan_count(&self.inner.node, &pattern).await
+        let node = &self.inner.node;
+        let Target::Cluster(seeds) = node.target() else {
+            return scan_count(node, &pattern, None).await;
+        };
+        let masters = self.inner.slots.masters(node, &seeds.first_host()).await?;
+        let mut held = 0;
+        for master in &masters {
+            held += scan_count(node, &pattern, Some(master)).await?;
+        }
+        Ok(held)
     }
 
     /// The [`Capabilities`] of a single Redis server.
@@ -545,7 +564,86 @@ impl Renewal {
 /// Runs many renewals on `node` in one pipeline of `EVALSHA`s (a second one with `EVAL` only
 /// if the server did not know a script). One result per renewal, in order.
 pub(crate) async fn extend_many_on(node: &Node, batch: &[Renewal]) -> Vec<Result<bool>> {
+    let batch: Vec<&Renewal> = batch.iter().collect();
+    extend_pipeline(node, &batch, None)
+        .await
+        .into_iter()
+        .map(|r| {
+            r.and_then(|ours| ours.ok_or_else(|| Error::unavailable(BACKEND, "a renewal was redirected")))
+        })
+        .collect()
+}
+
+/// On a cluster: renewals grouped by the master serving each one's slot (by the cached
+/// [`SlotMap`]), one pipeline per master, the pipelines at once; a renewal that comes back
+/// `MOVED` or `ASK` (the map was stale: a slot moved) is sent again alone through the routed
+/// path, whose client follows the redirect, and the map is read again next time. One round
+/// trip per master in the usual case (plus one for `CLUSTER SLOTS` every 30 s).
+async fn extend_many_in_cluster(
+    node: &Node,
+    map: &SlotMap,
+    answering_host: &str,
+    batch: &[Renewal],
+) -> Vec<Result<bool>> {
+    let slots: Vec<u16> = batch.iter().map(|r| keys::key_slot(&r.key)).collect();
+    let masters = map
+        .masters_of(node, answering_host, &slots)
+        .await
+        .unwrap_or_else(|_| vec![None; batch.len()]);
+    let mut groups: Vec<(Option<Master>, Vec<usize>)> = Vec::new();
+    for (i, master) in masters.into_iter().enumerate() {
+        match groups.iter_mut().find(|(m, _)| *m == master) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((master, vec![i])),
+        }
+    }
+    let runs = groups.iter().map(|(master, members)| async move {
+        let subset: Vec<&Renewal> = members.iter().map(|&i| &batch[i]).collect();
+        match master {
+            Some(master) => extend_pipeline(node, &subset, Some(master)).await,
+            None => {
+                join_all(
+                    subset
+                        .iter()
+                        .map(|r| async move { r.run(node, node.timeout()).await.map(Some) }),
+                )
+                .await
+            }
+        }
+    });
+    let outcomes = join_all(runs).await;
+    let mut results: Vec<Option<Result<Option<bool>>>> = (0..batch.len()).map(|_| None).collect();
+    for ((_, members), outcome) in groups.iter().zip(outcomes) {
+        for (&i, result) in members.iter().zip(outcome) {
+            results[i] = Some(result);
+        }
+    }
+    let redirected: Vec<usize> = (0..batch.len())
+        .filter(|&i| matches!(results[i], Some(Ok(None))))
+        .collect();
+    if !redirected.is_empty() {
+        map.forget();
+        let again = join_all(redirected.iter().map(|&i| batch[i].run(node, node.timeout()))).await;
+        for (&i, result) in redirected.iter().zip(again) {
+            results[i] = Some(result.map(Some));
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| match r {
+            Some(Ok(Some(ours))) => Ok(ours),
+            Some(Err(e)) => Err(e),
+            _ => Err(Error::backend(BACKEND, "no reply for a renewal")),
+        })
+        .collect()
+}
+
+/// One pipeline of renewals on `node` (to the master `at` on a cluster, else as routed):
+/// per renewal whether it is still ours, or `None` if the master redirected it (`MOVED`,
+/// `ASK`).
+async fn extend_pipeline(node: &Node, batch: &[&Renewal], at: Option<&Master>) -> Vec<Result<Option<bool>>> {
     let nonces: Vec<Nonce> = batch.iter().map(|_| Nonce::new()).collect();
+    let publish = node.publish();
     let build = |use_eval: bool| {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
@@ -557,24 +655,44 @@ pub(crate) async fn extend_many_on(node: &Node, batch: &[Renewal]) -> Vec<Result
                 renewal.script,
                 &keys_arg,
                 &args,
+                publish,
                 nonce,
                 use_eval,
             ));
         }
         pipe
     };
-    let mut replies = node.pipeline_on(&build(false)).await;
+    let send = |pipe: redis::Pipeline| async move {
+        match at {
+            Some(master) => node.pipeline_to(&master.0, master.1, &pipe).await,
+            None => node
+                .pipeline_on(&pipe)
+                .await
+                .map(|(values, generation)| (Some(values), generation)),
+        }
+    };
+    let replies = send(build(false)).await;
+    if matches!(replies, Ok((None, _))) {
+        return batch.iter().map(|_| Ok(None)).collect();
+    }
+    let mut replies = replies.map(|(values, generation)| (values.unwrap_or_default(), generation));
     let unknown_script = matches!(&replies, Ok((values, _)) if values.iter().any(|v| matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")));
     if unknown_script {
-        replies = node.pipeline_on(&build(true)).await;
+        replies = match send(build(true)).await {
+            Ok((None, _)) => return batch.iter().map(|_| Ok(None)).collect(),
+            other => other.map(|(values, generation)| (values.unwrap_or_default(), generation)),
+        };
     }
     match replies {
         Ok((values, generation)) if values.len() == batch.len() => values
             .into_iter()
             .zip(&nonces)
             .map(|(v, nonce)| {
+                if matches!(&v, Value::ServerError(e) if matches!(e.code(), "MOVED" | "ASK")) {
+                    return Ok(None);
+                }
                 let v = node.checked(v, nonce, generation)?;
-                node::int_reply(&v).map(|n| n == 1)
+                node::int_reply(&v).map(|n| Some(n == 1))
             })
             .collect(),
         Ok((values, _)) => batch
@@ -592,12 +710,20 @@ pub(crate) async fn extend_many_on(node: &Node, batch: &[Renewal]) -> Vec<Result
 
 /// `SCAN`s `node` for keys matching `pattern`, counting only lock keys (UTF-8).
 pub(crate) async fn scan_keys(node: &Node, pattern: &[u8]) -> Result<Vec<Vec<u8>>> {
+    scan_keys_at(node, pattern, None).await
+}
+
+/// As [`scan_keys`]; on a cluster, of the master `at`.
+async fn scan_keys_at(node: &Node, pattern: &[u8], at: Option<&Master>) -> Result<Vec<Vec<u8>>> {
     let mut cursor: u64 = 0;
     let mut found = Vec::new();
     loop {
         let mut cmd = redis::cmd("SCAN");
         cmd.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(1000);
-        let (next, keys): (u64, Vec<Vec<u8>>) = node.query(&cmd).await?;
+        let (next, keys): (u64, Vec<Vec<u8>>) = match at {
+            Some(master) => node.query_at(&master.0, master.1, &cmd).await?,
+            None => node.query(&cmd).await?,
+        };
         found.extend(keys.into_iter().filter(|k| std::str::from_utf8(k).is_ok()));
         if next == 0 {
             return Ok(found);
@@ -606,8 +732,9 @@ pub(crate) async fn scan_keys(node: &Node, pattern: &[u8]) -> Result<Vec<Vec<u8>
     }
 }
 
-async fn scan_count(node: &Node, pattern: &[u8]) -> Result<usize> {
-    let mut keys = scan_keys(node, pattern).await?;
+/// `SCAN`s one server, or on a cluster the master `at`, counting lock keys once each.
+async fn scan_count(node: &Node, pattern: &[u8], at: Option<&Master>) -> Result<usize> {
+    let mut keys = scan_keys_at(node, pattern, at).await?;
     keys.sort();
     keys.dedup(); // SCAN may return a key twice
     Ok(keys.len())
@@ -696,10 +823,13 @@ impl DistributedLock for RedisLock {
             }
         }
         let sent_at = Instant::now();
+        let node = &self.inner.node;
         let replies = if batch.is_empty() {
             Vec::new()
+        } else if let Target::Cluster(seeds) = node.target() {
+            extend_many_in_cluster(node, &self.inner.slots, &seeds.first_host(), &batch).await
         } else {
-            extend_many_on(&self.inner.node, &batch).await
+            extend_many_on(node, &batch).await
         };
         for (slot, reply) in slots.into_iter().zip(replies) {
             let lease = &leases[slot];
@@ -942,7 +1072,14 @@ impl RedisLock {
         let build = |use_eval: bool| {
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
-            pipe.add_command(node::script_cmd(call.script, &keys, &args, &nonce, use_eval));
+            pipe.add_command(node::script_cmd(
+                call.script,
+                &keys,
+                &args,
+                self.inner.node.publish(),
+                &nonce,
+                use_eval,
+            ));
             pipe.cmd("WAIT").arg(ack.count).arg(wait_ms);
             pipe
         };
@@ -991,13 +1128,17 @@ struct AckConnections {
 const MAX_IDLE_ACK_CONNECTIONS: usize = 16;
 
 impl AckConnections {
-    fn new(config: &RedisConfig) -> Self {
-        Self {
-            client: config.client.clone(),
+    /// `None` on a cluster (refused by the configuration's validation).
+    fn new(config: &RedisConfig) -> Option<Self> {
+        let Target::Server(client) = &config.target else {
+            return None;
+        };
+        Some(Self {
+            client: client.clone(),
             url: config.url.clone(),
             connect_timeout: config.connect_timeout,
             idle: std::sync::Mutex::default(),
-        }
+        })
     }
 
     /// Runs `pipe` on a connection of its own, bounded by `limit` (plus connecting if no

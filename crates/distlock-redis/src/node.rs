@@ -1,7 +1,12 @@
-//! [`Node`]: one Redis server as the lock code sees it: a multiplexed, self-reconnecting
-//! connection whose every call is bounded in time, scripts run by `EVALSHA` with an `EVAL`
-//! fallback and their replies checked to be their own (a [`Nonce`] each), and the mapping of
-//! Redis errors onto [`distlock_core::Error`].
+//! [`Node`]: one Redis server, or one Redis Cluster, as the lock code sees it: a multiplexed,
+//! self-reconnecting connection whose every call is bounded in time, scripts run by `EVALSHA`
+//! with an `EVAL` fallback and their replies checked to be their own (a [`Nonce`] each), and
+//! the mapping of Redis errors onto [`distlock_core::Error`].
+//!
+//! On a cluster the connection is the `redis` crate's cluster connection (one multiplexed
+//! connection per master): it routes each script by its first key's slot and follows `MOVED`
+//! and `ASK` redirects itself. A pipeline goes to one node named by address
+//! ([`Node::pipeline_to`]).
 //!
 //! It knows nothing about locks; [`RedisLock`](crate::RedisLock) and
 //! [`Redlock`](crate::Redlock) decide what to send.
@@ -12,9 +17,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use distlock_core::{Error, Result};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ErrorKind, FromRedisValue, RedisError, ServerErrorKind, Value};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::SingleNodeRoutingInfo;
+use redis::{ErrorKind, FromRedisValue, RedisError, RedisFuture, ServerErrorKind, Value};
 
+use crate::config::Target;
 use crate::scripts::LuaScript;
 
 pub(crate) const BACKEND: &str = "redis";
@@ -22,7 +30,62 @@ pub(crate) const BACKEND: &str = "redis";
 /// The connection in use and how many times it was replaced.
 struct Current {
     generation: u64,
-    conn: ConnectionManager,
+    /// `None`: a cluster connection to open with the next request (opening one is a round
+    /// trip to the seeds and one connection per master, so it is not done under the lock).
+    conn: Option<Conn>,
+}
+
+/// One server's connection manager, or a cluster's connection.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Server(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Server(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Server(conn) => conn.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Server(conn) => conn.get_db(),
+            Conn::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// What the scripts announce a release with: `PUBLISH` on one server, `SPUBLISH` (sharded
+/// pub/sub: the message goes to the shard of the channel's slot, which is the lock's) on a
+/// cluster. Every script takes it as its last argument but one (see [`script_cmd`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Publish {
+    Plain,
+    Sharded,
+}
+
+impl Publish {
+    fn command(self) -> &'static str {
+        match self {
+            Publish::Plain => "PUBLISH",
+            Publish::Sharded => "SPUBLISH",
+        }
+    }
 }
 
 /// One server: a shared multiplexed connection (clones share it).
@@ -33,7 +96,7 @@ struct Current {
 /// already sent on the old connection finish or time out on it.
 #[derive(Clone)]
 pub(crate) struct Node {
-    client: redis::Client,
+    target: Target,
     conn: Arc<Mutex<Current>>,
     timeout: Duration,
     connect_timeout: Duration,
@@ -43,21 +106,18 @@ pub(crate) struct Node {
 impl Node {
     /// Connects within `connect_timeout`.
     pub(crate) async fn connect(
-        client: redis::Client,
+        target: Target,
         url: String,
         timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<Self> {
-        let config = manager_config(timeout, connect_timeout);
-        let conn = bounded(
-            connect_timeout,
-            &url,
-            ConnectionManager::new_with_config(client.clone(), config),
-        )
-        .await?;
+        let conn = bounded(connect_timeout, &url, open(&target, timeout, connect_timeout)).await?;
         Ok(Self {
-            client,
-            conn: Arc::new(Mutex::new(Current { generation: 0, conn })),
+            target,
+            conn: Arc::new(Mutex::new(Current {
+                generation: 0,
+                conn: Some(conn),
+            })),
             timeout,
             connect_timeout,
             url,
@@ -76,8 +136,11 @@ impl Node {
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .map_err(|e| Error::invalid_config(format!("{url}: {e}")))?;
         Ok(Self {
-            client,
-            conn: Arc::new(Mutex::new(Current { generation: 0, conn })),
+            target: Target::Server(client),
+            conn: Arc::new(Mutex::new(Current {
+                generation: 0,
+                conn: Some(Conn::Server(conn)),
+            })),
             timeout,
             connect_timeout,
             url,
@@ -89,8 +152,22 @@ impl Node {
         &self.url
     }
 
-    pub(crate) fn client(&self) -> &redis::Client {
-        &self.client
+    /// The server or cluster it talks to.
+    pub(crate) fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// Whether it talks to a cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.target, Target::Cluster(_))
+    }
+
+    /// How its scripts announce releases.
+    pub(crate) fn publish(&self) -> Publish {
+        match self.target {
+            Target::Server(_) => Publish::Plain,
+            Target::Cluster(_) => Publish::Sharded,
+        }
     }
 
     pub(crate) fn timeout(&self) -> Duration {
@@ -155,14 +232,15 @@ impl Node {
     ) -> Result<T> {
         let nonce = Nonce::new();
         let nonce = &nonce;
+        let publish = self.publish();
         let (reply, generation) = self
             .run_on(limit, |mut conn| async move {
-                match script_cmd(script, keys, args, nonce, false)
+                match script_cmd(script, keys, args, publish, nonce, false)
                     .query_async::<Value>(&mut conn)
                     .await
                 {
                     Err(e) if is_noscript(&e) => {
-                        script_cmd(script, keys, args, nonce, true)
+                        script_cmd(script, keys, args, publish, nonce, true)
                             .query_async(&mut conn)
                             .await
                     }
@@ -200,6 +278,68 @@ impl Node {
         .await
     }
 
+    /// On a cluster: a pipeline (one round trip) to the master at `host:port`, whatever the
+    /// slots of its keys, bounded by the operation timeout, with the generation of the
+    /// connection; `None` if the master redirected it (`MOVED`, `ASK`: the cluster client
+    /// reports a redirect of any command as the pipeline's error). On one server, as
+    /// [`pipeline_on`](Self::pipeline_on).
+    pub(crate) async fn pipeline_to(
+        &self,
+        host: &str,
+        port: u16,
+        pipe: &redis::Pipeline,
+    ) -> Result<(Option<Vec<Value>>, u64)> {
+        self.run_on(self.timeout, |conn| async move {
+            match conn {
+                Conn::Cluster(mut conn) => {
+                    let route = SingleNodeRoutingInfo::ByAddress {
+                        host: host.to_owned(),
+                        port,
+                    };
+                    match conn.route_pipeline(pipe.clone(), 0, pipe.len(), route).await {
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask)
+                            ) =>
+                        {
+                            Ok(None)
+                        }
+                        other => other.map(Some),
+                    }
+                }
+                mut conn => pipe.query_async(&mut conn).await.map(Some),
+            }
+        })
+        .await
+    }
+
+    /// On a cluster: one command to the master at `host:port` (a `SCAN` of that node, say).
+    pub(crate) async fn query_at<T: FromRedisValue>(
+        &self,
+        host: &str,
+        port: u16,
+        cmd: &redis::Cmd,
+    ) -> Result<T> {
+        let value = self
+            .run(self.timeout, |conn| async move {
+                match conn {
+                    Conn::Cluster(mut conn) => {
+                        let route = redis::cluster_routing::RoutingInfo::SingleNode(
+                            SingleNodeRoutingInfo::ByAddress {
+                                host: host.to_owned(),
+                                port,
+                            },
+                        );
+                        conn.route_command(cmd.clone(), route).await
+                    }
+                    mut conn => cmd.query_async(&mut conn).await,
+                }
+            })
+            .await?;
+        redis::from_redis_value(value).map_err(|e| with_context(map_error(e.into()), &self.url))
+    }
+
     /// Runs `request` on the current connection within `limit`; on a timeout, replaces the
     /// connection (unless another caller already did). A request that fails because the
     /// connection was found broken (reset, closed, broken pipe) is sent once more on the
@@ -209,7 +349,7 @@ impl Node {
     /// wait with an error.
     async fn run<T, F, Fut>(&self, limit: Duration, request: F) -> Result<T>
     where
-        F: Fn(ConnectionManager) -> Fut,
+        F: Fn(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         self.run_on(limit, request).await.map(|(value, _)| value)
@@ -218,16 +358,13 @@ impl Node {
     /// As [`run`](Self::run), also returning the generation of the connection that answered.
     async fn run_on<T, F, Fut>(&self, limit: Duration, request: F) -> Result<(T, u64)>
     where
-        F: Fn(ConnectionManager) -> Fut,
+        F: Fn(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         let deadline = tokio::time::Instant::now() + limit;
         let mut retried = false;
         loop {
-            let (generation, conn) = {
-                let current = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
-                (current.generation, current.conn.clone())
-            };
+            let (generation, conn) = self.current(deadline, limit).await?;
             let outcome = tokio::time::timeout_at(deadline, request(conn)).await;
             match outcome {
                 Ok(Ok(value)) => return Ok((value, generation)),
@@ -251,22 +388,77 @@ impl Node {
         }
     }
 
+    /// The connection to use and its generation; a cluster connection that was dropped is
+    /// opened again first, within `deadline`.
+    async fn current(&self, deadline: tokio::time::Instant, limit: Duration) -> Result<(u64, Conn)> {
+        let generation = {
+            let current = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(conn) = &current.conn {
+                return Ok((current.generation, conn.clone()));
+            }
+            current.generation
+        };
+        let opened =
+            match tokio::time::timeout_at(deadline, open(&self.target, self.timeout, self.connect_timeout))
+                .await
+            {
+                Ok(opened) => opened.map_err(|e| with_context(map_error(e), &self.url))?,
+                Err(_) => {
+                    return Err(Error::unavailable(
+                        BACKEND,
+                        format!("{} did not answer within {limit:?}", self.url),
+                    ))
+                }
+            };
+        let mut current = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        if current.generation == generation && current.conn.is_none() {
+            current.conn = Some(opened.clone());
+        }
+        Ok((current.generation, current.conn.clone().unwrap_or(opened)))
+    }
+
     /// Swaps in a fresh connection (connected on first use) for the one of `generation`.
     fn replace(&self, generation: u64) {
         let mut current = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
         if current.generation != generation {
             return; // already replaced
         }
+        let client = match &self.target {
+            Target::Server(client) => client,
+            Target::Cluster(_) => {
+                tracing::debug!(url = %self.url, "distlock-redis: a request timed out; reopening the cluster connection");
+                current.generation += 1;
+                current.conn = None;
+                return;
+            }
+        };
         let config = manager_config(self.timeout, self.connect_timeout);
-        match ConnectionManager::new_lazy_with_config(self.client.clone(), config) {
+        match ConnectionManager::new_lazy_with_config(client.clone(), config) {
             Ok(conn) => {
                 tracing::debug!(url = %self.url, "distlock-redis: a request timed out; replacing its connection");
                 current.generation += 1;
-                current.conn = conn;
+                current.conn = Some(Conn::Server(conn));
             }
             Err(e) => {
                 tracing::debug!(url = %self.url, error = %e, "distlock-redis: cannot replace a connection")
             }
+        }
+    }
+}
+
+/// Opens the connection to `target`: a connection manager, or a cluster connection (which
+/// reads the slot map from the seeds and connects to every master).
+async fn open(target: &Target, timeout: Duration, connect_timeout: Duration) -> redis::RedisResult<Conn> {
+    match target {
+        Target::Server(client) => {
+            let config = manager_config(timeout, connect_timeout);
+            Ok(Conn::Server(
+                ConnectionManager::new_with_config(client.clone(), config).await?,
+            ))
+        }
+        Target::Cluster(seeds) => {
+            let client = seeds.client(timeout, connect_timeout, None)?;
+            Ok(Conn::Cluster(client.get_async_connection().await?))
         }
     }
 }
@@ -293,12 +485,14 @@ impl Nonce {
     }
 }
 
-/// `EVALSHA sha numkeys keys... args... nonce`, or with `use_eval`
-/// `EVAL code numkeys keys... args... nonce`.
+/// `EVALSHA sha numkeys keys... args... publish nonce`, or with `use_eval`
+/// `EVAL code numkeys keys... args... publish nonce` (`publish`: the command that announces
+/// a release, see [`Publish`]).
 pub(crate) fn script_cmd(
     script: &LuaScript,
     keys: &[&[u8]],
     args: &[&[u8]],
+    publish: Publish,
     nonce: &Nonce,
     use_eval: bool,
 ) -> redis::Cmd {
@@ -314,7 +508,11 @@ pub(crate) fn script_cmd(
             cmd
         }
     };
-    cmd.arg(keys.len()).arg(keys).arg(args).arg(nonce.0.as_bytes());
+    cmd.arg(keys.len())
+        .arg(keys)
+        .arg(args)
+        .arg(publish.command())
+        .arg(nonce.0.as_bytes());
     cmd
 }
 
@@ -362,19 +560,24 @@ pub(crate) async fn bounded<T>(
 /// Unreachable, timed out, loading or failing over: [`Error::Unavailable`]; anything else:
 /// [`Error::Backend`].
 pub(crate) fn map_error(e: RedisError) -> Error {
+    // A redirect that outlived the cluster client's retries (a slot migrating, a failover)
+    // and a master the cluster client has no connection to are as transient as a reset.
     let transient = e.is_io_error()
         || e.is_connection_refusal()
         || e.is_timeout()
         || e.is_connection_dropped()
         || matches!(
             e.kind(),
-            ErrorKind::Server(
-                ServerErrorKind::BusyLoading
-                    | ServerErrorKind::TryAgain
-                    | ServerErrorKind::ClusterDown
-                    | ServerErrorKind::MasterDown
-                    | ServerErrorKind::ReadOnly
-            )
+            ErrorKind::ClusterConnectionNotFound
+                | ErrorKind::Server(
+                    ServerErrorKind::BusyLoading
+                        | ServerErrorKind::TryAgain
+                        | ServerErrorKind::ClusterDown
+                        | ServerErrorKind::MasterDown
+                        | ServerErrorKind::ReadOnly
+                        | ServerErrorKind::Moved
+                        | ServerErrorKind::Ask
+                )
         );
     if transient {
         Error::unavailable(BACKEND, e)

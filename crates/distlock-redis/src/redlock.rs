@@ -15,7 +15,7 @@ use rand::Rng;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::config::{RedlockConfig, DEFAULT_RESTART_QUARANTINE};
+use crate::config::{RedlockConfig, Target, DEFAULT_RESTART_QUARANTINE};
 use crate::keys::{KeySpace, LockKeys};
 use crate::lock::{
     acquire_unfenced_on, extend_many_on, extend_on, release_quietly_on, release_waking_on, scan_keys,
@@ -211,8 +211,14 @@ impl Redlock {
             .nodes
             .iter()
             .map(|node| {
+                let Target::Server(client) = &node.target else {
+                    return Err(Error::invalid_config(format!(
+                        "{}: Redlock's masters are independent servers, not a cluster",
+                        node.url
+                    )));
+                };
                 Node::lazy(
-                    node.client.clone(),
+                    client.clone(),
                     node.url.clone(),
                     config.node_timeout,
                     node.connect_timeout,
@@ -224,7 +230,7 @@ impl Redlock {
             .iter()
             .map(|node| {
                 Subscriber::new(
-                    node.client().clone(),
+                    node.target().clone(),
                     node.url().to_owned(),
                     node.timeout(),
                     node.connect_timeout(),

@@ -11,8 +11,11 @@
 //! Each script touches only keys passed in `KEYS` and all of one lock's keys share a hash
 //! slot (see [`keys`](crate::keys)), so they run unchanged on Redis Cluster.
 //!
-//! Every script takes one more argument than its documentation lists, last: the request's
-//! nonce, which it takes off `ARGV` and returns beside its reply, `{nonce, reply}`. On one
+//! Every script takes two more arguments than its documentation lists, last: the command
+//! that announces a release (`PUBLISH` on one server, `SPUBLISH` on a cluster, where the
+//! channel shares the lock's slot: see [`keys`](crate::keys)), as `distlock_publish`, and
+//! the request's nonce, which it takes off `ARGV` and returns beside its reply,
+//! `{nonce, reply}`. On one
 //! multiplexed connection replies are matched to requests in order; a reply lost on the way
 //! (a request that ran, whose answer never came) would shift every later reply onto the
 //! request before it, and a renewal could read another renewal's "renewed". With the nonce a
@@ -45,11 +48,12 @@ pub(crate) struct LuaScript {
 }
 
 impl LuaScript {
-    /// `body` wrapped to take the request's nonce off the end of `ARGV` and return
-    /// `{nonce, reply}` (see the module docs).
+    /// `body` wrapped to take the request's nonce and publish command off the end of `ARGV`
+    /// and return `{nonce, reply}` (see the module docs).
     pub(crate) fn new(body: &'static str) -> Self {
         let code = format!(
             "local distlock_nonce = table.remove(ARGV)\n\
+             local distlock_publish = table.remove(ARGV)\n\
              local function distlock_reply()\n{body}\nend\n\
              return {{distlock_nonce, distlock_reply()}}\n"
         );
@@ -112,7 +116,7 @@ local function wake_next(waiters, channel)
   local first = redis.call('ZRANGE', waiters, 0, 0)[1]
   if first then
     redis.call('ZREM', waiters, first)
-    redis.call('PUBLISH', channel, 'wake:' .. first)
+    redis.call(distlock_publish, channel, 'wake:' .. first)
   end
 end
 "

@@ -1,5 +1,16 @@
 //! [`Subscriber`]: one pub/sub connection per [`RedisLock`](crate::RedisLock) (and per Redlock
-//! master), shared by all its waiting locks.
+//! master), shared by all its waiting locks. On a cluster, that connection is a cluster
+//! connection over RESP3 (one connection per master, opened as needed): each channel is
+//! subscribed by `SSUBSCRIBE` on the master serving the channel's slot, which is its lock's
+//! (see [`keys`](crate::keys)), and messages arrive as pushes; everything below holds for it
+//! the same way, and:
+//!
+//! - a connection to any master that ends (a killed master, a failover, a reset) ends the
+//!   whole subscription connection: the task opens a new one and subscribes every channel
+//!   again, on whichever master now serves its slot, waking its watchers once confirmed;
+//! - a channel the server unsubscribes by itself (its slot moved to another master: Redis
+//!   sends `SUNSUBSCRIBE` to the shard's subscribers) is subscribed again, on the new master,
+//!   and its watchers are woken once confirmed.
 //!
 //! It owns the connection, which channels are subscribed on it, and one `tokio::sync::watch`
 //! sender per channel, reference-counted by the `keep` values handed to [`ReleaseWatch`]es.
@@ -40,9 +51,13 @@ use distlock_core::{Error, Result};
 use futures::future::join_all;
 use futures::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
+use redis::cluster_async::ClusterConnection;
+use redis::{PushInfo, PushKind, Value};
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
+use crate::config::Target;
 use crate::node::{bounded, BACKEND};
 
 /// The longest pause between reconnection attempts.
@@ -54,7 +69,7 @@ pub(crate) const WAKE_PREFIX: &[u8] = b"wake:";
 
 /// The pub/sub side of one client.
 pub(crate) struct Subscriber {
-    client: redis::Client,
+    target: Target,
     url: String,
     timeout: Duration,
     connect_timeout: Duration,
@@ -139,9 +154,33 @@ impl Channel {
 
 /// A live connection: the sink we subscribe through and the task dispatching its messages.
 struct Live {
-    sink: PubSubSink,
+    sink: Sink,
     generation: u64,
     dispatcher: JoinHandle<()>,
+}
+
+/// What subscribes: one server's pub/sub connection, or a cluster connection (`SSUBSCRIBE`,
+/// routed by the channel's slot).
+#[derive(Clone)]
+enum Sink {
+    Server(PubSubSink),
+    Cluster(ClusterConnection),
+}
+
+impl Sink {
+    async fn subscribe(mut self, channel: &[u8]) -> redis::RedisResult<()> {
+        match &mut self {
+            Sink::Server(sink) => sink.subscribe(channel).await,
+            Sink::Cluster(conn) => conn.ssubscribe(channel).await,
+        }
+    }
+
+    async fn unsubscribe(mut self, channel: &[u8]) -> redis::RedisResult<()> {
+        match &mut self {
+            Sink::Server(sink) => sink.unsubscribe(channel).await,
+            Sink::Cluster(conn) => conn.sunsubscribe(channel).await,
+        }
+    }
 }
 
 impl Drop for Live {
@@ -186,6 +225,28 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The server ended `channel`'s subscription on the connection of `generation` (on a
+    /// cluster: its slot moved to another master). If it is still watched and was confirmed,
+    /// it is subscribed again (on the slot's master now) and its watchers are woken once
+    /// that is confirmed. The reply to our own `SUNSUBSCRIBE` of a channel nobody watches
+    /// finds no entry; one for a channel watched again since finds it not yet confirmed.
+    fn unsubscribed(&self, channel: &[u8], generation: u64) {
+        let mut state = self.state();
+        if state.generation != generation {
+            return;
+        }
+        let Some(entry) = state.channels.get_mut(channel) else {
+            return;
+        };
+        if entry.status != Status::Confirmed {
+            return;
+        }
+        tracing::debug!("distlock-redis: a sharded channel was unsubscribed by the server (its slot moved); subscribing again");
+        entry.unconfirm();
+        drop(state);
+        self.wake.notify_one();
+    }
+
     /// The connection of `generation` is gone: nothing is subscribed any more.
     fn connection_lost(&self, generation: u64) {
         let mut state = self.state();
@@ -214,14 +275,9 @@ impl Drop for Running {
 }
 
 impl Subscriber {
-    pub(crate) fn new(
-        client: redis::Client,
-        url: String,
-        timeout: Duration,
-        connect_timeout: Duration,
-    ) -> Self {
+    pub(crate) fn new(target: Target, url: String, timeout: Duration, connect_timeout: Duration) -> Self {
         Self {
-            client,
+            target,
             url,
             timeout,
             connect_timeout,
@@ -258,7 +314,7 @@ impl Subscriber {
                 state.running = true;
                 tokio::spawn(run(
                     Running(self.shared.clone()),
-                    self.client.clone(),
+                    self.target.clone(),
                     self.url.clone(),
                     self.timeout,
                     self.connect_timeout,
@@ -338,13 +394,7 @@ struct Round {
 }
 
 /// The task: keeps the connection and the server's subscriptions in line with the table.
-async fn run(
-    running: Running,
-    client: redis::Client,
-    url: String,
-    timeout: Duration,
-    connect_timeout: Duration,
-) {
+async fn run(running: Running, target: Target, url: String, timeout: Duration, connect_timeout: Duration) {
     let shared = running.0.clone();
     let mut live: Option<Live> = None;
     let mut backoff = Duration::ZERO;
@@ -393,7 +443,7 @@ async fn run(
             if !backoff.is_zero() {
                 tokio::time::sleep(backoff).await;
             }
-            match connect(&shared, &client, &url, connect_timeout).await {
+            match connect(&shared, &target, &url, timeout, connect_timeout).await {
                 Ok(conn) => {
                     live = Some(conn);
                     backoff = Duration::ZERO;
@@ -411,18 +461,12 @@ async fn run(
         let sends = round
             .subscribe
             .iter()
-            .map(|(channel, _)| {
-                let mut sink = conn.sink.clone();
-                async move { sink.subscribe(channel.as_slice()).await }
-            })
+            .map(|(channel, _)| conn.sink.clone().subscribe(channel))
             .collect::<Vec<_>>();
         let unsends = round
             .unsubscribe
             .iter()
-            .map(|channel| {
-                let mut sink = conn.sink.clone();
-                async move { sink.unsubscribe(channel.as_slice()).await }
-            })
+            .map(|channel| conn.sink.clone().unsubscribe(channel))
             .collect::<Vec<_>>();
         let all = async {
             let (subs, unsubs) = futures::join!(join_all(sends), join_all(unsends));
@@ -459,9 +503,27 @@ async fn run(
 }
 
 /// Opens a pub/sub connection and starts dispatching its messages.
-async fn connect(shared: &Arc<Shared>, client: &redis::Client, url: &str, limit: Duration) -> Result<Live> {
-    let pubsub = bounded(limit, url, client.get_async_pubsub()).await?;
-    let (sink, stream) = pubsub.split();
+async fn connect(
+    shared: &Arc<Shared>,
+    target: &Target,
+    url: &str,
+    timeout: Duration,
+    limit: Duration,
+) -> Result<Live> {
+    let (sink, messages) = match target {
+        Target::Server(client) => {
+            let (sink, stream) = bounded(limit, url, client.get_async_pubsub()).await?.split();
+            (Sink::Server(sink), Messages::Server(stream))
+        }
+        Target::Cluster(seeds) => {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let client = seeds
+                .client(timeout, limit, Some(tx))
+                .map_err(|e| Error::invalid_config(format!("{url}: {e}")))?;
+            let conn = bounded(limit, url, client.get_async_connection()).await?;
+            (Sink::Cluster(conn), Messages::Cluster(rx))
+        }
+    };
     let generation = {
         let mut state = shared.state();
         state.generation += 1;
@@ -469,7 +531,7 @@ async fn connect(shared: &Arc<Shared>, client: &redis::Client, url: &str, limit:
         state.channels.values_mut().for_each(Channel::unconfirm);
         state.generation
     };
-    let dispatcher = tokio::spawn(dispatch(shared.clone(), stream, generation));
+    let dispatcher = tokio::spawn(dispatch(shared.clone(), messages, generation));
     Ok(Live {
         sink,
         generation,
@@ -477,14 +539,41 @@ async fn connect(shared: &Arc<Shared>, client: &redis::Client, url: &str, limit:
     })
 }
 
+/// Where a connection's messages arrive: one server's pub/sub stream, or a cluster
+/// connection's pushes.
+enum Messages {
+    Server(PubSubStream),
+    Cluster(UnboundedReceiver<PushInfo>),
+}
+
 /// Wakes the watches a message is for, until the connection ends.
-async fn dispatch(shared: Arc<Shared>, mut stream: PubSubStream, generation: u64) {
-    while let Some(msg) = stream.next().await {
-        let Ok(channel) = msg.get_channel::<Vec<u8>>() else {
-            continue;
-        };
-        if let Some(entry) = shared.state().channels.get(&channel) {
-            entry.deliver(msg.get_payload_bytes());
+async fn dispatch(shared: Arc<Shared>, messages: Messages, generation: u64) {
+    match messages {
+        Messages::Server(mut stream) => {
+            while let Some(msg) = stream.next().await {
+                let Ok(channel) = msg.get_channel::<Vec<u8>>() else {
+                    continue;
+                };
+                if let Some(entry) = shared.state().channels.get(&channel) {
+                    entry.deliver(msg.get_payload_bytes());
+                }
+            }
+        }
+        Messages::Cluster(mut pushes) => {
+            while let Some(push) = pushes.recv().await {
+                match (push.kind, push.data.as_slice()) {
+                    (PushKind::SMessage, [Value::BulkString(channel), Value::BulkString(payload), ..]) => {
+                        if let Some(entry) = shared.state().channels.get(channel) {
+                            entry.deliver(payload);
+                        }
+                    }
+                    (PushKind::SUnsubscribe, [Value::BulkString(channel), ..]) => {
+                        shared.unsubscribed(channel, generation);
+                    }
+                    (PushKind::Disconnection, _) => break,
+                    _ => {}
+                }
+            }
         }
     }
     tracing::debug!("distlock-redis: the pub/sub connection ended; resubscribing");

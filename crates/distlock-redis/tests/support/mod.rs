@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use distlock_conformance::{Fixture, Outage, Proxied};
 use distlock_core::{DistributedLock, Error, LockName, Result};
 use distlock_redis::{RedisConfig, RedisLock, Redlock, RedlockConfig};
-use distlock_testkit::{shared, RedisServer};
+use distlock_testkit::{shared, RedisCluster, RedisClusterOptions, RedisServer};
 
 /// Points the Redlock fixtures at running masters: comma-separated URLs.
 pub const REDLOCK_URLS_ENV: &str = "DISTLOCK_TEST_REDLOCK_URLS";
@@ -323,5 +323,177 @@ impl Fixture for RedlockFixture {
 
     fn child_env(&self) -> Option<Vec<(String, String)>> {
         Some(vec![(REDLOCK_URLS_ENV.to_owned(), self.urls.join(","))])
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis Cluster
+
+/// The conformance cases that put fault proxies in front of the store: they get a cluster of
+/// their own that announces no addresses, so a client behind proxies stays behind them for
+/// every master (see `RedisClusterOptions::proxyable`).
+const FAULT_CASES: [&str; 6] = [
+    "c21_timed_out_acquire_leaves_nothing",
+    "c22_silent_partition_of_a_holder",
+    "c23_slow_store",
+    "c24_waiters_survive_resets",
+    "c25_no_exhaustion_after_timeouts",
+    "c41_timed_out_permit_or_write_leaves_nothing",
+];
+
+/// A three-master Redis Cluster under test.
+pub struct ClusterFixture {
+    url: String,
+    own: Option<Arc<Mutex<RedisCluster>>>,
+}
+
+impl ClusterFixture {
+    /// The cluster's `redis+cluster://` URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A client of the cluster.
+    pub async fn lock(&self) -> RedisLock {
+        lock_at(&self.url).await
+    }
+}
+
+/// Starts a cluster from a blocking thread.
+pub async fn start_cluster(options: RedisClusterOptions) -> RedisCluster {
+    tokio::task::spawn_blocking(move || RedisCluster::start_with(options))
+        .await
+        .expect("joined")
+        .expect("a Redis cluster starts (run scripts/install-test-deps)")
+}
+
+/// The conformance fixture factory for a Redis Cluster.
+pub async fn cluster() -> Arc<dyn Fixture> {
+    if let Ok(url) = std::env::var(shared::REDIS_CLUSTER_URL_ENV) {
+        return Arc::new(ClusterFixture { url, own: None });
+    }
+    let fault_case = distlock_conformance::current_case().is_some_and(|case| FAULT_CASES.contains(&case));
+    if needs_own_servers() || fault_case {
+        let cluster = start_cluster(RedisClusterOptions {
+            proxyable: fault_case,
+            ..RedisClusterOptions::default()
+        })
+        .await;
+        return Arc::new(ClusterFixture {
+            url: cluster.url(),
+            own: Some(Arc::new(Mutex::new(cluster))),
+        });
+    }
+    let url = tokio::task::spawn_blocking(shared::redis_cluster_url)
+        .await
+        .expect("joined")
+        .expect("the shared Redis cluster starts (run scripts/install-test-deps)");
+    Arc::new(ClusterFixture { url, own: None })
+}
+
+/// A raw cluster connection to `url` (`redis+cluster://...`), as an operator's client.
+pub async fn raw_cluster(url: &str) -> redis::RedisResult<redis::cluster_async::ClusterConnection> {
+    let hosts = url.trim_start_matches("redis+cluster://");
+    let nodes: Vec<String> = hosts.split(',').map(|h| format!("redis://{h}")).collect();
+    redis::cluster::ClusterClient::new(nodes)?
+        .get_async_connection()
+        .await
+}
+
+async fn with_cluster(
+    cluster: &Arc<Mutex<RedisCluster>>,
+    f: impl FnOnce(&mut RedisCluster) + Send + 'static,
+) {
+    let cluster = cluster.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut cluster = cluster.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut cluster);
+    })
+    .await
+    .expect("joined");
+}
+
+#[async_trait]
+impl Fixture for ClusterFixture {
+    async fn backend(&self) -> Result<Arc<dyn DistributedLock>> {
+        Ok(Arc::new(self.lock().await))
+    }
+
+    async fn steal(&self, name: &LockName) -> Result<()> {
+        let mut conn = raw_cluster(&self.url)
+            .await
+            .map_err(|e| Error::backend("redis", e))?;
+        redis::cmd("DEL")
+            .arg(name.as_str().as_bytes())
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| Error::backend("redis", e))
+    }
+
+    async fn held_count(&self, prefix: &str) -> Result<usize> {
+        self.lock().await.count_held(prefix).await
+    }
+
+    /// A client behind proxies in front of every master, on a cluster that announces no
+    /// addresses (the fault cases get one): `MOVED` redirects would otherwise name the real
+    /// masters and lead the client around the proxies.
+    async fn proxied_backend(&self) -> Option<Result<Proxied>> {
+        let own = self.own.clone()?;
+        let proxies = tokio::task::spawn_blocking(move || {
+            own.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .proxies()
+        })
+        .await
+        .expect("joined");
+        let (url, faults) = match proxies {
+            Ok(pair) => pair,
+            Err(e) => return Some(Err(Error::backend("redis", e))),
+        };
+        Some(Ok(Proxied {
+            lock: Arc::new(lock_at(&url).await),
+            faults,
+        }))
+    }
+
+    fn operation_timeout(&self) -> Duration {
+        OPERATION_TIMEOUT
+    }
+
+    /// Kills every master.
+    async fn outage(&self) -> Option<Box<dyn Outage>> {
+        let own = self.own.clone()?;
+        with_cluster(&own, |cluster| {
+            for i in 0..cluster.nodes().len() {
+                cluster.node_mut(i).kill().expect("kill -9");
+            }
+        })
+        .await;
+        Some(Box::new(RestartCluster { cluster: own }))
+    }
+
+    fn child_env(&self) -> Option<Vec<(String, String)>> {
+        Some(vec![(shared::REDIS_CLUSTER_URL_ENV.to_owned(), self.url.clone())])
+    }
+}
+
+/// Restarts killed masters (their `nodes.conf` keeps their slots; no data) and waits until
+/// the cluster is ok.
+struct RestartCluster {
+    cluster: Arc<Mutex<RedisCluster>>,
+}
+
+#[async_trait]
+impl Outage for RestartCluster {
+    async fn restore(self: Box<Self>) {
+        with_cluster(&self.cluster, |cluster| {
+            for i in 0..cluster.nodes().len() {
+                if !cluster.nodes()[i].is_running() {
+                    cluster.node_mut(i).restart().expect("restart");
+                }
+            }
+            cluster.wait_until_ok().expect("the cluster is ok again");
+        })
+        .await;
     }
 }

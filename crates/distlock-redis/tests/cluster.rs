@@ -1,0 +1,473 @@
+//! A Redis Cluster of three real masters under what a cluster does to a lock: releases heard
+//! through sharded pub/sub on each lock's master, batched renewals across masters and across
+//! a moved slot, a slot migrating while clients contend for a lock in it, and a master killed
+//! while they contend. Concurrent holders are counted exactly (a shared counter each holder
+//! increments on entry and decrements before its release); holds are far shorter than their
+//! TTL, so a count above one is a double grant, never an expiry.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use distlock_core::{
+    AcquireOptions, DistributedLock, Error, LockClient, LockKind, LockName, OwnerToken, Primitive,
+    TryAcquire, Woke,
+};
+use distlock_redis::RedisLock;
+use distlock_testkit::{RedisCluster, RedisClusterOptions};
+use support::{lock_at, start_cluster, OPERATION_TIMEOUT};
+
+fn run_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..12].to_owned()
+}
+
+/// The hash slot of a lock name without prefix (its key is the name).
+fn slot(cluster: &RedisCluster, name: &LockName) -> u16 {
+    cluster
+        .command(0, &["CLUSTER", "KEYSLOT", name.as_str()])
+        .expect("CLUSTER KEYSLOT")
+        .parse()
+        .expect("a slot number")
+}
+
+/// A fresh lock name whose slot master `master` serves.
+fn name_on(cluster: &RedisCluster, master: usize, label: &str) -> LockName {
+    let run = run_id();
+    (0..)
+        .map(|i| LockName::new(format!("t-{run}-{label}-{i}")).expect("valid"))
+        .find(|name| cluster.node_of_slot(slot(cluster, name)) == Some(master))
+        .expect("some name hashes to every master")
+}
+
+/// A raw connection to master `i`.
+async fn raw_node(cluster: &RedisCluster, i: usize) -> redis::aio::MultiplexedConnection {
+    support::raw(&cluster.nodes()[i].url())
+        .await
+        .expect("raw connection")
+}
+
+async fn shard_subscribers(cluster: &RedisCluster, master: usize, channel: &[u8]) -> u64 {
+    let mut raw = raw_node(cluster, master).await;
+    let (_, n): (Vec<u8>, u64) = redis::cmd("PUBSUB")
+        .arg("SHARDNUMSUB")
+        .arg(channel)
+        .query_async(&mut raw)
+        .await
+        .expect("PUBSUB SHARDNUMSUB");
+    n
+}
+
+/// A release wakes a waiter through `SSUBSCRIBE` on the master of its lock's slot, for locks
+/// on every master and for a semaphore, and the subscription lives on that master only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_wake_waiters_through_sharded_pubsub_on_each_master() {
+    let cluster = start_cluster(RedisClusterOptions::default()).await;
+    let (holder, waiter) = (lock_at(&cluster.url()).await, lock_at(&cluster.url()).await);
+    let ttl = Duration::from_secs(10);
+    for master in 0..3 {
+        let name = name_on(&cluster, master, "wake");
+        let TryAcquire::Acquired(lease) = holder
+            .try_acquire(&name, OwnerToken::new(), ttl)
+            .await
+            .expect("acquire")
+        else {
+            panic!("free lock held");
+        };
+        let mut watch = waiter.watch(&name).await.expect("watch");
+        let id = watch.waiter().expect("a waiter's watch").clone();
+        let queued = waiter
+            .try_acquire_waiting(&name, OwnerToken::new(), ttl, &id, Duration::from_secs(5))
+            .await
+            .expect("attempt");
+        assert!(matches!(queued, TryAcquire::Held(_)), "held by the holder");
+        let channel = waiter.release_channel(&name);
+        assert_eq!(
+            shard_subscribers(&cluster, master, &channel).await,
+            1,
+            "subscribed on master {master}"
+        );
+        for other in (0..3).filter(|&o| o != master) {
+            assert_eq!(
+                shard_subscribers(&cluster, other, &channel).await,
+                0,
+                "not on master {other}"
+            );
+        }
+        let started = Instant::now();
+        assert!(holder.release(&lease).await.expect("release"));
+        assert_eq!(
+            watch.wait(Duration::from_secs(2)).await,
+            Woke::Released,
+            "master {master}"
+        );
+        eprintln!("master {master}: woken {:?} after the release", started.elapsed());
+    }
+    let name = name_on(&cluster, 1, "semaphore");
+    let kind = LockKind::Permit { permits: 1 };
+    let TryAcquire::Acquired(permit) = holder
+        .try_acquire_kind(&name, kind, OwnerToken::new(), ttl, None)
+        .await
+        .expect("permit")
+    else {
+        panic!("free permit held");
+    };
+    let mut watch = waiter
+        .watch_kind(&name, Primitive::Semaphore)
+        .await
+        .expect("watch");
+    assert!(holder.release(&permit).await.expect("release"));
+    assert_eq!(
+        watch.wait(Duration::from_secs(2)).await,
+        Woke::Released,
+        "semaphore"
+    );
+}
+
+/// Renewals of leases on all three masters come back renewed from one call, also after one
+/// lease's slot moved to another master (the cached slot map is stale: its renewal comes back
+/// `MOVED` and is sent again alone); a stolen lease reports the loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_many_renews_across_masters_and_a_moved_slot() {
+    let cluster = start_cluster(RedisClusterOptions::default()).await;
+    let lock = lock_at(&cluster.url()).await;
+    let ttl = Duration::from_secs(5);
+    let mut leases = Vec::new();
+    for i in 0..30 {
+        let name = name_on(&cluster, i % 3, &format!("renew{i}"));
+        match lock
+            .try_acquire(&name, OwnerToken::new(), ttl)
+            .await
+            .expect("acquire")
+        {
+            TryAcquire::Acquired(lease) => leases.push(lease),
+            TryAcquire::Held(_) => panic!("free lock held"),
+        }
+    }
+    let renewed = lock.extend_many(&leases).await;
+    assert!(renewed.iter().all(|r| matches!(r, Ok(Some(_)))), "{renewed:?}");
+
+    let moved = leases[0].name().clone();
+    migrate_slot(&cluster, slot(&cluster, &moved), 0, 1).await;
+    let started = Instant::now();
+    let renewed = lock.extend_many(&leases).await;
+    eprintln!(
+        "30 renewals over 3 masters, one slot moved: {:?}",
+        started.elapsed()
+    );
+    assert!(renewed.iter().all(|r| matches!(r, Ok(Some(_)))), "{renewed:?}");
+
+    support::raw_del(&cluster.nodes()[1].url(), moved.as_str().as_bytes())
+        .await
+        .expect("steal on its new master");
+    let renewed = lock.extend_many(&leases).await;
+    assert!(matches!(renewed[0], Ok(None)), "stolen: {:?}", renewed[0]);
+    assert!(
+        renewed[1..].iter().all(|r| matches!(r, Ok(Some(_)))),
+        "{renewed:?}"
+    );
+
+    for _ in 0..10 {
+        let started = Instant::now();
+        lock.extend_many(&leases).await;
+        eprintln!("extend_many of 30 leases on 3 masters: {:?}", started.elapsed());
+    }
+    for _ in 0..3 {
+        let started = Instant::now();
+        lock.extend(&leases[1], ttl).await.expect("extend");
+        eprintln!("one extend: {:?}", started.elapsed());
+    }
+}
+
+/// The ids of the masters, in node order.
+async fn node_ids(cluster: &RedisCluster) -> Vec<String> {
+    (0..cluster.nodes().len())
+        .map(|i| cluster.command(i, &["CLUSTER", "MYID"]).expect("CLUSTER MYID"))
+        .collect()
+}
+
+/// Moves `slot` from master `from` to master `to` as `redis-cli --cluster reshard` does:
+/// `SETSLOT IMPORTING` on the target, `MIGRATING` on the source, `MIGRATE` of its keys in
+/// batches (all of a lock's keys share the slot, but a batch may split them), then `SETSLOT
+/// NODE` on every master.
+async fn migrate_slot(cluster: &RedisCluster, slot: u16, from: usize, to: usize) {
+    let ids = node_ids(cluster).await;
+    let (mut source, mut target) = (raw_node(cluster, from).await, raw_node(cluster, to).await);
+    let setslot = |state: &str, id: &str| {
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SETSLOT").arg(slot).arg(state).arg(id);
+        cmd
+    };
+    let () = setslot("IMPORTING", &ids[from])
+        .query_async(&mut target)
+        .await
+        .expect("IMPORTING");
+    let () = setslot("MIGRATING", &ids[to])
+        .query_async(&mut source)
+        .await
+        .expect("MIGRATING");
+    loop {
+        let keys: Vec<Vec<u8>> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(2)
+            .query_async(&mut source)
+            .await
+            .expect("GETKEYSINSLOT");
+        if keys.is_empty() {
+            break;
+        }
+        let mut migrate = redis::cmd("MIGRATE");
+        migrate
+            .arg("127.0.0.1")
+            .arg(cluster.nodes()[to].port())
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("REPLACE")
+            .arg("KEYS")
+            .arg(keys);
+        let () = migrate.query_async(&mut source).await.expect("MIGRATE");
+        // Let requests arrive between batches, as a real reshard does.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for i in [to, from]
+        .into_iter()
+        .chain((0..cluster.nodes().len()).filter(|&i| i != from && i != to))
+    {
+        let mut conn = raw_node(cluster, i).await;
+        let () = setslot("NODE", &ids[to])
+            .query_async(&mut conn)
+            .await
+            .expect("SETSLOT NODE");
+    }
+}
+
+/// Outcomes of contending clients.
+#[derive(Default)]
+struct Tally {
+    inside: AtomicUsize,
+    overlaps: AtomicU64,
+    grants: AtomicU64,
+    errors: AtomicU64,
+    slowest_ms: AtomicU64,
+}
+
+/// `clients` clients of `url` take `name` in turn until `stop`: each hold is counted in
+/// `tally` (entered, slept 2 ms, left, released). Every call must return a value or a typed
+/// error, within the wait plus the operation timeout and a margin.
+fn contend(
+    url: String,
+    name: LockName,
+    clients: usize,
+    tally: Arc<Tally>,
+    stop: Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let wait = Duration::from_millis(500);
+    (0..clients)
+        .map(|_| {
+            let (url, name, tally, stop) = (url.clone(), name.clone(), tally.clone(), stop.clone());
+            tokio::spawn(async move {
+                let client = LockClient::new(lock_at(&url).await);
+                let opts = AcquireOptions::new()
+                    .ttl(Duration::from_secs(3))
+                    .wait_for(wait)
+                    .poll_interval(Duration::from_millis(5), Duration::from_millis(50));
+                while !stop.load(Ordering::SeqCst) {
+                    let started = Instant::now();
+                    let outcome = client.acquire_with(&name, &opts).await;
+                    let took = started.elapsed();
+                    tally.slowest_ms.fetch_max(
+                        u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+                        Ordering::SeqCst,
+                    );
+                    assert!(
+                        took < wait + OPERATION_TIMEOUT * 3,
+                        "an acquire took {took:?} (wait {wait:?}, operation timeout {OPERATION_TIMEOUT:?})"
+                    );
+                    match outcome {
+                        Ok(guard) => {
+                            if tally.inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                                tally.overlaps.fetch_add(1, Ordering::SeqCst);
+                            }
+                            tally.grants.fetch_add(1, Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                            tally.inside.fetch_sub(1, Ordering::SeqCst);
+                            if guard.release().await.is_err() {
+                                tally.errors.fetch_add(1, Ordering::SeqCst);
+                            }
+                        }
+                        Err(Error::Timeout { .. } | Error::Unavailable { .. }) => {
+                            tally.errors.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Err(other) => panic!("an unexpected error kind: {other:?}"),
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+async fn finish(workers: Vec<tokio::task::JoinHandle<()>>) {
+    for worker in workers {
+        tokio::time::timeout(Duration::from_secs(30), worker)
+            .await
+            .expect("a worker hung")
+            .expect("a worker panicked");
+    }
+}
+
+/// A held lock's slot migrates back and forth between two masters, six times, while four
+/// clients contend for it (and for a lock in a slot that stays): every acquire returns in
+/// bounded time with a grant or a typed error, never two holders at once, and the lock keeps
+/// being granted through and after the moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slot_migration_during_contention_never_grants_twice() {
+    let cluster = start_cluster(RedisClusterOptions::default()).await;
+    let url = cluster.url();
+    let moving = name_on(&cluster, 0, "moving");
+    let staying = name_on(&cluster, 2, "staying");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (moving_tally, staying_tally) = (Arc::new(Tally::default()), Arc::new(Tally::default()));
+    let mut workers = contend(url.clone(), moving.clone(), 4, moving_tally.clone(), stop.clone());
+    workers.extend(contend(
+        url.clone(),
+        staying,
+        2,
+        staying_tally.clone(),
+        stop.clone(),
+    ));
+    // A long hold of a lock in the same slot, renewed by its watchdog through the moves.
+    let holder = LockClient::new(lock_at(&url).await);
+    let kept = LockName::new(format!("{{{}}}-kept", moving.as_str())).expect("valid");
+    assert_eq!(slot(&cluster, &kept), slot(&cluster, &moving));
+    let kept = holder
+        .acquire_with(&kept, &AcquireOptions::new().ttl(Duration::from_millis(1500)))
+        .await
+        .expect("a lock in the moving slot");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let moved_slot = slot(&cluster, &moving);
+    let mut grants_at_moves = Vec::new();
+    for round in 0..6 {
+        let (from, to) = if round % 2 == 0 { (0, 1) } else { (1, 0) };
+        migrate_slot(&cluster, moved_slot, from, to).await;
+        assert_eq!(cluster.node_of_slot(moved_slot), Some(to));
+        grants_at_moves.push(moving_tally.grants.load(Ordering::SeqCst));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::SeqCst);
+    finish(workers).await;
+    let kept_lost = kept.is_lost();
+    let _ = kept.release().await;
+    for (what, tally) in [("moving", &moving_tally), ("staying", &staying_tally)] {
+        eprintln!(
+            "{what}: {} grants, {} clean errors, slowest acquire {} ms",
+            tally.grants.load(Ordering::SeqCst),
+            tally.errors.load(Ordering::SeqCst),
+            tally.slowest_ms.load(Ordering::SeqCst)
+        );
+        assert_eq!(
+            tally.overlaps.load(Ordering::SeqCst),
+            0,
+            "{what}: two holders at once"
+        );
+    }
+    eprintln!("grants of the moving lock at each move: {grants_at_moves:?}; the long hold lost: {kept_lost}");
+    let final_grants = moving_tally.grants.load(Ordering::SeqCst);
+    assert!(final_grants > grants_at_moves[5], "granted after the last move");
+    assert!(
+        grants_at_moves.windows(2).any(|w| w[1] > w[0]),
+        "granted between moves"
+    );
+    assert!(
+        !kept_lost,
+        "the watchdog renewed a hold across six moves of its slot"
+    );
+}
+
+/// A master is killed while clients contend for a lock on each master: the dead master's
+/// lock fails with typed errors within the operation timeout (no panic, no hang), the
+/// surviving masters' locks are granted on, never twice at once; after a restart the dead
+/// master's lock is granted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_a_master_during_contention_fails_cleanly() {
+    let mut cluster = start_cluster(RedisClusterOptions::default()).await;
+    let url = cluster.url();
+    let stop = Arc::new(AtomicBool::new(false));
+    let tallies: Vec<Arc<Tally>> = (0..3).map(|_| Arc::new(Tally::default())).collect();
+    let mut workers = Vec::new();
+    for (master, tally) in tallies.iter().enumerate() {
+        let name = name_on(&cluster, master, "kill");
+        workers.extend(contend(url.clone(), name, 3, tally.clone(), stop.clone()));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before: Vec<u64> = tallies.iter().map(|t| t.grants.load(Ordering::SeqCst)).collect();
+    let mut cluster = tokio::task::spawn_blocking(move || {
+        cluster.node_mut(1).kill().expect("kill -9");
+        cluster
+    })
+    .await
+    .expect("joined");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let during: Vec<u64> = tallies.iter().map(|t| t.grants.load(Ordering::SeqCst)).collect();
+    let errors_during = tallies[1].errors.load(Ordering::SeqCst);
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.node_mut(1).restart().expect("restart");
+        cluster.wait_until_ok().expect("ok again");
+        cluster
+    })
+    .await
+    .expect("joined");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::SeqCst);
+    finish(workers).await;
+    let after: Vec<u64> = tallies.iter().map(|t| t.grants.load(Ordering::SeqCst)).collect();
+    eprintln!("grants before the kill {before:?}, 3 s after it {during:?}, at the end {after:?}; errors on the dead master's lock while it was down: {errors_during}");
+    for (master, tally) in tallies.iter().enumerate() {
+        assert_eq!(
+            tally.overlaps.load(Ordering::SeqCst),
+            0,
+            "master {master}: two holders at once"
+        );
+        eprintln!(
+            "master {master}: slowest acquire {} ms, {} errors",
+            tally.slowest_ms.load(Ordering::SeqCst),
+            tally.errors.load(Ordering::SeqCst)
+        );
+    }
+    for master in [0, 2] {
+        assert!(
+            during[master] > before[master],
+            "master {master} kept granting while master 1 was down"
+        );
+    }
+    assert!(errors_during > 0, "the dead master's lock failed");
+    assert!(
+        after[1] > during[1],
+        "the restarted master's lock is granted again"
+    );
+    drop(cluster);
+}
+
+/// `count_held` counts lock keys on every master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn count_held_scans_every_master() {
+    let cluster = start_cluster(RedisClusterOptions::default()).await;
+    let lock: RedisLock = lock_at(&cluster.url()).await;
+    let prefix = format!("t-{}-", run_id());
+    for master in 0..3 {
+        for i in 0..2 {
+            let name = (0..)
+                .map(|j| LockName::new(format!("{prefix}{master}-{i}-{j}")).expect("valid"))
+                .find(|n| cluster.node_of_slot(slot(&cluster, n)) == Some(master))
+                .expect("a name");
+            let got = lock
+                .try_acquire(&name, OwnerToken::new(), Duration::from_secs(10))
+                .await;
+            assert!(matches!(got, Ok(TryAcquire::Acquired(_))));
+        }
+    }
+    assert_eq!(lock.count_held(&prefix).await.expect("count"), 6);
+}
