@@ -43,8 +43,7 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 ///   `0xFF` byte never occurs in UTF-8, so no lock name can collide with a counter. The slot
 ///   tag is the lock key's own Redis Cluster hash input (its `{...}` tag, else the whole key;
 ///   for a whole key containing `}`, a synthetic tag of the same slot), so both keys share a
-///   hash slot and the scripts are Cluster-safe. (This crate connects to a single server;
-///   a Cluster client is not included.)
+///   hash slot and every script touches one slot (see "Redis Cluster" below).
 /// - `{<slot tag>}\xFFwaiters:<prefix><name>`: the queue of waiters, a sorted set of waiter
 ///   ids scored by the end of each one's stay; an attempt by a waiter that finds the lock held
 ///   queues it (at the back), an attempt that wins takes it out, and the key expires with the
@@ -116,6 +115,40 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// | `withdraw`           | 1 (script) for a waiting writer, else 0                        |
 /// | `watch`, `watch_kind`| 0 if the channel is already subscribed, else 1 (+1 to connect) |
 /// | `inspect`, `inspect_holders`, `ping` | 1                                              |
+///
+/// # Redis Cluster
+///
+/// With a `redis+cluster://h1:p1,h2:p2` URL the same lock runs on a cluster through the
+/// `redis` crate's cluster client (one multiplexed connection per master; `MOVED` and `ASK`
+/// are followed by the client, a redirect that outlives its retries is an
+/// [`Error::Unavailable`]). The keys are those above: all keys of one lock, semaphore or
+/// read-write lock share one hash slot, so every script runs on one master and the mutex,
+/// its fencing counter, the semaphore's count and the read-write lock's rules are exactly
+/// those of one server. What differs:
+///
+/// - **notifications**: each channel carries its object's slot tag
+///   (`{<slot tag>}\xFFdistlock:released:<prefix><name>`), the scripts announce with
+///   `SPUBLISH`, and waiters listen with `SSUBSCRIBE` on the master serving that slot (sharded
+///   pub/sub, Redis 7.0 or later), through one RESP3 cluster connection per client; a master
+///   that goes away or a slot that moves (the server then unsubscribes its channels) leads to
+///   a resubscription on the slot's current master and one wake-up of its waiters, and the
+///   waiters' safety-net re-check stays;
+/// - **`extend_many`**: the leases are grouped by the master serving their slot (a slot map
+///   read by `CLUSTER SLOTS`, kept at most 30 s), one pipeline per master, sent at once; a
+///   renewal redirected because the map was stale is sent again alone and the map read anew;
+/// - **`count_held`** scans every master; [`RedisConfig::with_wait_for_replicas`] is refused
+///   (its `WAIT` would have to follow each lock's slot), and `maxmemory-policy` is checked on
+///   one node the client picks (set it on every master).
+///
+/// **Failover loses locks.** Replication from a master to its replicas is asynchronous: a lock
+/// acquired on a master that dies before the write reached a replica is gone once that replica
+/// is promoted, and another client can acquire it while the first still holds it; the first
+/// learns of it at its next renewal (the lost signal fires then), and a fencing counter may go
+/// back with it. A killed master without a replica fails its slots' operations with
+/// [`Error::Unavailable`] (bounded by the operation timeout) while the other masters go on.
+/// How often promotions lose a lock, and for how long two clients overlap, is for the torture
+/// harness to measure; the tests of this crate check that a slot migration and a killed master
+/// never grant a lock twice among the masters that stay.
 ///
 /// # Fencing
 ///
