@@ -1,6 +1,6 @@
 //! Redis backend of distlock: `SET NX PX` with atomic Lua scripts, pub/sub wake-up of
 //! waiters, fencing tokens from a per-lock counter, pipelined renewals, optional `WAIT` for
-//! replicas, and [`Redlock`] over N independent masters.
+//! replicas, Redis Cluster, and [`Redlock`] over N independent masters.
 //!
 //! - [`RedisLock`] (built from a [`RedisConfig`]) is one server. Every operation is one round
 //!   trip; the key layout is that of other `SET NX PX` locks (redis-py, redsync), so they
@@ -12,6 +12,15 @@
 //!   semaphores and read-write locks (`LockClient::semaphore`, `LockClient::rw_lock`), one
 //!   script per operation as for the mutex. Its docs give the key layout, round trips,
 //!   fencing and eviction details.
+//! - The same [`RedisLock`] on a **Redis Cluster**, from `redis+cluster://h1:p1,h2:p2` (seed
+//!   nodes; `rediss+cluster://` with TLS): the `redis` crate's cluster client routes each
+//!   script by its slot and follows `MOVED`/`ASK`; every key of one lock, semaphore or
+//!   read-write lock shares one slot, so the capabilities are those of one server. Releases
+//!   wake waiters through sharded pub/sub (`SPUBLISH`/`SSUBSCRIBE`, Redis 7.0+), and
+//!   `extend_many` sends one pipeline per master. **A failover can lose locks**: replication
+//!   is asynchronous, so a lock acquired on a master that dies before replicating is gone
+//!   once its replica is promoted (another client may acquire it; the holder's lost signal
+//!   fires at its next renewal). Measuring how often is the torture harness's job.
 //! - [`Redlock`] (built from a [`RedlockConfig`]) is the majority algorithm over 3 or 5
 //!   masters, without fencing tokens (its docs say why; its capabilities say
 //!   `Fencing::None`). A single-instance client on one of its masters does **not** exclude a

@@ -288,6 +288,26 @@ impl RedisLock {
         self.keys(name).channel
     }
 
+    /// The pub/sub channel the releases of the mutex, semaphore or read-write lock `name`
+    /// are announced on (on a cluster, a sharded channel in the object's slot).
+    ///
+    /// ```no_run
+    /// use distlock_core::{LockName, Primitive};
+    /// use distlock_redis::RedisLock;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+    /// let lock = RedisLock::connect("redis+cluster://127.0.0.1:7001").await?;
+    /// let channel = lock.primitive_channel(&LockName::new("exports")?, Primitive::Semaphore);
+    /// assert!(channel.is_some());
+    /// # Ok(()) }
+    /// ```
+    pub fn primitive_channel(&self, name: &LockName, primitive: Primitive) -> Option<Vec<u8>> {
+        match primitive {
+            Primitive::Mutex => Some(self.release_channel(name)),
+            other => holds::channel(&self.inner.keys, name, other),
+        }
+    }
+
     pub(crate) fn keys(&self, name: &LockName) -> LockKeys {
         self.inner.keys.keys(name)
     }

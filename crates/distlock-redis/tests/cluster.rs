@@ -471,3 +471,105 @@ async fn count_held_scans_every_master() {
     }
     assert_eq!(lock.count_held(&prefix).await.expect("count"), 6);
 }
+
+/// A waiter's sharded subscription follows its lock's slot to another master (the server
+/// unsubscribes it there; it is subscribed again on the new master and the waiter woken once),
+/// and survives another master being killed and restarted: releases are still heard by
+/// notification alone (the watches here do not poll).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_follow_a_moved_slot_and_survive_a_killed_master() {
+    let mut cluster = start_cluster(RedisClusterOptions::default()).await;
+    let (holder, waiter) = (lock_at(&cluster.url()).await, lock_at(&cluster.url()).await);
+    let ttl = Duration::from_secs(10);
+    let kind = LockKind::Permit { permits: 1 };
+    let take = |name: LockName| {
+        let holder = holder.clone();
+        async move {
+            match holder
+                .try_acquire_kind(&name, kind, OwnerToken::new(), ttl, None)
+                .await
+                .expect("permit")
+            {
+                TryAcquire::Acquired(lease) => lease,
+                TryAcquire::Held(_) => panic!("a free permit is held"),
+            }
+        }
+    };
+
+    let moving = name_on(&cluster, 0, "follow");
+    let mut watch = waiter
+        .watch_kind(&moving, Primitive::Semaphore)
+        .await
+        .expect("watch");
+    let channel = holder
+        .primitive_channel(&moving, Primitive::Semaphore)
+        .expect("a semaphore channel");
+    assert_eq!(shard_subscribers(&cluster, 0, &channel).await, 1);
+    migrate_slot(&cluster, slot(&cluster, &moving), 0, 1).await;
+    assert_eq!(
+        watch.wait(Duration::from_secs(5)).await,
+        Woke::Released,
+        "woken once resubscribed on the slot's new master"
+    );
+    assert_eq!(
+        shard_subscribers(&cluster, 1, &channel).await,
+        1,
+        "on the new master"
+    );
+    assert_eq!(
+        shard_subscribers(&cluster, 0, &channel).await,
+        0,
+        "gone from the old one"
+    );
+    let permit = take(moving.clone()).await;
+    assert!(holder.release(&permit).await.expect("release"));
+    assert_eq!(
+        watch.wait(Duration::from_secs(2)).await,
+        Woke::Released,
+        "heard on the new master"
+    );
+
+    let staying = name_on(&cluster, 2, "survive");
+    let mut staying_watch = waiter
+        .watch_kind(&staying, Primitive::Semaphore)
+        .await
+        .expect("watch");
+    let mut cluster = tokio::task::spawn_blocking(move || {
+        cluster
+            .node_mut(0)
+            .kill()
+            .expect("kill -9 a master without watched slots");
+        cluster
+    })
+    .await
+    .expect("joined");
+    // The subscription connection lost a master: it reconnects and resubscribes, and wakes
+    // the watches once.
+    let _ = staying_watch.wait(Duration::from_secs(5)).await;
+    let permit = take(staying.clone()).await;
+    assert!(holder.release(&permit).await.expect("release"));
+    assert_eq!(
+        staying_watch.wait(Duration::from_secs(5)).await,
+        Woke::Released,
+        "a release on a surviving master is heard while another master is down"
+    );
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.node_mut(0).restart().expect("restart");
+        cluster.wait_until_ok().expect("ok again");
+        cluster
+    })
+    .await
+    .expect("joined");
+    let back = name_on(&cluster, 0, "back");
+    let mut back_watch = waiter
+        .watch_kind(&back, Primitive::Semaphore)
+        .await
+        .expect("watch");
+    let permit = take(back.clone()).await;
+    assert!(holder.release(&permit).await.expect("release"));
+    assert_eq!(
+        back_watch.wait(Duration::from_secs(5)).await,
+        Woke::Released,
+        "heard on the restarted master"
+    );
+}
