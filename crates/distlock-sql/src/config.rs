@@ -19,11 +19,16 @@ pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 8;
 /// The longest table name accepted (MySQL's identifier limit).
 const MAX_TABLE_LEN: usize = 64;
+/// The longest table name on PostgreSQL, whose identifiers stop at 63 bytes (longer ones are
+/// cut silently, so two long names could meet).
+#[cfg(feature = "postgres")]
+const MAX_PG_TABLE_LEN: usize = 63;
 
 /// How to reach the lock table: the database, the table name, and the time bounds.
 ///
 /// Build it from a URL with [`SqlConfig::from_url`] (`mysql://user:pass@host:port/db`,
-/// `mariadb://...` or `sqlite://path/to/file.db`), from a file with [`SqlConfig::sqlite`], or
+/// `mariadb://...`, `postgres://user:pass@host:port/db`, `postgresql://...` or
+/// `sqlite://path/to/file.db`), from a file with [`SqlConfig::sqlite`], or
 /// use [`SqlConfig::embedded_default`]. `Debug` never shows the password.
 ///
 /// ```
@@ -46,6 +51,7 @@ pub struct SqlConfig {
     pub(crate) operation_timeout: Duration,
     pub(crate) max_connections: u32,
     pub(crate) create_table: bool,
+    pub(crate) notifications: bool,
 }
 
 /// The database a config points at.
@@ -57,34 +63,44 @@ pub(crate) enum Target {
         /// The URL with the password replaced, for `Debug` and errors.
         redacted: String,
     },
+    #[cfg(feature = "postgres")]
+    Postgres {
+        options: Box<sqlx::postgres::PgConnectOptions>,
+        /// The URL with the password replaced, for `Debug` and errors.
+        redacted: String,
+    },
     #[cfg(feature = "sqlite")]
     Sqlite { path: PathBuf },
 }
 
 impl SqlConfig {
-    /// Parses a connection URL: `mysql://user:pass@host:port/db` (also `mariadb://`) or
-    /// `sqlite://path/to/file.db` (relative; `sqlite:///abs/path.db` for an absolute path;
+    /// Parses a connection URL: `mysql://user:pass@host:port/db` (also `mariadb://`),
+    /// `postgres://user:pass@host:port/db` (also `postgresql://`; query parameters as libpq's,
+    /// such as `?application_name=jobs`) or `sqlite://path/to/file.db` (relative; `sqlite:///abs/path.db` for an absolute path;
     /// the file and its directory are created if missing).
     ///
-    /// MySQL connections are unencrypted: this build has no TLS (no OpenSSL; rustls can be
-    /// added later), so `ssl-mode=required` fails to connect; use it over loopback or a
-    /// private network.
+    /// MySQL and PostgreSQL connections are unencrypted: this build has no TLS (no OpenSSL;
+    /// rustls can be added later), so `ssl-mode=required` / `sslmode=require` fails to
+    /// connect; use them over loopback or a private network.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] for a malformed URL, an unknown scheme, or a scheme whose cargo
-    /// feature (`mysql`, `sqlite`) is off.
+    /// feature (`mysql`, `postgres`, `sqlite`) is off.
     pub fn from_url(url: &str) -> Result<Self> {
         let url = url.trim();
         let Some((scheme, rest)) = url.split_once(':') else {
             return Err(Error::invalid_config(format!(
-                "{url:?} is not a URL; expected mysql://user:pass@host:port/db or sqlite://path/to/file.db"
+                "{url:?} is not a URL; expected mysql://user:pass@host:port/db, \
+                 postgres://user:pass@host:port/db or sqlite://path/to/file.db"
             )));
         };
         match scheme.to_ascii_lowercase().as_str() {
             "mysql" | "mariadb" => Self::mysql_url(rest),
+            "postgres" | "postgresql" => Self::postgres_url(rest),
             "sqlite" => Self::sqlite_url(rest),
             other => Err(Error::invalid_config(format!(
-                "unknown scheme {other:?} in a SQL lock URL; expected mysql, mariadb or sqlite"
+                "unknown scheme {other:?} in a SQL lock URL; expected mysql, mariadb, postgres, \
+                 postgresql or sqlite"
             ))),
         }
     }
@@ -114,6 +130,32 @@ impl SqlConfig {
     fn mysql_url(_rest: &str) -> Result<Self> {
         Err(Error::invalid_config(
             "MySQL/MariaDB URLs need the `mysql` feature of distlock-sql, which is off",
+        ))
+    }
+
+    #[cfg(feature = "postgres")]
+    fn postgres_url(rest: &str) -> Result<Self> {
+        use std::str::FromStr;
+
+        if !rest.starts_with("//") || rest.len() <= 2 {
+            return Err(Error::invalid_config(
+                "a PostgreSQL URL looks like postgres://user:pass@host:port/db",
+            ));
+        }
+        let url = format!("postgres:{rest}");
+        let redacted = redact_password(&url);
+        let options = sqlx::postgres::PgConnectOptions::from_str(&url)
+            .map_err(|e| Error::invalid_config(format!("bad PostgreSQL URL {redacted}: {e}")))?;
+        Ok(Self::with_target(Target::Postgres {
+            options: Box::new(options),
+            redacted,
+        }))
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    fn postgres_url(_rest: &str) -> Result<Self> {
+        Err(Error::invalid_config(
+            "PostgreSQL URLs need the `postgres` feature of distlock-sql, which is off",
         ))
     }
 
@@ -187,6 +229,7 @@ impl SqlConfig {
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             create_table: true,
+            notifications: true,
         }
     }
 
@@ -194,16 +237,23 @@ impl SqlConfig {
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] unless `table` is an ASCII letter or `_` followed by up to 63
-    /// ASCII letters, digits or `_` (it is spliced into SQL, so nothing else is accepted).
+    /// ASCII letters, digits or `_` (62 on PostgreSQL, whose identifiers stop at 63 bytes; it
+    /// is spliced into SQL, so nothing else is accepted).
     pub fn with_table(mut self, table: &str) -> Result<Self> {
+        let max = match self.dialect() {
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => MAX_PG_TABLE_LEN,
+            _ => MAX_TABLE_LEN,
+        };
         let mut chars = table.chars();
-        let valid = table.len() <= MAX_TABLE_LEN
+        let valid = table.len() <= max
             && chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !valid {
             return Err(Error::invalid_config(format!(
-                "{table:?} is not a plain table name (a letter or _, then up to 63 letters, \
-                 digits or _)"
+                "{table:?} is not a plain table name (a letter or _, then up to {} letters, \
+                 digits or _)",
+                max - 1
             )));
         }
         table.clone_into(&mut self.table);
@@ -233,9 +283,21 @@ impl SqlConfig {
         self
     }
 
+    /// PostgreSQL: whether waiters hear releases through `LISTEN`/`NOTIFY` (default `true`):
+    /// one extra connection per client listens, and releases wake the waiters of their name
+    /// at once, in any process. Turn it off behind a pooler that cannot keep a session's
+    /// `LISTEN` (PgBouncer in transaction mode); waiters then poll, as on MySQL. Releases
+    /// still `NOTIFY` (a listener elsewhere may use them). No effect on other databases.
+    pub fn with_notifications(mut self, notifications: bool) -> Self {
+        self.notifications = notifications;
+        self
+    }
+
     /// The `CREATE TABLE` statements for this config's database and table, for teams whose
     /// DBAs create tables: the lock table, then its holds table (`<table>_holds`, for
-    /// semaphores and read-write locks), separated by `;`.
+    /// semaphores and read-write locks), separated by `;`. On PostgreSQL a third statement
+    /// creates the function an attempt at a semaphore or read-write lock calls
+    /// (`<table>_holds_try`, PL/pgSQL, dollar-quoted: run it with `psql`).
     pub fn ddl(&self) -> String {
         let statements = crate::sql::Statements::new(self.dialect(), &self.table);
         statements.create_tables().join(";\n\n")
@@ -243,10 +305,10 @@ impl SqlConfig {
 
     /// The name of the holds table beside [`table`](Self::table), where semaphores and
     /// read-write locks keep their rows: `<table>_holds` (shortened with a hash when that
-    /// would pass 64 characters). Do not give another client of the same database this name
-    /// as its lock table.
+    /// would pass 64 characters, 63 on PostgreSQL). Do not give another client of the same
+    /// database this name as its lock table.
     pub fn holds_table(&self) -> String {
-        crate::holds_sql::holds_table(&self.table)
+        crate::holds_sql::holds_table(self.dialect(), &self.table)
     }
 
     /// The table name.
@@ -266,12 +328,15 @@ impl SqlConfig {
             Target::Sqlite { path } => Some(path),
             #[cfg(feature = "mysql")]
             Target::MySql { .. } => None,
+            #[cfg(feature = "postgres")]
+            Target::Postgres { .. } => None,
         }
     }
 
     /// How long the database itself lets one statement run or wait for a lock: three quarters
     /// of the operation timeout (the rest is for the network and a connect). MySQL/MariaDB sessions set their lock-wait timeouts (and, on
-    /// MariaDB, `max_statement_time`) from it and SQLite uses it as its busy timeout, so a
+    /// MariaDB, `max_statement_time`) from it, PostgreSQL sessions their `statement_timeout`
+    /// and `lock_timeout`, and SQLite uses it as its busy timeout, so a
     /// statement blocked by someone else's lock fails on the server, changing nothing, before
     /// the client gives up on it.
     pub fn statement_limit(&self) -> Duration {
@@ -282,6 +347,8 @@ impl SqlConfig {
         match &self.target {
             #[cfg(feature = "mysql")]
             Target::MySql { .. } => Dialect::MySql,
+            #[cfg(feature = "postgres")]
+            Target::Postgres { .. } => Dialect::Postgres,
             #[cfg(feature = "sqlite")]
             Target::Sqlite { .. } => Dialect::Sqlite,
         }
@@ -302,7 +369,7 @@ impl SqlConfig {
 }
 
 /// `scheme://user:***@host/...` for a URL with a password; the URL unchanged otherwise.
-#[cfg(feature = "mysql")]
+#[cfg(any(feature = "mysql", feature = "postgres"))]
 fn redact_password(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
@@ -328,6 +395,8 @@ impl fmt::Debug for SqlConfig {
         match &self.target {
             #[cfg(feature = "mysql")]
             Target::MySql { redacted, .. } => s.field("url", redacted),
+            #[cfg(feature = "postgres")]
+            Target::Postgres { redacted, .. } => s.field("url", redacted),
             #[cfg(feature = "sqlite")]
             Target::Sqlite { path } => s.field("sqlite", path),
         };
@@ -335,6 +404,7 @@ impl fmt::Debug for SqlConfig {
             .field("operation_timeout", &self.operation_timeout)
             .field("max_connections", &self.max_connections)
             .field("create_table", &self.create_table)
+            .field("notifications", &self.notifications)
             .finish()
     }
 }
@@ -397,5 +467,38 @@ mod tests {
             path.ends_with("locks.db") && dir.is_some_and(|d| d.starts_with("distlock")),
             "{path:?}"
         );
+    }
+}
+
+#[cfg(all(test, feature = "postgres"))]
+mod postgres_tests {
+    use super::*;
+
+    #[test]
+    fn postgres_urls() {
+        for url in [
+            "postgres://u:secret@127.0.0.1:5432/db",
+            "postgresql://u:secret@localhost/db?application_name=jobs",
+            "PostgreSQL://u:secret@h/db",
+        ] {
+            let config = SqlConfig::from_url(url).expect(url);
+            assert_eq!(config.dialect(), Dialect::Postgres);
+            assert!(!format!("{config:?}").contains("secret"), "{url}");
+        }
+        for bad in ["postgres:", "postgres://", "postgresql://u@h:notaport/db"] {
+            assert!(
+                matches!(SqlConfig::from_url(bad), Err(Error::InvalidConfig { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn postgres_table_names_fit_its_identifiers() {
+        let config = || SqlConfig::from_url("postgres://u@h/db").expect("valid");
+        assert!(config().with_table(&"x".repeat(63)).is_ok());
+        assert!(config().with_table(&"x".repeat(64)).is_err());
+        let holds = config().with_table(&"x".repeat(63)).expect("valid").holds_table();
+        assert!(holds.len() <= 63 && holds.ends_with("_holds"), "{holds}");
     }
 }

@@ -45,26 +45,40 @@ use std::fmt::Write as _;
 
 use distlock_core::LockKind;
 
-use crate::sql::{Dialect, KEY_LEN, MYSQL_CLOCK_US, SQLITE_NOW_MS};
+use crate::sql::{pg_micros, Dialect, KEY_LEN, MYSQL_CLOCK_US, PG_LEFT_US, PG_NOW, SQLITE_NOW_MS};
 
 /// The longest `holder` value: `~` + a SHA-256 in hex (64), or an owner token (36).
 pub(crate) const HOLDER_LEN: usize = 72;
 
 /// The holds table's name for the mutex table `table`: `<table>_holds`, or, when that would
-/// pass the 64 characters of a MySQL identifier, a prefix of `table`, 8 hex digits of its
-/// SHA-256 and `_holds` (so two long table names never share a holds table).
-pub(crate) fn holds_table(table: &str) -> String {
-    const MAX: usize = 64;
-    const SUFFIX: &str = "_holds";
-    if table.len() + SUFFIX.len() <= MAX {
-        return format!("{table}{SUFFIX}");
+/// pass the 64 characters of a MySQL identifier (63 on PostgreSQL), a prefix of `table`, 8
+/// hex digits of its SHA-256 and `_holds` (so two long table names never share a holds table).
+pub(crate) fn holds_table(dialect: Dialect, table: &str) -> String {
+    identifier(dialect, table, "_holds")
+}
+
+/// PostgreSQL: the name of the function that runs an attempt at a hold, beside the mutex
+/// table `table`: `<table>_holds_try`, shortened as [`holds_table`] does.
+pub(crate) fn attempt_function(table: &str) -> String {
+    identifier(Dialect::Postgres, table, "_holds_try")
+}
+
+/// `table` + `suffix`, or a prefix of `table`, 8 hex digits of its SHA-256 and `suffix` when
+/// that would pass the dialect's longest identifier.
+fn identifier(dialect: Dialect, table: &str, suffix: &str) -> String {
+    let max = match dialect {
+        Dialect::Postgres => 63,
+        _ => 64,
+    };
+    if table.len() + suffix.len() <= max {
+        return format!("{table}{suffix}");
     }
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(table.as_bytes());
     let tag = hex(&digest[..4]);
     // The table name is ASCII (checked by `SqlConfig::with_table`), so any cut is a char boundary.
-    let keep = MAX - SUFFIX.len() - 1 - tag.len();
-    format!("{}_{tag}{SUFFIX}", &table[..keep.min(table.len())])
+    let keep = max - suffix.len() - 1 - tag.len();
+    format!("{}_{tag}{suffix}", &table[..keep.min(table.len())])
 }
 
 /// The `kind` column's value for a hold of `kind`; `None` for the mutex.
@@ -112,12 +126,24 @@ pub(crate) struct HoldStatements {
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) table: String,
     pub(crate) create_table: String,
-    /// Binds: primitive, key, owner, kind. One affected row iff a live hold was released.
+    /// PostgreSQL: creates (or replaces) the function of an attempt; empty elsewhere.
+    pub(crate) create_function: String,
+    /// PostgreSQL: calls the function of an attempt. Binds: primitive, key, name, owner,
+    /// kind, permits (`int4`, `NULL` but for a permit), ttl µs, the waiting writer's holder
+    /// value and stay µs (both `NULL` when it leaves no record). Yields one row: won, the
+    /// fencing token, then the census ([`CensusRow`](crate::admission::CensusRow)). Empty
+    /// elsewhere.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) attempt: String,
+    /// Binds: primitive, key, owner, kind. One affected row iff a live hold was released
+    /// (PostgreSQL: yields the count, and announces the release with `pg_notify`).
     pub(crate) release: String,
     /// Binds, MySQL: ttl µs, primitive, key, owner, kind. SQLite: primitive, key, owner, kind,
-    /// ttl ms. One affected (matched) row iff a live hold was extended.
+    /// ttl ms; PostgreSQL the same with µs. One affected (matched) row iff a live hold was
+    /// extended.
     pub(crate) extend: String,
-    /// Binds: primitive, key, waiter holder. Deletes a waiting writer's record.
+    /// Binds: primitive, key, waiter holder. Deletes a waiting writer's record (PostgreSQL:
+    /// yields the count, and announces the withdrawal with `pg_notify`).
     pub(crate) withdraw: String,
     /// Binds: primitive, key. Yields holder, kind, permits, version, remaining time (µs / ms)
     /// of each live hold, oldest first.
@@ -151,10 +177,11 @@ pub(crate) struct SqliteAttempt {
 impl HoldStatements {
     /// The statements for the holds table of the mutex table `table`.
     pub(crate) fn new(dialect: Dialect, table: &str) -> Self {
-        let table = holds_table(table);
+        let holds = holds_table(dialect, table);
         match dialect {
-            Dialect::MySql => Self::mysql(table),
-            Dialect::Sqlite => Self::sqlite(table),
+            Dialect::MySql => Self::mysql(holds),
+            Dialect::Postgres => Self::postgres(table, holds),
+            Dialect::Sqlite => Self::sqlite(holds),
         }
     }
 
@@ -191,6 +218,58 @@ impl HoldStatements {
                 "SELECT CAST(holder AS CHAR CHARACTER SET utf8mb4), CAST(kind AS CHAR CHARACTER SET utf8mb4), \
                  CAST(permits AS SIGNED), version, {left} FROM {t} \
                  WHERE primitive = ? AND lock_key = ? AND kind IN ('permit', 'read', 'write') \
+                 AND expires_at > {now} ORDER BY version"
+            ),
+            sqlite: SqliteAttempt::default(),
+            create_function: String::new(),
+            attempt: String::new(),
+            table,
+        }
+    }
+
+    /// PostgreSQL: the layout of MySQL's table, and an attempt as one call of a PL/pgSQL
+    /// function (one round trip, its values bound as parameters). Releases and withdrawals
+    /// `pg_notify` the mutex table's channel (`mutex_table`) with `<primitive>:<key>`.
+    fn postgres(mutex_table: &str, table: String) -> Self {
+        let t = format!("\"{table}\"");
+        let now = PG_NOW;
+        let left = PG_LEFT_US;
+        let function = attempt_function(mutex_table);
+        let notify = format!("pg_notify('{mutex_table}', primitive || ':' || lock_key) IS NOT NULL");
+        Self {
+            create_table: format!(
+                "CREATE TABLE IF NOT EXISTS {t} (\n  \
+                 primitive  VARCHAR(16) COLLATE \"C\" NOT NULL,\n  \
+                 lock_key   VARCHAR({KEY_LEN}) COLLATE \"C\" NOT NULL,\n  \
+                 holder     VARCHAR({HOLDER_LEN}) COLLATE \"C\" NOT NULL,\n  \
+                 lock_name  TEXT NOT NULL,\n  \
+                 kind       VARCHAR(8) COLLATE \"C\" NOT NULL,\n  \
+                 permits    INTEGER,\n  \
+                 version    BIGINT NOT NULL,\n  \
+                 expires_at TIMESTAMPTZ,\n  \
+                 PRIMARY KEY (primitive, lock_key, holder)\n\
+                 )"
+            ),
+            create_function: pg_attempt_function(&t, &function),
+            attempt: format!("SELECT * FROM \"{function}\"($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
+            release: format!(
+                "WITH gone AS (DELETE FROM {t} WHERE primitive = $1 AND lock_key = $2 AND holder = $3 \
+                 AND kind = $4 AND expires_at > {now} RETURNING primitive, lock_key) \
+                 SELECT count(*) FROM gone WHERE {notify}"
+            ),
+            extend: format!(
+                "UPDATE {t} SET expires_at = {now} + {ttl} \
+                 WHERE primitive = $1 AND lock_key = $2 AND holder = $3 AND kind = $4 AND expires_at > {now}",
+                ttl = pg_micros("$5"),
+            ),
+            withdraw: format!(
+                "WITH gone AS (DELETE FROM {t} WHERE primitive = $1 AND lock_key = $2 AND holder = $3 \
+                 AND kind = 'waiter' RETURNING primitive, lock_key) \
+                 SELECT count(*) FROM gone WHERE {notify}"
+            ),
+            holders: format!(
+                "SELECT holder::text, kind::text, permits::int8, version, {left} FROM {t} \
+                 WHERE primitive = $1 AND lock_key = $2 AND kind IN ('permit', 'read', 'write') \
                  AND expires_at > {now} ORDER BY version"
             ),
             sqlite: SqliteAttempt::default(),
@@ -259,6 +338,8 @@ impl HoldStatements {
                      ON CONFLICT (primitive, lock_key, holder) DO UPDATE SET expires_at = excluded.expires_at"
                 ),
             },
+            create_function: String::new(),
+            attempt: String::new(),
             table,
         }
     }
@@ -277,6 +358,74 @@ fn census_columns(owner: &str, kind: &str, left: &str) -> String {
          MIN(CASE WHEN kind = 'permit' THEN {left} END), \
          MAX(CASE WHEN kind = 'read' THEN {left} END), \
          MAX(CASE WHEN kind = 'write' THEN {left} END)"
+    )
+}
+
+/// PostgreSQL: `CREATE OR REPLACE FUNCTION` of an attempt on the holds table `t` (quoted).
+/// One call is one statement, so one transaction: it takes the object (creating its row if
+/// missing, then `FOR UPDATE` on it: every attempt on the object waits here for the one
+/// before to commit), deletes the object's expired rows, takes the census of the live ones
+/// (each statement of a `VOLATILE` function sees what committed before it started, so the
+/// census sees every hold committed before the object was taken), decides by
+/// `admission.rs`'s rule, and then either bumps the object's version and inserts the hold or
+/// renews the attempt's own hold (a retry); a writer removes its waiting record when it wins
+/// and records or renews it when it loses. Its clock is read once the object is taken.
+fn pg_attempt_function(t: &str, function: &str) -> String {
+    let columns = "(primitive, lock_key, holder, lock_name, kind, permits, version, expires_at)";
+    let object = "primitive = p_primitive AND lock_key = p_key";
+    let ttl = "v_now + p_ttl_us::float8 * interval '1 microsecond'";
+    let stay = "v_now + p_stay_us::float8 * interval '1 microsecond'";
+    format!(
+        "CREATE OR REPLACE FUNCTION \"{function}\"(p_primitive text, p_key text, p_name text, \
+         p_holder text, p_kind text, p_permits integer, p_ttl_us bigint, p_waiter text, p_stay_us bigint)\n\
+         RETURNS TABLE (o_won boolean, o_token bigint, o_holds bigint, o_readers bigint, \
+         o_writers bigint, o_waiting bigint, o_stored bigint, o_mine bigint, o_first_permit bigint, \
+         o_last_reader bigint, o_writer bigint)\n\
+         LANGUAGE plpgsql VOLATILE AS $distlock$\n\
+         DECLARE\n  v_now timestamptz;\n  v_won boolean;\n  v_token bigint;\n  c record;\n\
+         BEGIN\n  \
+         INSERT INTO {t} {columns} VALUES (p_primitive, p_key, '#', p_name, 'object', NULL, 0, NULL) \
+         ON CONFLICT (primitive, lock_key, holder) DO NOTHING;\n  \
+         PERFORM 1 FROM {t} WHERE {object} AND holder = '#' FOR UPDATE;\n  \
+         v_now := clock_timestamp();\n  \
+         DELETE FROM {t} WHERE {object} AND kind <> 'object' AND expires_at <= v_now;\n  \
+         SELECT count(*) FILTER (WHERE kind <> 'waiter') AS holds,\n    \
+         count(*) FILTER (WHERE kind = 'read') AS readers,\n    \
+         count(*) FILTER (WHERE kind = 'write') AS writers,\n    \
+         count(*) FILTER (WHERE kind = 'waiter') AS waiting,\n    \
+         (min(permits) FILTER (WHERE kind = 'permit'))::bigint AS stored,\n    \
+         max(version) FILTER (WHERE holder = p_holder AND kind = p_kind) AS mine,\n    \
+         min(left_us) FILTER (WHERE kind = 'permit') AS first_permit,\n    \
+         max(left_us) FILTER (WHERE kind = 'read') AS last_reader,\n    \
+         max(left_us) FILTER (WHERE kind = 'write') AS writer\n  \
+         INTO c FROM (SELECT kind, holder, permits, version, \
+         (extract(epoch FROM (expires_at - v_now)) * 1000000)::bigint AS left_us \
+         FROM {t} WHERE {object} AND kind <> 'object' AND expires_at > v_now) AS live;\n  \
+         v_won := c.mine IS NOT NULL OR CASE p_kind \
+         WHEN 'permit' THEN (c.stored IS NULL OR c.stored = p_permits) AND c.holds < p_permits \
+         WHEN 'read' THEN c.writers = 0 AND c.waiting = 0 \
+         ELSE c.holds = 0 END;\n  \
+         IF c.mine IS NOT NULL THEN\n    \
+         v_token := c.mine;\n    \
+         UPDATE {t} SET expires_at = {ttl} WHERE {object} AND holder = p_holder AND kind = p_kind;\n  \
+         ELSIF v_won THEN\n    \
+         UPDATE {t} SET version = GREATEST(version + 1, (extract(epoch FROM v_now) * 1000000)::bigint) \
+         WHERE {object} AND holder = '#' RETURNING version INTO v_token;\n    \
+         INSERT INTO {t} {columns} VALUES (p_primitive, p_key, p_holder, p_name, p_kind, \
+         CASE WHEN p_kind = 'permit' THEN p_permits END, v_token, {ttl});\n  \
+         END IF;\n  \
+         IF p_waiter IS NOT NULL THEN\n    \
+         IF v_won THEN\n      \
+         DELETE FROM {t} WHERE {object} AND holder = p_waiter AND kind = 'waiter';\n    \
+         ELSE\n      \
+         INSERT INTO {t} {columns} VALUES (p_primitive, p_key, p_waiter, p_name, 'waiter', NULL, 0, {stay}) \
+         ON CONFLICT (primitive, lock_key, holder) DO UPDATE SET expires_at = EXCLUDED.expires_at;\n    \
+         END IF;\n  \
+         END IF;\n  \
+         RETURN QUERY SELECT v_won, v_token, c.holds, c.readers, c.writers, c.waiting, c.stored, \
+         c.mine, c.first_permit, c.last_reader, c.writer;\n\
+         END\n\
+         $distlock$"
     )
 }
 
@@ -403,13 +552,26 @@ mod tests {
 
     #[test]
     fn holds_tables_fit_an_identifier_and_stay_apart() {
-        assert_eq!(holds_table("distlock_locks"), "distlock_locks_holds");
+        assert_eq!(
+            holds_table(Dialect::MySql, "distlock_locks"),
+            "distlock_locks_holds"
+        );
         let long_a = format!("{}a", "x".repeat(63));
         let long_b = format!("{}b", "x".repeat(63));
-        let (a, b) = (holds_table(&long_a), holds_table(&long_b));
+        let (a, b) = (
+            holds_table(Dialect::MySql, &long_a),
+            holds_table(Dialect::MySql, &long_b),
+        );
         assert!(a.len() <= 64 && b.len() <= 64, "{a} {b}");
         assert_ne!(a, b);
         assert!(a.ends_with("_holds"));
+        let pg = holds_table(Dialect::Postgres, &"x".repeat(58));
+        assert!(pg.len() <= 63 && pg.ends_with("_holds"), "{pg}");
+        let function = attempt_function(&"x".repeat(62));
+        assert!(
+            function.len() <= 63 && function.ends_with("_holds_try"),
+            "{function}"
+        );
     }
 
     #[test]

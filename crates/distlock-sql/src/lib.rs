@@ -1,9 +1,10 @@
 //! The SQL backend of distlock: one row per lock name with an optimistic `version` column, on
-//! MySQL/MariaDB (feature `mysql`) or SQLite (feature `sqlite`, the embedded default), via
-//! sqlx with no TLS and no OpenSSL.
+//! MySQL/MariaDB (feature `mysql`), PostgreSQL (feature `postgres`) or SQLite (feature
+//! `sqlite`, the embedded default), via sqlx with no TLS and no OpenSSL.
 //!
 //! - [`SqlLock`] implements [`DistributedLock`](distlock_core::DistributedLock); build it from
-//!   a URL (`mysql://user:pass@host:port/db`, `sqlite://path/to/file.db`) with
+//!   a URL (`mysql://user:pass@host:port/db`, `postgres://user:pass@host:port/db`,
+//!   `sqlite://path/to/file.db`) with
 //!   [`SqlLock::connect`] or [`SqlConfig`], or use [`SqlLock::embedded_default`] for a SQLite
 //!   file in a per-user location ([`SqlConfig::default_sqlite_path`]).
 //! - Acquire is one atomic upsert that takes the row only if it is free or expired and bumps
@@ -17,10 +18,18 @@
 //!   waiting writer. An attempt takes the object first (an InnoDB row lock on the object's
 //!   row; SQLite's `BEGIN IMMEDIATE`) and only then counts the live holds and inserts its own,
 //!   so permits are exact under any concurrency; on MySQL the whole transaction is one round
-//!   trip (one text query of several statements). Release, extend and withdraw are one
+//!   trip (one text query of several statements), on PostgreSQL too (one call of a PL/pgSQL
+//!   function the backend creates beside the tables). Release, extend and withdraw are one
 //!   statement each. See [`SqlLock`].
-//! - Waiting: SQL publishes no releases, so waiters poll with backoff, waking at the holder's
-//!   expiry. A MySQL release by a client of this process hands the lock straight to the first
+//! - PostgreSQL wakes waiters by notification: every release (and every withdrawal of a
+//!   waiting writer) runs `pg_notify` in its own statement, on a channel named after the table
+//!   with the object's key as payload, and each client keeps **one** listening connection
+//!   (`LISTEN`) shared by all its waiters, which wakes only the waiters of the released
+//!   object; the connection listens again after a restart or a reset, and waiters keep a
+//!   safety-net poll. Turn it off behind a pooler that cannot keep a `LISTEN`
+//!   ([`SqlConfig::with_notifications`]).
+//! - Waiting on MySQL and SQLite: they publish no releases, so waiters poll with backoff,
+//!   waking at the holder's expiry. A MySQL release by a client of this process hands the lock straight to the first
 //!   of this process's waiters, in the release's own `UPDATE` (`LockClient` does it, by the
 //!   store's name, through `DistributedLock::hand_over`): the waiter holds it without a round
 //!   trip of its own, and no client of the process races it. A SQLite release wakes the oldest
@@ -61,6 +70,27 @@
 //!   version    INTEGER NOT NULL,
 //!   expires_at INTEGER
 //! ) WITHOUT ROWID;
+//!
+//! -- PostgreSQL (and the function of an attempt, printed by SqlConfig::ddl)
+//! CREATE TABLE IF NOT EXISTS "distlock_locks" (
+//!   lock_key   VARCHAR(255) COLLATE "C" NOT NULL PRIMARY KEY,
+//!   lock_name  TEXT NOT NULL,
+//!   owner      VARCHAR(64) COLLATE "C",
+//!   version    BIGINT NOT NULL,
+//!   expires_at TIMESTAMPTZ
+//! );
+//!
+//! CREATE TABLE IF NOT EXISTS "distlock_locks_holds" (
+//!   primitive  VARCHAR(16) COLLATE "C" NOT NULL,
+//!   lock_key   VARCHAR(255) COLLATE "C" NOT NULL,
+//!   holder     VARCHAR(72) COLLATE "C" NOT NULL,
+//!   lock_name  TEXT NOT NULL,
+//!   kind       VARCHAR(8) COLLATE "C" NOT NULL,
+//!   permits    INTEGER,
+//!   version    BIGINT NOT NULL,
+//!   expires_at TIMESTAMPTZ,
+//!   PRIMARY KEY (primitive, lock_key, holder)
+//! );
 //!
 //! CREATE TABLE IF NOT EXISTS "distlock_locks_holds" (
 //!   primitive  TEXT NOT NULL,
@@ -119,6 +149,33 @@
 //! (retried within the operation, then reported as `Unavailable` with the database's
 //! message), and a read-only server (`Unavailable` at once).
 //!
+//! # PostgreSQL specifics
+//!
+//! - Rows, not advisory locks (`pg_advisory_lock`): an advisory lock belongs to the session
+//!   that took it, so the holder must pin one connection out of its pool per held lock; it
+//!   is released silently when that connection drops (a pooler recycling it, a network blip,
+//!   a failover), and the holder learns of it only at its next statement; and it carries no
+//!   fencing token. A row with an owner, an expiry and a version needs no connection between
+//!   statements, is renewed by the watchdog, and its version is the fencing token. Advisory
+//!   locks serve one purpose here: serializing this backend's own `CREATE` statements
+//!   (`pg_advisory_xact_lock`, held for one transaction), since concurrent `CREATE TABLE IF
+//!   NOT EXISTS` of one table can fail on PostgreSQL.
+//! - Acquire is one `INSERT ... ON CONFLICT (lock_key) DO UPDATE ... WHERE <free, expired or
+//!   ours> RETURNING version`; the same statement reads the holder's remaining time when it
+//!   did not win. Release, extend and hand-over are one `UPDATE` each; `extend_many` renews
+//!   every lease, of both tables, in one statement. Every operation is **one round trip**
+//!   (the statements are prepared when a connection opens; the pool is MySQL's, without
+//!   pings), and the database's `statement_timestamp()` judges every expiry.
+//! - Every session sets `statement_timeout` and `lock_timeout` to
+//!   [`SqlConfig::statement_limit`] in its startup packet (no extra round trip). A session the
+//!   server ended (a restart) is retried on another connection, as a broken one.
+//! - A name containing NUL is refused ([`Error::InvalidName`](distlock_core::Error::InvalidName)):
+//!   PostgreSQL's text cannot hold it. Table names are at most 63 bytes.
+//! - The backend's user needs `CREATE` on the schema for the tables and the function
+//!   (`CREATE OR REPLACE FUNCTION <table>_holds_try`, which also means owning it), or a DBA
+//!   creates them from [`SqlConfig::ddl`] and the backend runs with
+//!   [`SqlConfig::with_create_table`]`(false)`.
+//!
 //! # MySQL / MariaDB specifics
 //!
 //! - The acquire upsert is independent of how `ON DUPLICATE KEY UPDATE` orders its
@@ -168,8 +225,8 @@
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-#[cfg(not(any(feature = "mysql", feature = "sqlite")))]
-compile_error!("distlock-sql needs at least one of its features `mysql` and `sqlite`");
+#[cfg(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")))]
+compile_error!("distlock-sql needs at least one of its features `mysql`, `postgres` and `sqlite`");
 
 mod admission;
 mod checkout;
@@ -182,6 +239,12 @@ mod host_waiters;
 mod lock;
 #[cfg(feature = "mysql")]
 mod mysql_pool;
+#[cfg(feature = "postgres")]
+mod pg_pool;
+#[cfg(feature = "postgres")]
+mod pg_releases;
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+mod server_pool;
 mod sql;
 
 pub use config::{SqlConfig, DEFAULT_MAX_CONNECTIONS, DEFAULT_OPERATION_TIMEOUT, DEFAULT_TABLE};

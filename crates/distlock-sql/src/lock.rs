@@ -1,18 +1,18 @@
 //! [`SqlLock`]: the [`DistributedLock`] over one row per lock name with an optimistic
-//! `version` column, on MySQL/MariaDB or SQLite. This module owns the meaning of each
+//! `version` column, on MySQL/MariaDB, PostgreSQL or SQLite. This module owns the meaning of each
 //! statement's result and the retries around it; the SQL text lives in `sql.rs`, the MySQL
 //! connection pool in `mysql_pool.rs` and the rule for handing connections back in
 //! `checkout.rs`.
 //!
 //! # Row layout
 //!
-//! | column       | MySQL / MariaDB                           | SQLite    | meaning |
-//! |--------------|-------------------------------------------|-----------|---------|
-//! | `lock_key`   | `VARCHAR(255) ascii_bin`, primary key     | `TEXT` PK | the name, percent-escaped to printable ASCII; past 255 bytes a readable prefix + `%~` + SHA-256 ([`LockName::encode`]) |
-//! | `lock_name`  | `VARCHAR(1024) utf8mb4_bin`               | `TEXT`    | the full name, for humans |
-//! | `owner`      | `VARCHAR(64) ascii_bin NULL`              | `TEXT`    | the holder's [`OwnerToken`]; `NULL` when free |
-//! | `version`    | `BIGINT`                                  | `INTEGER` | the fencing token: `max(version + 1, clock in µs)` on every acquisition |
-//! | `expires_at` | `DATETIME(6) NULL`, UTC                   | `INTEGER` | end of the hold by the database clock (SQLite: ms since the epoch); `NULL` when free |
+//! | column       | MySQL / MariaDB                           | PostgreSQL                 | SQLite    | meaning |
+//! |--------------|-------------------------------------------|----------------------------|-----------|---------|
+//! | `lock_key`   | `VARCHAR(255) ascii_bin`, primary key     | `VARCHAR(255) "C"`, PK     | `TEXT` PK | the name, percent-escaped to printable ASCII; past 255 bytes a readable prefix + `%~` + SHA-256 ([`LockName::encode`]) |
+//! | `lock_name`  | `VARCHAR(1024) utf8mb4_bin`               | `TEXT`                     | `TEXT`    | the full name, for humans |
+//! | `owner`      | `VARCHAR(64) ascii_bin NULL`              | `VARCHAR(64) "C"`          | `TEXT`    | the holder's [`OwnerToken`]; `NULL` when free |
+//! | `version`    | `BIGINT`                                  | `BIGINT`                   | `INTEGER` | the fencing token: `max(version + 1, clock in µs)` on every acquisition |
+//! | `expires_at` | `DATETIME(6) NULL`, UTC                   | `TIMESTAMPTZ`              | `INTEGER` | end of the hold by the database clock (SQLite: ms since the epoch); `NULL` when free |
 //!
 //! A row is created by the first acquisition of a name and never deleted: release clears
 //! `owner` and `expires_at` and keeps `version`, so fencing tokens grow across release,
@@ -49,7 +49,11 @@ use crate::config::{SqlConfig, Target};
 #[cfg(feature = "sqlite")]
 use crate::host_waiters::HostWaiters;
 #[cfg(feature = "mysql")]
-use crate::mysql_pool::{session_limits, MySqlConnections, Session};
+use crate::mysql_pool::{session_limits, MySqlConnections, MySqlDial, Session};
+#[cfg(feature = "postgres")]
+use crate::pg_pool::{PgConnections, PgDial};
+#[cfg(feature = "postgres")]
+use crate::pg_releases::PgReleases;
 #[cfg(feature = "mysql")]
 use crate::sql::MYSQL_HELD;
 use crate::sql::{key_char, Dialect, Statements, KEY_LEN};
@@ -81,15 +85,19 @@ macro_rules! in_transaction {
 }
 
 mod holds;
+#[cfg(feature = "postgres")]
+mod renew_many;
 
+/// How many renewals `extend_many` runs at once where it cannot batch them (as the default).
+const EXTEND_MANY_CONCURRENCY: usize = 32;
 /// The longest TTL accepted: 30 days, as [`Capabilities::new`] declares.
 const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// The first and the longest pause between internal retries of a busy or deadlocked statement.
 const RETRY_FIRST: Duration = Duration::from_millis(2);
 const RETRY_MAX: Duration = Duration::from_millis(50);
 
-/// A distributed lock stored in a SQL table: MySQL/MariaDB, or a SQLite file (the embedded
-/// default, which locks between the processes of one machine with no server).
+/// A distributed lock stored in a SQL table: MySQL/MariaDB, PostgreSQL, or a SQLite file (the
+/// embedded default, which locks between the processes of one machine with no server).
 ///
 /// Cheap to clone (clones share one connection pool). Build it with [`SqlLock::connect`],
 /// [`SqlLock::embedded_default`] or [`SqlConfig::build`], and hand it to
@@ -98,15 +106,16 @@ const RETRY_MAX: Duration = Duration::from_millis(50);
 /// Capabilities: [`Fencing::Monotonic`] (the `version` column; monotonic as long as the
 /// database's clock never steps back and the clocks of failover peers or Galera nodes agree,
 /// see the crate docs), [`WakeUp::Polling`] (waiters back off with jitter and wake at the
-/// holder's expiry), TTLs from 1 ms to 30 days in 1 ms steps,
+/// holder's expiry; on PostgreSQL [`WakeUp::Notification`], through `LISTEN`/`NOTIFY`), TTLs from 1 ms to 30 days in 1 ms steps,
 /// [`inspect`](DistributedLock::inspect), semaphores and read-write locks (writer
 /// preference: a waiting writer keeps new readers out), each hold with its own fencing
 /// token from a per-object counter.
 ///
-/// # Why not `GET_LOCK` or `SELECT ... FOR UPDATE`
+/// # Why not `GET_LOCK`, `pg_advisory_lock` or `SELECT ... FOR UPDATE`
 ///
-/// Both tie the lock to one database connection: `GET_LOCK` is released when the session
-/// ends, and a row lock when the transaction ends. The holder would have to pin one connection
+/// All tie the lock to one database connection: `GET_LOCK` and PostgreSQL's advisory locks
+/// are released when the session ends, and a row lock when the transaction ends; none gives
+/// a fencing token. The holder would have to pin one connection
 /// out of its pool for as long as it holds the lock (one connection per held lock), a pool
 /// that recycles or reconnects it silently drops the lock, and a long open transaction blocks
 /// purges and other writers. A row with an owner, an expiry and a version needs no connection
@@ -136,11 +145,17 @@ struct Inner {
     /// SQLite: this host's waiters, woken by releases through Unix sockets.
     #[cfg(feature = "sqlite")]
     host: Option<HostWaiters>,
+    /// PostgreSQL: the one listening connection that hears releases (`LISTEN`), shared by
+    /// every waiter of this client; `None` with notifications off.
+    #[cfg(feature = "postgres")]
+    releases: Option<PgReleases>,
 }
 
 enum Pool {
     #[cfg(feature = "mysql")]
     MySql(MySqlConnections),
+    #[cfg(feature = "postgres")]
+    Postgres(PgConnections),
     #[cfg(feature = "sqlite")]
     Sqlite(sqlx::SqlitePool),
 }
@@ -174,8 +189,14 @@ impl SqlLock {
         match &self.inner.pool {
             #[cfg(feature = "mysql")]
             Pool::MySql(connections) => connections.close().await,
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(connections) => connections.close().await,
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => pool.close().await,
+        }
+        #[cfg(feature = "postgres")]
+        if let Some(releases) = &self.inner.releases {
+            releases.close();
         }
     }
 }
@@ -185,12 +206,16 @@ impl DistributedLock for SqlLock {
     fn backend(&self) -> &'static str {
         match self.dialect() {
             Dialect::MySql => "mysql",
+            Dialect::Postgres => "postgres",
             Dialect::Sqlite => "sqlite",
         }
     }
 
+    /// PostgreSQL with notifications (the default) declares [`WakeUp::Notification`]: every
+    /// release and withdrawal is announced (`NOTIFY`), and waiters keep only a safety-net
+    /// poll. Every other configuration polls.
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(Fencing::Monotonic, WakeUp::Polling)
+        Capabilities::new(Fencing::Monotonic, self.wake_up())
             .with_hands_over(true)
             .with_ttl_granularity(Duration::from_millis(1))
             .with_ttl_range(Duration::from_millis(1), MAX_TTL)
@@ -205,6 +230,7 @@ impl DistributedLock for SqlLock {
     /// remaining time; both are local calls, no network). No ping precedes or follows a
     /// MySQL statement, except one before it on a connection idle for over 30 s.
     async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
+        self.storable(name)?;
         let units = self.ttl_units(ttl)?;
         let key = lock_key(name);
         let key = key.as_ref();
@@ -241,6 +267,35 @@ impl DistributedLock for SqlLock {
                         return Ok(TryAcquire::Held(Holder::expiring_in(left)));
                     }
                     id => i64::try_from(id).ok().filter(|&v| v > 0),
+                }
+            }
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => {
+                let rows: Vec<(Option<i64>, Option<i64>)> = self
+                    .run(
+                        pool,
+                        "acquiring",
+                        on_conn!(c => {
+                            sqlx::query_as(sql)
+                                .bind(key)
+                                .bind(name.as_str())
+                                .bind(owner_str)
+                                .bind(units)
+                                .fetch_all(c.conn()?)
+                                .await
+                        }),
+                    )
+                    .await?;
+                match rows.first() {
+                    Some((Some(version), _)) => Some(*version),
+                    // Held: the holder's remaining time as the statement's snapshot saw it (no
+                    // row: created by an attempt the snapshot missed; retry soon).
+                    other => {
+                        let left = other.and_then(|(_, left)| self.remaining(*left));
+                        return Ok(TryAcquire::Held(Holder::expiring_in(
+                            left.unwrap_or(Duration::ZERO),
+                        )));
+                    }
                 }
             }
             #[cfg(feature = "sqlite")]
@@ -298,6 +353,17 @@ impl DistributedLock for SqlLock {
                 )
                 .await
                 .map(|(done, broken)| (done.rows_affected(), broken))?,
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => self
+                .run_tracked(
+                    pool,
+                    "releasing",
+                    on_conn!(c => {
+                        sqlx::query_scalar::<_, i64>(sql).bind(key).bind(owner).fetch_one(c.conn()?).await
+                    }),
+                )
+                .await
+                .map(|(count, broken)| (u64::try_from(count).unwrap_or(0), broken))?,
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => self
                 .run_tracked(
@@ -370,6 +436,23 @@ impl DistributedLock for SqlLock {
                         (done.rows_affected() > 0).then(|| i64::try_from(done.last_insert_id()).unwrap_or(0));
                     (version, broken)
                 })?,
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => self
+                .run_tracked(
+                    pool,
+                    "handing over",
+                    on_conn!(c => {
+                        sqlx::query_scalar(sql)
+                            .bind(key)
+                            .bind(owner)
+                            .bind(next_str)
+                            .bind(units)
+                            .fetch_all(c.conn()?)
+                            .await
+                    }),
+                )
+                .await
+                .map(|(rows, broken)| (rows.first().copied(), broken))?,
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => self
                 .run_tracked(
@@ -429,6 +512,17 @@ impl DistributedLock for SqlLock {
                 )
                 .await?
                 .rows_affected(),
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => self
+                .run(
+                    pool,
+                    "extending",
+                    on_conn!(c => {
+                        sqlx::query(sql).bind(key).bind(owner).bind(units).execute(c.conn()?).await
+                    }),
+                )
+                .await?
+                .rows_affected(),
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => self
                 .run(
@@ -455,7 +549,16 @@ impl DistributedLock for SqlLock {
     /// SQLite: a release by any process of this host wakes one waiter at once (a Unix datagram
     /// to the oldest waiter's socket beside the database file, see `host_waiters`); waiters
     /// still poll, in case a socket cannot be bound.
+    ///
+    /// PostgreSQL: every release `NOTIFY`s the table's channel with the lock's key, and this
+    /// client's one listening connection wakes the watches of that name only (see
+    /// `pg_releases`). **0 round trips** once the connection listens; the first watch of a
+    /// client waits for its `LISTEN`. Waiters keep a safety-net poll.
     async fn watch(&self, name: &LockName) -> Result<ReleaseWatch> {
+        #[cfg(feature = "postgres")]
+        if let Some(releases) = &self.inner.releases {
+            return releases.watch(Primitive::Mutex, &lock_key(name)).await;
+        }
         #[cfg(feature = "sqlite")]
         if let Some(host) = &self.inner.host {
             if let Some(watch) = host.watch(&lock_key(name)) {
@@ -486,12 +589,15 @@ impl DistributedLock for SqlLock {
     }
 
     /// MySQL: `mysql://<user>@<host>:<port>/<db>#<table>`, so that a release by a client of
-    /// this process wakes one of this process's waiters at once. SQLite: `None`, since its
+    /// this process wakes one of this process's waiters at once (PostgreSQL likewise, which
+    /// matters only with notifications off). SQLite: `None`, since its
     /// releases wake waiters of the whole host (see [`watch`](Self::watch)).
     fn store_identity(&self) -> Option<String> {
         match &self.inner.config.target {
             #[cfg(feature = "mysql")]
             Target::MySql { redacted, .. } => Some(format!("{redacted}#{}", self.inner.config.table)),
+            #[cfg(feature = "postgres")]
+            Target::Postgres { redacted, .. } => Some(format!("{redacted}#{}", self.inner.config.table)),
             #[cfg(feature = "sqlite")]
             Target::Sqlite { .. } => None,
         }
@@ -505,6 +611,17 @@ impl DistributedLock for SqlLock {
         let row: Option<(Option<String>, i64, Option<i64>)> = match &self.inner.pool {
             #[cfg(feature = "mysql")]
             Pool::MySql(pool) => {
+                self.run(
+                    pool,
+                    "inspecting",
+                    on_conn!(c => {
+                        sqlx::query_as(sql).bind(key).fetch_optional(c.conn()?).await
+                    }),
+                )
+                .await?
+            }
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => {
                 self.run(
                     pool,
                     "inspecting",
@@ -560,11 +677,51 @@ impl DistributedLock for SqlLock {
         self.holder_states(name, primitive).await
     }
 
+    /// PostgreSQL: the releases and withdrawals of the object, as for the mutex's
+    /// [`watch`](Self::watch) (payload `<primitive>:<key>`). Elsewhere a polling watch, which
+    /// `LockClient` wakes on releases in this process.
+    async fn watch_kind(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
+        #[cfg(feature = "postgres")]
+        if let Some(releases) = &self.inner.releases {
+            return releases.watch(primitive, &lock_key(name)).await;
+        }
+        let _ = (name, primitive);
+        Ok(ReleaseWatch::polling())
+    }
+
+    /// PostgreSQL: every lease in **1 round trip** (one `UPDATE ... FROM unnest(...)` per
+    /// table, in one statement). Elsewhere one `extend` per lease, up to 32 at once.
+    #[allow(irrefutable_let_patterns)] // with only the `postgres` feature
+    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        #[cfg(feature = "postgres")]
+        if let Pool::Postgres(pool) = &self.inner.pool {
+            return self.extend_many_pg(pool, leases).await;
+        }
+        use futures::stream::{self, StreamExt};
+        let renewals: Vec<_> = leases
+            .iter()
+            .map(|lease| self.extend(lease, lease.ttl()))
+            .collect();
+        stream::iter(renewals)
+            .buffered(EXTEND_MANY_CONCURRENCY)
+            .collect()
+            .await
+    }
+
     /// `SELECT 1`. **1 round trip.**
     async fn ping(&self) -> Result<()> {
         match &self.inner.pool {
             #[cfg(feature = "mysql")]
             Pool::MySql(pool) => {
+                self.run(
+                    pool,
+                    "ping",
+                    on_conn!(c => sqlx::query("SELECT 1").execute(c.conn()?).await),
+                )
+                .await?;
+            }
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => {
                 self.run(
                     pool,
                     "ping",
@@ -593,25 +750,63 @@ impl SqlLock {
         let pool = match &config.target {
             #[cfg(feature = "mysql")]
             Target::MySql { options, .. } => Pool::MySql(MySqlConnections::new(
-                (**options).clone(),
-                config.max_connections,
-                Session {
-                    limits: session_limits(config.statement_limit()),
-                    warm: vec![
-                        sql.acquire.clone(),
-                        sql.extend.clone(),
-                        sql.release.clone(),
-                        sql.holds.extend.clone(),
-                        sql.holds.release.clone(),
-                        sql.holds.withdraw.clone(),
-                    ],
+                MySqlDial {
+                    options: (**options).clone(),
+                    session: Session {
+                        limits: session_limits(config.statement_limit()),
+                        warm: vec![
+                            sql.acquire.clone(),
+                            sql.extend.clone(),
+                            sql.release.clone(),
+                            sql.holds.extend.clone(),
+                            sql.holds.release.clone(),
+                            sql.holds.withdraw.clone(),
+                        ],
+                    },
                 },
+                config.max_connections,
             )?),
+            #[cfg(feature = "postgres")]
+            Target::Postgres { options, .. } => {
+                if config.table.len() > 63 {
+                    return Err(Error::invalid_config(format!(
+                        "the table name {:?} is longer than PostgreSQL's 63-byte identifiers",
+                        config.table
+                    )));
+                }
+                Pool::Postgres(PgConnections::new(
+                    PgDial::new(
+                        options,
+                        config.statement_limit(),
+                        vec![
+                            sql.acquire.clone(),
+                            sql.extend.clone(),
+                            sql.release.clone(),
+                            sql.extend_many.clone(),
+                            sql.holds.attempt.clone(),
+                            sql.holds.extend.clone(),
+                            sql.holds.release.clone(),
+                            sql.holds.withdraw.clone(),
+                        ],
+                    ),
+                    config.max_connections,
+                )?)
+            }
             #[cfg(feature = "sqlite")]
             Target::Sqlite { path } => Pool::Sqlite(open_sqlite(path, &config)?),
         };
         let lock = Self {
             inner: Arc::new(Inner {
+                #[cfg(feature = "postgres")]
+                releases: match &config.target {
+                    Target::Postgres { options, .. } if config.notifications => Some(PgReleases::new(
+                        (**options).clone(),
+                        config.table.clone(),
+                        config.operation_timeout,
+                    )),
+                    #[allow(unreachable_patterns)] // with only the `postgres` feature
+                    _ => None,
+                },
                 #[cfg(feature = "sqlite")]
                 host: match &config.target {
                     Target::Sqlite { path } => Some(HostWaiters::new(path)),
@@ -649,6 +844,22 @@ impl SqlLock {
                 tracing::warn!(%mode, "distlock-sql: SQLite refused WAL mode; locking still works, slower");
             }
         }
+        #[cfg(feature = "postgres")]
+        if let (Pool::Postgres(pool), true) = (&self.inner.pool, self.inner.config.create_table) {
+            let ddl =
+                crate::pg_pool::ddl_transaction(&self.inner.config.table, &self.inner.sql.create_tables());
+            let ddl = ddl.as_str();
+            self.run(
+                pool,
+                "creating the lock tables",
+                in_transaction!(c => {
+                    use sqlx::Executor;
+                    c.conn()?.execute(ddl).await.map(drop)
+                }),
+            )
+            .await?;
+            return self.ping().await;
+        }
         if self.inner.config.create_table {
             for ddl in self.inner.sql.create_tables() {
                 match &self.inner.pool {
@@ -670,6 +881,11 @@ impl SqlLock {
                         )
                         .await?;
                     }
+                    // Created above, in one transaction.
+                    #[cfg(feature = "postgres")]
+                    Pool::Postgres(_) => {
+                        let _ = ddl;
+                    }
                 }
             }
         }
@@ -678,6 +894,30 @@ impl SqlLock {
 
     fn dialect(&self) -> Dialect {
         self.inner.config.dialect()
+    }
+
+    /// PostgreSQL's text cannot hold NUL, so a name with one cannot be stored (the key escapes
+    /// it, but the readable `lock_name` column keeps the name as it is).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for such a name on PostgreSQL.
+    pub(crate) fn storable(&self, name: &LockName) -> Result<()> {
+        if self.dialect() == Dialect::Postgres && name.as_str().contains('\0') {
+            return Err(Error::InvalidName {
+                reason: "PostgreSQL text cannot hold NUL characters".to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// How waiters learn of releases: by notification on PostgreSQL with its listener, else
+    /// by polling.
+    fn wake_up(&self) -> WakeUp {
+        #[cfg(feature = "postgres")]
+        if self.inner.releases.is_some() {
+            return WakeUp::Notification;
+        }
+        WakeUp::Polling
     }
 
     /// Runs one statement (`op` makes a fresh attempt each call, on a connection checked out
@@ -739,8 +979,8 @@ impl SqlLock {
                 }
                 // Only a statement's connection breaks mid-statement; a failed checkout sent
                 // nothing (the pool already retried a server refusing connections).
-                Ok(Err(Failure::Statement(e @ sqlx::Error::Io(_))))
-                    if reconnects > 0 && Instant::now() < deadline =>
+                Ok(Err(Failure::Statement(e)))
+                    if is_broken(&e) && reconnects > 0 && Instant::now() < deadline =>
                 {
                     tracing::debug!(error = %e, what, "distlock-sql: connection broke, retrying on another");
                     reconnects -= 1;
@@ -777,6 +1017,17 @@ impl SqlLock {
                 )
                 .await?
             }
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => {
+                self.run(
+                    pool,
+                    "reading the holder's expiry",
+                    on_conn!(c => {
+                        sqlx::query_scalar(sql).bind(key).fetch_optional(c.conn()?).await
+                    }),
+                )
+                .await?
+            }
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => {
                 self.run(
@@ -794,17 +1045,18 @@ impl SqlLock {
         ))
     }
 
-    /// A stored remaining time (µs on MySQL, ms on SQLite) as a duration, `None` if not
-    /// positive.
+    /// A stored remaining time (µs on MySQL and PostgreSQL, ms on SQLite) as a duration,
+    /// `None` if not positive.
     fn remaining(&self, raw: Option<i64>) -> Option<Duration> {
         let raw = u64::try_from(raw?).ok().filter(|&v| v > 0)?;
         Some(match self.dialect() {
-            Dialect::MySql => Duration::from_micros(raw),
+            Dialect::MySql | Dialect::Postgres => Duration::from_micros(raw),
             Dialect::Sqlite => Duration::from_millis(raw),
         })
     }
 
-    /// A TTL in the unit the dialect stores (µs on MySQL, ms rounded up on SQLite).
+    /// A TTL in the unit the dialect stores (µs on MySQL and PostgreSQL, ms rounded up on
+    /// SQLite).
     fn ttl_units(&self, ttl: Duration) -> Result<i64> {
         if ttl.is_zero() || ttl > MAX_TTL {
             return Err(Error::invalid_options(format!(
@@ -812,7 +1064,7 @@ impl SqlLock {
             )));
         }
         let units = match self.dialect() {
-            Dialect::MySql => ttl.as_micros().max(1),
+            Dialect::MySql | Dialect::Postgres => ttl.as_micros().max(1),
             Dialect::Sqlite => ttl.as_micros().div_ceil(1000),
         };
         // At most 30 days in µs: far below i64::MAX.
@@ -883,12 +1135,36 @@ fn reusable<T>(outcome: &Result<T, sqlx::Error>) -> bool {
     }
 }
 
-/// MySQL errors after which the server closes the session: ER_SERVER_SHUTDOWN,
-/// ER_CONNECTION_KILLED.
+/// Whether a statement failed because its connection broke (and may have been applied):
+/// an I/O error, or on PostgreSQL a session the server ended (a restart or an administrator's
+/// `pg_terminate_backend`: `FATAL` 57P01-57P03), whose error a pooled connection reads as the
+/// answer to its next statement.
+fn is_broken(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_) => true,
+        #[cfg(feature = "postgres")]
+        sqlx::Error::Database(db) => db
+            .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+            .is_some_and(|pg| matches!(pg.code(), "57P01" | "57P02" | "57P03")),
+        _ => false,
+    }
+}
+
+/// Errors after which the server closes the session: MySQL's ER_SERVER_SHUTDOWN,
+/// ER_CONNECTION_KILLED; PostgreSQL's `FATAL`s (admin_shutdown, crash_shutdown,
+/// cannot_connect_now, a terminated backend).
 fn ends_session(db: &dyn sqlx::error::DatabaseError) -> bool {
     #[cfg(feature = "mysql")]
     if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
         return matches!(my.number(), 1053 | 1927);
+    }
+    #[cfg(feature = "postgres")]
+    if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+        return matches!(pg.code(), "57P01" | "57P02" | "57P03")
+            || matches!(
+                pg.severity(),
+                sqlx::postgres::PgSeverity::Fatal | sqlx::postgres::PgSeverity::Panic
+            );
     }
     let _ = db;
     false
@@ -919,6 +1195,12 @@ fn is_contention(error: &sqlx::Error) -> bool {
         // ER_STATEMENT_TIMEOUT (MariaDB's max_statement_time), ER_QUERY_TIMEOUT (MySQL's
         // max_execution_time): the server aborted and rolled back the statement.
         return matches!(my.number(), 1213 | 1205 | 1969 | 3024);
+    }
+    #[cfg(feature = "postgres")]
+    if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+        // serialization_failure, deadlock_detected, lock_not_available (lock_timeout),
+        // query_canceled (statement_timeout): the server rolled the statement back.
+        return matches!(pg.code(), "40001" | "40P01" | "55P03" | "57014");
     }
     #[cfg(feature = "sqlite")]
     if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
@@ -958,6 +1240,14 @@ fn is_server_going_away(db: &dyn sqlx::error::DatabaseError) -> bool {
         // read-only: ER_OPTION_PREVENTS_STATEMENT (`--read-only`), ER_READ_ONLY_MODE,
         // ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION, ER_INNODB_READ_ONLY.
         return matches!(my.number(), 1053 | 1040 | 1317 | 1927 | 1290 | 1836 | 1792 | 1874);
+    }
+    #[cfg(feature = "postgres")]
+    if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+        // Connection exceptions (08...), too_many_connections, the server shutting down or
+        // starting (57P01-57P03), read_only_sql_transaction (a hot standby, or a primary
+        // demoted by a failover).
+        let code = pg.code();
+        return code.starts_with("08") || matches!(code, "53300" | "57P01" | "57P02" | "57P03" | "25006");
     }
     let _ = db;
     false

@@ -1,10 +1,12 @@
 //! The SQL text of every statement, per dialect. This module owns the row layout and the
 //! statements only; it runs nothing (see `lock.rs`).
 //!
-//! Both dialects store the same row (see the crate docs for the layout) and judge expiry with
+//! Every dialect stores the same row (see the crate docs for the layout) and judges expiry with
 //! the database's clock only: MySQL's `UTC_TIMESTAMP(6)` (fixed for one statement, and
-//! independent of the session's `time_zone`, unlike `NOW()`), SQLite's `julianday('now')`
-//! (fixed for one statement) as integer milliseconds since the Unix epoch.
+//! independent of the session's `time_zone`, unlike `NOW()`), PostgreSQL's
+//! `statement_timestamp()` (fixed for one statement; `expires_at` is a `timestamptz`),
+//! SQLite's `julianday('now')` (fixed for one statement) as integer milliseconds since the
+//! Unix epoch.
 //!
 //! `version`, the fencing token, starts at the clock in microseconds and every acquisition
 //! sets it to `max(version + 1, clock)`. So it grows by at least one per acquisition, and a
@@ -14,7 +16,7 @@
 //! since the old tokens were issued, and, across a failover or between Galera nodes, that the
 //! servers' clocks agree.
 //!
-//! MySQL's clock is the server's `UTC_TIMESTAMP(6)`. SQLite's own clock counts milliseconds
+//! MySQL's clock is the server's `UTC_TIMESTAMP(6)`, PostgreSQL's its `statement_timestamp()`. SQLite's own clock counts milliseconds
 //! only, and a hot name is acquired, deleted and created again within one millisecond (a
 //! token would repeat), so a SQLite acquisition binds the caller's clock in microseconds too
 //! and takes the larger of both. The caller shares the database's machine, and so its clock.
@@ -28,10 +30,15 @@ use crate::holds_sql::HoldStatements;
 
 /// The SQL dialect of a database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(not(all(feature = "mysql", feature = "sqlite")), allow(dead_code))]
+#[cfg_attr(
+    not(all(feature = "mysql", feature = "postgres", feature = "sqlite")),
+    allow(dead_code)
+)]
 pub(crate) enum Dialect {
     /// MySQL 5.7+/8.x and MariaDB 10.3+.
     MySql,
+    /// PostgreSQL 12+.
+    Postgres,
     /// SQLite 3.35+ (for `RETURNING`); the bundled one is newer.
     Sqlite,
 }
@@ -59,6 +66,27 @@ pub(crate) const MYSQL_HELD: u64 = 1 << 62;
 const MYSQL_WON: &str =
     "(owner <=> ? OR owner IS NULL OR expires_at IS NULL OR expires_at <= UTC_TIMESTAMP(6))";
 
+/// PostgreSQL's clock for every decision of a statement: the time the server received it
+/// (`statement_timestamp()`, fixed for the statement and independent of the session's
+/// `TimeZone`). A statement that waited for a row lock decides with the time it arrived,
+/// which errs on the side of holds lasting longer; a new hold's end is at least the time the
+/// request was sent plus its TTL, as the client counts it.
+pub(crate) const PG_NOW: &str = "statement_timestamp()";
+
+/// PostgreSQL's clock in microseconds since the Unix epoch.
+pub(crate) const PG_CLOCK_US: &str = "(extract(epoch FROM statement_timestamp()) * 1000000)::bigint";
+
+/// The microseconds from PostgreSQL's clock to `expires_at`.
+pub(crate) const PG_LEFT_US: &str =
+    "(extract(epoch FROM (expires_at - statement_timestamp())) * 1000000)::bigint";
+
+/// A bound parameter `$n` holding microseconds (`int8`), as an interval. The first cast names
+/// the parameter's type for the server, also for a statement prepared before anything was
+/// bound to it (`PgDial`'s warm-up), whose parameters the server infers from the text alone.
+pub(crate) fn pg_micros(param: &str) -> String {
+    format!("({param}::int8::float8 * interval '1 microsecond')")
+}
+
 /// SQLite's clock in integer milliseconds since the Unix epoch. `'now'` is the same for every
 /// use within one statement.
 pub(crate) const SQLITE_NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
@@ -72,22 +100,32 @@ pub(crate) struct Statements {
     /// back as `last_insert_id`; held: [`MYSQL_HELD`] + the holder's remaining µs.
     /// Binds, SQLite: key, name, owner, ttl ms, the caller's clock in µs (see the module docs).
     /// `RETURNING version` yields a row iff acquired.
+    /// Binds, PostgreSQL: key, name, owner, ttl µs. Yields one row: the new version if
+    /// acquired, else the holder's remaining µs (read from the statement's snapshot).
     pub(crate) acquire: String,
     /// Binds: key. Yields the holder's remaining time (µs on MySQL, ms on SQLite), if held.
     pub(crate) remaining: String,
-    /// Binds: key, owner. One affected row iff released.
+    /// Binds: key, owner. One affected row iff released (PostgreSQL: yields the count, and
+    /// announces the release with `pg_notify` in the same statement).
     pub(crate) release: String,
     /// Releases and takes the row for the next owner in one statement, where the owner is
     /// still ours, as `release` judges it. Binds, MySQL: next owner, ttl µs, key, owner; one
     /// affected row iff handed over, the new version as `last_insert_id`. SQLite: key, owner,
     /// next owner, ttl ms, the caller's clock in µs; `RETURNING version` yields a row iff
-    /// handed over.
+    /// handed over. PostgreSQL: key, owner, next owner, ttl µs, the same way.
     pub(crate) hand_over: String,
-    /// Binds, MySQL: ttl µs, key, owner. SQLite: key, owner, ttl ms. One affected row iff
+    /// Binds, MySQL: ttl µs, key, owner. SQLite: key, owner, ttl ms. PostgreSQL: key, owner,
+    /// ttl µs. One affected row iff
     /// extended (MySQL counts matched rows: sqlx sets `CLIENT_FOUND_ROWS`).
     pub(crate) extend: String,
     /// Binds: key. Yields owner, version, remaining time (µs / ms).
     pub(crate) inspect: String,
+    /// PostgreSQL: renews many leases of both tables in one statement. Binds: the mutex
+    /// leases' indexes (`int4[]`), keys, owners and TTLs in µs (`int8[]`), then the holds'
+    /// indexes, primitives, keys, holders, kinds and TTLs. Yields the index of every lease
+    /// renewed. Empty on the other dialects.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) extend_many: String,
     /// The holds table's statements (semaphores and read-write locks), see `holds_sql.rs`.
     pub(crate) holds: HoldStatements,
 }
@@ -96,14 +134,19 @@ impl Statements {
     pub(crate) fn new(dialect: Dialect, table: &str) -> Self {
         match dialect {
             Dialect::MySql => Self::mysql(table),
+            Dialect::Postgres => Self::postgres(table),
             Dialect::Sqlite => Self::sqlite(table),
         }
     }
 
-    /// Every `CREATE TABLE` statement, in the order to run them: the mutex table, then the
-    /// holds table.
-    pub(crate) fn create_tables(&self) -> [&str; 2] {
-        [&self.create_table, &self.holds.create_table]
+    /// Every `CREATE` statement, in the order to run them: the mutex table, then the holds
+    /// table (and on PostgreSQL the function of an attempt at a hold).
+    pub(crate) fn create_tables(&self) -> Vec<&str> {
+        let mut all = vec![self.create_table.as_str(), self.holds.create_table.as_str()];
+        if !self.holds.create_function.is_empty() {
+            all.push(&self.holds.create_function);
+        }
+        all
     }
 
     fn mysql(table: &str) -> Self {
@@ -169,7 +212,85 @@ impl Statements {
                 "SELECT CAST(owner AS CHAR CHARACTER SET utf8mb4), version, \
                  TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {t} WHERE lock_key = ?"
             ),
+            extend_many: String::new(),
             holds: HoldStatements::new(Dialect::MySql, table),
+        }
+    }
+
+    /// PostgreSQL: the same row and the same rules as MySQL, with `INSERT ... ON CONFLICT ...
+    /// DO UPDATE ... WHERE` for the acquire (it updates only a free, expired or already-ours
+    /// row, and takes the row lock either way), `RETURNING` for results, and releases that
+    /// `pg_notify` the table's channel in the same statement (payload `mutex:<key>`).
+    fn postgres(table: &str) -> Self {
+        let t = format!("\"{table}\"");
+        let now = PG_NOW;
+        let clock = PG_CLOCK_US;
+        let left = PG_LEFT_US;
+        let ttl4 = pg_micros("$4");
+        let ttl3 = pg_micros("$3");
+        let holds = HoldStatements::new(Dialect::Postgres, table);
+        let h = format!("\"{}\"", holds.table);
+        Self {
+            create_table: format!(
+                "CREATE TABLE IF NOT EXISTS {t} (\n  \
+                 lock_key   VARCHAR({KEY_LEN}) COLLATE \"C\" NOT NULL PRIMARY KEY,\n  \
+                 lock_name  TEXT NOT NULL,\n  \
+                 owner      VARCHAR(64) COLLATE \"C\",\n  \
+                 version    BIGINT NOT NULL,\n  \
+                 expires_at TIMESTAMPTZ\n\
+                 )"
+            ),
+            // One statement: the upsert's DO UPDATE runs only if the row is free or expired
+            // (or already ours: a retried attempt) and returns the new version; otherwise the
+            // second branch reads the holder's remaining time for the waiter's hint. That
+            // read sees the statement's snapshot (a hold taken while the upsert waited for
+            // the row lock is not in it): it only times the wake-up, it decides nothing.
+            acquire: format!(
+                "WITH won AS (\
+                 INSERT INTO {t} AS l (lock_key, lock_name, owner, version, expires_at) \
+                 VALUES ($1, $2, $3, {clock}, {now} + {ttl4}) \
+                 ON CONFLICT (lock_key) DO UPDATE SET owner = EXCLUDED.owner, \
+                 version = GREATEST(l.version + 1, {clock}), expires_at = EXCLUDED.expires_at \
+                 WHERE l.owner IS NULL OR l.expires_at IS NULL OR l.expires_at <= {now} \
+                 OR l.owner = EXCLUDED.owner \
+                 RETURNING l.version) \
+                 SELECT version, NULL::bigint FROM won \
+                 UNION ALL \
+                 SELECT NULL::bigint, {left} FROM {t} \
+                 WHERE lock_key = $1 AND owner IS NOT NULL AND NOT EXISTS (SELECT 1 FROM won)"
+            ),
+            remaining: format!("SELECT {left} FROM {t} WHERE lock_key = $1 AND owner IS NOT NULL"),
+            release: format!(
+                "WITH freed AS (UPDATE {t} SET owner = NULL, expires_at = NULL \
+                 WHERE lock_key = $1 AND owner = $2 AND (expires_at IS NULL OR expires_at > {now}) \
+                 RETURNING lock_key) \
+                 SELECT count(*) FROM freed WHERE pg_notify('{table}', 'mutex:' || lock_key) IS NOT NULL"
+            ),
+            hand_over: format!(
+                "UPDATE {t} SET owner = $3, version = GREATEST(version + 1, {clock}), \
+                 expires_at = {now} + {ttl4} \
+                 WHERE lock_key = $1 AND owner = $2 AND (expires_at IS NULL OR expires_at > {now}) \
+                 RETURNING version"
+            ),
+            extend: format!(
+                "UPDATE {t} SET expires_at = {now} + {ttl3} \
+                 WHERE lock_key = $1 AND owner = $2 AND expires_at > {now}"
+            ),
+            inspect: format!("SELECT owner::text, version, {left} FROM {t} WHERE lock_key = $1"),
+            extend_many: format!(
+                "WITH m AS (UPDATE {t} AS l SET expires_at = {now} + {mttl} \
+                 FROM unnest($1::int4[], $2::text[], $3::text[], $4::int8[]) AS d(i, k, o, ttl) \
+                 WHERE l.lock_key = d.k AND l.owner = d.o AND l.expires_at > {now} RETURNING d.i), \
+                 h AS (UPDATE {h} AS x SET expires_at = {now} + {httl} \
+                 FROM unnest($5::int4[], $6::text[], $7::text[], $8::text[], $9::text[], $10::int8[]) \
+                 AS d(i, p, k, o, kind, ttl) \
+                 WHERE x.primitive = d.p AND x.lock_key = d.k AND x.holder = d.o AND x.kind = d.kind \
+                 AND x.expires_at > {now} RETURNING d.i) \
+                 SELECT i FROM m UNION ALL SELECT i FROM h",
+                mttl = pg_micros("d.ttl"),
+                httl = pg_micros("d.ttl"),
+            ),
+            holds,
         }
     }
 
@@ -217,6 +338,7 @@ impl Statements {
                  WHERE lock_key = ?1 AND owner = ?2 AND expires_at > {now}"
             ),
             inspect: format!("SELECT owner, version, expires_at - {now} FROM {t} WHERE lock_key = ?1"),
+            extend_many: String::new(),
             holds: HoldStatements::new(Dialect::Sqlite, table),
         }
     }

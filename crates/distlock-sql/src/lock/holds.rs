@@ -6,16 +6,16 @@
 //! Round trips (MySQL) and statements (SQLite: local calls to the connection's thread, no
 //! network) per operation:
 //!
-//! | operation                       | MySQL / MariaDB | SQLite |
-//! |---------------------------------|-----------------|--------|
-//! | acquire, won                    | 1               | 6 (`BEGIN IMMEDIATE`, purge, census, bump, insert, `COMMIT`); a writer with a waiting record 7 |
-//! | acquire, refused or mismatched  | 1               | 4 (`BEGIN IMMEDIATE`, purge, census, `COMMIT`); a waiting writer 5 |
-//! | acquire, retried after applied  | 1               | 5 (`BEGIN IMMEDIATE`, purge, census, renew, `COMMIT`) |
-//! | release                         | 1               | 1 |
-//! | extend                          | 1               | 1 |
-//! | `extend_many` (n leases)        | n, up to 32 at once (the default) | n |
-//! | withdraw                        | 1               | 1 |
-//! | `inspect_holders`               | 1               | 1 |
+//! | operation                       | MySQL / MariaDB | PostgreSQL | SQLite |
+//! |---------------------------------|-----------------|------------|--------|
+//! | acquire, won                    | 1               | 1 (a call of the attempt's function) | 6 (`BEGIN IMMEDIATE`, purge, census, bump, insert, `COMMIT`); a writer with a waiting record 7 |
+//! | acquire, refused or mismatched  | 1               | 1          | 4 (`BEGIN IMMEDIATE`, purge, census, `COMMIT`); a waiting writer 5 |
+//! | acquire, retried after applied  | 1               | 1          | 5 (`BEGIN IMMEDIATE`, purge, census, renew, `COMMIT`) |
+//! | release                         | 1               | 1 (with its `NOTIFY`) | 1 |
+//! | extend                          | 1               | 1          | 1 |
+//! | `extend_many` (n leases)        | n, up to 32 at once (the default) | 1, mutexes and holds together | n |
+//! | withdraw                        | 1               | 1 (with its `NOTIFY`) | 1 |
+//! | `inspect_holders`               | 1               | 1          | 1 |
 
 use std::time::Duration;
 
@@ -56,6 +56,7 @@ impl SqlLock {
         if kind.primitive() == Primitive::Mutex {
             return self.try_acquire(name, owner, ttl).await;
         }
+        self.storable(name)?;
         if let LockKind::Permit { permits: 0 } = kind {
             return Err(Error::invalid_options("a semaphore needs at least one permit"));
         }
@@ -88,6 +89,41 @@ impl SqlLock {
                     pool,
                     "acquiring",
                     in_transaction!(c => mysql::attempt(c.conn()?, query).await),
+                )
+                .await?
+            }
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => {
+                let sql = self.inner.sql.holds.attempt.as_str();
+                let (primitive, key, owner_str) =
+                    (kind.primitive().as_str(), key.as_ref(), owner_str.as_str());
+                let kind_col = kind_column(kind).unwrap_or_default();
+                let permits = match kind {
+                    LockKind::Permit { permits } => Some(i32::try_from(permits).unwrap_or(i32::MAX)),
+                    _ => None,
+                };
+                let (waiter_holder, stay) = match &waiter {
+                    Some((holder, stay)) => (Some(holder.as_str()), Some(*stay)),
+                    None => (None, None),
+                };
+                self.run(
+                    pool,
+                    "acquiring",
+                    on_conn!(c => {
+                        sqlx::query_as::<_, postgres::AttemptRow>(sql)
+                            .bind(primitive)
+                            .bind(key)
+                            .bind(name.as_str())
+                            .bind(owner_str)
+                            .bind(kind_col)
+                            .bind(permits)
+                            .bind(ttl_units)
+                            .bind(waiter_holder)
+                            .bind(stay)
+                            .fetch_one(c.conn()?)
+                            .await
+                            .map(postgres::outcome)
+                    }),
                 )
                 .await?
             }
@@ -166,6 +202,23 @@ impl SqlLock {
                 )
                 .await
                 .map(|(done, broken)| (done.rows_affected(), broken))?,
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => self
+                .run_tracked(
+                    pool,
+                    "releasing",
+                    on_conn!(c => {
+                        sqlx::query_scalar::<_, i64>(sql)
+                            .bind(primitive)
+                            .bind(key)
+                            .bind(owner)
+                            .bind(kind)
+                            .fetch_one(c.conn()?)
+                            .await
+                    }),
+                )
+                .await
+                .map(|(count, broken)| (u64::try_from(count).unwrap_or(0), broken))?,
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => self
                 .run_tracked(
@@ -210,6 +263,24 @@ impl SqlLock {
                             .bind(key)
                             .bind(owner)
                             .bind(kind)
+                            .execute(c.conn()?)
+                            .await
+                    }),
+                )
+                .await?
+                .rows_affected(),
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => self
+                .run(
+                    pool,
+                    "extending",
+                    on_conn!(c => {
+                        sqlx::query(sql)
+                            .bind(primitive)
+                            .bind(key)
+                            .bind(owner)
+                            .bind(kind)
+                            .bind(units)
                             .execute(c.conn()?)
                             .await
                     }),
@@ -262,6 +333,22 @@ impl SqlLock {
                 )
                 .await?;
             }
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => {
+                self.run(
+                    pool,
+                    "withdrawing a waiting writer",
+                    on_conn!(c => {
+                        sqlx::query_scalar::<_, i64>(sql)
+                            .bind(primitive)
+                            .bind(key)
+                            .bind(holder)
+                            .fetch_one(c.conn()?)
+                            .await
+                    }),
+                )
+                .await?;
+            }
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => {
                 self.run(
@@ -304,6 +391,17 @@ impl SqlLock {
                 )
                 .await?
             }
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => {
+                self.run(
+                    pool,
+                    "listing holders",
+                    on_conn!(c => {
+                        sqlx::query_as(sql).bind(primitive).bind(key).fetch_all(c.conn()?).await
+                    }),
+                )
+                .await?
+            }
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => {
                 self.run(
@@ -331,7 +429,7 @@ impl SqlLock {
     fn stay_units(&self, stay: Duration) -> i64 {
         let stay = stay.clamp(Duration::from_millis(1), MAX_TTL);
         let units = match self.dialect() {
-            Dialect::MySql => stay.as_micros(),
+            Dialect::MySql | Dialect::Postgres => stay.as_micros(),
             Dialect::Sqlite => stay.as_micros().div_ceil(1000),
         };
         // At most 30 days in µs: far below i64::MAX.
@@ -385,6 +483,50 @@ mod mysql {
             (1, Some(token)) => Outcome::Won(token),
             _ => Outcome::Lost(Census::from(census)),
         })
+    }
+}
+
+/// PostgreSQL's attempt: one call of the attempt's function (see `holds_sql.rs`).
+#[cfg(feature = "postgres")]
+mod postgres {
+    use super::{Census, CensusRow, Outcome};
+
+    /// The call's one row: won, the fencing token, then the census.
+    pub(super) type AttemptRow = (
+        bool,
+        Option<i64>,
+        i64,
+        i64,
+        i64,
+        i64,
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+    );
+
+    /// The outcome the call's row reports.
+    pub(super) fn outcome(row: AttemptRow) -> Outcome {
+        let (won, token, holds, readers, writers, waiting, stored, mine, first_permit, last_reader, writer) =
+            row;
+        match (won, token) {
+            (true, Some(token)) => Outcome::Won(token),
+            _ => {
+                let census: CensusRow = (
+                    holds,
+                    readers,
+                    writers,
+                    waiting,
+                    stored,
+                    mine,
+                    first_permit,
+                    last_reader,
+                    writer,
+                );
+                Outcome::Lost(Census::from(census))
+            }
+        }
     }
 }
 

@@ -1,0 +1,114 @@
+//! Round trips per operation on PostgreSQL, counted by time through a proxy that delays every
+//! request by [`DELAY`]: an operation of one round trip takes one delay (plus local work), of
+//! two at least two. With one pooled connection, a ping or any other exchange after an
+//! operation would also delay the next one. Acquire (won or held), release, extend,
+//! hand-over, `extend_many`, and an attempt at a permit or the write lock must each be one
+//! round trip.
+#![cfg(feature = "postgres")]
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use distlock_core::{DistributedLock, Lease, LockKind, LockName, OwnerToken, Primitive, TryAcquire};
+use distlock_sql::SqlConfig;
+use distlock_testkit::Direction;
+
+#[path = "support/postgres.rs"]
+mod support;
+
+/// Added to every request on its way to the server.
+const DELAY: Duration = Duration::from_millis(300);
+
+fn won(outcome: TryAcquire) -> Lease {
+    match outcome {
+        TryAcquire::Acquired(lease) => lease,
+        TryAcquire::Held(h) => panic!("held: {h:?}"),
+    }
+}
+
+/// How many delayed round trips `op` took, and its result.
+async fn round_trips<T>(op: impl Future<Output = T>) -> (T, u32) {
+    let started = Instant::now();
+    let out = op.await;
+    let took = started.elapsed();
+    let trips = u32::try_from(took.as_nanos() / DELAY.as_nanos()).unwrap_or(u32::MAX);
+    (out, trips)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_round_trip_per_operation() {
+    let url = support::shared_url().await;
+    let (proxied, proxies) = distlock_testkit::proxy::through_proxies(&url).expect("a proxy");
+    let lock = SqlConfig::from_url(&proxied)
+        .expect("a valid URL")
+        .with_max_connections(1)
+        .with_operation_timeout(Duration::from_secs(10))
+        .build()
+        .await
+        .expect("the server answers");
+    let ttl = Duration::from_secs(30);
+    let name = LockName::new("pg-round-trips").expect("valid");
+    let sem = LockName::new("pg-round-trips-permits").expect("valid");
+    let permit = LockKind::Permit { permits: 1 };
+
+    // Warm up: every statement once (prepared and cached on the connection).
+    let a = won(lock
+        .try_acquire(&name, OwnerToken::new(), ttl)
+        .await
+        .expect("works"));
+    lock.try_acquire(&name, OwnerToken::new(), ttl)
+        .await
+        .expect("works");
+    lock.extend(&a, ttl).await.expect("works");
+    let a = lock
+        .hand_over(&a, OwnerToken::new(), ttl)
+        .await
+        .expect("works")
+        .expect("ours");
+    lock.extend_many(std::slice::from_ref(&a)).await;
+    assert!(lock.release(&a).await.expect("works"));
+    let p = won(lock
+        .try_acquire_kind(&sem, permit, OwnerToken::new(), ttl, None)
+        .await
+        .expect("works"));
+    lock.extend(&p, ttl).await.expect("works");
+    assert!(lock.release(&p).await.expect("works"));
+    lock.withdraw(&sem, LockKind::Write, "warm").await.expect("works");
+    lock.inspect_holders(&sem, Primitive::Semaphore)
+        .await
+        .expect("works");
+
+    proxies.set_latency(Direction::ToServer, DELAY, Duration::ZERO);
+    let mut counts = Vec::new();
+    let (a, n) = round_trips(lock.try_acquire(&name, OwnerToken::new(), ttl)).await;
+    let a = won(a.expect("works"));
+    counts.push(("acquire", n));
+    let (held, n) = round_trips(lock.try_acquire(&name, OwnerToken::new(), ttl)).await;
+    assert!(matches!(held.expect("works"), TryAcquire::Held(_)));
+    counts.push(("acquire (held)", n));
+    let (extended, n) = round_trips(lock.extend(&a, ttl)).await;
+    assert!(extended.expect("works").is_some());
+    counts.push(("extend", n));
+    let (handed, n) = round_trips(lock.hand_over(&a, OwnerToken::new(), ttl)).await;
+    let a = handed.expect("works").expect("ours");
+    counts.push(("hand_over", n));
+    let (p, n) = round_trips(lock.try_acquire_kind(&sem, permit, OwnerToken::new(), ttl, None)).await;
+    let p = won(p.expect("works"));
+    counts.push(("permit acquire", n));
+    let (full, n) = round_trips(lock.try_acquire_kind(&sem, permit, OwnerToken::new(), ttl, None)).await;
+    assert!(matches!(full.expect("works"), TryAcquire::Held(_)));
+    counts.push(("permit acquire (full)", n));
+    let (renewed, n) = round_trips(lock.extend_many(&[a.clone(), p.clone()])).await;
+    assert!(renewed.iter().all(|r| matches!(r, Ok(Some(_)))), "{renewed:?}");
+    counts.push(("extend_many (a mutex and a permit)", n));
+    let (released, n) = round_trips(lock.release(&p)).await;
+    assert!(released.expect("works"));
+    counts.push(("permit release", n));
+    let (released, n) = round_trips(lock.release(&a)).await;
+    assert!(released.expect("works"));
+    counts.push(("release", n));
+    println!("round trips per operation: {counts:?}");
+    for (what, n) in counts {
+        assert_eq!(n, 1, "{what}: {n} round trips");
+    }
+}
