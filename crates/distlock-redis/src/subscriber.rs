@@ -8,6 +8,9 @@
 //! - a connection to any master that ends (a killed master, a failover, a reset) ends the
 //!   whole subscription connection: the task opens a new one and subscribes every channel
 //!   again, on whichever master now serves its slot, waking its watchers once confirmed;
+//! - a `SSUBSCRIBE` that fails (its master cannot be reached) fails only its channel, which
+//!   is tried again after a pause (doubling up to 250 ms); the other masters' channels stay
+//!   subscribed;
 //! - a channel the server unsubscribes by itself (its slot moved to another master: Redis
 //!   sends `SUNSUBSCRIBE` to the shard's subscribers) is subscribed again, on the new master,
 //!   and its watchers are woken once confirmed.
@@ -64,6 +67,9 @@ use crate::node::{bounded, BACKEND};
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// The first pause after a failed connection attempt.
 const MIN_BACKOFF: Duration = Duration::from_millis(20);
+/// The longest pause before a cluster's channels whose master could not be reached are
+/// subscribed again (their waiters keep their safety-net poll meanwhile).
+const MAX_RETRY_PAUSE: Duration = Duration::from_millis(250);
 /// A message that wakes one waiter: this prefix, then its id.
 pub(crate) const WAKE_PREFIX: &[u8] = b"wake:";
 
@@ -398,6 +404,8 @@ async fn run(running: Running, target: Target, url: String, timeout: Duration, c
     let shared = running.0.clone();
     let mut live: Option<Live> = None;
     let mut backoff = Duration::ZERO;
+    // The pause before subscribing again channels whose master could not be reached.
+    let mut retry = Duration::ZERO;
     loop {
         let round = {
             let mut state = shared.state();
@@ -468,29 +476,54 @@ async fn run(running: Running, target: Target, url: String, timeout: Duration, c
             .iter()
             .map(|channel| conn.sink.clone().unsubscribe(channel))
             .collect::<Vec<_>>();
-        let all = async {
-            let (subs, unsubs) = futures::join!(join_all(sends), join_all(unsends));
-            subs.into_iter()
-                .chain(unsubs)
-                .collect::<redis::RedisResult<Vec<()>>>()
+        let all = async { futures::join!(join_all(sends), join_all(unsends)) };
+        let outcome = match tokio::time::timeout(timeout, all).await {
+            // One server: any failure is the connection's. A cluster: a master that cannot be
+            // reached fails only its own channels, which are tried again after a pause; the
+            // other masters' subscriptions stay.
+            Ok((subs, unsubs)) => match (
+                &conn.sink,
+                subs.iter().chain(&unsubs).find_map(|r| r.as_ref().err()),
+            ) {
+                (Sink::Server(_), Some(e)) => Err(e.to_string()),
+                _ => Ok(subs),
+            },
+            Err(_) => Err(format!("{url}: no reply within {timeout:?}")),
         };
-        match bounded(timeout, &url, all).await {
-            Ok(_) => {
-                let mut state = shared.state();
-                if state.generation == generation {
-                    for (channel, id) in &round.subscribe {
-                        if let Some(entry) = state.channels.get_mut(channel) {
-                            if entry.id == *id && entry.status == Status::InFlight {
-                                entry.status = Status::Confirmed;
-                                entry.confirmed.send_replace(true);
-                                if entry.was_confirmed {
-                                    // A release may have been announced while we were away.
-                                    entry.wake_all();
+        match outcome {
+            Ok(subs) => {
+                let failed = {
+                    let mut state = shared.state();
+                    let mut failed = false;
+                    if state.generation == generation {
+                        for ((channel, id), sub) in round.subscribe.iter().zip(&subs) {
+                            if let Some(entry) = state.channels.get_mut(channel) {
+                                if entry.id != *id || entry.status != Status::InFlight {
+                                    continue;
                                 }
-                                entry.was_confirmed = true;
+                                if let Err(e) = sub {
+                                    tracing::debug!(error = %e, "distlock-redis: a sharded subscription failed; trying again");
+                                    entry.status = Status::Unsent;
+                                    failed = true;
+                                } else {
+                                    entry.status = Status::Confirmed;
+                                    entry.confirmed.send_replace(true);
+                                    if entry.was_confirmed {
+                                        // A release may have been announced while we were away.
+                                        entry.wake_all();
+                                    }
+                                    entry.was_confirmed = true;
+                                }
                             }
                         }
                     }
+                    failed
+                };
+                if failed {
+                    retry = (retry * 2).clamp(MIN_BACKOFF, MAX_RETRY_PAUSE);
+                    tokio::time::sleep(retry).await;
+                } else {
+                    retry = Duration::ZERO;
                 }
             }
             Err(e) => {
