@@ -17,6 +17,7 @@ pub const URL_ENV: &str = "DISTLOCK_URL";
 /// | `redis://[USER:PASS@]HOST:PORT[/DB]`, `rediss://...` | one Redis server | `redis` (`redis-tls` for `rediss`) |
 /// | `redlock://[USER:PASS@]H1:P1,H2:P2,H3:P3[/DB]` | Redlock over independent Redis masters | `redis` |
 /// | `mysql://USER:PASS@HOST:PORT/DB`, `mariadb://...` | MySQL or MariaDB | `mysql` |
+/// | `postgres://USER:PASS@HOST:PORT/DB`, `postgresql://...` | PostgreSQL (waiters woken by `LISTEN`/`NOTIFY`) | `postgres` |
 /// | `memcache://HOST:PORT[,HOST:PORT...]`, `memcached://...` | memcached | `memcached` |
 /// | `zk://HOST:PORT[,HOST:PORT...][/CHROOT][?session_timeout=10s]`, `zookeeper://...` | ZooKeeper | `zookeeper` |
 ///
@@ -147,6 +148,8 @@ pub async fn open(url: &str) -> Result<Arc<dyn DistributedLock>> {
         "sqlite" => Ok(Arc::new(distlock_sql::SqlLock::connect(url).await?)),
         #[cfg(feature = "mysql")]
         "mysql" | "mariadb" => Ok(Arc::new(distlock_sql::SqlLock::connect(url).await?)),
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Ok(Arc::new(distlock_sql::SqlLock::connect(url).await?)),
         #[cfg(feature = "zookeeper")]
         "zk" | "zookeeper" => Ok(Arc::new(
             distlock_zookeeper::ZooKeeperLock::connect_url(url).await?,
@@ -183,6 +186,8 @@ const FEATURES: &[(&str, &str)] = &[
     ("redlocks", "redis"),
     ("mysql", "mysql"),
     ("mariadb", "mysql"),
+    ("postgres", "postgres"),
+    ("postgresql", "postgres"),
     ("sqlite", "sqlite"),
     ("zk", "zookeeper"),
     ("zookeeper", "zookeeper"),

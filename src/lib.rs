@@ -44,9 +44,12 @@ pub use distlock_core::*;
 /// The contract crate, for paths like `distlock::core::Lease`.
 pub use distlock_core as core;
 
-/// The SQL backend: MySQL/MariaDB and SQLite rows with an optimistic version column.
-#[cfg(any(feature = "mysql", feature = "sqlite"))]
-#[cfg_attr(docsrs, doc(cfg(any(feature = "mysql", feature = "sqlite"))))]
+/// The SQL backend: MySQL/MariaDB, PostgreSQL and SQLite rows with an optimistic version column.
+#[cfg(any(feature = "mysql", feature = "postgres", feature = "sqlite"))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "mysql", feature = "postgres", feature = "sqlite")))
+)]
 pub use distlock_sql as sql;
 
 /// The memcached backend: `add` with expiry, CAS-guarded release and extend.

@@ -26,6 +26,7 @@ fn example(name: &str) -> PathBuf {
         let features = [
             ("sqlite", cfg!(feature = "sqlite")),
             ("mysql", cfg!(feature = "mysql")),
+            ("postgres", cfg!(feature = "postgres")),
             ("redis", cfg!(feature = "redis")),
             ("redis-tls", cfg!(feature = "redis-tls")),
             ("zookeeper", cfg!(feature = "zookeeper")),
@@ -170,6 +171,11 @@ fn every_enabled_store(dir: &tempfile::TempDir) -> Vec<String> {
     #[cfg(feature = "mysql")]
     urls.push(
         distlock_testkit::shared::mysql_url().expect("MariaDB for the tests (scripts/install-test-deps)"),
+    );
+    #[cfg(feature = "postgres")]
+    urls.push(
+        distlock_testkit::shared::postgres_url()
+            .expect("PostgreSQL for the tests (scripts/install-test-deps)"),
     );
     #[cfg(feature = "redis")]
     urls.push(

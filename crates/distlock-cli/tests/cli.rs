@@ -335,6 +335,15 @@ fn mariadb_counter_and_check() {
 }
 
 #[test]
+fn postgres_counter_and_check() {
+    let url = distlock_testkit::shared::postgres_url()
+        .expect("PostgreSQL for the tests (scripts/install-test-deps)");
+    let dir = tempfile::tempdir().expect("temp dir");
+    counter_is_exact_with_20_processes(&url, dir.path());
+    check_passes(&url);
+}
+
+#[test]
 fn zookeeper_counter_and_check() {
     let url = distlock_testkit::shared::zookeeper_url()
         .expect("ZooKeeper for the tests (scripts/install-test-deps)");

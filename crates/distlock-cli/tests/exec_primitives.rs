@@ -61,6 +61,14 @@ fn five_processes_with_two_permits_on_mariadb() {
     two_of_five_at_once(&url, dir.path());
 }
 
+#[test]
+fn five_processes_with_two_permits_on_postgres() {
+    let url = distlock_testkit::shared::postgres_url()
+        .expect("PostgreSQL for the tests (scripts/install-test-deps)");
+    let dir = tempfile::tempdir().expect("temp dir");
+    two_of_five_at_once(&url, dir.path());
+}
+
 /// 5 concurrent `distlock exec --permits 2` processes on `url`, logging to a file in `dir`.
 fn two_of_five_at_once(url: &str, dir: &Path) {
     let log = dir.join("log");
