@@ -56,9 +56,12 @@ async fn one_round_trip_per_operation() {
         .try_acquire(&name, OwnerToken::new(), ttl)
         .await
         .expect("works"));
-    lock.try_acquire(&name, OwnerToken::new(), ttl)
-        .await
-        .expect("works");
+    assert!(matches!(
+        lock.try_acquire(&name, OwnerToken::new(), ttl)
+            .await
+            .expect("works"),
+        TryAcquire::Held(_)
+    ));
     lock.extend(&a, ttl).await.expect("works");
     let a = lock
         .hand_over(&a, OwnerToken::new(), ttl)
