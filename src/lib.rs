@@ -10,6 +10,7 @@
 //! | `sqlite` (default) | a SQLite file: the embedded default, locks between processes of one machine | [`sql::SqlLock`] |
 //! | `redis` | Redis (one server), Redlock (several masters) | [`redis::RedisLock`], [`redis::Redlock`] |
 //! | `mysql` | MySQL / MariaDB | [`sql::SqlLock`] |
+//! | `postgres` | PostgreSQL: version rows, waiters woken by `LISTEN`/`NOTIFY` | [`sql::SqlLock`] |
 //! | `memcached` | memcached: `add` with expiry, CAS-guarded; a restart or eviction frees locks | [`memcached::MemcachedLock`] |
 //! | `zookeeper` | ZooKeeper 3.5+: FIFO waiters, session-bound locks | [`zookeeper::ZooKeeperLock`] |
 //!
