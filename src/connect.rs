@@ -15,6 +15,7 @@ pub const URL_ENV: &str = "DISTLOCK_URL";
 /// | `memory://NAME` | in-process store shared by every `connect` to the same NAME in this process | always |
 /// | `sqlite://PATH` | a SQLite file, created if missing (the embedded default) | `sqlite` (default) |
 /// | `redis://[USER:PASS@]HOST:PORT[/DB]`, `rediss://...` | one Redis server | `redis` (`redis-tls` for `rediss`) |
+/// | `redis+cluster://[USER:PASS@]H1:P1[,H2:P2...]`, `rediss+cluster://...` | a Redis Cluster, from one or more seed nodes | `redis` |
 /// | `redlock://[USER:PASS@]H1:P1,H2:P2,H3:P3[/DB]` | Redlock over independent Redis masters | `redis` |
 /// | `mysql://USER:PASS@HOST:PORT/DB`, `mariadb://...` | MySQL or MariaDB | `mysql` |
 /// | `postgres://USER:PASS@HOST:PORT/DB`, `postgresql://...` | PostgreSQL (waiters woken by `LISTEN`/`NOTIFY`) | `postgres` |
@@ -135,7 +136,7 @@ pub async fn open(url: &str) -> Result<Arc<dyn DistributedLock>> {
     match scheme.as_str() {
         "memory" => Ok(Arc::new(memory_store(url))),
         #[cfg(feature = "redis")]
-        "redis" | "rediss" | "redis+unix" | "valkey" | "valkeys" => {
+        "redis" | "rediss" | "redis+unix" | "valkey" | "valkeys" | "redis+cluster" | "rediss+cluster" => {
             Ok(Arc::new(distlock_redis::RedisLock::connect(url).await?))
         }
         #[cfg(feature = "redis")]
@@ -180,6 +181,8 @@ const FEATURES: &[(&str, &str)] = &[
     ("redis", "redis"),
     ("rediss", "redis"),
     ("redis+unix", "redis"),
+    ("redis+cluster", "redis"),
+    ("rediss+cluster", "redis"),
     ("valkey", "redis"),
     ("valkeys", "redis"),
     ("redlock", "redis"),
@@ -236,5 +239,11 @@ mod tests {
         assert!(err.contains("unknown lock store scheme"), "{err}");
         let err = unknown_scheme("zk").to_string();
         assert!(err.contains("`zookeeper` feature"), "{err}");
+        let err = unknown_scheme("redis+cluster").to_string();
+        assert!(err.contains("`redis` feature"), "{err}");
+        assert_eq!(
+            scheme("redis+cluster://a:1,b:2").ok().as_deref(),
+            Some("redis+cluster")
+        );
     }
 }

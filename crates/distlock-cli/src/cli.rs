@@ -6,9 +6,10 @@ use std::time::Duration;
 use clap::{ArgGroup, Args, Parser, Subcommand};
 
 const AFTER_HELP: &str = "\
-Stores: redis://HOST:PORT[/DB], redlock://H1:P1,H2:P2,H3:P3, mysql://USER:PASS@HOST:PORT/DB,
-postgres://USER:PASS@HOST:PORT/DB, sqlite://PATH, zk://H1:P1,H2:P2/CHROOT, memcache://HOST:PORT,
-memory://NAME (one process).
+Stores: redis://HOST:PORT[/DB], redis+cluster://H1:P1,H2:P2 (a Redis Cluster),
+redlock://H1:P1,H2:P2,H3:P3, mysql://USER:PASS@HOST:PORT/DB,
+postgres://USER:PASS@HOST:PORT/DB, sqlite://PATH,
+zk://H1:P1,H2:P2/CHROOT, memcache://HOST:PORT, memory://NAME (one process).
 Without --url or DISTLOCK_URL, the embedded default store is used.
 
 What `exec` holds while the command runs (the lock, the semaphore and the read-write lock

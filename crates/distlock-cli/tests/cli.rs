@@ -362,6 +362,16 @@ fn redis_counter_and_check() {
 }
 
 #[test]
+fn redis_cluster_counter_and_check() {
+    let url = distlock_testkit::shared::redis_cluster_url()
+        .expect("a Redis cluster for the tests (scripts/install-test-deps)");
+    assert!(url.starts_with("redis+cluster://"), "{url}");
+    let dir = tempfile::tempdir().expect("temp dir");
+    counter_is_exact_with_20_processes(&url, dir.path());
+    check_passes(&url);
+}
+
+#[test]
 fn redlock_counter_and_check() {
     let masters: Vec<_> = (0..3)
         .map(|_| distlock_testkit::RedisServer::start().expect("redis-server (scripts/install-test-deps)"))
