@@ -15,7 +15,8 @@
 //! | `zookeeper` | ZooKeeper 3.5+: FIFO waiters, session-bound locks | [`zookeeper::ZooKeeperLock`] |
 //!
 //! The `metrics` feature records lock metrics through the `metrics` facade (`metrics` module,
-//! listed there and in the README).
+//! listed there and in the README); the `blocking` feature adds a blocking client for
+//! synchronous programs (`blocking` module).
 //!
 //! ```
 //! use distlock::{AcquireOptions, LockClient, MemoryLock};

@@ -97,6 +97,12 @@ pub enum Error {
         reason: LossReason,
     },
 
+    /// A blocking call (the `blocking` module, feature `blocking`) was made on a thread that
+    /// drives an async runtime, where blocking would stall it or deadlock; the async
+    /// [`LockClient`](crate::LockClient) is the one to use there.
+    #[error("a blocking distlock call was made inside an async runtime; use the async LockClient there")]
+    InsideAsyncRuntime,
+
     /// Any other error reported by the store or its client library.
     #[error("{backend} error: {source}")]
     Backend {

@@ -22,6 +22,8 @@
 //! - [`FencingToken`]s strictly increase per name on backends that promise
 //!   [`Fencing::Monotonic`]; [`OwnerToken`]s are random and never reused.
 //! - [`MemoryLock`] is the in-process reference backend.
+//! - With the `blocking` feature, the `blocking` module offers the same client to synchronous
+//!   programs: plain calls run on a runtime thread of the client's own.
 //! - With the `metrics` feature, the client, its guards and its watchdog record acquire
 //!   latency and outcomes, wait and hold times, renewals and lost locks through the `metrics`
 //!   facade, labelled by backend and primitive: see the `metrics` module.
@@ -40,6 +42,9 @@
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "blocking")]
+#[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
+pub mod blocking;
 mod capabilities;
 mod cleanup;
 mod client;

@@ -222,6 +222,7 @@ mod on {
             Error::PermitsMismatch { .. } => "permits_mismatch",
             Error::LockLost { .. } => "lock_lost",
             Error::Backend { .. } => "backend",
+            Error::InsideAsyncRuntime => "inside_async_runtime",
         }
     }
 
