@@ -96,7 +96,8 @@ async fn bad_configs_are_typed_errors() {
         "",
         "sqlite://",
         "sqlite::memory:",
-        "postgres://x/y",
+        "oracle://x/y",
+        "postgres://u:p@h:x/db",
         "mysql://u:p@h:x/db",
     ] {
         assert!(
