@@ -313,7 +313,9 @@ impl RedisLock {
     }
 
     /// How many lock keys whose names start with `name_prefix` exist now (a `SCAN`, for tests
-    /// and status pages; fencing counters are not counted).
+    /// and status pages; fencing counters are not counted). On a cluster, every master that
+    /// `CLUSTER SLOTS` lists is scanned: a node that has not yet heard which slots a new
+    /// master serves leaves that master out.
     ///
     /// # Errors
     /// Store errors.

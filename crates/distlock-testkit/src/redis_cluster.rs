@@ -1,7 +1,7 @@
 //! A Redis Cluster of three masters on free loopback ports, each a [`RedisServer`] in its own
 //! temporary directory (its `nodes.conf` there too), joined by `CLUSTER ADDSLOTSRANGE` and
 //! `CLUSTER MEET` over raw TCP (no `redis-cli`), ready once every node reports
-//! `cluster_state:ok` and knows every other master.
+//! `cluster_state:ok`, knows the master of every slot and sees every other master.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -111,8 +111,8 @@ impl RedisCluster {
         Ok(())
     }
 
-    /// Waits until every running, unpaused node reports `cluster_state:ok` and lists every
-    /// running master as connected (at most 30 s).
+    /// Waits until every running, unpaused node reports `cluster_state:ok`, knows the master
+    /// of every slot and lists every running master as connected (at most 30 s).
     pub fn wait_until_ok(&self) -> Result<(), HarnessError> {
         let deadline = Instant::now() + OK_TIMEOUT;
         loop {
@@ -138,6 +138,15 @@ impl RedisCluster {
             let info = command(node.port(), &["CLUSTER", "INFO"])?;
             if !info.contains("cluster_state:ok") {
                 return Err(format!("127.0.0.1:{} is not ok", node.port()));
+            }
+            // A node lists a master as connected once their handshake is done, but learns the
+            // slots it serves only from its next message: until then a client reading the slot
+            // map from this node would not know that master at all.
+            if !info.contains(&format!("cluster_slots_assigned:{SLOTS}")) {
+                return Err(format!(
+                    "127.0.0.1:{} does not yet know the master of every slot",
+                    node.port()
+                ));
             }
             let nodes = command(node.port(), &["CLUSTER", "NODES"])?;
             for other in &live {
