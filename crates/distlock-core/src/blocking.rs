@@ -37,6 +37,9 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Semaphores and read-write locks come the same way ([`LockClient::semaphore`],
+//! [`LockClient::rw_lock`]), handing out the same guard.
+//!
 //! A backend that opens connections (Redis, SQL, ZooKeeper, memcached) must be opened on the
 //! client's runtime, where its connections will live: [`LockClient::open`] runs the async
 //! opening there, for example `LockClient::open(|| distlock::connect(url))`.
@@ -47,6 +50,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::runtime::{Handle, Runtime};
+
+mod primitives;
+
+pub use primitives::{RwLock, Semaphore};
 
 use crate::{
     AcquireOptions, DistributedLock, Error, FencingToken, IntoLockName, Lease, LockKind, LockName,
@@ -232,27 +239,34 @@ impl LockClient {
     ) -> Result<T> {
         let guard = self.lock_with(name, opts)?;
         let output = work(&guard);
-        let name = guard.name().to_string();
-        if let Some(reason) = guard.lost_reason() {
-            return Err(Error::LockLost { name, reason });
-        }
-        match guard.release() {
-            Ok(true) => Ok(output),
-            Ok(false) => Err(Error::LockLost {
-                name,
-                reason: LossReason::NotOwned,
-            }),
-            Err(error) => {
-                tracing::warn!(lock = %name, %error, "distlock: release after with_lock failed; retrying in the background");
-                Ok(output)
-            }
-        }
+        finish(guard, output)
     }
 
     fn guard(&self, guard: crate::LockGuard) -> LockGuard {
         LockGuard {
             guard: Some(guard),
             engine: self.engine.clone(),
+        }
+    }
+}
+
+/// Ends a `with_*` call: `output` if the lock was held throughout and is released now;
+/// [`Error::LockLost`] if it was lost or found no longer ours. If the release fails because the
+/// store is unreachable, `output` is returned and the lock frees at the end of its TTL.
+fn finish<T>(guard: LockGuard, output: T) -> Result<T> {
+    let name = guard.name().to_string();
+    if let Some(reason) = guard.lost_reason() {
+        return Err(Error::LockLost { name, reason });
+    }
+    match guard.release() {
+        Ok(true) => Ok(output),
+        Ok(false) => Err(Error::LockLost {
+            name,
+            reason: LossReason::NotOwned,
+        }),
+        Err(error) => {
+            tracing::warn!(lock = %name, %error, "distlock: release after a with_* call failed; retrying in the background");
+            Ok(output)
         }
     }
 }

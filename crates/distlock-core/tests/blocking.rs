@@ -191,3 +191,106 @@ fn a_guard_dropped_inside_an_async_runtime_is_released_in_the_background() {
     }
     assert_eq!(store.held_count("moved"), 0, "released in the background");
 }
+
+#[test]
+fn a_semaphore_admits_its_permits_across_threads_and_no_more() {
+    let client = LockClient::new(MemoryLock::new()).expect("a runtime");
+    let exports = client.semaphore("exports", 2).expect("a semaphore");
+    assert_eq!(exports.permits(), 2);
+    let inside = Arc::new(AtomicU32::new(0));
+    let most = Arc::new(AtomicU32::new(0));
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(5))
+        .wait_for(Duration::from_secs(20));
+    let threads: Vec<_> = (0..6)
+        .map(|_| {
+            let (exports, inside, most, opts) = (exports.clone(), inside.clone(), most.clone(), opts.clone());
+            thread::spawn(move || {
+                exports
+                    .with_permit(&opts, |guard| {
+                        assert!(!guard.is_lost());
+                        let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        thread::sleep(Duration::from_millis(30));
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                    })
+                    .expect("a permit")
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("joined");
+    }
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        2,
+        "two permits, both used, never three"
+    );
+
+    let first = exports.acquire().expect("free");
+    let second = exports.try_acquire().expect("answered").expect("a second permit");
+    assert!(exports.try_acquire().expect("answered").is_none(), "both taken");
+    assert_eq!(exports.holders().expect("listed").len(), 2);
+    drop(first); // released before drop returns
+    let third = exports
+        .acquire_with(&AcquireOptions::new().wait_for(Duration::from_secs(1)))
+        .expect("a permit came back");
+    assert!(second.release().expect("released") && third.release().expect("released"));
+    assert!(matches!(
+        client.semaphore("exports", 0),
+        Err(Error::InvalidOptions { .. })
+    ));
+}
+
+#[test]
+fn a_rw_lock_shares_reads_and_excludes_a_writer_from_plain_threads() {
+    let client = LockClient::new(MemoryLock::new()).expect("a runtime");
+    let prices = client.rw_lock("prices").expect("a rw lock");
+    let a = prices.read().expect("read");
+    let b = prices.try_read().expect("answered").expect("readers share");
+    assert!(
+        prices.try_write().expect("answered").is_none(),
+        "readers keep the writer out"
+    );
+    let writer = {
+        let prices = prices.clone();
+        thread::spawn(move || {
+            prices
+                .write_with(&AcquireOptions::new().wait_for(Duration::from_secs(10)))
+                .expect("the writer gets in once the readers leave")
+        })
+    };
+    thread::sleep(Duration::from_millis(100));
+    assert!(a.release().expect("released"));
+    drop(b);
+    let writer = writer.join().expect("joined");
+    assert!(
+        prices.try_read().expect("answered").is_none(),
+        "the writer keeps readers out"
+    );
+    assert_eq!(prices.holders().expect("listed").len(), 1);
+    drop(writer);
+    let total = prices
+        .with_write(&AcquireOptions::new(), |_| 1 + 1)
+        .expect("free");
+    let read = prices
+        .with_read(&AcquireOptions::new(), |_| total * 2)
+        .expect("free");
+    assert_eq!(read, 4);
+    assert!(prices.write().expect("free").release().expect("released"));
+}
+
+#[test]
+fn the_primitives_refuse_to_block_inside_an_async_runtime() {
+    let client = LockClient::new(MemoryLock::new()).expect("a runtime");
+    let exports = client.semaphore("exports", 1).expect("a semaphore");
+    let prices = client.rw_lock("prices").expect("a rw lock");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        assert!(matches!(exports.acquire(), Err(Error::InsideAsyncRuntime)));
+        assert!(matches!(prices.try_read(), Err(Error::InsideAsyncRuntime)));
+        assert!(matches!(prices.write(), Err(Error::InsideAsyncRuntime)));
+    });
+}
