@@ -342,23 +342,41 @@ impl RedisLock {
 }
 
 /// Reads `maxmemory-policy` and warns (or, with `refuse`, fails) unless it is `noeviction`:
-/// an evicted lock key is a freed lock. One round trip.
+/// an evicted lock key is a freed lock. One round trip; on a cluster, one to each master (and
+/// one for `CLUSTER SLOTS`), since a lock on any master's slots could be evicted there.
 pub(crate) async fn check_eviction_policy(node: &Node, refuse: bool) -> Result<()> {
+    let Target::Cluster(seeds) = node.target() else {
+        return check_policy_at(node, None, refuse).await;
+    };
+    for master in SlotMap::default().masters(node, &seeds.first_host()).await? {
+        check_policy_at(node, Some(&master), refuse).await?;
+    }
+    Ok(())
+}
+
+/// [`check_eviction_policy`] of one server, or on a cluster of the master `at`.
+async fn check_policy_at(node: &Node, at: Option<&Master>, refuse: bool) -> Result<()> {
     let mut cmd = redis::cmd("CONFIG");
     cmd.arg("GET").arg("maxmemory-policy");
-    let policy = match node.query::<Vec<String>>(&cmd).await {
+    let (reply, server) = match at {
+        Some(master) => (
+            node.query_at::<Vec<String>>(&master.0, master.1, &cmd).await,
+            format!("{} (master {}:{})", node.url(), master.0, master.1),
+        ),
+        None => (node.query::<Vec<String>>(&cmd).await, node.url().to_owned()),
+    };
+    let policy = match reply {
         Ok(reply) => reply.get(1).cloned(),
         Err(Error::Unavailable { source, .. }) => return Err(Error::unavailable(BACKEND, source)),
         Err(e) => {
             let reason = node::detail(&e);
             if refuse {
                 return Err(Error::invalid_config(format!(
-                    "{}: cannot read maxmemory-policy ({reason}); refusing, as configured, since it may evict lock keys",
-                    node.url()
+                    "{server}: cannot read maxmemory-policy ({reason}); refusing, as configured, since it may evict lock keys"
                 )));
             }
             tracing::warn!(
-                url = %node.url(),
+                url = %server,
                 error = %reason,
                 "distlock-redis: cannot read maxmemory-policy: if it is not noeviction, Redis may evict lock keys and free held locks"
             );
@@ -368,12 +386,11 @@ pub(crate) async fn check_eviction_policy(node: &Node, refuse: bool) -> Result<(
     match policy.as_deref() {
         Some("noeviction") => Ok(()),
         Some(policy) if refuse => Err(Error::invalid_config(format!(
-            "{}: maxmemory-policy is {policy}: Redis may evict lock keys and free held locks; set it to noeviction",
-            node.url()
+            "{server}: maxmemory-policy is {policy}: Redis may evict lock keys and free held locks; set it to noeviction"
         ))),
         policy => {
             tracing::warn!(
-                url = %node.url(),
+                url = %server,
                 policy = policy.unwrap_or("unknown"),
                 "distlock-redis: maxmemory-policy is not noeviction: when memory runs out Redis EVICTS LOCK KEYS, freeing held locks (another client can acquire while the holder still works); set maxmemory-policy noeviction"
             );

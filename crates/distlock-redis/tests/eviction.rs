@@ -169,3 +169,46 @@ async fn redlock_warns_about_every_evicting_master() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// On a cluster every master is checked, not the one node that happens to answer: a lock on
+/// any master's slots could be evicted there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_with_one_evicting_master_is_refused() {
+    let cluster = support::start_cluster(distlock_testkit::RedisClusterOptions::default()).await;
+    let url = cluster.url();
+    RedisConfig::from_url(&url)
+        .expect("valid")
+        .with_require_noeviction(true)
+        .build()
+        .await
+        .expect("every master is noeviction");
+    for evicting in 0..cluster.nodes().len() {
+        for (i, policy) in [(evicting, "allkeys-lru")].into_iter().chain(
+            (0..cluster.nodes().len())
+                .filter(|i| *i != evicting)
+                .map(|i| (i, "noeviction")),
+        ) {
+            cluster
+                .command(i, &["CONFIG", "SET", "maxmemory-policy", policy])
+                .expect("CONFIG SET");
+        }
+        // Whichever node the client asks first, the evicting master is found.
+        for _ in 0..3 {
+            let refused = RedisConfig::from_url(&url)
+                .expect("valid")
+                .with_require_noeviction(true)
+                .build()
+                .await;
+            let master = format!("(master 127.0.0.1:{})", cluster.nodes()[evicting].port());
+            match refused {
+                Err(Error::InvalidConfig { reason }) => {
+                    assert!(
+                        reason.contains("allkeys-lru") && reason.contains(&master),
+                        "{reason}"
+                    );
+                }
+                other => panic!("master {evicting} may evict, yet the cluster was accepted: {other:?}"),
+            }
+        }
+    }
+}
