@@ -188,8 +188,7 @@ impl LockClient {
     /// # Errors
     /// As [`crate::LockClient::acquire`]; [`Error::InsideAsyncRuntime`].
     pub fn lock(&self, name: impl IntoLockName) -> Result<LockGuard> {
-        let guard = self.engine.block_on(self.client.acquire(name))??;
-        Ok(self.guard(guard))
+        self.held(self.client.acquire(name))
     }
 
     /// Takes `name`, waiting as `opts` say.
@@ -198,8 +197,7 @@ impl LockClient {
     /// As [`crate::LockClient::acquire_with`]: [`Error::Timeout`] when the wait runs out;
     /// [`Error::InsideAsyncRuntime`].
     pub fn lock_with(&self, name: impl IntoLockName, opts: &AcquireOptions) -> Result<LockGuard> {
-        let guard = self.engine.block_on(self.client.acquire_with(name, opts))??;
-        Ok(self.guard(guard))
+        self.held(self.client.acquire_with(name, opts))
     }
 
     /// One attempt with the default options: `Ok(None)` if someone else holds `name`.
@@ -207,8 +205,7 @@ impl LockClient {
     /// # Errors
     /// As [`crate::LockClient::try_acquire`]; [`Error::InsideAsyncRuntime`].
     pub fn try_lock(&self, name: impl IntoLockName) -> Result<Option<LockGuard>> {
-        let guard = self.engine.block_on(self.client.try_acquire(name))??;
-        Ok(guard.map(|guard| self.guard(guard)))
+        self.maybe_held(self.client.try_acquire(name))
     }
 
     /// One attempt with `opts` (their wait is ignored): `Ok(None)` if someone else holds it.
@@ -216,8 +213,7 @@ impl LockClient {
     /// # Errors
     /// As [`crate::LockClient::try_acquire_with`]; [`Error::InsideAsyncRuntime`].
     pub fn try_lock_with(&self, name: impl IntoLockName, opts: &AcquireOptions) -> Result<Option<LockGuard>> {
-        let guard = self.engine.block_on(self.client.try_acquire_with(name, opts))??;
-        Ok(guard.map(|guard| self.guard(guard)))
+        self.maybe_held(self.client.try_acquire_with(name, opts))
     }
 
     /// Runs `work` while holding `name`, then releases it.
@@ -240,6 +236,21 @@ impl LockClient {
         let guard = self.lock_with(name, opts)?;
         let output = work(&guard);
         finish(guard, output)
+    }
+
+    /// Runs an acquisition to completion and wraps its guard.
+    fn held(&self, acquire: impl Future<Output = Result<crate::LockGuard>>) -> Result<LockGuard> {
+        let guard = self.engine.block_on(acquire)??;
+        Ok(self.guard(guard))
+    }
+
+    /// Runs one attempt to completion and wraps its guard, if it won.
+    fn maybe_held(
+        &self,
+        attempt: impl Future<Output = Result<Option<crate::LockGuard>>>,
+    ) -> Result<Option<LockGuard>> {
+        let guard = self.engine.block_on(attempt)??;
+        Ok(guard.map(|guard| self.guard(guard)))
     }
 
     fn guard(&self, guard: crate::LockGuard) -> LockGuard {

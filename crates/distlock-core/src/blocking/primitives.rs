@@ -83,8 +83,7 @@ impl Semaphore {
     /// # Errors
     /// As [`crate::Semaphore::acquire`]; [`Error::InsideAsyncRuntime`](crate::Error::InsideAsyncRuntime).
     pub fn acquire(&self) -> Result<LockGuard> {
-        let guard = self.client.engine.block_on(self.semaphore.acquire())??;
-        Ok(self.client.guard(guard))
+        self.client.held(self.semaphore.acquire())
     }
 
     /// Takes a permit, waiting as `opts` say.
@@ -92,8 +91,7 @@ impl Semaphore {
     /// # Errors
     /// As [`crate::Semaphore::acquire_with`]; [`Error::InsideAsyncRuntime`](crate::Error::InsideAsyncRuntime).
     pub fn acquire_with(&self, opts: &AcquireOptions) -> Result<LockGuard> {
-        let guard = self.client.engine.block_on(self.semaphore.acquire_with(opts))??;
-        Ok(self.client.guard(guard))
+        self.client.held(self.semaphore.acquire_with(opts))
     }
 
     /// One attempt: `Ok(None)` if every permit is held.
@@ -101,8 +99,7 @@ impl Semaphore {
     /// # Errors
     /// As [`crate::Semaphore::try_acquire`]; [`Error::InsideAsyncRuntime`](crate::Error::InsideAsyncRuntime).
     pub fn try_acquire(&self) -> Result<Option<LockGuard>> {
-        let guard = self.client.engine.block_on(self.semaphore.try_acquire())??;
-        Ok(guard.map(|guard| self.client.guard(guard)))
+        self.client.maybe_held(self.semaphore.try_acquire())
     }
 
     /// Runs `work` while holding a permit, then releases it; a loss while `work` ran is
@@ -154,8 +151,7 @@ impl RwLock {
     /// # Errors
     /// As [`crate::RwLock::read`]; [`Error::InsideAsyncRuntime`](crate::Error::InsideAsyncRuntime).
     pub fn read(&self) -> Result<LockGuard> {
-        let guard = self.client.engine.block_on(self.rw_lock.read())??;
-        Ok(self.client.guard(guard))
+        self.client.held(self.rw_lock.read())
     }
 
     /// Takes a read hold, waiting as `opts` say.
@@ -163,8 +159,7 @@ impl RwLock {
     /// # Errors
     /// As [`crate::RwLock::read_with`]; [`Error::InsideAsyncRuntime`](crate::Error::InsideAsyncRuntime).
     pub fn read_with(&self, opts: &AcquireOptions) -> Result<LockGuard> {
-        let guard = self.client.engine.block_on(self.rw_lock.read_with(opts))??;
-        Ok(self.client.guard(guard))
+        self.client.held(self.rw_lock.read_with(opts))
     }
 
     /// One read attempt: `Ok(None)` if a writer holds or waits.
@@ -172,8 +167,7 @@ impl RwLock {
     /// # Errors
     /// As [`crate::RwLock::try_read`]; [`Error::InsideAsyncRuntime`](crate::Error::InsideAsyncRuntime).
     pub fn try_read(&self) -> Result<Option<LockGuard>> {
-        let guard = self.client.engine.block_on(self.rw_lock.try_read())??;
-        Ok(guard.map(|guard| self.client.guard(guard)))
+        self.client.maybe_held(self.rw_lock.try_read())
     }
 
     /// Takes the write hold with the client's default options.
@@ -181,8 +175,7 @@ impl RwLock {
     /// # Errors
     /// As [`crate::RwLock::write`]; [`Error::InsideAsyncRuntime`](crate::Error::InsideAsyncRuntime).
     pub fn write(&self) -> Result<LockGuard> {
-        let guard = self.client.engine.block_on(self.rw_lock.write())??;
-        Ok(self.client.guard(guard))
+        self.client.held(self.rw_lock.write())
     }
 
     /// Takes the write hold, waiting as `opts` say.
@@ -190,8 +183,7 @@ impl RwLock {
     /// # Errors
     /// As [`crate::RwLock::write_with`]; [`Error::InsideAsyncRuntime`](crate::Error::InsideAsyncRuntime).
     pub fn write_with(&self, opts: &AcquireOptions) -> Result<LockGuard> {
-        let guard = self.client.engine.block_on(self.rw_lock.write_with(opts))??;
-        Ok(self.client.guard(guard))
+        self.client.held(self.rw_lock.write_with(opts))
     }
 
     /// One write attempt: `Ok(None)` if anyone holds it.
@@ -199,8 +191,7 @@ impl RwLock {
     /// # Errors
     /// As [`crate::RwLock::try_write`]; [`Error::InsideAsyncRuntime`](crate::Error::InsideAsyncRuntime).
     pub fn try_write(&self) -> Result<Option<LockGuard>> {
-        let guard = self.client.engine.block_on(self.rw_lock.try_write())??;
-        Ok(guard.map(|guard| self.client.guard(guard)))
+        self.client.maybe_held(self.rw_lock.try_write())
     }
 
     /// Runs `work` while holding a read hold, then releases it (a loss is reported as
