@@ -44,6 +44,7 @@
 //! # drop(url);
 //! ```
 
+mod client_run;
 mod error;
 mod mariadb;
 mod memcached;

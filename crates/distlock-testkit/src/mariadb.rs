@@ -4,17 +4,16 @@
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::thread;
+use std::process::Command;
 use std::time::Duration;
 
 use tempfile::TempDir;
 
+use crate::client_run::run_bounded;
 use crate::port::{free_port, retry_if_port_taken};
 use crate::probe::{self, loopback, PROBE_TIMEOUT};
 use crate::process::{delegate_process_controls, find_program, run_setup_command, ProcessSpec};
-use crate::sys::{self, Signal};
+use crate::sys;
 use crate::{temp_dir, HarnessError, ServerProcess};
 
 /// How long `start`/`restart` wait for the server to accept logins.
@@ -269,36 +268,7 @@ fn ready(client: &Path, port: u16) -> Result<(), String> {
 /// Runs the `mariadb` client, bounded by [`CLIENT_TIMEOUT`]; `Ok(stdout)` on
 /// success, `Err(message with stderr)` otherwise.
 fn run_client(client: &Path, args: &[&str]) -> Result<String, String> {
-    let child = Command::new(client)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("starting {}: {e}", client.display()))?;
-    let pid = child.id();
-    // Collect the output on a helper thread so a large result cannot fill
-    // the pipe while we wait with a timeout.
-    let (done, result) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = done.send(child.wait_with_output());
-    });
-    let output = match result.recv_timeout(CLIENT_TIMEOUT) {
-        Ok(Ok(output)) => output,
-        Ok(Err(e)) => return Err(format!("running the mariadb client: {e}")),
-        Err(_) => {
-            // The helper thread reaps it once it is dead.
-            let _ = sys::send_signal(pid, Signal::Kill);
-            return Err(format!("the mariadb client hung for {CLIENT_TIMEOUT:?}"));
-        }
-    };
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    } else {
-        Err(format!(
-            "mariadb client failed ({}): {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
-    }
+    let mut command = Command::new(client);
+    command.args(args);
+    run_bounded(command, "the mariadb client", CLIENT_TIMEOUT)
 }

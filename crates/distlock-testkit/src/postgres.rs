@@ -8,13 +8,12 @@
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::thread;
+use std::process::Command;
 use std::time::Duration;
 
 use tempfile::TempDir;
 
+use crate::client_run::run_bounded;
 use crate::port::{free_port, retry_if_port_taken};
 use crate::probe::loopback;
 use crate::process::{delegate_process_controls, run_setup_command_as, Launch, ProcessSpec};
@@ -356,38 +355,10 @@ fn ready(psql: &Path, port: u16) -> Result<(), String> {
 /// Runs `psql`, bounded by [`CLIENT_TIMEOUT`]; `Ok(stdout)` on success,
 /// `Err(message with stderr)` otherwise.
 fn run_psql(psql: &Path, args: &[&str]) -> Result<String, String> {
-    let child = Command::new(psql)
+    let mut command = Command::new(psql);
+    command
         .args(args)
         .env("PGPASSWORD", POSTGRES_PASSWORD)
-        .env("PGCONNECT_TIMEOUT", "2")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("starting {}: {e}", psql.display()))?;
-    let pid = child.id();
-    // Collect the output on a helper thread so a large result cannot fill
-    // the pipe while we wait with a timeout.
-    let (done, result) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = done.send(child.wait_with_output());
-    });
-    let output = match result.recv_timeout(CLIENT_TIMEOUT) {
-        Ok(Ok(output)) => output,
-        Ok(Err(e)) => return Err(format!("running psql: {e}")),
-        Err(_) => {
-            // The helper thread reaps it once it is dead.
-            let _ = sys::send_signal(pid, Signal::Kill);
-            return Err(format!("psql hung for {CLIENT_TIMEOUT:?}"));
-        }
-    };
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    } else {
-        Err(format!(
-            "psql failed ({}): {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
-    }
+        .env("PGCONNECT_TIMEOUT", "2");
+    run_bounded(command, "psql", CLIENT_TIMEOUT)
 }
