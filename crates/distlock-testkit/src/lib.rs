@@ -68,7 +68,7 @@ pub use postgres::{PostgresOptions, PostgresServer, POSTGRES_DATABASE, POSTGRES_
 pub use process::ServerProcess;
 pub use proxy::{Direction, FaultProxies, FaultProxy, Traffic};
 pub use redis::{RedisOptions, RedisServer};
-pub use redis_cluster::{RedisCluster, RedisClusterOptions, CLUSTER_MASTERS};
+pub use redis_cluster::{ClusterRole, RedisCluster, RedisClusterOptions, CLUSTER_MASTERS};
 pub use zookeeper::{
     four_letter_word, zk_mode, ZkMode, ZooKeeperEnsemble, ZooKeeperNode, ZooKeeperOptions, ZooKeeperServer,
     ENSEMBLE_SIZE,

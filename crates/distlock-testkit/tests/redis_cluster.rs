@@ -1,7 +1,7 @@
-//! The three-master Redis Cluster of the harness against real `redis-server`s (install them
-//! with `scripts/install-test-deps`).
+//! The Redis Cluster of the harness (three masters, with or without replicas) against real
+//! `redis-server`s (install them with `scripts/install-test-deps`).
 
-use distlock_testkit::{RedisCluster, RedisClusterOptions, CLUSTER_MASTERS};
+use distlock_testkit::{ClusterRole, RedisCluster, RedisClusterOptions, CLUSTER_MASTERS};
 
 #[test]
 fn cluster_forms_loses_and_regains_a_master() {
@@ -90,4 +90,95 @@ fn every_node_knows_every_slot_once_started() {
             );
         }
     }
+}
+
+fn with_replicas() -> RedisCluster {
+    RedisCluster::start_with(RedisClusterOptions {
+        replicas_per_master: 1,
+        ..RedisClusterOptions::default()
+    })
+    .expect("the cluster starts (run scripts/install-test-deps)")
+}
+
+/// A replica per master: each replicates its master, gets its writes, takes its slots (and
+/// its data) over when it is killed, and the old master comes back as the new one's replica.
+#[test]
+fn a_replica_takes_over_a_killed_master_which_rejoins_as_its_replica() {
+    let mut cluster = with_replicas();
+    assert_eq!(cluster.nodes().len(), 2 * CLUSTER_MASTERS);
+    for master in 0..CLUSTER_MASTERS {
+        let replica = CLUSTER_MASTERS + master;
+        assert_eq!(cluster.role(master).expect("role"), ClusterRole::Master);
+        assert_eq!(cluster.role(replica).expect("role"), ClusterRole::Replica(master));
+        assert_eq!(cluster.replica_of(master), Some(replica));
+        let info = cluster.command(replica, &["INFO", "replication"]).expect("INFO");
+        assert!(info.contains("master_link_status:up"), "{info}");
+    }
+    let info = cluster.command(0, &["CLUSTER", "INFO"]).expect("CLUSTER INFO");
+    assert!(info.contains("cluster_known_nodes:6"), "{info}");
+    assert_eq!(cluster.slot_of("foo").expect("KEYSLOT"), 12182);
+    assert_eq!(cluster.node_of_slot(12182), Some(2));
+
+    assert_eq!(cluster.command(2, &["SET", "foo", "1"]).expect("SET"), "OK");
+    assert_eq!(
+        cluster.command(2, &["WAIT", "1", "5000"]).expect("WAIT"),
+        "1",
+        "the replica acknowledged the write"
+    );
+    let started = std::time::Instant::now();
+    let promoted = cluster.fail_over(2).expect("a failover");
+    eprintln!("failover of node 2 to node {promoted} in {:?}", started.elapsed());
+    assert_eq!(promoted, 5);
+    assert_eq!(cluster.node_of_slot(12182), Some(5));
+    assert_eq!(cluster.role(5).expect("role"), ClusterRole::Master);
+    assert_eq!(
+        cluster.command(5, &["GET", "foo"]).expect("GET"),
+        "1",
+        "a replicated write survives the failover"
+    );
+    let moved = cluster
+        .command(0, &["GET", "foo"])
+        .expect_err("MOVED")
+        .to_string();
+    assert!(
+        moved.ends_with(&format!(":{}", cluster.nodes()[5].port())),
+        "others redirect to the promoted node: {moved}"
+    );
+
+    cluster.rejoin(2).expect("the old master rejoins");
+    assert_eq!(cluster.role(2).expect("role"), ClusterRole::Replica(5));
+    assert_eq!(cluster.replica_of(5), Some(2));
+    assert_eq!(
+        cluster.node_of_slot(12182),
+        Some(5),
+        "and does not take its slots back"
+    );
+}
+
+/// A write the master accepted after its replication was stalled is gone once its replica is
+/// promoted: asynchronous replication, as a lagging replica would lose it.
+#[test]
+fn a_write_the_replica_never_got_is_lost_on_failover() {
+    let mut cluster = with_replicas();
+    assert_eq!(cluster.command(2, &["SET", "foo", "before"]).expect("SET"), "OK");
+    assert_eq!(cluster.command(2, &["WAIT", "1", "5000"]).expect("WAIT"), "1");
+    let replica = cluster.stall_replication(2).expect("stall");
+    assert_eq!(replica, 5);
+    assert!(cluster.nodes()[5].process().is_paused());
+    assert_eq!(cluster.command(2, &["SET", "foo", "after"]).expect("SET"), "OK");
+    assert_eq!(
+        cluster.command(2, &["WAIT", "1", "200"]).expect("WAIT"),
+        "0",
+        "no replica got it"
+    );
+    cluster.node_mut(2).kill().expect("kill -9");
+    cluster.node_mut(5).resume().expect("SIGCONT");
+    cluster.wait_for_promotion(5).expect("promoted");
+    assert_eq!(
+        cluster.command(5, &["GET", "foo"]).expect("GET"),
+        "before",
+        "the unreplicated write was lost"
+    );
+    cluster.rejoin(2).expect("rejoins");
+    assert_eq!(cluster.role(2).expect("role"), ClusterRole::Replica(5));
 }
