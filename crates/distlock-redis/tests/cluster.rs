@@ -1,7 +1,8 @@
 //! A Redis Cluster of three real masters under what a cluster does to a lock: releases heard
 //! through sharded pub/sub on each lock's master, batched renewals across masters and across
-//! a moved slot, a slot migrating while clients contend for a lock in it, and a master killed
-//! while they contend. Concurrent holders are counted exactly (a shared counter each holder
+//! a moved slot, a slot migrating while clients contend for a lock in it, a master killed
+//! while they contend, and (with a replica per master) failovers: a lock the replica never got
+//! is lost on its promotion, one it got is kept. Concurrent holders are counted exactly (a shared counter each holder
 //! increments on entry and decrements before its release); holds are far shorter than their
 //! TTL, so a count above one is a double grant, never an expiry.
 
@@ -572,4 +573,181 @@ async fn subscriptions_follow_a_moved_slot_and_survive_a_killed_master() {
         Woke::Released,
         "heard on the restarted master"
     );
+}
+
+/// The TTL of the failover tests: long enough to outlast a failover (the node timeout of 2 s,
+/// then the replica's election), so the lock is still ours when the replica takes over.
+const FAILOVER_TTL: Duration = Duration::from_secs(30);
+
+/// A cluster of three masters with a replica each.
+async fn start_cluster_with_replicas() -> RedisCluster {
+    start_cluster(RedisClusterOptions {
+        replicas_per_master: 1,
+        ..RedisClusterOptions::default()
+    })
+    .await
+}
+
+/// Runs `f` on the cluster off the runtime's workers (its calls block).
+async fn on_cluster<T: Send + 'static>(
+    cluster: RedisCluster,
+    f: impl FnOnce(&mut RedisCluster) -> T + Send + 'static,
+) -> (RedisCluster, T) {
+    tokio::task::spawn_blocking(move || {
+        let mut cluster = cluster;
+        let out = f(&mut cluster);
+        (cluster, out)
+    })
+    .await
+    .expect("joined")
+}
+
+/// Keys of `slot` on node `i` (`CLUSTER COUNTKEYSINSLOT`, which replicas answer too).
+fn keys_in_slot(cluster: &RedisCluster, i: usize, slot: u16) -> u64 {
+    cluster
+        .command(i, &["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()])
+        .expect("CLUSTER COUNTKEYSINSLOT")
+        .parse()
+        .expect("a count")
+}
+
+/// `try_acquire` until the store answers (the client finds the promoted master through its
+/// refreshed slot map; until then, typed errors), at most 20 s.
+async fn try_acquire_once_answered(client: &LockClient, name: &LockName) -> Option<distlock_core::LockGuard> {
+    let opts = AcquireOptions::new().ttl(FAILOVER_TTL);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match client.try_acquire_with(name, &opts).await {
+            Ok(outcome) => return outcome,
+            Err(error) if Instant::now() < deadline => {
+                assert!(
+                    matches!(error, Error::Timeout { .. } | Error::Unavailable { .. }),
+                    "a typed error while the cluster fails over: {error:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(error) => panic!("the promoted master never answered: {error:?}"),
+        }
+    }
+}
+
+/// **A failover can lose a lock** (the README's caveat, shown): a lock acquired on a master
+/// whose replica did not get the write (its replication stalled first) is gone once the master
+/// dies and the replica is promoted; another client acquires it, and the first holder's lost
+/// signal fires at its next renewal (NotOwned), long before its lease's own deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_before_the_replica_got_the_lock_loses_it() {
+    let cluster = start_cluster_with_replicas().await;
+    let url = cluster.url();
+    let name = name_on(&cluster, 2, "lost");
+    let holder = LockClient::new(lock_at(&url).await);
+    let other = LockClient::new(lock_at(&url).await);
+    assert!(other.try_acquire("warm-up").await.expect("answered").is_some());
+
+    let (cluster, replica) = on_cluster(cluster, |c| c.stall_replication(2).expect("stalled")).await;
+    let guard = holder
+        .try_acquire_with(&name, &AcquireOptions::new().ttl(FAILOVER_TTL))
+        .await
+        .expect("answered")
+        .expect("free");
+    let acquired = Instant::now();
+    let slot = slot(&cluster, &name);
+    assert!(keys_in_slot(&cluster, 2, slot) > 0, "the master holds the lock");
+
+    let (cluster, ()) = on_cluster(cluster, move |c| {
+        c.node_mut(2).kill().expect("kill -9 of the master");
+        c.node_mut(replica).resume().expect("the replica resumed");
+        c.wait_for_promotion(replica).expect("the replica promoted");
+    })
+    .await;
+    let promoted = Instant::now();
+    eprintln!(
+        "the replica took over {:?} after the acquisition",
+        promoted - acquired
+    );
+    assert_eq!(
+        keys_in_slot(&cluster, replica, slot),
+        0,
+        "the promoted replica never got the lock"
+    );
+    assert!(!guard.is_lost(), "the holder does not know yet");
+
+    let second = try_acquire_once_answered(&other, &name)
+        .await
+        .expect("the lock is free on the promoted replica: another client takes it");
+    let reason = tokio::time::timeout(
+        FAILOVER_TTL / 3 + OPERATION_TIMEOUT * 2 + Duration::from_secs(3),
+        guard.lost(),
+    )
+    .await
+    .expect("the holder's lost signal fires at its next renewal");
+    let told = Instant::now();
+    eprintln!(
+        "the holder was told {:?} after the promotion ({:?} after its acquisition): {reason}",
+        told - promoted,
+        told - acquired
+    );
+    assert_eq!(reason, distlock_core::LossReason::NotOwned, "{reason}");
+    assert!(
+        told - acquired < FAILOVER_TTL / 2,
+        "told by a renewal, not by its lease's deadline"
+    );
+    assert!(
+        !guard.release().await.expect("answered"),
+        "the release finds it gone"
+    );
+    assert!(
+        second.release().await.expect("answered"),
+        "the second holder held it"
+    );
+    drop(cluster);
+}
+
+/// With replication healthy, a failover after the replica got the lock keeps it: another client
+/// cannot acquire it on the promoted replica, and the holder goes on renewing it there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_after_the_lock_replicated_keeps_it() {
+    let cluster = start_cluster_with_replicas().await;
+    let url = cluster.url();
+    let name = name_on(&cluster, 2, "kept");
+    let holder = LockClient::new(lock_at(&url).await);
+    let other = LockClient::new(lock_at(&url).await);
+    let guard = holder
+        .try_acquire_with(&name, &AcquireOptions::new().ttl(FAILOVER_TTL))
+        .await
+        .expect("answered")
+        .expect("free");
+    let slot = slot(&cluster, &name);
+    let replica = cluster.replica_of(2).expect("a replica");
+    let replicated = Instant::now() + Duration::from_secs(5);
+    while keys_in_slot(&cluster, replica, slot) < keys_in_slot(&cluster, 2, slot) {
+        assert!(Instant::now() < replicated, "the replica got the lock within 5 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let (cluster, promoted) = on_cluster(cluster, |c| c.fail_over(2).expect("a failover")).await;
+    assert_eq!(promoted, replica);
+    assert!(
+        try_acquire_once_answered(&other, &name).await.is_none(),
+        "the promoted replica knows the lock is held"
+    );
+    // A renewal on the promoted replica (at a third of the TTL) succeeds.
+    let renewed = guard.lease().valid_until();
+    let deadline = Instant::now() + FAILOVER_TTL / 3 + OPERATION_TIMEOUT * 2 + Duration::from_secs(3);
+    while guard.lease().valid_until() == renewed {
+        assert!(
+            Instant::now() < deadline,
+            "the holder renewed on the promoted replica"
+        );
+        assert!(!guard.is_lost(), "the lock is kept");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!guard.is_lost());
+    assert!(guard.release().await.expect("answered"), "still ours");
+    let (cluster, ()) = on_cluster(cluster, |c| c.rejoin(2).expect("the old master rejoins")).await;
+    assert!(
+        other.try_acquire(&name).await.expect("answered").is_some(),
+        "free once released"
+    );
+    drop(cluster);
 }
