@@ -284,10 +284,12 @@ impl SqlConfig {
     }
 
     /// PostgreSQL: whether waiters hear releases through `LISTEN`/`NOTIFY` (default `true`):
-    /// one extra connection per client listens, and releases wake the waiters of their name
-    /// at once, in any process. Turn it off behind a pooler that cannot keep a session's
-    /// `LISTEN` (PgBouncer in transaction mode); waiters then poll, as on MySQL. Releases
-    /// still `NOTIFY` (a listener elsewhere may use them). No effect on other databases.
+    /// one extra connection per client listens, waiters of a mutex join its queue of waiters,
+    /// and a release wakes the first of them (of a semaphore or read-write lock, every waiter
+    /// of it) at once, in any process. Turn it off behind a pooler that cannot keep a
+    /// session's `LISTEN` (PgBouncer in transaction mode); waiters then poll, as on MySQL,
+    /// and join no queue. Releases still wake queued waiters of other clients (`NOTIFY`). No
+    /// effect on other databases.
     pub fn with_notifications(mut self, notifications: bool) -> Self {
         self.notifications = notifications;
         self
@@ -295,12 +297,43 @@ impl SqlConfig {
 
     /// The `CREATE TABLE` statements for this config's database and table, for teams whose
     /// DBAs create tables: the lock table, then its holds table (`<table>_holds`, for
-    /// semaphores and read-write locks), separated by `;`. On PostgreSQL a third statement
-    /// creates the function an attempt at a semaphore or read-write lock calls
-    /// (`<table>_holds_try`, PL/pgSQL, dollar-quoted: run it with `psql`).
+    /// semaphores and read-write locks), separated by `;`. On PostgreSQL more follow: the
+    /// function an attempt at a semaphore or read-write lock calls (`<table>_holds_try`), the
+    /// mutex's queue of waiters ([`waiters_table`](Self::waiters_table)), and the functions of
+    /// a release (`<table>_release`) and of a waiter leaving the queue (`<table>_leave`); the
+    /// functions are PL/pgSQL, dollar-quoted: run them with `psql`.
+    ///
+    /// ```
+    /// use distlock_sql::SqlConfig;
+    ///
+    /// # #[cfg(feature = "postgres")] {
+    /// let ddl = SqlConfig::from_url("postgres://app@db/locks")?.ddl();
+    /// assert!(ddl.contains("CREATE TABLE IF NOT EXISTS \"distlock_locks_waiters\""));
+    /// assert!(ddl.contains("FUNCTION \"distlock_locks_release\""));
+    /// # }
+    /// # Ok::<(), distlock_core::Error>(())
+    /// ```
     pub fn ddl(&self) -> String {
         let statements = crate::sql::Statements::new(self.dialect(), &self.table);
         statements.create_tables().join(";\n\n")
+    }
+
+    /// PostgreSQL: the name of the mutex's queue of waiters beside [`table`](Self::table),
+    /// `<table>_waiters` (shortened with a hash when that would pass 63 characters): a waiter
+    /// that finds a lock held is queued there, and a release wakes the first one. Do not give
+    /// another client of the same database this name as its lock table.
+    ///
+    /// ```
+    /// use distlock_sql::SqlConfig;
+    ///
+    /// # #[cfg(feature = "postgres")] {
+    /// let config = SqlConfig::from_url("postgres://app@db/locks")?.with_table("jobs_locks")?;
+    /// assert_eq!(config.waiters_table(), "jobs_locks_waiters");
+    /// # }
+    /// # Ok::<(), distlock_core::Error>(())
+    /// ```
+    pub fn waiters_table(&self) -> String {
+        crate::waiters_sql::waiters_table(&self.table)
     }
 
     /// The name of the holds table beside [`table`](Self::table), where semaphores and

@@ -65,7 +65,7 @@ pub(crate) fn attempt_function(table: &str) -> String {
 
 /// `table` + `suffix`, or a prefix of `table`, 8 hex digits of its SHA-256 and `suffix` when
 /// that would pass the dialect's longest identifier.
-fn identifier(dialect: Dialect, table: &str, suffix: &str) -> String {
+pub(crate) fn identifier(dialect: Dialect, table: &str, suffix: &str) -> String {
     let max = match dialect {
         Dialect::Postgres => 63,
         _ => 64,

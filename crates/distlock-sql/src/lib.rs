@@ -21,12 +21,22 @@
 //!   trip (one text query of several statements), on PostgreSQL too (one call of a PL/pgSQL
 //!   function the backend creates beside the tables). Release, extend and withdraw are one
 //!   statement each. See [`SqlLock`].
-//! - PostgreSQL wakes waiters by notification: every release (and every withdrawal of a
-//!   waiting writer) runs `pg_notify` in its own statement, on a channel named after the table
-//!   with the object's key as payload, and each client keeps **one** listening connection
-//!   (`LISTEN`) shared by all its waiters, which wakes only the waiters of the released
-//!   object; the connection listens again after a restart or a reset, and waiters keep a
-//!   safety-net poll. Turn it off behind a pooler that cannot keep a `LISTEN`
+//! - PostgreSQL wakes waiters by notification, and a release of a mutex wakes **one** waiter:
+//!   a waiter's attempt that finds the lock held also puts it in the lock's queue of waiters
+//!   (`<table>_waiters`, in the same statement), and the release (one call of a PL/pgSQL
+//!   function, `<table>_release`) frees the lock, takes the first waiter whose stay has not
+//!   ended out of the queue and runs `pg_notify` naming that waiter alone. Each client keeps
+//!   **one** listening connection (`LISTEN`) shared by all its waiters, which hands each wake
+//!   to the waiter it names. A waiter that wins leaves the queue in its winning statement; one
+//!   whose wait ends otherwise (it gave up, failed or was dropped) leaves it in the background
+//!   (`<table>_leave`), and if the lock is free then, the next waiter is woken in its place (it
+//!   may have been woken and gone without trying); one that died stays until its stay ends (its
+//!   longest sleep plus a second, judged by the database's clock), costing the others at most
+//!   one wake. Releases of permits and sides of read-write locks, and withdrawals of waiting
+//!   writers, still wake every waiter of the object (`NOTIFY` with the object's key): which of
+//!   them can get in depends on what each asks for. The connection listens again after a
+//!   restart or a reset (and then wakes every waiter once), and waiters keep a safety-net poll.
+//!   Turn notifications off behind a pooler that cannot keep a `LISTEN`
 //!   ([`SqlConfig::with_notifications`]).
 //! - Waiting on MySQL and SQLite: they publish no releases, so waiters poll with backoff,
 //!   waking at the holder's expiry. A MySQL release by a client of this process hands the lock straight to the first
@@ -71,13 +81,22 @@
 //!   expires_at INTEGER
 //! ) WITHOUT ROWID;
 //!
-//! -- PostgreSQL (and the function of an attempt, printed by SqlConfig::ddl)
+//! -- PostgreSQL (and the functions of an attempt at a hold, of a release and of a waiter
+//! -- leaving its queue, printed by SqlConfig::ddl)
 //! CREATE TABLE IF NOT EXISTS "distlock_locks" (
 //!   lock_key   VARCHAR(255) COLLATE "C" NOT NULL PRIMARY KEY,
 //!   lock_name  TEXT NOT NULL,
 //!   owner      VARCHAR(64) COLLATE "C",
 //!   version    BIGINT NOT NULL,
 //!   expires_at TIMESTAMPTZ
+//! );
+//!
+//! CREATE TABLE IF NOT EXISTS "distlock_locks_waiters" (
+//!   lock_key   VARCHAR(255) COLLATE "C" NOT NULL,
+//!   waiter     VARCHAR(64) COLLATE "C" NOT NULL,
+//!   queued_at  TIMESTAMPTZ NOT NULL,
+//!   expires_at TIMESTAMPTZ NOT NULL,
+//!   PRIMARY KEY (lock_key, waiter)
 //! );
 //!
 //! CREATE TABLE IF NOT EXISTS "distlock_locks_holds" (
@@ -162,8 +181,12 @@
 //!   NOT EXISTS` of one table can fail on PostgreSQL.
 //! - Acquire is one `INSERT ... ON CONFLICT (lock_key) DO UPDATE ... WHERE <free, expired or
 //!   ours> RETURNING version`; the same statement reads the holder's remaining time when it
-//!   did not win. Release, extend and hand-over are one `UPDATE` each; `extend_many` renews
-//!   every lease, of both tables, in one statement. Every operation is **one round trip**
+//!   did not win; a waiter's attempt also queues it (or takes it out of the queue when it
+//!   wins) in the same statement. Extend and hand-over are one `UPDATE` each, a release one
+//!   call of `<table>_release` (it reads the queue after it took the lock's row, which one
+//!   plain statement could not: its snapshot would miss a waiter queued while it waited for
+//!   the row); `extend_many` renews every lease, of both tables, in one statement. Every
+//!   operation is **one round trip**
 //!   (the statements are prepared when a connection opens; the pool is MySQL's, without
 //!   pings), and the database's `statement_timestamp()` judges every expiry.
 //! - Every session sets `statement_timeout` and `lock_timeout` to
@@ -172,7 +195,8 @@
 //! - A name containing NUL is refused ([`Error::InvalidName`](distlock_core::Error::InvalidName)):
 //!   PostgreSQL's text cannot hold it. Table names are at most 63 bytes.
 //! - The backend's user needs `CREATE` on the schema for the tables and the function
-//!   (`CREATE OR REPLACE FUNCTION <table>_holds_try`, which also means owning it), or a DBA
+//!   (`CREATE OR REPLACE FUNCTION` of `<table>_holds_try`, `<table>_release` and
+//!   `<table>_leave`, which also means owning them), or a DBA
 //!   creates them from [`SqlConfig::ddl`] and the backend runs with
 //!   [`SqlConfig::with_create_table`]`(false)`.
 //!
@@ -243,9 +267,13 @@ mod mysql_pool;
 mod pg_pool;
 #[cfg(feature = "postgres")]
 mod pg_releases;
+#[cfg(feature = "postgres")]
+mod pg_waiters;
 #[cfg(any(feature = "mysql", feature = "postgres"))]
 mod server_pool;
 mod sql;
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+mod waiters_sql;
 
 pub use config::{SqlConfig, DEFAULT_MAX_CONNECTIONS, DEFAULT_OPERATION_TIMEOUT, DEFAULT_TABLE};
 pub use lock::SqlLock;

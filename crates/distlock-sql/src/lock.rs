@@ -32,6 +32,10 @@
 //! `extend` (and so the default `extend_many`) route a lease there by its [`LockKind`]; the
 //! mutex's rows and statements are untouched by it. Their attempt is the one operation that
 //! runs a transaction (committed within the operation's one round trip on MySQL).
+//!
+//! On PostgreSQL the mutex's waiters queue in a third table (`<table>_waiters`, layout and
+//! statements in `waiters_sql.rs`), run by `lock/queue.rs`: a waiter's attempt queues it, a
+//! release wakes the first of them, and a waiter whose wait ends leaves.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -54,6 +58,8 @@ use crate::mysql_pool::{session_limits, MySqlConnections, MySqlDial, Session};
 use crate::pg_pool::{PgConnections, PgDial};
 #[cfg(feature = "postgres")]
 use crate::pg_releases::PgReleases;
+#[cfg(feature = "postgres")]
+use crate::pg_waiters::PgWaiters;
 #[cfg(feature = "mysql")]
 use crate::sql::MYSQL_HELD;
 use crate::sql::{key_char, Dialect, Statements, KEY_LEN};
@@ -86,6 +92,8 @@ macro_rules! in_transaction {
 
 mod holds;
 #[cfg(feature = "postgres")]
+mod queue;
+#[cfg(feature = "postgres")]
 mod renew_many;
 
 /// How many renewals `extend_many` runs at once where it cannot batch them (as the default).
@@ -106,7 +114,9 @@ const RETRY_MAX: Duration = Duration::from_millis(50);
 /// Capabilities: [`Fencing::Monotonic`] (the `version` column; monotonic as long as the
 /// database's clock never steps back and the clocks of failover peers or Galera nodes agree,
 /// see the crate docs), [`WakeUp::Polling`] (waiters back off with jitter and wake at the
-/// holder's expiry; on PostgreSQL [`WakeUp::Notification`], through `LISTEN`/`NOTIFY`), TTLs from 1 ms to 30 days in 1 ms steps,
+/// holder's expiry; on PostgreSQL [`WakeUp::Notification`], through `LISTEN`/`NOTIFY`, and
+/// [`Capabilities::wakes_one`]: a release of a mutex wakes its first queued waiter only), TTLs
+/// from 1 ms to 30 days in 1 ms steps,
 /// [`inspect`](DistributedLock::inspect), semaphores and read-write locks (writer
 /// preference: a waiting writer keeps new readers out), each hold with its own fencing
 /// token from a per-object counter.
@@ -149,6 +159,9 @@ struct Inner {
     /// every waiter of this client; `None` with notifications off.
     #[cfg(feature = "postgres")]
     releases: Option<PgReleases>,
+    /// PostgreSQL: which of this client's waiters may be in the database's queue of waiters.
+    #[cfg(feature = "postgres")]
+    waiters: PgWaiters,
 }
 
 enum Pool {
@@ -211,11 +224,15 @@ impl DistributedLock for SqlLock {
         }
     }
 
-    /// PostgreSQL with notifications (the default) declares [`WakeUp::Notification`]: every
-    /// release and withdrawal is announced (`NOTIFY`), and waiters keep only a safety-net
-    /// poll. Every other configuration polls.
+    /// PostgreSQL with notifications (the default) declares [`WakeUp::Notification`] and
+    /// [`Capabilities::wakes_one`]: a release of a mutex wakes the first waiter of its queue
+    /// (`NOTIFY` naming that waiter), a release or withdrawal on a semaphore or read-write lock
+    /// every waiter of it, and waiters keep only a safety-net poll. Every other configuration
+    /// polls.
     fn capabilities(&self) -> Capabilities {
+        let notified = self.wake_up() == WakeUp::Notification;
         Capabilities::new(Fencing::Monotonic, self.wake_up())
+            .with_wakes_one(notified)
             .with_hands_over(true)
             .with_ttl_granularity(Duration::from_millis(1))
             .with_ttl_range(Duration::from_millis(1), MAX_TTL)
@@ -227,111 +244,19 @@ impl DistributedLock for SqlLock {
     /// MySQL: **1 round trip**, won or held: `LAST_INSERT_ID` carries the new version, or the
     /// holder's remaining time so the waiter wakes at its expiry. SQLite: **1 statement** when
     /// acquired (`RETURNING version`), **2** when held (the second reads the holder's
-    /// remaining time; both are local calls, no network). No ping precedes or follows a
-    /// MySQL statement, except one before it on a connection idle for over 30 s.
+    /// remaining time; both are local calls, no network). PostgreSQL: **1 round trip**, won
+    /// or held (the holder's remaining time in the same statement). No ping precedes or
+    /// follows a MySQL or PostgreSQL statement, except one before it on a MySQL connection
+    /// idle for over 30 s.
     async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
-        self.storable(name)?;
-        let units = self.ttl_units(ttl)?;
-        let key = lock_key(name);
-        let key = key.as_ref();
-        let owner_str = owner.to_string();
-        let owner_str = owner_str.as_str();
-        let sql = self.inner.sql.acquire.as_str();
-        let sent = Instant::now();
-        let version: Option<i64> = match &self.inner.pool {
-            #[cfg(feature = "mysql")]
-            Pool::MySql(pool) => {
-                let done = self
-                    .run(
-                        pool,
-                        "acquiring",
-                        on_conn!(c => {
-                            sqlx::query(sql)
-                                .bind(key)
-                                .bind(name.as_str())
-                                .bind(owner_str)
-                                .bind(units)
-                                .bind(owner_str)
-                                .bind(owner_str)
-                                .bind(owner_str)
-                                .bind(owner_str)
-                                .bind(units)
-                                .execute(c.conn()?)
-                                .await
-                        }),
-                    )
-                    .await?;
-                match done.last_insert_id() {
-                    id if id >= MYSQL_HELD => {
-                        let left = Duration::from_micros(id - MYSQL_HELD);
-                        return Ok(TryAcquire::Held(Holder::expiring_in(left)));
-                    }
-                    id => i64::try_from(id).ok().filter(|&v| v > 0),
-                }
-            }
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => {
-                let rows: Vec<(Option<i64>, Option<i64>)> = self
-                    .run(
-                        pool,
-                        "acquiring",
-                        on_conn!(c => {
-                            sqlx::query_as(sql)
-                                .bind(key)
-                                .bind(name.as_str())
-                                .bind(owner_str)
-                                .bind(units)
-                                .fetch_all(c.conn()?)
-                                .await
-                        }),
-                    )
-                    .await?;
-                match rows.first() {
-                    Some((Some(version), _)) => Some(*version),
-                    // Held: the holder's remaining time as the statement's snapshot saw it (no
-                    // row: created by an attempt the snapshot missed; retry soon).
-                    other => {
-                        let left = other.and_then(|(_, left)| self.remaining(*left));
-                        return Ok(TryAcquire::Held(Holder::expiring_in(
-                            left.unwrap_or(Duration::ZERO),
-                        )));
-                    }
-                }
-            }
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => {
-                // fetch_all steps the statement to completion, so its write commits at once.
-                let rows: Vec<i64> = self
-                    .run(
-                        pool,
-                        "acquiring",
-                        on_conn!(c => {
-                            sqlx::query_scalar(sql)
-                                .bind(key)
-                                .bind(name.as_str())
-                                .bind(owner_str)
-                                .bind(units)
-                                .bind(clock_micros())
-                                .fetch_all(c.conn()?)
-                                .await
-                        }),
-                    )
-                    .await?;
-                rows.first().copied()
-            }
-        };
-        match version.and_then(|v| u64::try_from(v).ok()) {
-            Some(version) => Ok(TryAcquire::Acquired(
-                Lease::new(name.clone(), owner, ttl, sent).with_fencing(FencingToken::new(version)),
-            )),
-            None => Ok(TryAcquire::Held(self.holder(key).await?)),
-        }
+        self.acquire(name, owner, ttl, None).await
     }
 
     /// Release: clear `owner` and `expires_at` where the owner is still ours and the hold has
     /// not expired; `version` stays. Matches by name and owner only, so a bare lease (no
     /// fencing token, as the core's cleanup after an ambiguous acquire sends) works.
-    /// **1 round trip.**
+    /// **1 round trip.** PostgreSQL: one call of `<table>_release`, which also takes the first
+    /// live waiter out of the lock's queue and wakes it alone (`NOTIFY` naming it).
     async fn release(&self, lease: &Lease) -> Result<bool> {
         if lease.kind() != LockKind::Exclusive {
             return self.release_hold(lease).await;
@@ -538,7 +463,7 @@ impl DistributedLock for SqlLock {
         Ok((affected > 0).then(|| lease.renewed(ttl, sent)))
     }
 
-    /// Wait: SQL databases publish no release notifications, so waiters poll. `LockClient`
+    /// Wait: MySQL and SQLite publish no release notifications, so waiters poll. `LockClient`
     /// retries with capped, jittered exponential backoff and wakes early at
     /// [`Holder::remaining`], which a failed attempt reads from the database (its second
     /// round trip). **0 round trips** here. On MySQL, `LockClient` makes each poll after a
@@ -550,14 +475,18 @@ impl DistributedLock for SqlLock {
     /// to the oldest waiter's socket beside the database file, see `host_waiters`); waiters
     /// still poll, in case a socket cannot be bound.
     ///
-    /// PostgreSQL: every release `NOTIFY`s the table's channel with the lock's key, and this
-    /// client's one listening connection wakes the watches of that name only (see
-    /// `pg_releases`). **0 round trips** once the connection listens; the first watch of a
-    /// client waits for its `LISTEN`. Waiters keep a safety-net poll.
+    /// PostgreSQL: a watch of one waiter, with an id of its own: its attempts
+    /// ([`try_acquire_waiting`](Self::try_acquire_waiting)) queue it in the lock's queue of
+    /// waiters, and a release wakes the first waiter of that queue only (`NOTIFY` naming it,
+    /// heard by this client's one listening connection, see `pg_releases`). **0 round trips**
+    /// once the connection listens; the first watch of a client waits for its `LISTEN`.
+    /// Dropping the watch takes a waiter that may still be queued out of the queue (**1 round
+    /// trip**, in the background; if the lock is free then, the next waiter is woken in its
+    /// place). Waiters keep a safety-net poll.
     async fn watch(&self, name: &LockName) -> Result<ReleaseWatch> {
         #[cfg(feature = "postgres")]
         if let Some(releases) = &self.inner.releases {
-            return releases.watch(Primitive::Mutex, &lock_key(name)).await;
+            return self.watch_queued(releases, name).await;
         }
         #[cfg(feature = "sqlite")]
         if let Some(host) = &self.inner.host {
@@ -569,7 +498,11 @@ impl DistributedLock for SqlLock {
         Ok(ReleaseWatch::polling())
     }
 
-    /// As `try_acquire`; a SQLite waiter that wins passes no wake on when its wait ends.
+    /// As `try_acquire`. PostgreSQL with notifications: in the same statement (**1 round
+    /// trip**, won or held), a waiter that finds the lock held joins the lock's queue of
+    /// waiters for `stay` (renewing its stay and keeping its place if queued already), and
+    /// one that wins leaves it. SQLite: a waiter that wins passes no wake on when its wait
+    /// ends.
     async fn try_acquire_waiting(
         &self,
         name: &LockName,
@@ -578,6 +511,10 @@ impl DistributedLock for SqlLock {
         waiter: &str,
         stay: Duration,
     ) -> Result<TryAcquire> {
+        #[cfg(feature = "postgres")]
+        if self.inner.releases.is_some() {
+            return self.acquire_queued_as(name, owner, ttl, waiter, stay).await;
+        }
         let _ = stay;
         let outcome = self.try_acquire(name, owner, ttl).await;
         #[cfg(feature = "sqlite")]
@@ -745,6 +682,123 @@ impl DistributedLock for SqlLock {
 
 /// Opening, and the machinery every operation shares.
 impl SqlLock {
+    /// One attempt at the mutex (`try_acquire`); on PostgreSQL with `waiting` (the waiter's
+    /// `waiter` column and its stay in µs), the attempt of a waiter, which queues it if the
+    /// lock is held (see `waiters_sql.rs`). Other dialects ignore `waiting`.
+    pub(crate) async fn acquire(
+        &self,
+        name: &LockName,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiting: Option<(&str, i64)>,
+    ) -> Result<TryAcquire> {
+        self.storable(name)?;
+        #[cfg(not(feature = "postgres"))]
+        let _ = waiting;
+        let units = self.ttl_units(ttl)?;
+        let key = lock_key(name);
+        let key = key.as_ref();
+        let owner_str = owner.to_string();
+        let owner_str = owner_str.as_str();
+        let sql = self.inner.sql.acquire.as_str();
+        let sent = Instant::now();
+        let version: Option<i64> = match &self.inner.pool {
+            #[cfg(feature = "mysql")]
+            Pool::MySql(pool) => {
+                let done = self
+                    .run(
+                        pool,
+                        "acquiring",
+                        on_conn!(c => {
+                            sqlx::query(sql)
+                                .bind(key)
+                                .bind(name.as_str())
+                                .bind(owner_str)
+                                .bind(units)
+                                .bind(owner_str)
+                                .bind(owner_str)
+                                .bind(owner_str)
+                                .bind(owner_str)
+                                .bind(units)
+                                .execute(c.conn()?)
+                                .await
+                        }),
+                    )
+                    .await?;
+                match done.last_insert_id() {
+                    id if id >= MYSQL_HELD => {
+                        let left = Duration::from_micros(id - MYSQL_HELD);
+                        return Ok(TryAcquire::Held(Holder::expiring_in(left)));
+                    }
+                    id => i64::try_from(id).ok().filter(|&v| v > 0),
+                }
+            }
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => {
+                let sql = match waiting {
+                    Some(_) => self.inner.sql.acquire_waiting.as_str(),
+                    None => sql,
+                };
+                let rows: Vec<(Option<i64>, Option<i64>)> = self
+                    .run(
+                        pool,
+                        "acquiring",
+                        on_conn!(c => {
+                            let query = sqlx::query_as(sql)
+                                .bind(key)
+                                .bind(name.as_str())
+                                .bind(owner_str)
+                                .bind(units);
+                            let query = match waiting {
+                                Some((waiter, stay)) => query.bind(waiter).bind(stay),
+                                None => query,
+                            };
+                            query.fetch_all(c.conn()?).await
+                        }),
+                    )
+                    .await?;
+                match rows.first() {
+                    Some((Some(version), _)) => Some(*version),
+                    // Held: the holder's remaining time as the statement's snapshot saw it (no
+                    // row: created by an attempt the snapshot missed; retry soon).
+                    other => {
+                        let left = other.and_then(|(_, left)| self.remaining(*left));
+                        return Ok(TryAcquire::Held(Holder::expiring_in(
+                            left.unwrap_or(Duration::ZERO),
+                        )));
+                    }
+                }
+            }
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(pool) => {
+                // fetch_all steps the statement to completion, so its write commits at once.
+                let rows: Vec<i64> = self
+                    .run(
+                        pool,
+                        "acquiring",
+                        on_conn!(c => {
+                            sqlx::query_scalar(sql)
+                                .bind(key)
+                                .bind(name.as_str())
+                                .bind(owner_str)
+                                .bind(units)
+                                .bind(clock_micros())
+                                .fetch_all(c.conn()?)
+                                .await
+                        }),
+                    )
+                    .await?;
+                rows.first().copied()
+            }
+        };
+        match version.and_then(|v| u64::try_from(v).ok()) {
+            Some(version) => Ok(TryAcquire::Acquired(
+                Lease::new(name.clone(), owner, ttl, sent).with_fencing(FencingToken::new(version)),
+            )),
+            None => Ok(TryAcquire::Held(self.holder(key).await?)),
+        }
+    }
+
     pub(crate) async fn open(config: SqlConfig) -> Result<Self> {
         let sql = Statements::new(config.dialect(), &config.table);
         let pool = match &config.target {
@@ -780,8 +834,10 @@ impl SqlLock {
                         config.statement_limit(),
                         vec![
                             sql.acquire.clone(),
+                            sql.acquire_waiting.clone(),
                             sql.extend.clone(),
                             sql.release.clone(),
+                            sql.waiters.leave.clone(),
                             sql.extend_many.clone(),
                             sql.holds.attempt.clone(),
                             sql.holds.extend.clone(),
@@ -807,6 +863,8 @@ impl SqlLock {
                     #[allow(unreachable_patterns)] // with only the `postgres` feature
                     _ => None,
                 },
+                #[cfg(feature = "postgres")]
+                waiters: PgWaiters::default(),
                 #[cfg(feature = "sqlite")]
                 host: match &config.target {
                     Target::Sqlite { path } => Some(HostWaiters::new(path)),

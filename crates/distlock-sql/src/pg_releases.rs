@@ -1,10 +1,15 @@
 //! [`PgReleases`]: PostgreSQL's release notifications for one [`SqlLock`](crate::SqlLock).
 //!
-//! Every release of a mutex, a permit or a side of a read-write lock, and every withdrawal of
-//! a waiting writer, runs `pg_notify('<table>', '<primitive>:<key>')` in the statement that
-//! releases (`sql.rs`, `holds_sql.rs`), so the notification is sent if and only if the release
-//! commits. One channel per table; the payload names the object, so a release wakes only the
-//! waiters of that object.
+//! Every release of a permit or a side of a read-write lock, and every withdrawal of a
+//! waiting writer, runs `pg_notify('<table>', '<primitive>:<key>')` in the statement that
+//! releases (`holds_sql.rs`), so the notification is sent if and only if the release commits,
+//! and it wakes every waiter of that object. A release of a mutex wakes one waiter only: it
+//! takes the first waiter out of the lock's queue and runs `pg_notify('<table>',
+//! 'wake:<waiter>')` (`waiters_sql.rs`), which wakes that waiter's watch alone. One channel per
+//! table; the payload names the object or the waiter, and every listener of the table
+//! receives every notification of it, routing it by payload to its own watches (a channel per
+//! waiter would cost a `LISTEN` and an `UNLISTEN` per wait on the listening connection, and
+//! make a waiter's first attempt wait for them).
 //!
 //! One listening connection per client, shared by all its waiters, kept by one background
 //! task (started by the first [`watch`](PgReleases::watch), again if its runtime went away):
@@ -26,6 +31,8 @@ use std::time::Duration;
 use distlock_core::{Error, Primitive, ReleaseWatch, Result};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use tokio::sync::{watch, Notify};
+
+use crate::waiters_sql::WAKE_PREFIX;
 
 /// The first pause after a failed connection attempt, and the longest.
 const MIN_BACKOFF: Duration = Duration::from_millis(20);
@@ -53,13 +60,13 @@ struct State {
     running: bool,
     /// Set by [`PgReleases::close`] and on drop: the task ends.
     closed: bool,
-    /// The watched objects, by payload.
+    /// The watched objects (`<primitive>:<key>`) and waiters (`wake:<waiter>`), by payload.
     objects: HashMap<String, Object>,
 }
 
 struct Object {
     refs: usize,
-    /// Bumped on every release of the object.
+    /// Bumped on every notification of the object or the waiter.
     tx: watch::Sender<u64>,
 }
 
@@ -79,9 +86,9 @@ impl Shared {
     }
 }
 
-/// Kept alive by a [`ReleaseWatch`]; dropping it forgets the object once no watch of it is
-/// left.
-struct Keep {
+/// Kept alive by a [`ReleaseWatch`]; dropping it forgets the object (or the waiter) once no
+/// watch of it is left.
+pub(crate) struct Keep {
     shared: Arc<Shared>,
     payload: String,
 }
@@ -130,14 +137,31 @@ impl PgReleases {
         }
     }
 
-    /// A watch of the releases of the `primitive` object `key`, once the connection listens
-    /// (within the operation timeout).
+    /// A watch of the releases of the `primitive` object `key` (semaphores and read-write
+    /// locks), once the connection listens (within the operation timeout).
     ///
     /// # Errors
     /// [`Error::Unavailable`] if the connection does not listen within the timeout (the
     /// waiter then polls).
     pub(crate) async fn watch(&self, primitive: Primitive, key: &str) -> Result<ReleaseWatch> {
-        let payload = format!("{}:{key}", primitive.as_str());
+        let (rx, keep) = self.subscribe(format!("{}:{key}", primitive.as_str())).await?;
+        Ok(ReleaseWatch::notified(rx, keep))
+    }
+
+    /// The wakes of one waiter of a mutex, `waiter` (its `waiter` column in the queue, see
+    /// `waiters_sql.rs`): the receiver changes when a release or a leaving waiter wakes it,
+    /// and when the connection listens again after a break. Once the connection listens; the
+    /// [`Keep`] lives as long as the watch.
+    ///
+    /// # Errors
+    /// As [`watch`](Self::watch).
+    pub(crate) async fn watch_waiter(&self, waiter: &str) -> Result<(watch::Receiver<u64>, Keep)> {
+        self.subscribe(format!("{WAKE_PREFIX}{waiter}")).await
+    }
+
+    /// Registers `payload`, starting the task if needed, and waits until the connection
+    /// listens.
+    async fn subscribe(&self, payload: String) -> Result<(watch::Receiver<u64>, Keep)> {
         let (rx, keep) = {
             let mut state = self.shared.state();
             if state.closed {
@@ -171,7 +195,7 @@ impl PgReleases {
             .await
             .is_ok_and(|outcome| outcome.is_ok());
         match listens {
-            true => Ok(ReleaseWatch::notified(rx, keep)),
+            true => Ok((rx, keep)),
             false => Err(Error::unavailable(
                 "postgres",
                 format!(

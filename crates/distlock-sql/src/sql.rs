@@ -27,6 +27,7 @@
 //! clock readings, with the row deleted by hand between them.
 
 use crate::holds_sql::HoldStatements;
+use crate::waiters_sql::WaiterStatements;
 
 /// The SQL dialect of a database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,10 +104,16 @@ pub(crate) struct Statements {
     /// Binds, PostgreSQL: key, name, owner, ttl µs. Yields one row: the new version if
     /// acquired, else the holder's remaining µs (read from the statement's snapshot).
     pub(crate) acquire: String,
+    /// PostgreSQL: an attempt by a waiter, which also queues the waiter if the lock is held
+    /// (renewing its stay if queued already) and takes it out of the queue if it wins (see
+    /// `waiters_sql.rs`). Binds: key, name, owner, ttl µs, waiter, stay µs. Yields as
+    /// `acquire`. Empty on the other dialects.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) acquire_waiting: String,
     /// Binds: key. Yields the holder's remaining time (µs on MySQL, ms on SQLite), if held.
     pub(crate) remaining: String,
     /// Binds: key, owner. One affected row iff released (PostgreSQL: yields the count, and
-    /// announces the release with `pg_notify` in the same statement).
+    /// wakes the first queued waiter in the same statement: see `waiters_sql.rs`).
     pub(crate) release: String,
     /// Releases and takes the row for the next owner in one statement, where the owner is
     /// still ours, as `release` judges it. Binds, MySQL: next owner, ttl µs, key, owner; one
@@ -128,6 +135,9 @@ pub(crate) struct Statements {
     pub(crate) extend_many: String,
     /// The holds table's statements (semaphores and read-write locks), see `holds_sql.rs`.
     pub(crate) holds: HoldStatements,
+    /// PostgreSQL: the mutex's queue of waiters, see `waiters_sql.rs`. Empty elsewhere.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) waiters: WaiterStatements,
 }
 
 impl Statements {
@@ -140,12 +150,17 @@ impl Statements {
     }
 
     /// Every `CREATE` statement, in the order to run them: the mutex table, then the holds
-    /// table (and on PostgreSQL the function of an attempt at a hold).
+    /// table (and on PostgreSQL the function of an attempt at a hold, then the mutex's queue
+    /// of waiters and the functions of a release and of a waiter leaving it).
     pub(crate) fn create_tables(&self) -> Vec<&str> {
         let mut all = vec![self.create_table.as_str(), self.holds.create_table.as_str()];
-        if !self.holds.create_function.is_empty() {
-            all.push(&self.holds.create_function);
-        }
+        let postgres = [
+            &self.holds.create_function,
+            &self.waiters.create_table,
+            &self.waiters.create_release,
+            &self.waiters.create_leave,
+        ];
+        all.extend(postgres.into_iter().filter(|s| !s.is_empty()).map(String::as_str));
         all
     }
 
@@ -214,13 +229,15 @@ impl Statements {
             ),
             extend_many: String::new(),
             holds: HoldStatements::new(Dialect::MySql, table),
+            acquire_waiting: String::new(),
+            waiters: WaiterStatements::default(),
         }
     }
 
     /// PostgreSQL: the same row and the same rules as MySQL, with `INSERT ... ON CONFLICT ...
     /// DO UPDATE ... WHERE` for the acquire (it updates only a free, expired or already-ours
-    /// row, and takes the row lock either way), `RETURNING` for results, and releases that
-    /// `pg_notify` the table's channel in the same statement (payload `mutex:<key>`).
+    /// row, and takes the row lock either way), `RETURNING` for results, and a release that
+    /// wakes the first queued waiter in the same call (`waiters_sql.rs`).
     fn postgres(table: &str) -> Self {
         let t = format!("\"{table}\"");
         let now = PG_NOW;
@@ -229,7 +246,30 @@ impl Statements {
         let ttl4 = pg_micros("$4");
         let ttl3 = pg_micros("$3");
         let holds = HoldStatements::new(Dialect::Postgres, table);
+        let waiters = WaiterStatements::postgres(table);
         let h = format!("\"{}\"", holds.table);
+        let w = format!("\"{}\"", waiters.table);
+        // The upsert's DO UPDATE runs only if the row is free or expired (or already ours: a
+        // retried attempt) and returns the new version; otherwise the second branch reads
+        // the holder's remaining time for the waiter's hint. That read sees the statement's
+        // snapshot (a hold taken while the upsert waited for the row lock is not in it): it
+        // only times the wake-up, it decides nothing.
+        let won = format!(
+            "won AS (\
+             INSERT INTO {t} AS l (lock_key, lock_name, owner, version, expires_at) \
+             VALUES ($1, $2, $3, {clock}, {now} + {ttl4}) \
+             ON CONFLICT (lock_key) DO UPDATE SET owner = EXCLUDED.owner, \
+             version = GREATEST(l.version + 1, {clock}), expires_at = EXCLUDED.expires_at \
+             WHERE l.owner IS NULL OR l.expires_at IS NULL OR l.expires_at <= {now} \
+             OR l.owner = EXCLUDED.owner \
+             RETURNING l.version)"
+        );
+        let outcome = format!(
+            "SELECT version, NULL::bigint FROM won \
+             UNION ALL \
+             SELECT NULL::bigint, {left} FROM {t} \
+             WHERE lock_key = $1 AND owner IS NOT NULL AND NOT EXISTS (SELECT 1 FROM won)"
+        );
         Self {
             create_table: format!(
                 "CREATE TABLE IF NOT EXISTS {t} (\n  \
@@ -240,32 +280,25 @@ impl Statements {
                  expires_at TIMESTAMPTZ\n\
                  )"
             ),
-            // One statement: the upsert's DO UPDATE runs only if the row is free or expired
-            // (or already ours: a retried attempt) and returns the new version; otherwise the
-            // second branch reads the holder's remaining time for the waiter's hint. That
-            // read sees the statement's snapshot (a hold taken while the upsert waited for
-            // the row lock is not in it): it only times the wake-up, it decides nothing.
-            acquire: format!(
-                "WITH won AS (\
-                 INSERT INTO {t} AS l (lock_key, lock_name, owner, version, expires_at) \
-                 VALUES ($1, $2, $3, {clock}, {now} + {ttl4}) \
-                 ON CONFLICT (lock_key) DO UPDATE SET owner = EXCLUDED.owner, \
-                 version = GREATEST(l.version + 1, {clock}), expires_at = EXCLUDED.expires_at \
-                 WHERE l.owner IS NULL OR l.expires_at IS NULL OR l.expires_at <= {now} \
-                 OR l.owner = EXCLUDED.owner \
-                 RETURNING l.version) \
-                 SELECT version, NULL::bigint FROM won \
-                 UNION ALL \
-                 SELECT NULL::bigint, {left} FROM {t} \
-                 WHERE lock_key = $1 AND owner IS NOT NULL AND NOT EXISTS (SELECT 1 FROM won)"
+            acquire: format!("WITH {won} {outcome}"),
+            // As `acquire`; held, the waiter joins the queue at the back (its entry renewed,
+            // keeping its place, if queued and live; requeued at the back if its stay had
+            // ended); won, it leaves, and the entries of the lock whose stay ended go too.
+            // The queue's writes come after the upsert took the lock's row (they read `won`).
+            acquire_waiting: format!(
+                "WITH {won}, \
+                 queued AS (INSERT INTO {w} AS q (lock_key, waiter, queued_at, expires_at) \
+                 SELECT $1, $5, {now}, {now} + {stay} WHERE NOT EXISTS (SELECT 1 FROM won) \
+                 ON CONFLICT (lock_key, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at, \
+                 queued_at = CASE WHEN q.expires_at <= {now} THEN EXCLUDED.queued_at ELSE q.queued_at END \
+                 RETURNING 1), \
+                 dequeued AS (DELETE FROM {w} WHERE lock_key = $1 AND (waiter = $5 OR expires_at <= {now}) \
+                 AND EXISTS (SELECT 1 FROM won) RETURNING 1) \
+                 {outcome}",
+                stay = pg_micros("$6"),
             ),
             remaining: format!("SELECT {left} FROM {t} WHERE lock_key = $1 AND owner IS NOT NULL"),
-            release: format!(
-                "WITH freed AS (UPDATE {t} SET owner = NULL, expires_at = NULL \
-                 WHERE lock_key = $1 AND owner = $2 AND (expires_at IS NULL OR expires_at > {now}) \
-                 RETURNING lock_key) \
-                 SELECT count(*) FROM freed WHERE pg_notify('{table}', 'mutex:' || lock_key) IS NOT NULL"
-            ),
+            release: waiters.release.clone(),
             hand_over: format!(
                 "UPDATE {t} SET owner = $3, version = GREATEST(version + 1, {clock}), \
                  expires_at = {now} + {ttl4} \
@@ -291,6 +324,7 @@ impl Statements {
                 httl = pg_micros("d.ttl"),
             ),
             holds,
+            waiters,
         }
     }
 
@@ -340,6 +374,8 @@ impl Statements {
             inspect: format!("SELECT owner, version, expires_at - {now} FROM {t} WHERE lock_key = ?1"),
             extend_many: String::new(),
             holds: HoldStatements::new(Dialect::Sqlite, table),
+            acquire_waiting: String::new(),
+            waiters: WaiterStatements::default(),
         }
     }
 }

@@ -1,12 +1,17 @@
 //! PostgreSQL waiters are woken by `NOTIFY`: a release wakes a waiter of another client long
-//! before its safety-net poll, only the waiters of the released name are woken, and a wait
-//! that began before the server restarted is still woken by a release after the restart (the
-//! listening connection connects and listens again).
+//! before its safety-net poll; a release of a mutex wakes the first queued waiter of that name
+//! only, a woken waiter that goes without trying passes the wake on, and a waiter that gave up
+//! or died takes no wake with it; and a wait that began before the server restarted is still
+//! woken by a release after the restart (the listening connection connects and listens again).
 #![cfg(feature = "postgres")]
 
 use std::time::{Duration, Instant};
 
-use distlock_core::{AcquireOptions, DistributedLock, LockClient, LockName, Primitive, WakeUp, Woke};
+use distlock_core::{
+    AcquireOptions, DistributedLock, LockClient, LockName, OwnerToken, Primitive, ReleaseWatch, TryAcquire,
+    WakeUp, Woke,
+};
+use distlock_sql::SqlLock;
 
 #[path = "support/postgres.rs"]
 mod support;
@@ -81,11 +86,40 @@ async fn a_release_wakes_a_waiter_of_another_client_at_once() {
     println!("permit handoff by notification: {:?}", at - released);
 }
 
+/// Queues the waiter of `watch` on `name` through `lock`: its attempt finds the lock held.
+async fn queue(lock: &SqlLock, name: &LockName, watch: &ReleaseWatch) {
+    let waiter = watch.waiter().expect("a watch of one waiter");
+    let outcome = lock
+        .try_acquire_waiting(name, OwnerToken::new(), Duration::from_secs(60), waiter, STAY)
+        .await
+        .expect("works");
+    assert!(matches!(outcome, TryAcquire::Held(_)), "{outcome:?}");
+}
+
+/// How long a queued waiter stays in the queue without coming back.
+const STAY: Duration = Duration::from_secs(30);
+
+/// The entries in the queue of waiters of `name`, live or not.
+async fn queued(url: &str, name: &LockName) -> i64 {
+    let admin = sqlx::PgPool::connect(url).await.expect("connects");
+    let count = sqlx::query_scalar(
+        "SELECT count(*) FROM distlock_locks_waiters w JOIN distlock_locks l USING (lock_key) \
+         WHERE l.lock_name = $1",
+    )
+    .bind(name.as_str())
+    .fetch_one(&admin)
+    .await
+    .expect("counts");
+    admin.close().await;
+    count
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_the_waiters_of_the_released_name_wake() {
+async fn a_release_wakes_the_first_waiter_of_the_released_name_only() {
     let url = support::shared_url().await;
     let holder = LockClient::new(support::client(&url).await.expect("connects"));
     let watcher = support::client(&url).await.expect("connects");
+    assert!(watcher.capabilities().wakes_one);
     let released = LockName::new("notify-released").expect("valid");
     let other = LockName::new("notify-other").expect("valid");
     let guard = holder
@@ -97,23 +131,105 @@ async fn only_the_waiters_of_the_released_name_wake() {
         .await
         .expect("acquired");
 
-    let mut on_released = watcher.watch(&released).await.expect("watches");
+    let mut first = watcher.watch(&released).await.expect("watches");
+    let mut second = watcher.watch(&released).await.expect("watches");
     let mut on_other = watcher.watch(&other).await.expect("watches");
     let mut on_semaphore = watcher
         .watch_kind(&released, Primitive::Semaphore)
         .await
         .expect("watches");
-    assert!(on_released.is_notified());
+    assert!(first.is_notified());
+    queue(&watcher, &released, &first).await;
+    queue(&watcher, &released, &second).await;
+    queue(&watcher, &other, &on_other).await;
+    assert_eq!(queued(&url, &released).await, 2);
+
     assert!(guard.release().await.expect("released"));
-    assert_eq!(on_released.wait(PROMPT).await, Woke::Released);
-    assert_eq!(on_other.wait(Duration::from_secs(1)).await, Woke::TimedOut);
+    assert_eq!(first.wait(PROMPT).await, Woke::Released);
+    assert_eq!(
+        second.wait(Duration::from_secs(1)).await,
+        Woke::TimedOut,
+        "only the first is woken"
+    );
+    assert_eq!(on_other.wait(Duration::from_millis(200)).await, Woke::TimedOut);
     // The semaphore of the same name is another object.
     assert_eq!(
         on_semaphore.wait(Duration::from_millis(200)).await,
         Woke::TimedOut
     );
+    // Woken, the first waiter goes without trying: the lock is free, so it passes the wake on.
+    drop(first);
+    assert_eq!(second.wait(PROMPT).await, Woke::Released);
+    drop(second);
     assert!(other_guard.release().await.expect("released"));
     assert_eq!(on_other.wait(PROMPT).await, Woke::Released);
+    drop(on_other);
+    within_a_while("the queues empty", || async {
+        queued(&url, &released).await == 0 && queued(&url, &other).await == 0
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gave_up_or_died_takes_no_wake_with_it() {
+    let url = support::shared_url().await;
+    let holder = support::client(&url).await.expect("connects");
+    let watcher = support::client(&url).await.expect("connects");
+    let name = LockName::new("notify-gave-up").expect("valid");
+    let ttl = Duration::from_secs(60);
+    let TryAcquire::Acquired(lease) = holder
+        .try_acquire(&name, OwnerToken::new(), ttl)
+        .await
+        .expect("works")
+    else {
+        panic!("the lock is free");
+    };
+
+    // Queued first: a waiter that died (no watch, a stay of 300 ms) and one that gives up.
+    let dead = holder
+        .try_acquire_waiting(
+            &name,
+            OwnerToken::new(),
+            ttl,
+            "dead-waiter",
+            Duration::from_millis(300),
+        )
+        .await
+        .expect("works");
+    assert!(matches!(dead, TryAcquire::Held(_)));
+    let gave_up = watcher.watch(&name).await.expect("watches");
+    queue(&watcher, &name, &gave_up).await;
+    let mut live = watcher.watch(&name).await.expect("watches");
+    queue(&watcher, &name, &live).await;
+    assert_eq!(queued(&url, &name).await, 3);
+    drop(gave_up); // leaves the queue (in the background)
+    tokio::time::sleep(Duration::from_millis(600)).await; // and the dead one's stay ends
+
+    assert!(holder.release(&lease).await.expect("released"));
+    assert_eq!(
+        live.wait(PROMPT).await,
+        Woke::Released,
+        "the release wakes the live waiter, not the one that gave up nor the dead one"
+    );
+    drop(live);
+    assert_eq!(
+        queued(&url, &name).await,
+        0,
+        "the dead entry went with the release"
+    );
+}
+
+/// Waits up to 5 s for `done`.
+async fn within_a_while<F, Fut>(what: &str, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = Instant::now() + Duration::from_secs(5);
+    while !done().await {
+        assert!(Instant::now() < until, "{what}: not within 5 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,4 +261,57 @@ async fn a_wait_from_before_a_restart_is_woken_by_a_release_after_it() {
         .expect("the waiter is woken by the release after the restart, not by its 20 s poll")
         .expect("joined");
     println!("handoff after a restart: {:?}", at - released);
+}
+
+/// A waiter queued by an attempt that held the lock's row while the release waited for it is
+/// seen by that release: the release reads the queue after it took the row, not as of the
+/// moment it arrived. The attempt is played by an admin transaction that holds the row and
+/// queues the waiter, committing only once the release waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_sees_a_waiter_queued_while_it_waited_for_the_row() {
+    let url = support::shared_url().await;
+    let holder = support::client(&url).await.expect("connects");
+    let watcher = support::client(&url).await.expect("connects");
+    let name = LockName::new("notify-queued-meanwhile").expect("valid");
+    let TryAcquire::Acquired(lease) = holder
+        .try_acquire(&name, OwnerToken::new(), Duration::from_secs(60))
+        .await
+        .expect("works")
+    else {
+        panic!("the lock is free");
+    };
+    let mut watch = watcher.watch(&name).await.expect("watches");
+    let id = watch.waiter().expect("one waiter").clone();
+
+    let admin = sqlx::PgPool::connect(&url).await.expect("connects");
+    let mut attempt = admin.begin().await.expect("begins");
+    sqlx::query("SELECT 1 FROM distlock_locks WHERE lock_name = $1 FOR UPDATE")
+        .bind(name.as_str())
+        .execute(&mut *attempt)
+        .await
+        .expect("takes the row");
+    sqlx::query(
+        "INSERT INTO distlock_locks_waiters (lock_key, waiter, queued_at, expires_at) \
+         SELECT lock_key, $2, statement_timestamp(), statement_timestamp() + interval '30 seconds' \
+         FROM distlock_locks WHERE lock_name = $1",
+    )
+    .bind(name.as_str())
+    .bind(&*id)
+    .execute(&mut *attempt)
+    .await
+    .expect("queues the waiter");
+    let releasing = tokio::spawn(async move { holder.release(&lease).await });
+    tokio::time::sleep(Duration::from_millis(300)).await; // the release waits for the row
+    assert!(
+        !releasing.is_finished(),
+        "the release waits for the attempt's row lock"
+    );
+    attempt.commit().await.expect("commits");
+    assert!(releasing.await.expect("joined").expect("released"));
+    assert_eq!(
+        watch.wait(PROMPT).await,
+        Woke::Released,
+        "the release woke the waiter queued while it waited"
+    );
+    admin.close().await;
 }

@@ -3,13 +3,15 @@
 //! two at least two. With one pooled connection, a ping or any other exchange after an
 //! operation would also delay the next one. Acquire (won or held), release, extend,
 //! hand-over, `extend_many`, and an attempt at a permit or the write lock must each be one
-//! round trip.
+//! round trip; so must a waiter's attempt (won or held, queueing it), a release that wakes the
+//! first queued waiter, and a waiter leaving the queue when its watch is dropped, while a
+//! watch costs none once the client listens.
 #![cfg(feature = "postgres")]
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use distlock_core::{DistributedLock, Lease, LockKind, LockName, OwnerToken, Primitive, TryAcquire};
+use distlock_core::{DistributedLock, Lease, LockKind, LockName, OwnerToken, Primitive, TryAcquire, Woke};
 use distlock_sql::SqlConfig;
 use distlock_testkit::Direction;
 
@@ -80,6 +82,35 @@ async fn one_round_trip_per_operation() {
     lock.inspect_holders(&sem, Primitive::Semaphore)
         .await
         .expect("works");
+    let queued = LockName::new("pg-round-trips-queued").expect("valid");
+    let stay = Duration::from_secs(30);
+    let q = won(lock
+        .try_acquire(&queued, OwnerToken::new(), ttl)
+        .await
+        .expect("works"));
+    let warm = lock.watch(&queued).await.expect("listens");
+    let warm_id = warm.waiter().expect("one waiter").clone();
+    let _ = lock
+        .try_acquire_waiting(&queued, OwnerToken::new(), ttl, &warm_id, stay)
+        .await
+        .expect("works");
+    assert!(lock.release(&q).await.expect("works"));
+    let q = won(lock
+        .try_acquire_waiting(&queued, OwnerToken::new(), ttl, &warm_id, stay)
+        .await
+        .expect("works"));
+    drop(warm);
+    let admin = sqlx::PgPool::connect(&url).await.expect("connects");
+    let gone = lock.watch(&queued).await.expect("listens");
+    let gone_id = gone.waiter().expect("one waiter").clone();
+    let _ = lock
+        .try_acquire_waiting(&queued, OwnerToken::new(), ttl, &gone_id, stay)
+        .await
+        .expect("works");
+    drop(gone);
+    while entries(&admin, &gone_id).await > 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 
     proxies.set_latency(Direction::ToServer, DELAY, Duration::ZERO);
     let mut counts = Vec::new();
@@ -110,8 +141,52 @@ async fn one_round_trip_per_operation() {
     let (released, n) = round_trips(lock.release(&a)).await;
     assert!(released.expect("works"));
     counts.push(("release", n));
+
+    // Waiting: `q` holds `queued`.
+    let (watch, n) = round_trips(lock.watch(&queued)).await;
+    let mut watch = watch.expect("listens");
+    counts.push(("watch (listening)", n));
+    let id = watch.waiter().expect("one waiter").clone();
+    let (held, n) = round_trips(lock.try_acquire_waiting(&queued, OwnerToken::new(), ttl, &id, stay)).await;
+    assert!(matches!(held.expect("works"), TryAcquire::Held(_)));
+    counts.push(("waiter's attempt (held, queued)", n));
+    let (released, n) = round_trips(lock.release(&q)).await;
+    assert!(released.expect("works"));
+    counts.push(("release (waking the first waiter)", n));
+    assert_eq!(watch.wait(Duration::from_secs(5)).await, Woke::Released);
+    let (q, n) = round_trips(lock.try_acquire_waiting(&queued, OwnerToken::new(), ttl, &id, stay)).await;
+    let q = won(q.expect("works"));
+    counts.push(("waiter's attempt (won, leaving the queue)", n));
+    drop(watch);
+    let other = lock.watch(&queued).await.expect("listens");
+    let other_id = other.waiter().expect("one waiter").clone();
+    let _ = lock
+        .try_acquire_waiting(&queued, OwnerToken::new(), ttl, &other_id, stay)
+        .await
+        .expect("works");
+    let ((), n) = round_trips(async {
+        drop(other);
+        // The leave runs in the background; the admin's reads go around the proxy.
+        while entries(&admin, &other_id).await > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    counts.push(("a queued waiter's dropped watch (its leave)", n));
+    assert!(lock.release(&q).await.expect("works"));
+    admin.close().await;
     println!("round trips per operation: {counts:?}");
     for (what, n) in counts {
-        assert_eq!(n, 1, "{what}: {n} round trips");
+        let expected = if what.starts_with("watch") { 0 } else { 1 };
+        assert_eq!(n, expected, "{what}: {n} round trips");
     }
+}
+
+/// The queue entries of the waiter `id`.
+async fn entries(admin: &sqlx::PgPool, id: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM distlock_locks_waiters WHERE waiter = $1")
+        .bind(id)
+        .fetch_one(admin)
+        .await
+        .expect("counts")
 }
