@@ -37,7 +37,11 @@
 //!   them can get in depends on what each asks for. The connection listens again after a
 //!   restart or a reset (and then wakes every waiter once), and waiters keep a safety-net poll.
 //!   Turn notifications off behind a pooler that cannot keep a `LISTEN`
-//!   ([`SqlConfig::with_notifications`]).
+//!   ([`SqlConfig::with_notifications`]). Clients of versions before this queue share the
+//!   tables but not the wakes: while both run on one table, a waiter of one is not woken by a
+//!   release of the other and wakes at its safety-net poll or the holder's expiry instead;
+//!   where a DBA creates the tables, create the queue and its functions
+//!   ([`SqlConfig::ddl`]) before the clients that use them start, or their releases fail.
 //! - Waiting on MySQL and SQLite: they publish no releases, so waiters poll with backoff,
 //!   waking at the holder's expiry. A MySQL release by a client of this process hands the lock straight to the first
 //!   of this process's waiters, in the release's own `UPDATE` (`LockClient` does it, by the
