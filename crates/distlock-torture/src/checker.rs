@@ -50,6 +50,13 @@ pub struct Finding {
     pub documented: bool,
     /// What happened, for a person.
     pub detail: String,
+    /// Two holders at once: how long the earlier holder went on believing it held after the
+    /// later one was granted, milliseconds.
+    pub overlap_ms: Option<f64>,
+    /// Two holders at once: how long after the later grant the earlier holder was told it had
+    /// lost the lock (its lost signal, or a release that found it gone), milliseconds; `None`
+    /// if it never was (it released believing it held, or was killed).
+    pub told_after_ms: Option<f64>,
 }
 
 /// The figures for one fault kind.
@@ -71,6 +78,24 @@ pub struct Row {
     pub recovery_p50_ms: Option<f64>,
     /// Recovery after the fault, milliseconds: worst.
     pub recovery_max_ms: Option<f64>,
+    /// Two holders at once, how long the overlap lasted, milliseconds: median.
+    pub overlap_p50_ms: Option<f64>,
+    /// Two holders at once, how long the overlap lasted, milliseconds: longest.
+    pub overlap_max_ms: Option<f64>,
+    /// Two holders at once, how long until the earlier holder was told, milliseconds: median
+    /// (of the overlaps whose holder was told).
+    pub told_after_p50_ms: Option<f64>,
+    /// Two holders at once, how long until the earlier holder was told, milliseconds: longest.
+    pub told_after_max_ms: Option<f64>,
+    /// Holders told they had lost the lock (lost signal, or a release that found it gone),
+    /// counted under the fault before the telling.
+    pub told_lost: usize,
+    /// Of those, holders whose release then found the lock still theirs (the telling was
+    /// wrong: the store still held it for them).
+    pub told_lost_but_held: usize,
+    /// The shortest time from a holder being told it lost the lock to the next grant of that
+    /// name to another acquisition, milliseconds (how close the loss came to two holders).
+    pub told_to_next_grant_min_ms: Option<f64>,
     /// Whether the backend's docs declare a possible loss under this fault.
     pub documented_loss: bool,
 }
@@ -102,6 +127,10 @@ struct Grant {
     granted: Nanos,
     /// The last moment its holder affirmed holding.
     believed_until: Nanos,
+    /// When its holder was first told it had lost the lock, if it was.
+    lost_at: Option<Nanos>,
+    /// Whether its release found it still held by it.
+    released_owned: bool,
     client: u32,
 }
 
@@ -127,7 +156,7 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String], cra
             .map(|f| f.kind.clone())
     };
     let mut findings = Vec::new();
-    let mut found = |kind: &str, at: Nanos, detail: String| {
+    let mut found = |kind: &str, at: Nanos, detail: String, overlap: Option<(f64, Option<f64>)>| {
         // Stale writes are a declared possibility of best-effort fencing: counted against the
         // store's state loss that caused them.
         let best_effort_stale = kind == "stale-write" && !judgement.monotonic_fencing;
@@ -140,6 +169,8 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String], cra
             documented: best_effort_stale || judgement.documented_losses.contains(&fault),
             fault,
             detail,
+            overlap_ms: overlap.map(|(o, _)| o),
+            told_after_ms: overlap.and_then(|(_, t)| t),
         });
     };
 
@@ -154,15 +185,21 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String], cra
         for (id, grant) in list {
             if let Some((other_id, other)) = furthest {
                 if grant.granted < other.believed_until {
+                    let overlap = ms(other.believed_until - grant.granted);
+                    let told = other.lost_at.map(|at| ms(at.saturating_sub(grant.granted)));
                     found(
                         "exclusion",
                         grant.granted,
                         format!(
-                            "{name}: {id} (client {}) was granted {:.1} ms before {other_id} (client {}) last affirmed holding",
+                            "{name}: {id} (client {}) was granted {overlap:.1} ms before {other_id} (client {}) last affirmed holding; {}",
                             grant.client,
-                            ms(other.believed_until - grant.granted),
-                            other.client
+                            other.client,
+                            told.map_or_else(
+                                || "that holder was never told it lost the lock".to_owned(),
+                                |t| format!("that holder was told it lost the lock {t:.1} ms after the grant")
+                            )
                         ),
+                        Some((overlap, told)),
                     );
                 }
             }
@@ -189,6 +226,7 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String], cra
                     "{}: the resource accepted {}'s write with token {token}, already accepted from another holder",
                     write.name, write.grant
                 ),
+                None,
             );
         }
         entry.1.insert(write.grant.as_str());
@@ -230,6 +268,7 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String], cra
                             "token-order",
                             grant.granted,
                             format!("{name}: {id} got token {token}, not above {other}'s {max}, granted before it asked"),
+                            None,
                         );
                     }
                 }
@@ -238,6 +277,7 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String], cra
                         "repeated-token",
                         grant.granted,
                         format!("{name}: {id} and {other} both got token {token}"),
+                        None,
                     );
                 }
             }
@@ -273,6 +313,7 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String], cra
                             ms(recovery),
                             ms(judgement.recovery_bound)
                         ),
+                        None,
                     );
                 }
             }
@@ -286,6 +327,7 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String], cra
                         fault.target,
                         ms(next_fault.saturating_sub(fault.end))
                     ),
+                    None,
                 );
             }
             _ => {} // the next fault came first: no measurement
@@ -296,10 +338,11 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String], cra
             "left-held",
             history.stopped,
             format!("{name} was still held after every client stopped"),
+            None,
         );
     }
     for client in crashed {
-        found("client-crash", history.stopped, client.clone());
+        found("client-crash", history.stopped, client.clone(), None);
     }
 
     // The table.
@@ -319,6 +362,7 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String], cra
             .or_default()
             .fenced_writes_rejected += 1;
     }
+    let mut overlaps: HashMap<&str, (Vec<f64>, Vec<f64>)> = HashMap::new();
     for finding in &findings {
         let row = rows.entry(finding.fault.clone()).or_default();
         match finding.kind.as_str() {
@@ -326,10 +370,48 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String], cra
             "stale-write" => row.stale_writes_accepted += 1,
             _ => {}
         }
+        let entry = overlaps.entry(finding.fault.as_str()).or_default();
+        entry.0.extend(finding.overlap_ms);
+        entry.1.extend(finding.told_after_ms);
+    }
+    // Holders told they lost the lock, and how soon another acquisition followed.
+    let mut by_name_granted: HashMap<&str, Vec<Nanos>> = HashMap::new();
+    for grant in grants.values() {
+        by_name_granted
+            .entry(grant.name.as_str())
+            .or_default()
+            .push(grant.granted);
+    }
+    for list in by_name_granted.values_mut() {
+        list.sort_unstable();
+    }
+    let mut margins: HashMap<String, f64> = HashMap::new();
+    for grant in grants.values() {
+        let Some(told) = grant.lost_at else { continue };
+        let fault = attribute(told);
+        let row = rows.entry(fault.clone()).or_default();
+        row.told_lost += 1;
+        if grant.released_owned {
+            row.told_lost_but_held += 1;
+        }
+        let next = by_name_granted
+            .get(grant.name.as_str())
+            .and_then(|list| list.iter().find(|&&at| at > grant.granted).copied());
+        if let Some(next) = next {
+            #[allow(clippy::cast_precision_loss)] // display only
+            let margin = (next as f64 - told as f64) / 1e6;
+            let entry = margins.entry(fault).or_insert(margin);
+            *entry = entry.min(margin);
+        }
     }
     for (kind, row) in &mut rows {
         row.fault.clone_from(kind);
+        row.told_to_next_grant_min_ms = margins.get(kind).copied();
         row.documented_loss = judgement.documented_losses.contains(kind);
+        if let Some((overlap, told)) = overlaps.get_mut(kind.as_str()) {
+            (row.overlap_p50_ms, row.overlap_max_ms) = median_and_max(overlap);
+            (row.told_after_p50_ms, row.told_after_max_ms) = median_and_max(told);
+        }
         if let Some(list) = recoveries.get_mut(kind.as_str()) {
             list.sort_unstable();
             row.recovery_p50_ms = Some(ms(list[list.len() / 2]));
@@ -343,6 +425,12 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String], cra
         findings,
         acquisitions: grants.len(),
     }
+}
+
+/// The median and the largest of `list` (sorted here), `None`s if it is empty.
+fn median_and_max(list: &mut [f64]) -> (Option<f64>, Option<f64>) {
+    list.sort_by(f64::total_cmp);
+    (list.get(list.len() / 2).copied(), list.last().copied())
 }
 
 /// Milliseconds, for people.
@@ -370,6 +458,8 @@ fn grants(history: &History) -> HashMap<GrantId, Grant> {
                         invoked: invoked.get(&stamped.client).copied().unwrap_or(stamped.at),
                         granted: stamped.at,
                         believed_until: stamped.at,
+                        lost_at: None,
+                        released_owned: false,
                         client: stamped.client,
                     },
                 );
@@ -381,6 +471,25 @@ fn grants(history: &History) -> HashMap<GrantId, Grant> {
             } => {
                 if let Some(g) = grants.get_mut(grant) {
                     g.believed_until = g.believed_until.max(stamped.at);
+                }
+            }
+            ClientEvent::ReleaseReturned {
+                grant,
+                owned: Some(true),
+                ..
+            } => {
+                if let Some(g) = grants.get_mut(grant) {
+                    g.released_owned = true;
+                }
+            }
+            ClientEvent::Lost { grant, .. }
+            | ClientEvent::ReleaseReturned {
+                grant,
+                owned: Some(false),
+                ..
+            } => {
+                if let Some(g) = grants.get_mut(grant) {
+                    g.lost_at = Some(g.lost_at.map_or(stamped.at, |at| at.min(stamped.at)));
                 }
             }
             _ => {}
@@ -495,6 +604,44 @@ mod tests {
         let row = v.rows.iter().find(|r| r.fault == "server-kill").expect("a row");
         assert_eq!(row.exclusion_violations, 1);
         assert!(row.documented_loss);
+    }
+
+    #[test]
+    fn an_overlap_is_measured_with_when_the_first_holder_was_told() {
+        let mut h = History::default();
+        h.faults.push(fault("failover", 5 * MS, 6 * MS));
+        hold(&mut h, 1, "a", 1, 10 * MS, 50 * MS);
+        hold(&mut h, 2, "b", 2, 30 * MS, 60 * MS);
+        h.events.push(ev(
+            45 * MS,
+            1,
+            ClientEvent::Lost {
+                grant: "a".into(),
+                reason: "not owned".into(),
+            },
+        ));
+        hold(&mut h, 3, "c", 3, 55 * MS, 70 * MS);
+        h.stopped = 100 * MS;
+        let mut j = judgement(true);
+        j.documented_losses = HashSet::from(["failover".to_owned()]);
+        let v = check(&h, &j, &[], &[]);
+        assert_eq!(v.violations().count(), 0, "{:?}", v.findings);
+        let row = v.rows.iter().find(|r| r.fault == "failover").expect("a row");
+        assert_eq!(row.exclusion_violations, 2);
+        // a (believed until 50) overlaps b (granted at 30) by 20 ms and was told 15 ms after b's
+        // grant; b (believed until 60) overlaps c (granted at 55) by 5 ms and was never told.
+        assert_eq!(row.overlap_max_ms, Some(20.0));
+        assert_eq!(row.overlap_p50_ms, Some(20.0));
+        assert_eq!(row.told_after_max_ms, Some(15.0));
+        assert_eq!(row.told_lost, 1);
+        assert_eq!(
+            row.told_to_next_grant_min_ms,
+            Some(-15.0),
+            "b was granted before a was told"
+        );
+        let never: Vec<_> = v.findings.iter().filter(|f| f.told_after_ms.is_none()).collect();
+        assert_eq!(never.len(), 1, "{:?}", v.findings);
+        assert_eq!(never[0].overlap_ms, Some(5.0));
     }
 
     #[test]

@@ -23,6 +23,12 @@ pub enum FaultKind {
     ServerPause,
     /// Redlock: two of three masters killed and restarted empty.
     MajorityKill,
+    /// Redis Cluster: the hot lock's master killed, its replica promoted, the old master
+    /// restarted as a replica.
+    Failover,
+    /// Redis Cluster: as `Failover`, after the master's replica was cut off from it for the
+    /// fault's duration (writes meanwhile reach no replica: a lagging replica).
+    LaggedFailover,
     /// The holder's link black-holed (a silent partition), then healed.
     BlackholeHolder,
     /// Every client's link black-holed, then healed.
@@ -50,6 +56,8 @@ impl FaultKind {
             FaultKind::ServerKill => "server-kill",
             FaultKind::ServerPause => "server-pause",
             FaultKind::MajorityKill => "majority-kill",
+            FaultKind::Failover => "failover",
+            FaultKind::LaggedFailover => "lagged-failover",
             FaultKind::BlackholeHolder => "blackhole-holder",
             FaultKind::BlackholeAll => "blackhole-all",
             FaultKind::DropRepliesHolder => "drop-replies-holder",
@@ -65,7 +73,14 @@ impl FaultKind {
     /// `proxied`: whether clients go through fault proxies).
     pub fn applicable(backend: Backend, server: bool, proxied: bool) -> Vec<FaultKind> {
         let mut kinds = vec![FaultKind::HolderKill, FaultKind::HolderPause];
-        if server {
+        if server && backend == Backend::RedisCluster {
+            // A killed master is replaced by its replica: the kill is a failover.
+            kinds.extend([
+                FaultKind::Failover,
+                FaultKind::LaggedFailover,
+                FaultKind::ServerPause,
+            ]);
+        } else if server {
             kinds.extend([FaultKind::ServerKill, FaultKind::ServerPause]);
             if matches!(backend, Backend::Redlock | Backend::RedlockNoDelay) {
                 kinds.push(FaultKind::MajorityKill);
@@ -114,7 +129,10 @@ pub fn schedule(seed: u64, kinds: &[FaultKind], ttl: Duration) -> impl Iterator<
         let factor = match kind {
             FaultKind::HolderPause => rng.random_range(1.2..2.0),
             FaultKind::HolderKill | FaultKind::ResetHolder | FaultKind::ResetAll => 0.0,
-            FaultKind::ServerKill | FaultKind::MajorityKill => rng.random_range(0.0..0.5),
+            FaultKind::ServerKill | FaultKind::MajorityKill | FaultKind::Failover => {
+                rng.random_range(0.0..0.5)
+            }
+            FaultKind::LaggedFailover => rng.random_range(0.1..0.5),
             _ => rng.random_range(0.3..1.5),
         };
         Some(Planned {

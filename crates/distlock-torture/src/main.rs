@@ -4,8 +4,8 @@
 //! least eight client processes, each behind a fault proxy, looping acquire / write to a
 //! fenced resource / hold / write / release on a hot lock and a few cold ones. It injects
 //! faults from a seeded schedule (holder kill -9 and SIGSTOP past the TTL, server kill -9 and
-//! restart, server SIGSTOP, and on the holder's link or everyone's: partitions, dropped
-//! replies, latency, resets), records every
+//! restart, server SIGSTOP, a Redis Cluster master's failover to its replica, and on the
+//! holder's link or everyone's: partitions, dropped replies, latency, resets), records every
 //! client's history on the machine's monotonic clock, and checks it: two holders at once,
 //! stale writes accepted, fencing tokens out of order, slow recovery after a fault, locks left
 //! held. It prints a table per backend and fault kind (and JSON with `--json`) and exits with
@@ -81,8 +81,9 @@ struct RunArgs {
     #[arg(long)]
     seed: Option<u64>,
     /// Only these fault kinds (comma-separated: holder-kill, holder-pause, server-kill,
-    /// server-pause, majority-kill, blackhole-holder, blackhole-all, drop-replies-holder,
-    /// drop-replies-all, latency-holder, latency-all, reset-holder, reset-all).
+    /// server-pause, majority-kill, failover, lagged-failover, blackhole-holder, blackhole-all,
+    /// drop-replies-holder, drop-replies-all, latency-holder, latency-all, reset-holder,
+    /// reset-all).
     #[arg(long, value_delimiter = ',')]
     faults: Vec<String>,
     /// The share of holds that outlast a third of the TTL, so renewals happen (fewer give
@@ -127,7 +128,9 @@ enum BackendChoice {
     RedisVolatile,
     Redlock,
     RedlockNoDelay,
+    RedisCluster,
     Mariadb,
+    Postgres,
     Memcached,
     Zookeeper,
     ZookeeperEnsemble,
@@ -245,7 +248,9 @@ fn to_backend(choice: BackendChoice) -> Option<Backend> {
         BackendChoice::RedisVolatile => Backend::RedisVolatile,
         BackendChoice::Redlock => Backend::Redlock,
         BackendChoice::RedlockNoDelay => Backend::RedlockNoDelay,
+        BackendChoice::RedisCluster => Backend::RedisCluster,
         BackendChoice::Mariadb => Backend::Mariadb,
+        BackendChoice::Postgres => Backend::Postgres,
         BackendChoice::Memcached => Backend::Memcached,
         BackendChoice::Zookeeper => Backend::Zookeeper,
         BackendChoice::ZookeeperEnsemble => Backend::ZookeeperEnsemble,

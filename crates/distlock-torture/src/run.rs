@@ -6,7 +6,6 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use distlock_testkit::proxy::through_proxies;
 use distlock_testkit::{Direction, FaultProxies};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -120,6 +119,12 @@ pub async fn run(setup: Setup) -> Result<Outcome, String> {
     let has_server = store.has_server();
     let store = Arc::new(Mutex::new(store));
     let proxied = backend != Backend::Sqlite;
+    let client_proxies = |url: &str| {
+        store
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .client_proxies(url)
+    };
 
     let capabilities = distlock::open(&store_url)
         .await
@@ -135,7 +140,7 @@ pub async fn run(setup: Setup) -> Result<Outcome, String> {
     let mut slots = Vec::new();
     for _ in 0..setup.clients {
         let (url, proxies) = if proxied {
-            let (url, proxies) = through_proxies(&store_url).map_err(|e| e.to_string())?;
+            let (url, proxies) = client_proxies(&store_url).map_err(|e| e.to_string())?;
             (url, Some(proxies))
         } else {
             (store_url.clone(), None)
@@ -417,14 +422,29 @@ async fn inject(
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("cannot restart the server: {e}"))?;
         }
-        FaultKind::ServerPause => {
+        FaultKind::Failover | FaultKind::LaggedFailover => {
             let store = store.clone();
-            let pause = planned.duration;
+            let lag = (planned.kind == FaultKind::LaggedFailover).then_some(planned.duration);
+            let hot = hot.to_owned();
             target = tokio::task::spawn_blocking(move || {
                 store
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .pause_for(pause)
+                    .fail_over(&hot, lag)
+            })
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("cannot fail the cluster over: {e}"))?;
+        }
+        FaultKind::ServerPause => {
+            let store = store.clone();
+            let pause = planned.duration;
+            let hot = hot.to_owned();
+            target = tokio::task::spawn_blocking(move || {
+                store
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .pause_for(pause, &hot)
             })
             .await
             .map_err(|e| e.to_string())?

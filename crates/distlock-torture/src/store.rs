@@ -2,11 +2,12 @@
 //! pause and restart it), or given by URL (then only client-side faults apply).
 
 use std::collections::HashSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use distlock_testkit::proxy::through_proxies;
 use distlock_testkit::{
-    HarnessError, MariaDbServer, MemcachedServer, RedisOptions, RedisServer, ZooKeeperEnsemble,
-    ZooKeeperServer,
+    FaultProxies, HarnessError, MariaDbServer, MemcachedServer, PostgresServer, RedisCluster,
+    RedisClusterOptions, RedisOptions, RedisServer, ZooKeeperEnsemble, ZooKeeperServer,
 };
 
 use crate::faults::FaultKind;
@@ -26,8 +27,13 @@ pub enum Backend {
     /// Redlock without the delayed-restart rule (a majority restarted empty loses locks:
     /// documented).
     RedlockNoDelay,
+    /// A Redis Cluster of three masters with a replica each, without persistence: a killed
+    /// master is replaced by its replica (a failover can lose a lock: documented).
+    RedisCluster,
     /// MariaDB.
     Mariadb,
+    /// PostgreSQL.
+    Postgres,
     /// memcached.
     Memcached,
     /// A standalone ZooKeeper server.
@@ -38,13 +44,15 @@ pub enum Backend {
 
 impl Backend {
     /// Every backend, in the order `--backend all` runs them.
-    pub const ALL: [Backend; 9] = [
+    pub const ALL: [Backend; 11] = [
         Backend::Sqlite,
         Backend::Redis,
         Backend::RedisVolatile,
         Backend::Redlock,
         Backend::RedlockNoDelay,
+        Backend::RedisCluster,
         Backend::Mariadb,
+        Backend::Postgres,
         Backend::Memcached,
         Backend::Zookeeper,
         Backend::ZookeeperEnsemble,
@@ -58,7 +66,9 @@ impl Backend {
             Backend::RedisVolatile => "redis-volatile",
             Backend::Redlock => "redlock",
             Backend::RedlockNoDelay => "redlock-no-delay",
+            Backend::RedisCluster => "redis-cluster",
             Backend::Mariadb => "mariadb",
+            Backend::Postgres => "postgres",
             Backend::Memcached => "memcached",
             Backend::Zookeeper => "zookeeper",
             Backend::ZookeeperEnsemble => "zookeeper-ensemble",
@@ -69,7 +79,7 @@ impl Backend {
     /// of a freed lock after a fault.
     pub fn operation_timeout(self) -> Duration {
         match self {
-            Backend::Sqlite | Backend::Mariadb => Duration::from_secs(5),
+            Backend::Sqlite | Backend::Mariadb | Backend::Postgres => Duration::from_secs(5),
             Backend::Zookeeper | Backend::ZookeeperEnsemble => Duration::from_secs(3),
             _ => Duration::from_secs(2),
         }
@@ -104,6 +114,8 @@ impl Backend {
             Backend::Memcached => &[FaultKind::ServerKill],
             // Without the delayed-restart rule, masters restarted empty vote again.
             Backend::RedlockNoDelay => &[FaultKind::MajorityKill, FaultKind::ServerKill],
+            // Replication is asynchronous: a lock the promoted replica never got is free on it.
+            Backend::RedisCluster => &[FaultKind::Failover, FaultKind::LaggedFailover],
             _ => &[],
         };
         kinds.iter().map(|k| k.name().to_owned()).collect()
@@ -118,8 +130,12 @@ pub enum Store {
     Redis(RedisServer),
     /// Three redis-servers.
     Redlock(Vec<RedisServer>),
+    /// A Redis Cluster with a replica per master.
+    Cluster(RedisCluster),
     /// MariaDB.
     Mariadb(MariaDbServer),
+    /// PostgreSQL.
+    Postgres(PostgresServer),
     /// memcached.
     Memcached(MemcachedServer),
     /// A standalone ZooKeeper.
@@ -148,7 +164,14 @@ impl Store {
                     .map(|_| RedisServer::start())
                     .collect::<Result<Vec<_>, _>>()?,
             ),
+            // Announcing no address, so each client stays behind its own proxies.
+            Backend::RedisCluster => Store::Cluster(RedisCluster::start_with(RedisClusterOptions {
+                replicas_per_master: 1,
+                proxyable: true,
+                ..RedisClusterOptions::default()
+            })?),
             Backend::Mariadb => Store::Mariadb(MariaDbServer::start()?),
+            Backend::Postgres => Store::Postgres(PostgresServer::start()?),
             Backend::Memcached => Store::Memcached(MemcachedServer::start()?),
             Backend::Zookeeper => Store::Zookeeper(ZooKeeperServer::start()?),
             Backend::ZookeeperEnsemble => Store::Ensemble(ZooKeeperEnsemble::start()?),
@@ -171,11 +194,22 @@ impl Store {
                     .join(","),
                 quarantine.as_millis()
             ),
+            Store::Cluster(cluster) => cluster.url(),
             Store::Mariadb(server) => server.url(),
+            Store::Postgres(server) => server.url(),
             Store::Memcached(server) => server.url(),
             Store::Zookeeper(server) => zk(server.url()),
             Store::Ensemble(ensemble) => zk(ensemble.url()),
             Store::Url(url) => url.clone(),
+        }
+    }
+
+    /// A client's URL through fault proxies of its own, and the proxies (a cluster's client
+    /// reaches every node, also after a failover, through one proxy per node).
+    pub fn client_proxies(&self, url: &str) -> Result<(String, FaultProxies), HarnessError> {
+        match self {
+            Store::Cluster(cluster) => cluster.proxies(),
+            _ => through_proxies(url),
         }
     }
 
@@ -200,6 +234,15 @@ impl Store {
                 s.restart()?;
                 Ok("the server".into())
             }
+            (Store::Postgres(s), _) => {
+                s.kill()?;
+                std::thread::sleep(pause);
+                s.restart()?;
+                Ok("the server".into())
+            }
+            (Store::Cluster(_), _) => Err(HarnessError::Other(
+                "a cluster's master is killed by a failover".into(),
+            )),
             (Store::Memcached(s), _) => {
                 s.kill()?;
                 std::thread::sleep(pause);
@@ -238,9 +281,43 @@ impl Store {
         }
     }
 
+    /// A failover of the cluster's master serving `hot`: with `lag`, its replica is cut off
+    /// first for that long (the master's writes meanwhile reach no replica, as when a replica
+    /// lags behind); then the master is killed (`kill -9`), its replica promoted, and the old
+    /// master restarted (empty) as a replica of the new one. Blocks until the cluster is ok.
+    pub fn fail_over(&mut self, hot: &str, lag: Option<Duration>) -> Result<String, HarnessError> {
+        let Store::Cluster(cluster) = self else {
+            return Ok("nothing".into());
+        };
+        let master = cluster_master_of(cluster, hot)?;
+        let replica = match lag {
+            Some(lag) => {
+                let replica = cluster.stall_replication(master)?;
+                std::thread::sleep(lag);
+                replica
+            }
+            None => cluster
+                .replica_of(master)
+                .ok_or_else(|| HarnessError::Other(format!("node {master} has no live replica")))?,
+        };
+        let killed = Instant::now();
+        cluster.node_mut(master).kill()?;
+        if lag.is_some() {
+            cluster.node_mut(replica).resume()?;
+        }
+        cluster.wait_for_promotion(replica)?;
+        let promoted = killed.elapsed();
+        cluster.rejoin(master)?;
+        Ok(format!(
+            "node {master} (node {replica} serving its slots, the cluster ok, {} ms after the kill)",
+            promoted.as_millis()
+        ))
+    }
+
     /// SIGSTOP for `pause`, then SIGCONT, of the server (Redlock: one master; the ensemble:
-    /// one follower).
-    pub fn pause_for(&mut self, pause: Duration) -> Result<String, HarnessError> {
+    /// one follower; the cluster: the master serving `hot`, for less than the node timeout,
+    /// so no failover).
+    pub fn pause_for(&mut self, pause: Duration, hot: &str) -> Result<String, HarnessError> {
         fn hold(process: &mut distlock_testkit::ServerProcess, pause: Duration) -> Result<(), HarnessError> {
             process.pause()?;
             std::thread::sleep(pause);
@@ -249,6 +326,13 @@ impl Store {
         match self {
             Store::Redis(s) => hold(s.process_mut(), pause).map(|()| "the server".into()),
             Store::Mariadb(s) => hold(s.process_mut(), pause).map(|()| "the server".into()),
+            Store::Postgres(s) => hold(s.process_mut(), pause).map(|()| "the server".into()),
+            Store::Cluster(cluster) => {
+                let master = cluster_master_of(cluster, hot)?;
+                hold(cluster.node_mut(master).process_mut(), pause.min(CLUSTER_PAUSE))?;
+                cluster.wait_until_ok()?;
+                Ok(format!("node {master}"))
+            }
             Store::Memcached(s) => hold(s.process_mut(), pause).map(|()| "the server".into()),
             Store::Zookeeper(s) => hold(s.process_mut(), pause).map(|()| "the server".into()),
             Store::Redlock(servers) => hold(servers[2].process_mut(), pause).map(|()| "master 2".into()),
@@ -261,4 +345,16 @@ impl Store {
             Store::Sqlite(_) | Store::Url(_) => Ok("nothing".into()),
         }
     }
+}
+
+/// The longest pause of a cluster's master: below the node timeout (2 s), so the pause never
+/// turns into a failover (those are faults of their own).
+const CLUSTER_PAUSE: Duration = Duration::from_millis(1500);
+
+/// The node serving `key`'s slot as master.
+fn cluster_master_of(cluster: &RedisCluster, key: &str) -> Result<usize, HarnessError> {
+    let slot = cluster.slot_of(key)?;
+    cluster
+        .node_of_slot(slot)
+        .ok_or_else(|| HarnessError::Other(format!("no master serves slot {slot}")))
 }

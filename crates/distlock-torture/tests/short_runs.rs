@@ -75,8 +75,18 @@ fn redlock_without_the_delayed_restart_rule_survives_except_as_documented() {
 }
 
 #[test]
+fn redis_cluster_survives_except_as_documented() {
+    survives("redis-cluster");
+}
+
+#[test]
 fn mariadb_survives() {
     survives("mariadb");
+}
+
+#[test]
+fn postgres_survives() {
+    survives("postgres");
 }
 
 #[test]
