@@ -93,9 +93,6 @@ pub struct Row {
     /// Of those, holders whose release then found the lock still theirs (the telling was
     /// wrong: the store still held it for them).
     pub told_lost_but_held: usize,
-    /// The shortest time from a holder being told it lost the lock to the next grant of that
-    /// name to another acquisition, milliseconds (how close the loss came to two holders).
-    pub told_to_next_grant_min_ms: Option<f64>,
     /// Whether the backend's docs declare a possible loss under this fault.
     pub documented_loss: bool,
 }
@@ -374,39 +371,17 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String], cra
         entry.0.extend(finding.overlap_ms);
         entry.1.extend(finding.told_after_ms);
     }
-    // Holders told they lost the lock, and how soon another acquisition followed.
-    let mut by_name_granted: HashMap<&str, Vec<Nanos>> = HashMap::new();
-    for grant in grants.values() {
-        by_name_granted
-            .entry(grant.name.as_str())
-            .or_default()
-            .push(grant.granted);
-    }
-    for list in by_name_granted.values_mut() {
-        list.sort_unstable();
-    }
-    let mut margins: HashMap<String, f64> = HashMap::new();
+    // Holders told they lost the lock, and those of them whose release found it still theirs.
     for grant in grants.values() {
         let Some(told) = grant.lost_at else { continue };
-        let fault = attribute(told);
-        let row = rows.entry(fault.clone()).or_default();
+        let row = rows.entry(attribute(told)).or_default();
         row.told_lost += 1;
         if grant.released_owned {
             row.told_lost_but_held += 1;
         }
-        let next = by_name_granted
-            .get(grant.name.as_str())
-            .and_then(|list| list.iter().find(|&&at| at > grant.granted).copied());
-        if let Some(next) = next {
-            #[allow(clippy::cast_precision_loss)] // display only
-            let margin = (next as f64 - told as f64) / 1e6;
-            let entry = margins.entry(fault).or_insert(margin);
-            *entry = entry.min(margin);
-        }
     }
     for (kind, row) in &mut rows {
         row.fault.clone_from(kind);
-        row.told_to_next_grant_min_ms = margins.get(kind).copied();
         row.documented_loss = judgement.documented_losses.contains(kind);
         if let Some((overlap, told)) = overlaps.get_mut(kind.as_str()) {
             (row.overlap_p50_ms, row.overlap_max_ms) = median_and_max(overlap);
@@ -634,11 +609,7 @@ mod tests {
         assert_eq!(row.overlap_p50_ms, Some(20.0));
         assert_eq!(row.told_after_max_ms, Some(15.0));
         assert_eq!(row.told_lost, 1);
-        assert_eq!(
-            row.told_to_next_grant_min_ms,
-            Some(-15.0),
-            "b was granted before a was told"
-        );
+        assert_eq!(row.told_lost_but_held, 0);
         let never: Vec<_> = v.findings.iter().filter(|f| f.told_after_ms.is_none()).collect();
         assert_eq!(never.len(), 1, "{:?}", v.findings);
         assert_eq!(never[0].overlap_ms, Some(5.0));

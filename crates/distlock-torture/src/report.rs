@@ -23,14 +23,14 @@ pub fn table(outcome: &Outcome) -> String {
     let _ = writeln!(out, "Workload: {}.\n", outcome.workload);
     let _ = writeln!(
         out,
-        "| fault | faults | acquisitions | exclusion violations | overlap p50 / max | holder told after p50 / max | holders told lost (still held) | told to next grant, min | stale writes accepted | fenced writes rejected | recovery p50 | recovery max | guarantee |"
+        "| fault | faults | acquisitions | exclusion violations | overlap p50 / max | holder told after p50 / max | holders told lost (still held) | stale writes accepted | fenced writes rejected | recovery p50 | recovery max | guarantee |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|");
     let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0} ms"));
     for row in &verdict.rows {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} / {} | {} / {} | {} ({}) | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} / {} | {} / {} | {} ({}) | {} | {} | {} | {} | {} |",
             row.fault,
             row.faults,
             row.acquisitions,
@@ -41,7 +41,6 @@ pub fn table(outcome: &Outcome) -> String {
             ms(row.told_after_max_ms),
             row.told_lost,
             row.told_lost_but_held,
-            ms(row.told_to_next_grant_min_ms),
             row.stale_writes_accepted,
             row.fenced_writes_rejected,
             ms(row.recovery_p50_ms),
