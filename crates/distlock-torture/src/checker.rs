@@ -90,8 +90,9 @@ pub struct Row {
     /// Holders told they had lost the lock (lost signal, or a release that found it gone),
     /// counted under the fault before the telling.
     pub told_lost: usize,
-    /// Of those, holders whose release then found the lock still theirs (the telling was
-    /// wrong: the store still held it for them).
+    /// Of those, holders whose release then found the lock still theirs: the store still held
+    /// it for them (after a lease that ran out locally first, a cautious loss; after a "not
+    /// owned" answer, a wrong one).
     pub told_lost_but_held: usize,
     /// Whether the backend's docs declare a possible loss under this fault.
     pub documented_loss: bool,
