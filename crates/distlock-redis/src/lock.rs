@@ -648,9 +648,11 @@ pub(crate) async fn extend_many_on(node: &Node, batch: &[Renewal]) -> Vec<Result
 
 /// On a cluster: renewals grouped by the master serving each one's slot (by the cached
 /// [`SlotMap`]), one pipeline per master, the pipelines at once; a renewal that comes back
-/// `MOVED` or `ASK` (the map was stale: a slot moved) is sent again alone through the routed
-/// path, whose client follows the redirect, and the map is read again next time. One round
-/// trip per master in the usual case (plus one for `CLUSTER SLOTS` every 30 s).
+/// `MOVED` or `ASK` (the map was stale: a slot moved), or whose master's pipeline failed (a
+/// failover: the map names a master that is gone), is sent again alone through the routed
+/// path, whose client follows the redirect or finds the slot's new master, and the map is read
+/// again next time. One round trip per master in the usual case (plus one for `CLUSTER SLOTS`
+/// every 30 s).
 async fn extend_many_in_cluster(
     node: &Node,
     map: &SlotMap,
@@ -690,8 +692,24 @@ async fn extend_many_in_cluster(
             results[i] = Some(result);
         }
     }
+    // Sent again alone through the routed path: renewals redirected by their master, and
+    // those whose master's pipeline failed (after a failover the map names a master that is
+    // gone: the cluster client, asked by slot, finds where the slot lives now).
+    let sent_to_master: Vec<bool> = {
+        let mut by_index = vec![false; batch.len()];
+        for (master, members) in &groups {
+            for &i in members {
+                by_index[i] = master.is_some();
+            }
+        }
+        by_index
+    };
     let redirected: Vec<usize> = (0..batch.len())
-        .filter(|&i| matches!(results[i], Some(Ok(None))))
+        .filter(|&i| match &results[i] {
+            Some(Ok(None)) => true,
+            Some(Err(_)) => sent_to_master[i],
+            _ => false,
+        })
         .collect();
     if !redirected.is_empty() {
         map.forget();

@@ -499,12 +499,12 @@ pub(crate) fn script_cmd(
     let mut cmd = match use_eval {
         true => {
             let mut cmd = redis::cmd("EVAL");
-            cmd.arg(script.code());
+            cmd.arg(script.code(publish == Publish::Sharded));
             cmd
         }
         false => {
             let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(script.sha1());
+            cmd.arg(script.sha1(publish == Publish::Sharded));
             cmd
         }
     };

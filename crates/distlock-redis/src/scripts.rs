@@ -41,10 +41,20 @@ end
     };
 }
 
-/// One script: its text (for `EVAL`) and its SHA1 (for `EVALSHA`).
+/// One script: its text (for `EVAL`) and its SHA1 (for `EVALSHA`), in two forms: as is, for
+/// one server (any Redis with Lua), and for a cluster with a `#!lua` first line.
+///
+/// The cluster client sends `READONLY` on every connection it opens, and Redis runs a script
+/// without a `#!` line as a read wherever the connection is `READONLY`: sent to a master that
+/// has since become a replica (after a failover, to a client whose slot map is stale), it
+/// would run on that replica, whose copy may be behind or empty (a renewal would find the lock
+/// "not ours") and which refuses the script's writes. With `#!lua` and no `no-writes` flag,
+/// Redis 7 treats the script as a write: a replica redirects it (`MOVED`) to the slot's master.
+/// Redis before 7.0 cannot parse the `#!` line, and has no sharded pub/sub either, which the
+/// cluster needs anyway.
 pub(crate) struct LuaScript {
-    code: String,
-    script: redis::Script,
+    plain: (String, redis::Script),
+    cluster: (String, redis::Script),
 }
 
 impl LuaScript {
@@ -57,20 +67,28 @@ impl LuaScript {
              local function distlock_reply()\n{body}\nend\n\
              return {{distlock_nonce, distlock_reply()}}\n"
         );
+        let cluster = format!("#!lua\n{code}");
         Self {
-            script: redis::Script::new(&code),
-            code,
+            plain: (code.clone(), redis::Script::new(&code)),
+            cluster: (cluster.clone(), redis::Script::new(&cluster)),
         }
     }
 
-    /// The script's text.
-    pub(crate) fn code(&self) -> &str {
-        &self.code
+    fn form(&self, cluster: bool) -> &(String, redis::Script) {
+        match cluster {
+            true => &self.cluster,
+            false => &self.plain,
+        }
     }
 
-    /// The script's SHA1 in hex.
-    pub(crate) fn sha1(&self) -> &str {
-        self.script.get_hash()
+    /// The script's text, for a cluster or one server.
+    pub(crate) fn code(&self, cluster: bool) -> &str {
+        &self.form(cluster).0
+    }
+
+    /// The script's SHA1 in hex, for a cluster or one server.
+    pub(crate) fn sha1(&self, cluster: bool) -> &str {
+        self.form(cluster).1.get_hash()
     }
 }
 

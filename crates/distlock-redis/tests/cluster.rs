@@ -751,3 +751,66 @@ async fn a_failover_after_the_lock_replicated_keeps_it() {
     );
     drop(cluster);
 }
+
+/// Acquires `name` with `lock` for `ttl`, or panics.
+async fn take(lock: &RedisLock, name: &LockName, ttl: Duration) -> distlock_core::Lease {
+    match lock
+        .try_acquire(name, OwnerToken::new(), ttl)
+        .await
+        .expect("acquire")
+    {
+        TryAcquire::Acquired(lease) => lease,
+        TryAcquire::Held(_) => panic!("a fresh lock is held"),
+    }
+}
+
+/// After a failover, renewals and releases reach the promoted master: a batch of renewals whose
+/// cached slot map still names the dead master is sent again where the slot now lives (not
+/// failed until the map ages out), and once the old master is back as a replica, a client that
+/// still routes the slot to its address is redirected rather than served by the replica (whose
+/// copy may still be empty, or which refuses the script's writes): the lock is found still ours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_failover_renewals_and_releases_reach_the_promoted_master() {
+    let cluster = start_cluster_with_replicas().await;
+    let url = cluster.url();
+    let (batched, single) = (lock_at(&url).await, lock_at(&url).await);
+    let a = take(&batched, &name_on(&cluster, 2, "batched"), FAILOVER_TTL).await;
+    let b = take(&single, &name_on(&cluster, 2, "single"), FAILOVER_TTL).await;
+    // The batch's slot map is read now, naming master 2.
+    let renewed = batched.extend_many(std::slice::from_ref(&a)).await;
+    assert!(matches!(renewed[0], Ok(Some(_))), "{renewed:?}");
+    let replica = cluster.replica_of(2).expect("a replica");
+    for lease in [&a, &b] {
+        let slot = slot(&cluster, lease.name());
+        let replicated = Instant::now() + Duration::from_secs(5);
+        while keys_in_slot(&cluster, replica, slot) < keys_in_slot(&cluster, 2, slot) {
+            assert!(Instant::now() < replicated, "the replica got the lock within 5 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    let (cluster, _) = on_cluster(cluster, |c| c.fail_over(2).expect("a failover")).await;
+    let renewed = batched.extend_many(std::slice::from_ref(&a)).await;
+    assert!(
+        matches!(renewed[0], Ok(Some(_))),
+        "a batched renewal after the failover reaches the promoted master: {renewed:?}"
+    );
+
+    let (cluster, ()) = on_cluster(cluster, |c| c.rejoin(2).expect("the old master rejoins")).await;
+    assert!(
+        matches!(cluster.role(2), Ok(distlock_testkit::ClusterRole::Replica(_))),
+        "the old master is back as a replica"
+    );
+    let extended = single.extend(&b, FAILOVER_TTL).await;
+    assert!(
+        matches!(extended, Ok(Some(_))),
+        "a renewal through the old master's address reaches the promoted master: {extended:?}"
+    );
+    let released = single.release(&b).await;
+    assert!(
+        matches!(released, Ok(true)),
+        "released where it is held: {released:?}"
+    );
+    assert!(batched.release(&a).await.expect("answered"));
+    drop(cluster);
+}
