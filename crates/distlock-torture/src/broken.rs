@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock::{
-    Capabilities, DistributedLock, FencingToken, Lease, LockName, LockState, LossReason, OwnerToken,
-    ReleaseWatch, Result, Session, TryAcquire,
+    Capabilities, DistributedLock, FencingToken, Lease, LockKind, LockName, LockState, LossReason,
+    OwnerToken, Primitive, ReleaseWatch, Result, Session, TryAcquire,
 };
 use futures::future::BoxFuture;
 use tokio::sync::watch;
@@ -23,6 +23,12 @@ pub enum Breakage {
     OverlongLease,
     /// Every grant gets the same fencing token.
     RepeatedToken,
+    /// A semaphore admits one holder too many: the store is asked for one permit more than
+    /// the guard says (run with `--primitive semaphore`).
+    OverAdmit,
+    /// A writer gets in beside readers: the store is asked for a read lock where the guard
+    /// says write lock (run with `--primitive rw`).
+    WriterAsReader,
 }
 
 /// A backend with one rule broken.
@@ -56,8 +62,30 @@ impl Broken {
         match self.breakage {
             Breakage::OverlongLease => lease.renewed(ttl, lease.acquired_at()),
             Breakage::RepeatedToken => lease.with_fencing(FencingToken::new(1)),
-            Breakage::UncheckedRelease => lease,
+            Breakage::UncheckedRelease | Breakage::OverAdmit | Breakage::WriterAsReader => lease,
         }
+    }
+
+    /// Whether the breakage is of the semaphores and read-write locks (the others break the
+    /// mutex only, and the wrapper then offers nothing else).
+    fn of_primitives(&self) -> bool {
+        matches!(self.breakage, Breakage::OverAdmit | Breakage::WriterAsReader)
+    }
+
+    /// The kind the store is asked for in place of `kind` (what the guard believes).
+    fn store_kind(&self, kind: LockKind) -> LockKind {
+        match (self.breakage, kind) {
+            (Breakage::OverAdmit, LockKind::Permit { permits }) => LockKind::Permit {
+                permits: permits.saturating_add(1),
+            },
+            (Breakage::WriterAsReader, LockKind::Write) => LockKind::Read,
+            _ => kind,
+        }
+    }
+
+    /// `lease` as the store knows it.
+    fn store_lease(&self, lease: &Lease) -> Lease {
+        lease.clone().with_kind(self.store_kind(lease.kind()))
     }
 }
 
@@ -68,12 +96,14 @@ impl DistributedLock for Broken {
     }
 
     /// The store's, without hand-overs (every release goes through `release`, where the
-    /// breakage lives) and without the primitives beyond the mutex, which it does not break.
+    /// breakage lives) and, for a breakage of the mutex, without the other primitives, which it
+    /// does not break.
     fn capabilities(&self) -> Capabilities {
-        self.inner
-            .capabilities()
-            .with_hands_over(false)
-            .with_primitives(false, false)
+        let capabilities = self.inner.capabilities().with_hands_over(false);
+        match self.of_primitives() {
+            true => capabilities,
+            false => capabilities.with_primitives(false, false),
+        }
     }
 
     async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
@@ -111,7 +141,7 @@ impl DistributedLock for Broken {
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
         if self.breakage != Breakage::UncheckedRelease {
-            return self.inner.release(lease).await;
+            return self.inner.release(&self.store_lease(lease)).await;
         }
         // Whoever holds the name now is released, as a release by name alone would.
         let state: LockState = self.inner.inspect(lease.name()).await?;
@@ -125,9 +155,40 @@ impl DistributedLock for Broken {
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
         Ok(self
             .inner
-            .extend(lease, self.store_ttl(ttl))
+            .extend(&self.store_lease(lease), self.store_ttl(ttl))
             .await?
-            .map(|renewed| self.as_granted(renewed, ttl)))
+            .map(|renewed| self.as_granted(renewed, ttl).with_kind(lease.kind())))
+    }
+
+    async fn try_acquire_kind(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiter: Option<(&str, Duration)>,
+    ) -> Result<TryAcquire> {
+        Ok(
+            match self
+                .inner
+                .try_acquire_kind(name, self.store_kind(kind), owner, self.store_ttl(ttl), waiter)
+                .await?
+            {
+                // The guard believes it holds what was asked for.
+                TryAcquire::Acquired(lease) => {
+                    TryAcquire::Acquired(self.as_granted(lease, ttl).with_kind(kind))
+                }
+                held => held,
+            },
+        )
+    }
+
+    async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
+        self.inner.withdraw(name, self.store_kind(kind), waiter).await
+    }
+
+    async fn watch_kind(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
+        self.inner.watch_kind(name, primitive).await
     }
 
     async fn watch(&self, name: &LockName) -> Result<ReleaseWatch> {
@@ -139,7 +200,7 @@ impl DistributedLock for Broken {
     }
 
     fn watch_lease(&self, lease: &Lease) -> Option<BoxFuture<'static, LossReason>> {
-        self.inner.watch_lease(lease)
+        self.inner.watch_lease(&self.store_lease(lease))
     }
 
     async fn inspect(&self, name: &LockName) -> Result<LockState> {

@@ -2,12 +2,16 @@
 //!
 //! - **Exclusion.** A holder believes it holds from the moment its acquire returned until the
 //!   last moment it affirmed so (a check of its guard, clock read first, before each write,
-//!   and before its release). Two such intervals of the same name that overlap are two
-//!   holders at once.
+//!   and before its release). Of one name: two such intervals of its lock that overlap are two
+//!   holders at once; a write lock's interval may overlap no other (read or write); more than
+//!   `permits` intervals of a semaphore's permits at one instant are one holder too many (the
+//!   finding names the `permits + 1` holders). Read locks overlap each other freely.
 //! - **Fencing.** The resource accepts a write whose token is at least the highest it
-//!   accepted. An accepted write whose token equals one already accepted from another holder
-//!   is a stale write. Two grants with the same token, or a grant whose acquire began after an
-//!   earlier grant returned and whose token is not higher, break monotonic fencing.
+//!   accepted (a read: at least that of the last write; a permit's: always, see
+//!   [`crate::resource`]). An accepted write or read whose token was already accepted from
+//!   another holder of the name is a stale write. Two grants of one object (of any kind) with
+//!   the same token, or a grant whose acquire began after an earlier grant returned and whose
+//!   token is not higher, break monotonic fencing.
 //! - **Liveness.** After each fault, the time until the hot lock is next granted (zero if it
 //!   was granted while the fault lasted) must stay within the stated bound.
 //!
@@ -21,7 +25,7 @@ use serde::Serialize;
 
 #[cfg(test)]
 use crate::history::FaultRecord;
-use crate::history::{ClientEvent, GrantId, History, Nanos};
+use crate::history::{ClientEvent, GrantId, History, HoldKind, Nanos};
 
 /// What the backend under test declares, and the run's bounds.
 #[derive(Debug, Clone)]
@@ -36,6 +40,8 @@ pub struct Judgement {
     pub recovery_bound: Nanos,
     /// The fault kinds the run could inject (each gets a row, injected or not).
     pub kinds: Vec<String>,
+    /// How many permits of a semaphore may be held at once (the run's `--permits`).
+    pub permits: u32,
 }
 
 /// One finding.
@@ -120,6 +126,7 @@ impl Verdict {
 #[derive(Debug, Clone)]
 struct Grant {
     name: String,
+    kind: HoldKind,
     token: Option<u64>,
     invoked: Nanos,
     granted: Nanos,
@@ -177,57 +184,80 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String], cra
     for (id, grant) in &grants {
         by_name.entry(grant.name.as_str()).or_default().push((id, grant));
     }
+    let capacity = usize::try_from(judgement.permits.max(1)).unwrap_or(usize::MAX);
     for (name, mut list) in by_name {
         list.sort_by_key(|(_, g)| g.granted);
-        let mut furthest: Option<(&GrantId, &Grant)> = None;
+        // The earlier grants still believed held when the current one was granted.
+        let mut active: Vec<(&GrantId, &Grant)> = Vec::new();
         for (id, grant) in list {
-            if let Some((other_id, other)) = furthest {
-                if grant.granted < other.believed_until {
-                    let overlap = ms(other.believed_until - grant.granted);
-                    let told = other.lost_at.map(|at| ms(at.saturating_sub(grant.granted)));
-                    found(
-                        "exclusion",
-                        grant.granted,
-                        format!(
-                            "{name}: {id} (client {}) was granted {overlap:.1} ms before {other_id} (client {}) last affirmed holding; {}",
-                            grant.client,
-                            other.client,
-                            told.map_or_else(
-                                || "that holder was never told it lost the lock".to_owned(),
-                                |t| format!("that holder was told it lost the lock {t:.1} ms after the grant")
-                            )
-                        ),
-                        Some((overlap, told)),
-                    );
-                }
+            active.retain(|(_, other)| grant.granted < other.believed_until);
+            let beside = conflicts(grant, &active, capacity);
+            if !beside.is_empty() {
+                // The over-admission lasted until the first of the others stopped believing,
+                // and ended for the holders' knowledge when the first of them was told.
+                let overlap = ms(beside
+                    .iter()
+                    .map(|(_, o)| o.believed_until)
+                    .min()
+                    .unwrap_or(grant.granted)
+                    - grant.granted);
+                let told = beside
+                    .iter()
+                    .filter_map(|(_, o)| o.lost_at)
+                    .min()
+                    .map(|at| ms(at.saturating_sub(grant.granted)));
+                let told_text = match (told, beside.len()) {
+                    (None, 1) => "that holder was never told it lost the lock".to_owned(),
+                    (None, _) => "none of those holders was told it lost its hold".to_owned(),
+                    (Some(t), 1) => format!("that holder was told it lost the lock {t:.1} ms after the grant"),
+                    (Some(t), _) => format!("the first of those holders to be told it lost its hold was told {t:.1} ms after the grant"),
+                };
+                let detail = match (grant.kind, beside.as_slice()) {
+                    (HoldKind::Exclusive, [(other_id, other)]) => format!(
+                        "{name}: {id} (client {}) was granted {overlap:.1} ms before {other_id} (client {}) last affirmed holding; {told_text}",
+                        grant.client, other.client
+                    ),
+                    (HoldKind::Permit, _) => format!(
+                        "{name}: {id} (client {}) was granted a permit while the {} permits were held by {}, all of whom went on believing they held for {overlap:.1} ms more: {} holders at once; {told_text}",
+                        grant.client,
+                        beside.len(),
+                        holders(&beside),
+                        beside.len() + 1
+                    ),
+                    _ => format!(
+                        "{name}: {id} (client {}) was granted {} {overlap:.1} ms before {} last affirmed holding {}; {told_text}",
+                        grant.client,
+                        grant.kind.describe(),
+                        holders(&beside),
+                        beside[0].1.kind.describe()
+                    ),
+                };
+                found("exclusion", grant.granted, detail, Some((overlap, told)));
             }
-            if furthest.is_none_or(|(_, f)| grant.believed_until > f.believed_until) {
-                furthest = Some((id, grant));
-            }
+            active.push((id, grant));
         }
     }
 
-    // Fencing: stale accepted writes, in the resource's order.
-    let mut highest: HashMap<&str, (u64, HashSet<&str>)> = HashMap::new();
+    // Fencing: stale accepted writes, in the resource's order: a token accepted from two
+    // holds of one name.
+    let mut accepted: HashMap<(&str, u64), HashSet<&str>> = HashMap::new();
     for write in history.writes.iter().filter(|w| w.accepted) {
         let Some(token) = write.token else { continue };
-        let entry = highest
-            .entry(write.name.as_str())
-            .or_insert_with(|| (token, HashSet::new()));
-        if token > entry.0 {
-            *entry = (token, HashSet::new());
-        } else if token == entry.0 && !entry.1.is_empty() && !entry.1.contains(write.grant.as_str()) {
+        let from = accepted.entry((write.name.as_str(), token)).or_default();
+        if !from.is_empty() && !from.contains(write.grant.as_str()) {
             found(
                 "stale-write",
                 write.at,
                 format!(
-                    "{}: the resource accepted {}'s write with token {token}, already accepted from another holder",
-                    write.name, write.grant
+                    "{}: the resource accepted {}'s {} with token {token}, already accepted from another holder",
+                    write.name,
+                    write.grant,
+                    if write.kind == HoldKind::Read { "read" } else { "write" }
                 ),
                 None,
             );
         }
-        entry.1.insert(write.grant.as_str());
+        from.insert(write.grant.as_str());
     }
 
     // Fencing: token order among grants.
@@ -416,6 +446,45 @@ fn ms(nanos: Nanos) -> f64 {
     ms
 }
 
+/// The earlier holds in `active` (still believed held when `grant` was granted) that `grant`
+/// may not be held beside: of the lock or a write lock, the one believed longest that its kind
+/// excludes; of a permit, if `capacity` permits were already believed held, the `capacity`
+/// believed longest. Empty if `grant` is allowed.
+fn conflicts<'a>(
+    grant: &Grant,
+    active: &[(&'a GrantId, &'a Grant)],
+    capacity: usize,
+) -> Vec<(&'a GrantId, &'a Grant)> {
+    if grant.kind == HoldKind::Permit {
+        let mut permits: Vec<_> = active
+            .iter()
+            .filter(|(_, other)| other.kind == HoldKind::Permit)
+            .copied()
+            .collect();
+        if permits.len() < capacity {
+            return Vec::new();
+        }
+        // Stable: of equal beliefs, the earlier grant.
+        permits.sort_by_key(|(_, other)| std::cmp::Reverse(other.believed_until));
+        permits.truncate(capacity);
+        return permits;
+    }
+    active
+        .iter()
+        .filter(|(_, other)| grant.kind.excludes(other.kind))
+        .min_by_key(|(_, other)| std::cmp::Reverse(other.believed_until))
+        .map(|&found| vec![found])
+        .unwrap_or_default()
+}
+
+/// `a (client 1), b (client 2)`.
+fn holders(list: &[(&GrantId, &Grant)]) -> String {
+    list.iter()
+        .map(|(id, grant)| format!("{id} (client {})", grant.client))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Every acquisition with its belief interval.
 fn grants(history: &History) -> HashMap<GrantId, Grant> {
     let mut grants: HashMap<GrantId, Grant> = HashMap::new();
@@ -425,11 +494,17 @@ fn grants(history: &History) -> HashMap<GrantId, Grant> {
             ClientEvent::AcquireInvoked { .. } => {
                 invoked.insert(stamped.client, stamped.at);
             }
-            ClientEvent::Granted { name, grant, token } => {
+            ClientEvent::Granted {
+                name,
+                grant,
+                token,
+                kind,
+            } => {
                 grants.insert(
                     grant.clone(),
                     Grant {
                         name: name.clone(),
+                        kind: *kind,
                         token: *token,
                         invoked: invoked.get(&stamped.client).copied().unwrap_or(stamped.at),
                         granted: stamped.at,
@@ -499,6 +574,7 @@ mod tests {
             hot: "hot".to_owned(),
             recovery_bound: 1000 * MS,
             kinds: Vec::new(),
+            permits: 2,
         }
     }
 
@@ -507,6 +583,19 @@ mod tests {
     }
 
     fn hold(h: &mut History, client: u32, grant: &str, token: u64, from: Nanos, until: Nanos) {
+        hold_of(h, HoldKind::Exclusive, client, grant, token, (from, until));
+    }
+
+    /// A hold of `kind` of the name `hot`, believed from `during.0` to `during.1`.
+    fn hold_of(
+        h: &mut History,
+        kind: HoldKind,
+        client: u32,
+        grant: &str,
+        token: u64,
+        during: (Nanos, Nanos),
+    ) {
+        let (from, until) = during;
         h.events.push(ev(
             from - MS,
             client,
@@ -519,6 +608,7 @@ mod tests {
                 name: "hot".into(),
                 grant: grant.into(),
                 token: Some(token),
+                kind,
             },
         ));
         h.events
@@ -539,6 +629,7 @@ mod tests {
             name: "hot".into(),
             grant: grant.into(),
             token: Some(token),
+            kind: HoldKind::Exclusive,
             accepted,
         });
     }
@@ -676,5 +767,138 @@ mod tests {
         assert_eq!(v.violations().count(), 0, "{:?}", v.findings);
         let row = v.rows.iter().find(|r| r.fault == "holder-pause").expect("a row");
         assert_eq!(row.recovery_max_ms, Some(0.0));
+    }
+
+    #[test]
+    fn more_permits_at_once_than_the_semaphore_has_are_found() {
+        // Two permits: a and b overlap (allowed); c comes while both still believe.
+        let mut h = History::default();
+        hold_of(&mut h, HoldKind::Permit, 1, "a", 1, (10 * MS, 50 * MS));
+        hold_of(&mut h, HoldKind::Permit, 2, "b", 2, (20 * MS, 60 * MS));
+        hold_of(&mut h, HoldKind::Permit, 3, "c", 3, (30 * MS, 40 * MS));
+        h.stopped = 100 * MS;
+        let v = check(&h, &judgement(true), &[], &[]);
+        let found: Vec<&Finding> = v.violations().collect();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].kind, "exclusion");
+        // All three held from 30 until a stopped believing at 50.
+        assert_eq!(found[0].overlap_ms, Some(20.0));
+        for holder in [
+            "a (client 1)",
+            "b (client 2)",
+            "c (client 3)",
+            "3 holders at once",
+        ] {
+            assert!(found[0].detail.contains(holder), "{}", found[0].detail);
+        }
+        // With three permits, the same history is fine.
+        let mut three = judgement(true);
+        three.permits = 3;
+        let v = check(&h, &three, &[], &[]);
+        assert_eq!(v.violations().count(), 0, "{:?}", v.findings);
+    }
+
+    #[test]
+    fn as_many_permits_at_once_as_the_semaphore_has_pass() {
+        // Two permits: never more than two believed at one instant (c starts as a stops).
+        let mut h = History::default();
+        hold_of(&mut h, HoldKind::Permit, 1, "a", 1, (10 * MS, 30 * MS));
+        hold_of(&mut h, HoldKind::Permit, 2, "b", 2, (20 * MS, 60 * MS));
+        hold_of(&mut h, HoldKind::Permit, 3, "c", 3, (31 * MS, 70 * MS));
+        hold_of(&mut h, HoldKind::Permit, 4, "d", 4, (61 * MS, 80 * MS));
+        write_of(&mut h, 25 * MS, "a", 1, HoldKind::Permit, true);
+        write_of(&mut h, 35 * MS, "c", 3, HoldKind::Permit, true);
+        // b writes after c and d: an earlier permit rightly outlives later ones.
+        write_of(&mut h, 40 * MS, "b", 2, HoldKind::Permit, true);
+        h.stopped = 100 * MS;
+        let v = check(&h, &judgement(true), &[], &[]);
+        assert_eq!(v.violations().count(), 0, "{:?}", v.findings);
+        assert_eq!(v.acquisitions, 4);
+    }
+
+    #[test]
+    fn a_permit_token_from_two_holds_is_a_stale_write() {
+        let mut h = History::default();
+        hold_of(&mut h, HoldKind::Permit, 1, "a", 5, (10 * MS, 20 * MS));
+        hold_of(&mut h, HoldKind::Permit, 2, "b", 5, (15 * MS, 30 * MS));
+        write_of(&mut h, 16 * MS, "a", 5, HoldKind::Permit, true);
+        write_of(&mut h, 17 * MS, "b", 5, HoldKind::Permit, true);
+        h.stopped = 100 * MS;
+        let v = check(&h, &judgement(true), &[], &[]);
+        let kinds: HashSet<&str> = v.violations().map(|f| f.kind.as_str()).collect();
+        // b asked after a was granted: its token is out of order as well.
+        assert_eq!(
+            kinds,
+            HashSet::from(["stale-write", "repeated-token", "token-order"]),
+            "{:?}",
+            v.findings
+        );
+    }
+
+    #[test]
+    fn a_writer_beside_a_reader_is_found_and_readers_together_are_not() {
+        // Two readers overlap freely.
+        let mut h = History::default();
+        hold_of(&mut h, HoldKind::Read, 1, "r1", 1, (10 * MS, 50 * MS));
+        hold_of(&mut h, HoldKind::Read, 2, "r2", 2, (20 * MS, 60 * MS));
+        hold_of(&mut h, HoldKind::Write, 3, "w1", 3, (61 * MS, 70 * MS));
+        write_of(&mut h, 30 * MS, "r1", 1, HoldKind::Read, true);
+        write_of(&mut h, 31 * MS, "r2", 2, HoldKind::Read, true);
+        write_of(&mut h, 65 * MS, "w1", 3, HoldKind::Write, true);
+        h.stopped = 100 * MS;
+        let v = check(&h, &judgement(true), &[], &[]);
+        assert_eq!(v.violations().count(), 0, "{:?}", v.findings);
+
+        // A writer granted while a reader still believes.
+        let mut h = History::default();
+        hold_of(&mut h, HoldKind::Read, 1, "r1", 1, (10 * MS, 50 * MS));
+        hold_of(&mut h, HoldKind::Write, 2, "w1", 2, (40 * MS, 60 * MS));
+        h.stopped = 100 * MS;
+        let v = check(&h, &judgement(true), &[], &[]);
+        let found: Vec<&Finding> = v.violations().collect();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].kind, "exclusion");
+        assert_eq!(found[0].overlap_ms, Some(10.0));
+        assert!(found[0].detail.contains("the write lock"), "{}", found[0].detail);
+
+        // A reader granted while a writer still believes, and two writers at once.
+        let mut h = History::default();
+        hold_of(&mut h, HoldKind::Write, 1, "w1", 1, (10 * MS, 50 * MS));
+        hold_of(&mut h, HoldKind::Read, 2, "r1", 2, (20 * MS, 30 * MS));
+        hold_of(&mut h, HoldKind::Write, 3, "w2", 3, (45 * MS, 60 * MS));
+        h.stopped = 100 * MS;
+        let v = check(&h, &judgement(true), &[], &[]);
+        let kinds: Vec<&str> = v.violations().map(|f| f.kind.as_str()).collect();
+        assert_eq!(kinds, ["exclusion", "exclusion"], "{:?}", v.findings);
+    }
+
+    #[test]
+    fn a_token_of_a_read_and_a_write_is_checked_across_both() {
+        // The writer's token is not above the reader's, granted before the writer asked.
+        let mut h = History::default();
+        hold_of(&mut h, HoldKind::Read, 1, "r1", 4, (10 * MS, 20 * MS));
+        hold_of(&mut h, HoldKind::Write, 2, "w1", 4, (30 * MS, 40 * MS));
+        write_of(&mut h, 15 * MS, "r1", 4, HoldKind::Read, true);
+        write_of(&mut h, 35 * MS, "w1", 4, HoldKind::Write, true);
+        h.stopped = 100 * MS;
+        let v = check(&h, &judgement(true), &[], &[]);
+        let kinds: HashSet<&str> = v.violations().map(|f| f.kind.as_str()).collect();
+        assert_eq!(
+            kinds,
+            HashSet::from(["stale-write", "repeated-token", "token-order"]),
+            "{:?}",
+            v.findings
+        );
+    }
+
+    fn write_of(h: &mut History, at: Nanos, grant: &str, token: u64, kind: HoldKind, accepted: bool) {
+        h.writes.push(Write {
+            at,
+            name: "hot".into(),
+            grant: grant.into(),
+            token: Some(token),
+            kind,
+            accepted,
+        });
     }
 }

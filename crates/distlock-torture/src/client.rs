@@ -1,6 +1,8 @@
 //! One client process of the workload: one `LockClient` shared by `--tasks` tasks, each
 //! looping acquire (with a wait), write, hold, write, release, and recording each step with the
-//! harness as it happens, on a connection of its own. Tasks of one process contend with each
+//! harness as it happens, on a connection of its own. What is acquired is the `--primitive` of
+//! the chosen name: its mutex, a permit of its semaphore, or its read lock (a share of
+//! `--read-share` of acquisitions) or write lock; a reader's writes are reads of the resource. Tasks of one process contend with each
 //! other as with the other processes, so a release can wake, or hand the lock straight to, a
 //! waiter of its own process. Stops after each task's current iteration on SIGTERM.
 
@@ -17,7 +19,8 @@ use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
 use crate::broken::{Breakage, Broken};
-use crate::history::{now, ClientEvent};
+use crate::history::{now, ClientEvent, HoldKind};
+use crate::primitive::{take, Primitive};
 use crate::wire::{task_client, Message, WriteReply};
 
 /// What a client process is told on its command line.
@@ -62,6 +65,15 @@ pub struct ClientArgs {
     /// Tasks in this process, each its own client in the history (see `wire::task_client`).
     #[arg(long, default_value_t = 1)]
     pub tasks: u32,
+    /// What each name is: a mutex, a semaphore, a read-write lock.
+    #[arg(long, value_enum, default_value_t = Primitive::Mutex)]
+    pub primitive: Primitive,
+    /// A semaphore's permits.
+    #[arg(long, default_value_t = 2)]
+    pub permits: u32,
+    /// The share of a read-write lock's acquisitions that take the read lock.
+    #[arg(long, default_value_t = 0.7)]
+    pub read_share: f64,
 }
 
 /// The connection to the harness.
@@ -82,12 +94,19 @@ impl Harness {
     }
 
     /// A write to the fenced resource, answered by the harness. One at a time.
-    async fn write(&self, name: &str, grant: &str, token: Option<u64>) -> std::io::Result<bool> {
+    async fn write(
+        &self,
+        name: &str,
+        grant: &str,
+        token: Option<u64>,
+        kind: HoldKind,
+    ) -> std::io::Result<bool> {
         let mut reader = self.reader.lock().await;
         self.send(&Message::Write {
             name: name.to_owned(),
             grant: grant.to_owned(),
             token,
+            kind,
         })
         .await?;
         let mut line = String::new();
@@ -157,13 +176,19 @@ async fn run_task(args: &ClientArgs, id: u32, client: &LockClient, stop: &Atomic
         } else {
             format!("{}-cold-{}", args.hot, rng.random_range(0..args.cold))
         };
+        let kind = match args.primitive {
+            Primitive::Mutex => HoldKind::Exclusive,
+            Primitive::Semaphore => HoldKind::Permit,
+            Primitive::Rw if rng.random_bool(args.read_share.clamp(0.0, 1.0)) => HoldKind::Read,
+            Primitive::Rw => HoldKind::Write,
+        };
         let wait = args.ttl.mul_f64(rng.random_range(0.5..3.0));
         let opts = AcquireOptions::new().ttl(args.ttl).wait_for(wait);
         harness
             .event(now(), ClientEvent::AcquireInvoked { name: name.clone() })
             .await?;
         let acquired = tokio::select! {
-            acquired = client.acquire_with(name.as_str(), &opts) => acquired,
+            acquired = take(client, &name, kind, args.permits, &opts) => acquired,
             () = stopped(stop) => break,
         };
         let guard = match acquired {
@@ -189,6 +214,8 @@ async fn run_task(args: &ClientArgs, id: u32, client: &LockClient, stop: &Atomic
         sequence += 1;
         let grant = format!("{id}.{}.{sequence}", args.incarnation);
         let token = guard.fencing_token().map(distlock::FencingToken::get);
+        // The guard's own word for what it holds.
+        let kind = HoldKind::of(guard.kind());
         harness
             .event(
                 now(),
@@ -196,6 +223,7 @@ async fn run_task(args: &ClientArgs, id: u32, client: &LockClient, stop: &Atomic
                     name: name.clone(),
                     grant: grant.clone(),
                     token,
+                    kind,
                 },
             )
             .await?;
@@ -217,7 +245,7 @@ async fn run_task(args: &ClientArgs, id: u32, client: &LockClient, stop: &Atomic
             })
         };
 
-        affirm_and_write(&harness, &guard, &name, &grant, token).await?;
+        affirm_and_write(&harness, &guard, &name, &grant, token, kind).await?;
         // Most holds are short; some (one in five by default) outlast a third of the TTL, so
         // renewals happen.
         // A long hold works in steps of at most a tenth of the TTL, checking its guard and
@@ -233,7 +261,7 @@ async fn run_task(args: &ClientArgs, id: u32, client: &LockClient, stop: &Atomic
             let now_step = left.min(step);
             tokio::time::sleep(now_step).await;
             left -= now_step;
-            if !affirm_and_write(&harness, &guard, &name, &grant, token).await? || left.is_zero() {
+            if !affirm_and_write(&harness, &guard, &name, &grant, token, kind).await? || left.is_zero() {
                 break;
             }
         }
@@ -270,6 +298,7 @@ async fn affirm_and_write(
     name: &str,
     grant: &str,
     token: Option<u64>,
+    kind: HoldKind,
 ) -> std::io::Result<bool> {
     let at = now();
     if guard.is_lost() {
@@ -283,7 +312,7 @@ async fn affirm_and_write(
             },
         )
         .await?;
-    harness.write(name, grant, token).await?;
+    harness.write(name, grant, token, kind).await?;
     Ok(true)
 }
 

@@ -32,6 +32,9 @@ pub enum ClientEvent {
         name: String,
         grant: GrantId,
         token: Option<u64>,
+        /// What the guard holds (histories recorded before kinds were kept read as the lock).
+        #[serde(default)]
+        kind: HoldKind,
     },
     /// The acquire failed.
     AcquireFailed {
@@ -52,6 +55,55 @@ pub enum ClientEvent {
         owned: Option<bool>,
         error: Option<String>,
     },
+}
+
+/// What one grant holds: the lock of a name (a mutex), a permit of a semaphore, or a side of
+/// a read-write lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HoldKind {
+    /// The lock of a name: one holder at a time.
+    #[default]
+    Exclusive,
+    /// One permit of a semaphore (the run's `--permits` holders at once).
+    Permit,
+    /// A read lock: shared with other readers, never with a writer.
+    Read,
+    /// The write lock: one writer, no readers.
+    Write,
+}
+
+impl HoldKind {
+    /// The kind of a guard's hold.
+    pub fn of(kind: distlock::LockKind) -> Self {
+        match kind {
+            distlock::LockKind::Permit { .. } => HoldKind::Permit,
+            distlock::LockKind::Read => HoldKind::Read,
+            distlock::LockKind::Write => HoldKind::Write,
+            _ => HoldKind::Exclusive,
+        }
+    }
+
+    /// Whether a hold of this kind and one of `other` on the same object may never overlap
+    /// (permits are counted instead).
+    pub fn excludes(self, other: HoldKind) -> bool {
+        matches!(
+            (self, other),
+            (HoldKind::Exclusive, HoldKind::Exclusive)
+                | (HoldKind::Read, HoldKind::Write)
+                | (HoldKind::Write, HoldKind::Read | HoldKind::Write)
+        )
+    }
+
+    /// A name for people: `the lock`, `a permit`, `a read lock`, `the write lock`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            HoldKind::Exclusive => "the lock",
+            HoldKind::Permit => "a permit",
+            HoldKind::Read => "a read lock",
+            HoldKind::Write => "the write lock",
+        }
+    }
 }
 
 /// A stamped client event.
@@ -76,7 +128,11 @@ pub struct Write {
     pub grant: GrantId,
     /// The writer's fencing token, if its backend gives one.
     pub token: Option<u64>,
-    /// Whether the resource accepted it (token at least the highest accepted so far).
+    /// What the writer holds: a reader's write is a read of the register (see
+    /// [`crate::resource`]).
+    #[serde(default)]
+    pub kind: HoldKind,
+    /// Whether the resource accepted it (see [`crate::resource`] for the rule of each kind).
     pub accepted: bool,
 }
 

@@ -11,8 +11,13 @@
 //! held. It prints a table per backend and fault kind (and JSON with `--json`) and exits with
 //! 1 if a guarantee the backend declares was broken.
 //!
+//! `--primitive semaphore` (with `--permits`) or `--primitive rw` (with `--read-share`) makes
+//! every name a semaphore or a read-write lock instead of a mutex; the checker then allows up
+//! to `--permits` permit holders, or any number of readers but a writer only alone.
+//!
 //! ```text
 //! distlock-torture --backend redis --duration 60s --seed 42
+//! distlock-torture --backend redis --primitive semaphore --permits 3 --duration 60s
 //! distlock-torture --backend all --duration 30s --json out.json
 //! distlock-torture --backend sqlite --broken repeated-token --duration 10s   # must fail
 //! ```
@@ -22,6 +27,7 @@ mod checker;
 mod client;
 mod faults;
 mod history;
+mod primitive;
 mod report;
 mod resource;
 mod run;
@@ -35,6 +41,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use crate::broken::Breakage;
+use crate::primitive::Primitive;
+use crate::run::RunError;
 use crate::store::Backend;
 
 #[derive(Debug, Parser)]
@@ -97,6 +105,17 @@ struct RunArgs {
     /// Cold lock names beside the hot one.
     #[arg(long, default_value_t = 3)]
     cold: u32,
+    /// What every name (hot and cold) is: a mutex, a semaphore of --permits, or a read-write
+    /// lock. A backend that does not offer it is refused (`--backend all`: skipped).
+    #[arg(long, value_enum, default_value_t = Primitive::Mutex)]
+    primitive: Primitive,
+    /// A semaphore's permits (each acquisition takes one).
+    #[arg(long, default_value_t = 2)]
+    permits: u32,
+    /// With --primitive rw, the share of acquisitions that take the read lock (the rest take
+    /// the write lock).
+    #[arg(long, default_value_t = 0.7)]
+    read_share: f64,
     /// The share of acquisitions on the hot lock.
     #[arg(long, default_value_t = 0.7)]
     hot_share: f64,
@@ -168,7 +187,16 @@ async fn torture(args: RunArgs) -> ExitCode {
         eprintln!("distlock-torture: --clients must be at least 8");
         return ExitCode::from(2);
     }
-    let backends: Vec<Backend> = if args.backend.contains(&BackendChoice::All) {
+    if args.permits == 0 {
+        eprintln!("distlock-torture: --permits must be at least 1");
+        return ExitCode::from(2);
+    }
+    if !(0.0..=1.0).contains(&args.read_share) {
+        eprintln!("distlock-torture: --read-share must be between 0 and 1");
+        return ExitCode::from(2);
+    }
+    let every_backend = args.backend.contains(&BackendChoice::All);
+    let backends: Vec<Backend> = if every_backend {
         Backend::ALL.to_vec()
     } else {
         args.backend.iter().filter_map(|b| to_backend(*b)).collect()
@@ -203,6 +231,9 @@ async fn torture(args: RunArgs) -> ExitCode {
                 short_hold: args.short_hold,
                 long_holds: args.long_holds,
                 tasks: args.tasks,
+                primitive: args.primitive,
+                permits: args.permits,
+                read_share: args.read_share,
             },
             broken: args.broken,
             only: args.faults.clone(),
@@ -216,6 +247,9 @@ async fn torture(args: RunArgs) -> ExitCode {
                 println!("{}", report::table(&outcome));
                 failed |= outcome.verdict.violations().next().is_some();
                 outcomes.push(outcome);
+            }
+            Err(RunError::NotOffered(why)) if every_backend => {
+                eprintln!("distlock-torture: skipped: {why}");
             }
             Err(error) => {
                 eprintln!("distlock-torture: {}: {error}", backend.name());

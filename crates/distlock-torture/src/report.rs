@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use crate::primitive::Primitive;
 use crate::run::Outcome;
 
 /// The Markdown table of one run, then its findings.
@@ -10,8 +11,13 @@ pub fn table(outcome: &Outcome) -> String {
     let verdict = &outcome.verdict;
     let _ = writeln!(
         out,
-        "\n{} (fencing {}, TTL {} ms, seed {}{}): {} acquisitions in {:.0} s, {} violations of a declared guarantee\n",
+        "\n{}{} (fencing {}, TTL {} ms, seed {}{}): {} acquisitions in {:.0} s, {} violations of a declared guarantee\n",
         outcome.backend,
+        match (outcome.primitive, outcome.permits) {
+            (Primitive::Mutex, _) => String::new(),
+            (primitive, Some(permits)) => format!(" {} of {permits}", primitive.name()),
+            (primitive, None) => format!(" {}", primitive.name()),
+        },
         outcome.fencing,
         outcome.ttl_ms,
         outcome.seed,

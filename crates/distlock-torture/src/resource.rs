@@ -1,7 +1,18 @@
-//! The harness's side of the wire: the fenced resource (Kleppmann's storage service: per
-//! name, a write is accepted only if its token is at least the highest accepted so far) and
-//! the recorder of every client's history. It also knows who holds what right now, so that
-//! faults can aim at a holder.
+//! The harness's side of the wire: the fenced resource (Kleppmann's storage service, one
+//! register per name) and the recorder of every client's history. It also knows who holds
+//! what right now, so that faults can aim at a holder.
+//!
+//! What the resource accepts, per kind of hold (a write without a token is always accepted):
+//! - **The lock of a name, the write lock** (one holder at a time): a write whose token is at
+//!   least the highest token of any write or read the register accepted so far.
+//! - **A read lock**: its holder only reads; a read is accepted if its token is at least that
+//!   of the last accepted write (a writer whose lock was granted after the reader's only gets
+//!   in once the reader is out, so a reader behind it is stale). An accepted read raises the
+//!   bar for writes: a writer whose token is below it was superseded by the reader's grant.
+//! - **A permit of a semaphore**: accepted, into a slot of the holder's own. Permits are not
+//!   ordered by their tokens (an earlier permit may rightly outlive a later one), so no order
+//!   of tokens fences them; the checker flags a token that reaches the resource from two
+//!   holds, and counts the holders at once from their beliefs.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -10,22 +21,55 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::history::{now, ClientEvent, History, Nanos, Stamped, Write};
+use crate::history::{now, ClientEvent, History, HoldKind, Nanos, Stamped, Write};
 use crate::wire::{slot_of, Message, WriteReply};
 
 /// The shared record.
 #[derive(Default)]
 struct State {
     history: History,
-    /// Per name, the highest token accepted.
-    highest: HashMap<String, u64>,
-    /// Per name, the client that last said it was granted it (and has not released or lost
-    /// it since).
-    holders: HashMap<String, u32>,
+    /// Per name, the register's fence.
+    registers: HashMap<String, Register>,
+    /// Per name, the clients that said they were granted it (and have not released or lost it
+    /// since), in the order of their grants.
+    holders: HashMap<String, Vec<u32>>,
     /// Per name, when it was last granted.
     last_grants: HashMap<String, Nanos>,
     /// Acquisitions so far.
     granted: usize,
+}
+
+/// One name's register: the highest tokens it accepted.
+#[derive(Default)]
+struct Register {
+    /// Of any write or read.
+    highest: Option<u64>,
+    /// Of a write.
+    highest_write: Option<u64>,
+}
+
+impl Register {
+    /// Decides an operation with `token` by a holder of `kind` (see the module's docs).
+    fn decide(&mut self, token: u64, kind: HoldKind) -> bool {
+        match kind {
+            HoldKind::Permit => true,
+            HoldKind::Read => {
+                let accepted = self.highest_write.is_none_or(|w| token >= w);
+                if accepted {
+                    self.highest = self.highest.max(Some(token));
+                }
+                accepted
+            }
+            HoldKind::Exclusive | HoldKind::Write => {
+                let accepted = self.highest.is_none_or(|h| token >= h);
+                if accepted {
+                    self.highest = Some(token);
+                    self.highest_write = Some(token);
+                }
+                accepted
+            }
+        }
+    }
 }
 
 /// The resource and recorder, listening on loopback.
@@ -80,8 +124,13 @@ impl Resource {
                     let Some(client) = client else { continue };
                     self.record(client, at, event);
                 }
-                Message::Write { name, grant, token } => {
-                    let accepted = self.decide(name, grant, token);
+                Message::Write {
+                    name,
+                    grant,
+                    token,
+                    kind,
+                } => {
+                    let accepted = self.decide(name, grant, token, kind);
                     let mut reply =
                         serde_json::to_vec(&WriteReply { accepted }).map_err(std::io::Error::other)?;
                     reply.push(b'\n');
@@ -96,44 +145,49 @@ impl Resource {
         let mut state = self.state();
         match &event {
             ClientEvent::Granted { name, .. } => {
-                state.holders.insert(name.clone(), client);
+                state.holders.entry(name.clone()).or_default().push(client);
                 let last = state.last_grants.entry(name.clone()).or_default();
                 *last = (*last).max(at);
                 state.granted += 1;
             }
             ClientEvent::Lost { .. } | ClientEvent::ReleaseInvoked { .. } => {
-                state.holders.retain(|_, holder| *holder != client);
+                for list in state.holders.values_mut() {
+                    list.retain(|holder| *holder != client);
+                }
             }
             _ => {}
         }
         state.history.events.push(Stamped { at, client, event });
     }
 
-    fn decide(&self, name: String, grant: String, token: Option<u64>) -> bool {
+    fn decide(&self, name: String, grant: String, token: Option<u64>, kind: HoldKind) -> bool {
         let mut state = self.state();
         let accepted = match token {
             None => true,
-            Some(token) => match state.highest.get(&name) {
-                Some(&highest) if token < highest => false,
-                _ => {
-                    state.highest.insert(name.clone(), token);
-                    true
-                }
-            },
+            Some(token) => state
+                .registers
+                .entry(name.clone())
+                .or_default()
+                .decide(token, kind),
         };
         state.history.writes.push(Write {
             at: now(),
             name,
             grant,
             token,
+            kind,
             accepted,
         });
         accepted
     }
 
-    /// The client that holds `name` as far as the history shows.
+    /// The client that holds `name` as far as the history shows (of several holders of a
+    /// semaphore or readers, the one granted last).
     pub fn holder(&self, name: &str) -> Option<u32> {
-        self.state().holders.get(name).copied()
+        self.state()
+            .holders
+            .get(name)
+            .and_then(|list| list.last().copied())
     }
 
     /// The time of the latest grant of `name` (the harness waits for one after each fault).
@@ -148,11 +202,64 @@ impl Resource {
 
     /// Forgets who holds what for the tasks of a client process that was killed.
     pub fn forget_slot(&self, slot: u32) {
-        self.state().holders.retain(|_, holder| slot_of(*holder) != slot);
+        for list in self.state().holders.values_mut() {
+            list.retain(|holder| slot_of(*holder) != slot);
+        }
     }
 
     /// Runs `f` on the history being recorded.
     pub fn with_history<T>(&self, f: impl FnOnce(&mut History) -> T) -> T {
         f(&mut self.state().history)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lock_and_the_write_lock_are_fenced_by_the_highest_token() {
+        for kind in [HoldKind::Exclusive, HoldKind::Write] {
+            let mut register = Register::default();
+            assert!(register.decide(3, kind));
+            assert!(register.decide(3, kind), "the same holder again");
+            assert!(register.decide(5, kind));
+            assert!(!register.decide(4, kind), "a superseded holder");
+        }
+    }
+
+    #[test]
+    fn a_read_is_fenced_by_the_last_write_and_raises_the_bar_for_writes() {
+        let mut register = Register::default();
+        assert!(register.decide(2, HoldKind::Read));
+        assert!(
+            register.decide(1, HoldKind::Read),
+            "readers do not fence each other"
+        );
+        assert!(register.decide(4, HoldKind::Write));
+        assert!(
+            !register.decide(3, HoldKind::Read),
+            "a reader granted before that writer"
+        );
+        assert!(register.decide(6, HoldKind::Read));
+        assert!(
+            register.decide(5, HoldKind::Read),
+            "a reader granted after the writer"
+        );
+        assert!(
+            !register.decide(4, HoldKind::Write),
+            "a writer superseded by a reader"
+        );
+        assert!(register.decide(7, HoldKind::Write));
+    }
+
+    #[test]
+    fn permits_are_not_ordered_by_token() {
+        let mut register = Register::default();
+        assert!(register.decide(9, HoldKind::Permit));
+        assert!(
+            register.decide(8, HoldKind::Permit),
+            "an earlier permit outliving a later one"
+        );
     }
 }

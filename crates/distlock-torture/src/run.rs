@@ -17,6 +17,7 @@ use crate::broken::Breakage;
 use crate::checker::{check, Judgement, Verdict};
 use crate::faults::{schedule, FaultKind, Planned};
 use crate::history::{now, FaultRecord, History};
+use crate::primitive::{is_free, Primitive};
 use crate::resource::Resource;
 use crate::store::{Backend, Store};
 use crate::wire::slot_of;
@@ -72,6 +73,12 @@ pub struct Workload {
     pub long_holds: f64,
     /// Tasks per client process, sharing its `LockClient`.
     pub tasks: u32,
+    /// What every name is: a mutex, a semaphore, a read-write lock.
+    pub primitive: Primitive,
+    /// A semaphore's permits.
+    pub permits: u32,
+    /// The share of a read-write lock's acquisitions that take the read lock.
+    pub read_share: f64,
 }
 
 /// What a run produced.
@@ -87,6 +94,10 @@ pub struct Outcome {
     pub ttl_ms: u128,
     /// The declared fencing (`Monotonic`, `BestEffort`, `None`).
     pub fencing: String,
+    /// What every name was (`mutex`, `semaphore`, `rw`).
+    pub primitive: Primitive,
+    /// A semaphore's permits (with `primitive` `semaphore`).
+    pub permits: Option<u32>,
     /// The breakage, if any.
     pub broken: Option<String>,
     /// The clients and their loop, for people.
@@ -103,8 +114,36 @@ struct Slot {
     url: String,
 }
 
+/// Why a run did not give an outcome.
+#[derive(Debug)]
+pub enum RunError {
+    /// The backend does not offer the run's primitive: nothing was run.
+    NotOffered(String),
+    /// The harness failed.
+    Failed(String),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::NotOffered(why) | RunError::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
+impl From<String> for RunError {
+    fn from(why: String) -> Self {
+        RunError::Failed(why)
+    }
+}
+
 /// Runs `setup` to the end.
-pub async fn run(setup: Setup) -> Result<Outcome, String> {
+///
+/// # Errors
+/// [`RunError::NotOffered`] before any client starts if the backend does not offer
+/// `setup.workload.primitive` (its `Capabilities::offers`); [`RunError::Failed`] if the store,
+/// the resource or a client cannot be started.
+pub async fn run(setup: Setup) -> Result<Outcome, RunError> {
     let backend = setup.backend;
     let store = match &setup.url {
         Some(url) => Store::Url(url.clone()),
@@ -130,6 +169,21 @@ pub async fn run(setup: Setup) -> Result<Outcome, String> {
         .await
         .map_err(|e| format!("cannot open {store_url}: {e}"))?
         .capabilities();
+    let primitive = setup.workload.primitive;
+    if !capabilities.offers(primitive.core()) {
+        return Err(RunError::NotOffered(format!(
+            "{} does not offer {} (Capabilities::offers says no): nothing was run; use another --primitive or backend",
+            backend.name(),
+            match primitive {
+                Primitive::Mutex => "locks",
+                Primitive::Semaphore => "semaphores",
+                Primitive::Rw => "read-write locks",
+            }
+        )));
+    }
+    if primitive == Primitive::Semaphore && setup.workload.permits == 0 {
+        return Err(RunError::Failed("--permits must be at least 1".into()));
+    }
     let hot = format!("torture-{}", uuid::Uuid::new_v4().simple());
     let cold = setup.workload.cold;
     let names: Vec<String> = std::iter::once(hot.clone())
@@ -137,6 +191,7 @@ pub async fn run(setup: Setup) -> Result<Outcome, String> {
         .collect();
 
     let resource = Resource::start().await.map_err(|e| e.to_string())?;
+    let permits = setup.workload.permits;
     let mut slots = Vec::new();
     for _ in 0..setup.clients {
         let (url, proxies) = if proxied {
@@ -174,6 +229,9 @@ pub async fn run(setup: Setup) -> Result<Outcome, String> {
             .args(["--long-holds", &setup.workload.long_holds.to_string()])
             .args(["--hot-share", &setup.workload.hot_share.to_string()])
             .args(["--tasks", &setup.workload.tasks.to_string()])
+            .args(["--primitive", primitive.name()])
+            .args(["--permits", &setup.workload.permits.to_string()])
+            .args(["--read-share", &setup.workload.read_share.to_string()])
             .args([
                 "--short-hold",
                 &format!("{}us", setup.workload.short_hold.as_micros()),
@@ -310,12 +368,9 @@ pub async fn run(setup: Setup) -> Result<Outcome, String> {
     for name in &names {
         let until = Instant::now() + recovery_bound;
         loop {
-            match checker.try_acquire(name.as_str()).await {
-                Ok(Some(guard)) => {
-                    let _ = guard.release().await;
-                    break;
-                }
-                Ok(None) | Err(_) if Instant::now() < until => {
+            match is_free(&checker, primitive, name, permits).await {
+                Ok(true) => break,
+                Ok(false) | Err(_) if Instant::now() < until => {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 _ => {
@@ -337,6 +392,7 @@ pub async fn run(setup: Setup) -> Result<Outcome, String> {
         hot: hot.clone(),
         recovery_bound: u64::try_from(recovery_bound.as_nanos()).unwrap_or(u64::MAX),
         kinds: kinds.iter().map(|k| k.name().to_owned()).collect(),
+        permits,
     };
     let verdict = check(&history, &judgement, &left_held, &crashed);
     drop(store);
@@ -346,10 +402,13 @@ pub async fn run(setup: Setup) -> Result<Outcome, String> {
         seconds,
         ttl_ms: setup.ttl.as_millis(),
         fencing: format!("{:?}", capabilities.fencing),
+        primitive,
+        permits: (primitive == Primitive::Semaphore).then_some(permits),
         broken: setup.broken.map(|b| format!("{b:?}")),
         workload: format!(
-            "{} clients; {:.0}% of acquisitions on the hot lock, the rest on {} cold ones; holds up to {:?}, {:.1}% of them 0.34 to 0.9 TTL",
+            "{} clients; {}; {:.0}% of acquisitions on the hot lock, the rest on {} cold ones; holds up to {:?}, {:.1}% of them 0.34 to 0.9 TTL",
             setup.clients,
+            primitive.describe(permits, setup.workload.read_share),
             setup.workload.hot_share * 100.0,
             setup.workload.cold,
             setup.workload.short_hold,

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::history::{ClientEvent, GrantId, Nanos};
+use crate::history::{ClientEvent, GrantId, HoldKind, Nanos};
 
 /// A line from a client.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -14,11 +14,13 @@ pub enum Message {
     Hello { client: u32 },
     /// Something that happened, stamped by the client.
     Event { at: Nanos, event: ClientEvent },
-    /// A write to the fenced resource: answered with a [`WriteReply`].
+    /// A write to the fenced resource (a reader's: a read): answered with a [`WriteReply`].
     Write {
         name: String,
         grant: GrantId,
         token: Option<u64>,
+        #[serde(default)]
+        kind: HoldKind,
     },
 }
 

@@ -1,7 +1,9 @@
 //! CI's torture runs: every backend for about 30 s (15 s on a fixed seed, then 15 s on a
 //! random seed, printed in the log), which must keep every guarantee the backend declares;
-//! and the deliberately broken backends, which the checker must catch. The runs take turns
-//! (each starts a store and eight client processes on a 2-core machine).
+//! semaphores and read-write locks on Redis (20 s each) and on PostgreSQL (read-write locks,
+//! 20 s), on the fixed seed; and the deliberately broken backends, which the checker must
+//! catch. The runs take turns (each starts a store and eight client processes on a 2-core
+//! machine).
 
 use std::process::Command;
 use std::sync::{Mutex, PoisonError};
@@ -104,6 +106,78 @@ fn zookeeper_ensemble_survives() {
     survives("zookeeper-ensemble");
 }
 
+/// A 20 s run on the fixed seed of `backend` with every name a `primitive` (`semaphore` of 2
+/// permits, `rw` with 70% reads), which must keep every declared guarantee.
+fn survives_as(backend: &str, primitive: &str) {
+    let (code, results) = torture(&[
+        "--backend",
+        backend,
+        "--primitive",
+        primitive,
+        "--duration",
+        "20s",
+        "--seed",
+        FIXED_SEED,
+    ]);
+    assert_eq!(
+        code,
+        Some(0),
+        "{backend} ({primitive}) broke a declared guarantee or the harness failed: {:?}",
+        violations(&results)
+    );
+    assert_eq!(results[0]["primitive"], primitive, "{results}");
+    let acquisitions = results[0]["verdict"]["acquisitions"].as_u64().unwrap_or_default();
+    assert!(
+        acquisitions > 20,
+        "{backend} ({primitive}): only {acquisitions} acquisitions"
+    );
+}
+
+#[test]
+fn redis_semaphores_survive() {
+    survives_as("redis", "semaphore");
+}
+
+#[test]
+fn redis_rw_locks_survive() {
+    survives_as("redis", "rw");
+}
+
+#[test]
+fn postgres_rw_locks_survive() {
+    survives_as("postgres", "rw");
+}
+
+#[test]
+fn a_backend_without_the_primitive_is_refused() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    for (primitive, what) in [("semaphore", "semaphores"), ("rw", "read-write locks")] {
+        let output = Command::new(BINARY)
+            .args([
+                "--backend",
+                "redlock",
+                "--primitive",
+                primitive,
+                "--duration",
+                "5s",
+                "--quiet",
+            ])
+            .output()
+            .expect("the harness runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(&format!("redlock does not offer {what}")),
+            "{stderr}"
+        );
+        assert!(
+            output.stdout.is_empty(),
+            "nothing may run: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+    }
+}
+
 /// The kinds of the findings that break a declared guarantee.
 fn violations(results: &serde_json::Value) -> Vec<String> {
     results[0]["verdict"]["findings"]
@@ -147,4 +221,75 @@ fn the_checker_catches_broken_backends() {
             );
         }
     }
+}
+
+/// The details of the exclusion findings that break a declared guarantee.
+fn exclusions(results: &serde_json::Value) -> Vec<String> {
+    results[0]["verdict"]["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| f["documented"] == false && f["kind"] == "exclusion")
+        .filter_map(|f| f["detail"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn the_checker_catches_broken_semaphores_and_rw_locks() {
+    // One permit too many: three holders of a semaphore of two.
+    let (code, results) = torture(&[
+        "--backend",
+        "sqlite",
+        "--primitive",
+        "semaphore",
+        "--permits",
+        "2",
+        "--duration",
+        "10s",
+        "--seed",
+        FIXED_SEED,
+        "--broken",
+        "over-admit",
+        "--faults",
+        "holder-pause",
+    ]);
+    let found = exclusions(&results);
+    assert_eq!(
+        code,
+        Some(1),
+        "over-admit: the run passed; findings: {:?}",
+        violations(&results)
+    );
+    assert!(
+        found.iter().any(|d| d.contains("3 holders at once")),
+        "over-admit: no three holders of two permits among {found:?}"
+    );
+    // A writer let in as a reader: writers beside readers.
+    let (code, results) = torture(&[
+        "--backend",
+        "sqlite",
+        "--primitive",
+        "rw",
+        "--duration",
+        "10s",
+        "--seed",
+        FIXED_SEED,
+        "--broken",
+        "writer-as-reader",
+        "--faults",
+        "holder-pause",
+    ]);
+    let found = exclusions(&results);
+    assert_eq!(
+        code,
+        Some(1),
+        "writer-as-reader: the run passed; findings: {:?}",
+        violations(&results)
+    );
+    assert!(
+        found
+            .iter()
+            .any(|d| d.contains("a read lock") && d.contains("the write lock")),
+        "writer-as-reader: no writer beside a reader among {found:?}"
+    );
 }
