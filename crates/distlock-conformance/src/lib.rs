@@ -231,6 +231,10 @@ pub const CASES: &[Case] = &[
         c41_timed_out_permit_or_write_leaves_nothing,
         "a permit or write lock whose reply is lost errs in bounded time and strands nothing"
     ),
+    case!(
+        c42_silent_partition_of_a_permit_or_rw_holder,
+        "a silently partitioned permit, read or write holder hears of the loss before anyone gets in"
+    ),
 ];
 
 tokio::task_local! {
@@ -323,6 +327,7 @@ macro_rules! conformance_tests {
             c39_lost_signal_for_each_primitive,
             c40_cancelled_waits_leave_nothing,
             c41_timed_out_permit_or_write_leaves_nothing,
+            c42_silent_partition_of_a_permit_or_rw_holder,
         );
 
         #[test]

@@ -12,7 +12,9 @@ use crate::{
 /// A counting semaphore on the client's store: at most `permits` guards of it are held at once,
 /// by any clients of the store. Built by [`LockClient::semaphore`].
 ///
-/// Each guard holds one permit. It is the same [`LockGuard`] the mutex gives: renewed by the
+/// Each guard holds one permit (taking several at once is not offered yet; several one-permit
+/// guards taken in turn are not a substitute, as two jobs each holding part of what they need
+/// can wait for each other forever). It is the same [`LockGuard`] the mutex gives: renewed by the
 /// client's watchdog, with the lost-lock signal, owner-checked release, release on drop, and a
 /// fencing token where the store fences (greater than that of every earlier permit of this
 /// semaphore). Every holder must agree on `permits`: an attempt that names another count than

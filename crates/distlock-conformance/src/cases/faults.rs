@@ -206,6 +206,110 @@ pub async fn c22_silent_partition_of_a_holder(ctx: Ctx) -> Outcome {
     Outcome::Passed
 }
 
+/// Case 42: Case 22 for the other primitives. A client holds a semaphore's only permit, a read
+/// lock and a write lock, and is silently partitioned from its store; another client then waits
+/// for the permit and for the write lock of each read-write lock. Each hold's lost-lock signal
+/// fires before the other client gets in where it held (one watchdog batch renews all three,
+/// and every kind's renewal is judged by the same clock).
+pub async fn c42_silent_partition_of_a_permit_or_rw_holder(ctx: Ctx) -> Outcome {
+    let caps = ctx.caps().clone();
+    let kinds: Vec<&str> = [
+        (Primitive::Semaphore, "permit"),
+        (Primitive::RwLock, "read"),
+        (Primitive::RwLock, "write"),
+    ]
+    .into_iter()
+    .filter(|(primitive, _)| caps.offers(*primitive))
+    .map(|(_, kind)| kind)
+    .collect();
+    if kinds.is_empty() {
+        return ctx.skip("the backend has neither semaphores nor read-write locks");
+    }
+    let (holder, faults) = match proxied(&ctx).await {
+        Ok(pair) => pair,
+        Err(skip) => return skip,
+    };
+    let op = ctx.fixture().operation_timeout();
+    let opts = AcquireOptions::new().ttl((op * 3).max(ctx.short_ttl()));
+    let names: Vec<LockName> = kinds
+        .iter()
+        .map(|kind| ctx.name(&format!("partition-{kind}")))
+        .collect();
+    let mut guards = Vec::new();
+    for (kind, name) in kinds.iter().zip(&names) {
+        let guard = match *kind {
+            "permit" => {
+                holder
+                    .semaphore(name, 1)
+                    .expect("a semaphore")
+                    .acquire_with(&opts)
+                    .await
+            }
+            "read" => {
+                holder
+                    .rw_lock(name)
+                    .expect("a read-write lock")
+                    .read_with(&opts)
+                    .await
+            }
+            _ => {
+                holder
+                    .rw_lock(name)
+                    .expect("a read-write lock")
+                    .write_with(&opts)
+                    .await
+            }
+        };
+        guards.push(guard.unwrap_or_else(|e| panic!("{kind}: acquired on a healthy network: {e}")));
+    }
+
+    let cut = Instant::now();
+    faults.blackhole();
+    let other = ctx.client().await;
+    let wait = AcquireOptions::new().ttl(LONG_TTL).wait_for(NO_HANG);
+    let others: Vec<_> = kinds
+        .iter()
+        .zip(&names)
+        .map(|(kind, name)| {
+            let (other, name, wait, kind) = (other.clone(), name.clone(), wait.clone(), *kind);
+            tokio::spawn(async move {
+                let guard = match kind {
+                    "permit" => other.semaphore(&name, 1)?.acquire_with(&wait).await,
+                    _ => other.rw_lock(&name)?.write_with(&wait).await,
+                };
+                Ok::<_, Error>((Instant::now(), guard?))
+            })
+        })
+        .collect();
+    let lost: Vec<_> = join_all(guards.iter().map(|guard| async move {
+        let reason = within(NO_HANG, "the partitioned holder hears of the loss", guard.lost()).await;
+        (Instant::now(), reason)
+    }))
+    .await;
+    let mut notes = Vec::new();
+    for ((kind, other), (lost_at, reason)) in kinds.iter().zip(others).zip(lost) {
+        let (acquired_at, other_guard) = within(NO_HANG, "the other client gets in", other)
+            .await
+            .expect("joined")
+            .unwrap_or_else(|e| panic!("{kind}: the other client gets in in the end: {e}"));
+        notes.push(format!(
+            "{kind}: lost signal at {:?} ({reason}), the other client in at {:?}",
+            lost_at - cut,
+            acquired_at - cut
+        ));
+        assert!(
+            lost_at < acquired_at,
+            "{kind}: the lost signal fired {:?} AFTER another client got in: two holders",
+            lost_at - acquired_at
+        );
+        other_guard.release().await.expect("released");
+    }
+    ctx.note(format!("partition at 0: {}", notes.join("; ")));
+    faults.heal();
+    drop(guards);
+    Outcome::Passed
+}
+
 /// Records the instant it is dropped.
 struct StopsAt(Option<tokio::sync::oneshot::Sender<Instant>>);
 

@@ -34,7 +34,7 @@ pub use expiry::{
 pub use faults::{
     c21_timed_out_acquire_leaves_nothing, c22_silent_partition_of_a_holder, c23_slow_store,
     c24_waiters_survive_resets, c25_no_exhaustion_after_timeouts,
-    c41_timed_out_permit_or_write_leaves_nothing,
+    c41_timed_out_permit_or_write_leaves_nothing, c42_silent_partition_of_a_permit_or_rw_holder,
 };
 pub use fencing::c08_fencing_tokens_increase;
 pub use handover::c29_release_hands_over_to_the_next_owner;

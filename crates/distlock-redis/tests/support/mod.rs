@@ -332,13 +332,14 @@ impl Fixture for RedlockFixture {
 /// The conformance cases that put fault proxies in front of the store: they get a cluster of
 /// their own that announces no addresses, so a client behind proxies stays behind them for
 /// every master (see `RedisClusterOptions::proxyable`).
-const FAULT_CASES: [&str; 6] = [
+const FAULT_CASES: [&str; 7] = [
     "c21_timed_out_acquire_leaves_nothing",
     "c22_silent_partition_of_a_holder",
     "c23_slow_store",
     "c24_waiters_survive_resets",
     "c25_no_exhaustion_after_timeouts",
     "c41_timed_out_permit_or_write_leaves_nothing",
+    "c42_silent_partition_of_a_permit_or_rw_holder",
 ];
 
 /// A three-master Redis Cluster under test.
