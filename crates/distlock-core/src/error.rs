@@ -170,6 +170,43 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         matches!(self, Self::Unavailable { .. })
     }
+
+    /// A copy of this error, for a failure that answers several callers at once (a failed
+    /// batch of renewals answers each lease in it): the same variant and message, the source
+    /// kept as its text (errors are not `Clone`).
+    ///
+    /// ```
+    /// use distlock_core::Error;
+    ///
+    /// let error = Error::unavailable("redis", "timed out");
+    /// let copy = error.duplicate();
+    /// assert!(copy.is_transient());
+    /// assert_eq!(copy.to_string(), "redis is unavailable: timed out");
+    /// ```
+    pub fn duplicate(&self) -> Self {
+        match self {
+            Self::Timeout { name, waited } => Self::Timeout {
+                name: name.clone(),
+                waited: *waited,
+            },
+            Self::InvalidName { reason } => Self::invalid_name(reason.clone()),
+            Self::InvalidOptions { reason } => Self::invalid_options(reason.clone()),
+            Self::InvalidConfig { reason } => Self::invalid_config(reason.clone()),
+            Self::Unavailable { backend, source } => Self::unavailable(backend, source.to_string()),
+            Self::NotSupported { backend, what } => Self::NotSupported { backend, what },
+            Self::PermitsMismatch { name, stored, asked } => Self::PermitsMismatch {
+                name: name.clone(),
+                stored: *stored,
+                asked: *asked,
+            },
+            Self::LockLost { name, reason } => Self::LockLost {
+                name: name.clone(),
+                reason: reason.clone(),
+            },
+            Self::InsideAsyncRuntime => Self::InsideAsyncRuntime,
+            Self::Backend { backend, source } => Self::backend(backend, source.to_string()),
+        }
+    }
 }
 
 /// Why a held lock stopped being held, as reported by the lost-lock signal.
@@ -202,6 +239,48 @@ impl std::fmt::Display for LossReason {
             Self::MaxHoldExceeded => f.write_str("the maximum hold time was reached"),
             Self::SessionSuspended => f.write_str("the session holding the lock lost contact with the store"),
             Self::SessionExpired => f.write_str("the store session holding the lock expired"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_duplicate_has_the_same_variant_and_message() {
+        let errors = [
+            Error::Timeout {
+                name: "a".into(),
+                waited: Duration::from_millis(5),
+            },
+            Error::invalid_name("empty"),
+            Error::invalid_options("ttl"),
+            Error::invalid_config("url"),
+            Error::unavailable("redis", "timed out"),
+            Error::NotSupported {
+                backend: "redlock",
+                what: "semaphores",
+            },
+            Error::PermitsMismatch {
+                name: "s".into(),
+                stored: 2,
+                asked: 3,
+            },
+            Error::LockLost {
+                name: "a".into(),
+                reason: LossReason::Expired,
+            },
+            Error::InsideAsyncRuntime,
+            Error::backend("postgres", "syntax"),
+        ];
+        for error in errors {
+            let copy = error.duplicate();
+            assert_eq!(copy.to_string(), error.to_string());
+            assert_eq!(std::mem::discriminant(&copy), std::mem::discriminant(&error));
+            assert_eq!(copy.is_ambiguous(), error.is_ambiguous());
         }
     }
 }

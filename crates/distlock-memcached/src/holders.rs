@@ -34,7 +34,7 @@ use futures::future::join_all;
 
 use crate::holders_item::{self, Admission, Item, Refusal, Side, MAX_HOLDERS};
 use crate::item_rewrite::{Decision, Read, ITEM_LIFETIME_SECS};
-use crate::lock::{same_error, ttl_on_server, MemcachedLock, BACKEND, EXPIRY_SLACK_SECS, EXTEND_BATCH};
+use crate::lock::{ttl_on_server, MemcachedLock, BACKEND, EXPIRY_SLACK_SECS, EXTEND_BATCH};
 use crate::pool::Server;
 
 /// The error past [`MAX_HOLDERS`].
@@ -233,7 +233,7 @@ impl MemcachedLock {
                             )),
                         )
                     })),
-                    Err(e) => out.extend(group.iter().map(|(i, _)| (*i, Err(same_error(&e))))),
+                    Err(e) => out.extend(group.iter().map(|(i, _)| (*i, Err(e.duplicate())))),
                 }
             }
             out

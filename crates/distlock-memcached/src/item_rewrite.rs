@@ -19,9 +19,7 @@ use distlock_core::{Error, Result};
 use tokio::time::Instant;
 
 use crate::holders_item::{Item, MAX_VALUE_LEN};
-use crate::lock::{
-    fence_seed, refused, same_error, unexpected, MemcachedLock, BACKEND, SERVER_MAX_RELATIVE_SECS,
-};
+use crate::lock::{fence_seed, refused, unexpected, MemcachedLock, BACKEND, SERVER_MAX_RELATIVE_SECS};
 use crate::pool::Server;
 use crate::wire::{Batch, Code, Reply};
 
@@ -332,7 +330,7 @@ fn absolute_expiry(now: u64) -> Result<u32> {
 
 fn settle_all<T>(results: &mut [Option<Result<Option<T>>>], which: &[usize], error: &Error) {
     for &i in which {
-        results[i] = Some(Err(same_error(error)));
+        results[i] = Some(Err(error.duplicate()));
     }
 }
 

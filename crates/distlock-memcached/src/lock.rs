@@ -791,7 +791,7 @@ impl MemcachedLock {
             Err(e) => {
                 return prepared
                     .into_iter()
-                    .map(|p| p.and_then(|_| Err(same_error(&e))))
+                    .map(|p| p.and_then(|_| Err(e.duplicate())))
                     .collect()
             }
         };
@@ -800,7 +800,7 @@ impl MemcachedLock {
             .map(|p| match p {
                 // Not sent: the lease's server process is gone, and its lock with it.
                 Ok(_) => Ok(Renewal::Done(None)),
-                Err(e) => Err(same_error(e)),
+                Err(e) => Err(e.duplicate()),
             })
             .collect();
         for pos in sent {
@@ -1036,15 +1036,6 @@ fn item_value(lease: &Lease) -> String {
 /// The owner part of a lock item's value.
 fn owner_of(value: &str) -> &str {
     value.split(' ').next().unwrap_or(value)
-}
-
-/// One error reported for each lease of a failed pipeline (errors are not `Clone`).
-pub(crate) fn same_error(e: &Error) -> Error {
-    match e {
-        Error::Unavailable { .. } => Error::unavailable(BACKEND, e.to_string()),
-        Error::InvalidOptions { reason } => Error::invalid_options(reason.clone()),
-        _ => Error::backend(BACKEND, e.to_string()),
-    }
 }
 
 /// The lease's TTL (rounded up to whole seconds) and the expiry to send (two seconds more).

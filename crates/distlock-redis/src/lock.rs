@@ -794,7 +794,7 @@ async fn extend_pipeline(node: &Node, batch: &[&Renewal], at: Option<&Master>) -
                 ))
             })
             .collect(),
-        Err(e) => batch.iter().map(|_| Err(node::copy_error(&e))).collect(),
+        Err(e) => batch.iter().map(|_| Err(e.duplicate())).collect(),
     }
 }
 

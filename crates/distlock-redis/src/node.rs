@@ -602,16 +602,6 @@ pub(crate) fn detail(e: &Error) -> String {
     }
 }
 
-/// A copy of `e` (errors are not `Clone`): same variant, same message.
-pub(crate) fn copy_error(e: &Error) -> Error {
-    match e {
-        Error::Unavailable { backend, .. } => Error::unavailable(backend, detail(e)),
-        Error::Backend { backend, .. } => Error::backend(backend, detail(e)),
-        Error::InvalidOptions { reason } => Error::invalid_options(reason.clone()),
-        other => Error::backend(BACKEND, other.to_string()),
-    }
-}
-
 /// A reply that should have been an integer.
 pub(crate) fn int_reply(value: &Value) -> Result<i64> {
     match value {

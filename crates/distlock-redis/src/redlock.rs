@@ -611,7 +611,7 @@ impl DistributedLock for Redlock {
                 .iter()
                 .map(|replies| match replies.get(j) {
                     Some(Ok(ours)) => Ok(*ours),
-                    Some(Err(e)) => Err(crate::node::copy_error(e)),
+                    Some(Err(e)) => Err(e.duplicate()),
                     None => Err(Error::backend(BACKEND, "missing reply")),
                 })
                 .collect();

@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use distlock_core::{Error, Lease, Result};
+use distlock_core::{Lease, Result};
 use tokio::time::Instant;
 
 use super::{lock_key, reusable, SqlLock};
@@ -118,17 +118,9 @@ impl SqlLock {
                 let first = first?;
                 match &renewed {
                     Ok(renewed) => Ok(renewed.contains(&first).then(|| lease.renewed(lease.ttl(), sent))),
-                    Err(e) => Err(same_error(e)),
+                    Err(e) => Err(e.duplicate()),
                 }
             })
             .collect()
-    }
-}
-
-/// Another error of the same kind and message as `error`, for each lease of a failed batch.
-fn same_error(error: &Error) -> Error {
-    match error {
-        Error::Unavailable { .. } => Error::unavailable("postgres", error.to_string()),
-        _ => Error::backend("postgres", error.to_string()),
     }
 }
