@@ -2,7 +2,8 @@
 //!
 //! - **Exclusion.** A holder believes it holds from the moment its acquire returned until the
 //!   last moment it affirmed so (a check of its guard, clock read first, before each write,
-//!   and before its release). Of one name: two such intervals of its lock that overlap are two
+//!   and before its release); a grant never affirmed (its guard was lost at the first check)
+//!   believed nothing. Of one name: two such intervals of its lock that overlap are two
 //!   holders at once; a write lock's interval may overlap no other (read or write); more than
 //!   `permits` intervals of a semaphore's permits at one instant are one holder too many (the
 //!   finding names the `permits + 1` holders). Read locks overlap each other freely.
@@ -132,6 +133,11 @@ struct Grant {
     granted: Nanos,
     /// The last moment its holder affirmed holding.
     believed_until: Nanos,
+    /// Whether its holder ever affirmed holding. One that never did found its guard lost at
+    /// its first check, right after the grant was recorded: it believed nothing we can see
+    /// (when its process was stopped between the acquire's return and the recording, the
+    /// grant's time is that of the process's resumption, long after the return).
+    affirmed: bool,
     /// When its holder was first told it had lost the lock, if it was.
     lost_at: Option<Nanos>,
     /// Whether its release found it still held by it.
@@ -181,7 +187,7 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String], cra
 
     // Exclusion: overlapping beliefs per name.
     let mut by_name: BTreeMap<&str, Vec<(&GrantId, &Grant)>> = BTreeMap::new();
-    for (id, grant) in &grants {
+    for (id, grant) in grants.iter().filter(|(_, g)| g.affirmed) {
         by_name.entry(grant.name.as_str()).or_default().push((id, grant));
     }
     let capacity = usize::try_from(judgement.permits.max(1)).unwrap_or(usize::MAX);
@@ -509,6 +515,7 @@ fn grants(history: &History) -> HashMap<GrantId, Grant> {
                         invoked: invoked.get(&stamped.client).copied().unwrap_or(stamped.at),
                         granted: stamped.at,
                         believed_until: stamped.at,
+                        affirmed: false,
                         lost_at: None,
                         released_owned: false,
                         client: stamped.client,
@@ -522,6 +529,7 @@ fn grants(history: &History) -> HashMap<GrantId, Grant> {
             } => {
                 if let Some(g) = grants.get_mut(grant) {
                     g.believed_until = g.believed_until.max(stamped.at);
+                    g.affirmed = true;
                 }
             }
             ClientEvent::ReleaseReturned {
@@ -900,5 +908,42 @@ mod tests {
             kind,
             accepted,
         });
+    }
+
+    #[test]
+    fn a_grant_found_lost_at_its_first_check_believed_nothing() {
+        // A holder stopped between its acquire's return and the recording of the grant: the
+        // grant is recorded when the process runs again, long after its lease ran out, and its
+        // guard says lost at the first check (no affirmation). Two others hold meanwhile.
+        let mut h = History::default();
+        hold_of(&mut h, HoldKind::Permit, 1, "a", 2, (10 * MS, 60 * MS));
+        hold_of(&mut h, HoldKind::Permit, 2, "b", 3, (20 * MS, 60 * MS));
+        h.events.push(ev(
+            40 * MS,
+            3,
+            ClientEvent::Granted {
+                name: "hot".into(),
+                grant: "late".into(),
+                token: Some(1),
+                kind: HoldKind::Permit,
+            },
+        ));
+        h.events.push(ev(
+            40 * MS,
+            3,
+            ClientEvent::Lost {
+                grant: "late".into(),
+                reason: "the lease expired before it was renewed".into(),
+            },
+        ));
+        h.stopped = 100 * MS;
+        let v = check(&h, &judgement(false), &[], &[]);
+        assert_eq!(v.violations().count(), 0, "{:?}", v.findings);
+        // Once it affirms, even at its grant's instant, it is a third holder of two permits.
+        h.events
+            .push(ev(40 * MS, 3, ClientEvent::Affirmed { grant: "late".into() }));
+        let v = check(&h, &judgement(false), &[], &[]);
+        let kinds: Vec<&str> = v.violations().map(|f| f.kind.as_str()).collect();
+        assert_eq!(kinds, ["exclusion"], "{:?}", v.findings);
     }
 }
