@@ -110,3 +110,28 @@ async fn a_renewal_whose_reply_was_lost_does_not_lose_the_lock() {
         .is_none());
     assert!(lock.release(&other).await.expect("works"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_batch_gives_each_lease_the_error_once() {
+    let mut server = support::start_server(distlock_testkit::MemcachedOptions::default()).await;
+    let lock = support::lock(&server.url());
+    let run = OwnerToken::new().to_string();
+    let mut batch = Vec::new();
+    for i in 0..2 {
+        batch.push(take(&lock, &LockName::new(format!("batch-{run}-{i}")).expect("valid")).await);
+    }
+    server.pause().expect("paused");
+    let results = lock.extend_many(&batch).await;
+    server.resume().expect("resumed");
+    assert_eq!(results.len(), 2);
+    for result in results {
+        let error = result.expect_err("the server did not answer");
+        let message = error.to_string();
+        assert!(matches!(error, Error::Unavailable { .. }), "{message}");
+        assert_eq!(
+            message.matches("memcached is unavailable").count(),
+            1,
+            "each lease's error names the store once: {message}"
+        );
+    }
+}
