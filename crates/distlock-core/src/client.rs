@@ -315,13 +315,17 @@ impl LockClient {
                     ReleaseWatch::polling()
                 }
             };
-            // A wait for a semaphore or read-write lock is one waiter on the store, under an id
-            // of its own, withdrawn if the wait ends without a hold.
+            // A wait for a semaphore or read-write lock is one waiter on the store, under the
+            // id its watch is woken by (or one of its own), withdrawn if the wait ends without
+            // a hold.
             let mut withdraw = (kind != LockKind::Exclusive).then(|| Withdraw {
                 lock: self.inner.lock.clone(),
                 name: name.clone(),
                 kind,
-                id: Arc::from(OwnerToken::new().to_string()),
+                id: watch
+                    .waiter()
+                    .cloned()
+                    .unwrap_or_else(|| Arc::from(OwnerToken::new().to_string())),
                 armed: true,
             });
             let mut schedule = WaitSchedule::new(opts, watch.is_notified());
@@ -568,7 +572,8 @@ struct Withdraw {
 
 impl Drop for Withdraw {
     fn drop(&mut self) {
-        if !self.armed || self.kind != LockKind::Write {
+        // Only a waiting writer and a permit's waiter leave records (readers wait unrecorded).
+        if !self.armed || !matches!(self.kind, LockKind::Write | LockKind::Permit { .. }) {
             return;
         }
         if tokio::runtime::Handle::try_current().is_err() {
@@ -577,7 +582,7 @@ impl Drop for Withdraw {
         let (lock, name, kind, id) = (self.lock.clone(), self.name.clone(), self.kind, self.id.clone());
         tokio::spawn(async move {
             if let Err(error) = lock.withdraw(&name, kind, &id).await {
-                tracing::debug!(lock = %name, %error, "distlock: withdrawing a waiting writer failed; its record expires by itself");
+                tracing::debug!(lock = %name, %error, "distlock: withdrawing a waiter failed; its record expires by itself");
             }
         });
     }

@@ -601,10 +601,13 @@ impl DistributedLock for LocallyWoken {
         self.inner.try_acquire_kind(name, kind, owner, ttl, waiter).await
     }
 
-    /// Withdraws the waiting writer and wakes this process's waiting readers.
+    /// Withdraws the waiter; a waiting writer's withdrawal wakes this process's waiting
+    /// readers.
     async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
         self.inner.withdraw(name, kind, waiter).await?;
-        self.waiters_of(kind.primitive()).released_all(name);
+        if kind == LockKind::Write {
+            self.waiters_of(kind.primitive()).released_all(name);
+        }
         Ok(())
     }
 

@@ -234,7 +234,10 @@ pub trait DistributedLock: Send + Sync + fmt::Debug + 'static {
     ///   writer `id` for `stay`, renewed by each attempt of the same wait, and while a waiting
     ///   writer is recorded no *new* reader gets in (readers already in keep their hold until
     ///   they release). A winning attempt removes its own record, and so does
-    ///   [`withdraw`](Self::withdraw). Readers and permits ignore `waiter`.
+    ///   [`withdraw`](Self::withdraw). Readers ignore `waiter`; a permit attempt may queue
+    ///   it, on a store that wakes a semaphore's waiters one at a time (the watch of
+    ///   [`watch_kind`](Self::watch_kind) then names the same waiter), and must take it out of
+    ///   the queue when it wins.
     /// - **Fencing.** Where the store fences, each hold of the object gets a token greater
     ///   than every earlier hold of that object.
     async fn try_acquire_kind(
@@ -257,8 +260,11 @@ pub trait DistributedLock: Send + Sync + fmt::Debug + 'static {
     }
 
     /// Takes the waiter `id` out of whatever [`try_acquire_kind`](Self::try_acquire_kind)
-    /// recorded for it on `name` (a waiting writer), when its wait ends without a hold: readers
-    /// it kept out may come in now instead of after its `stay`. The default does nothing.
+    /// recorded for it on `name` when its wait ends without a hold: a waiting writer (readers
+    /// it kept out may come in now instead of after its `stay`), or a permit's waiter in a store
+    /// whose releases wake the first waiter of a semaphore's queue (if a permit is free, the
+    /// next waiter must be woken in its place). `LockClient` calls it for write and permit
+    /// waits. The default does nothing.
     async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
         let _ = (name, kind, waiter);
         Ok(())

@@ -28,7 +28,9 @@ pub(crate) enum HoldReply {
 }
 
 /// The acquire call of a hold of `kind` (not [`LockKind::Exclusive`]) on `name`. `waiting`
-/// (a waiter id and its stay in ms) is recorded only by a failing [`LockKind::Write`].
+/// (a waiter id and its stay in ms) is recorded by a failing [`LockKind::Write`] (a waiting
+/// writer keeps new readers out) and a failing permit (the semaphore's queue, whose first
+/// waiter a release wakes alone).
 ///
 /// # Errors
 /// [`Error::InvalidOptions`] for a semaphore of zero permits, [`Error::NotSupported`] for
@@ -50,10 +52,13 @@ pub(crate) fn acquire_call(
         }
         LockKind::Permit { permits } => {
             let keys = space.semaphore_keys(name);
+            let (waiter, stay_ms) = waiting.unwrap_or(("", 0));
             args.push(permits.to_string().into_bytes());
+            args.push(waiter.as_bytes().to_vec());
+            args.push(stay_ms.to_string().into_bytes());
             AcquireCall::new(
                 &kind_scripts::ACQUIRE_PERMIT,
-                vec![keys.holders, keys.state],
+                vec![keys.holders, keys.state, keys.waiting],
                 args,
             )
         }
@@ -131,8 +136,8 @@ pub(crate) fn parse_acquire(reply: Value) -> Result<HoldReply> {
     }
 }
 
-/// Releases the hold of `kind` of `owner` on `name`, announcing it on the object's channel:
-/// one round trip. Whether the owner held it (live).
+/// Releases the hold of `kind` of `owner` on `name`, waking the semaphore's first waiter or
+/// announcing it on the object's channel: one round trip. Whether the owner held it (live).
 pub(crate) async fn release(
     node: &Node,
     limit: Duration,
@@ -143,12 +148,17 @@ pub(crate) async fn release(
 ) -> Result<bool> {
     let released: i64 = match kind {
         LockKind::Permit { .. } => {
-            let SemaphoreKeys { holders, channel, .. } = space.semaphore_keys(name);
+            let SemaphoreKeys {
+                holders,
+                waiting,
+                channel,
+                ..
+            } = space.semaphore_keys(name);
             node.script_within(
                 limit,
                 &kind_scripts::RELEASE_MEMBER,
-                &[&holders],
-                &[owner.as_bytes(), &channel, b"each"],
+                &[&holders, &waiting],
+                &[owner.as_bytes(), &channel, b"next"],
             )
             .await?
         }
@@ -222,6 +232,30 @@ pub(crate) async fn withdraw_writer(
         .script(
             &kind_scripts::WITHDRAW_WRITER,
             &[&waiting, &writer],
+            &[waiter.as_bytes(), &channel],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Takes the semaphore waiter `waiter` out of `name`'s queue, waking the next waiter if a
+/// permit is free (it may have been woken and gone without trying): one round trip.
+pub(crate) async fn withdraw_permit_waiter(
+    node: &Node,
+    space: &KeySpace,
+    name: &LockName,
+    waiter: &str,
+) -> Result<()> {
+    let SemaphoreKeys {
+        holders,
+        state,
+        waiting,
+        channel,
+    } = space.semaphore_keys(name);
+    let _: i64 = node
+        .script(
+            &kind_scripts::LEAVE_PERMIT,
+            &[&holders, &state, &waiting],
             &[waiter.as_bytes(), &channel],
         )
         .await?;

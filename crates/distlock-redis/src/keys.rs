@@ -68,6 +68,7 @@ const FENCE_MARK: &[u8] = b"fence:";
 const WAITERS_MARK: &[u8] = b"waiters:";
 const SEMAPHORE_MARK: &[u8] = b"semaphore:";
 const SEMAPHORE_STATE_MARK: &[u8] = b"semaphore-state:";
+const SEMAPHORE_WAITING_MARK: &[u8] = b"semaphore-waiting:";
 const READERS_MARK: &[u8] = b"rw-readers:";
 const WRITER_MARK: &[u8] = b"rw-writer:";
 const WAITING_WRITERS_MARK: &[u8] = b"rw-waiting:";
@@ -106,6 +107,9 @@ pub(crate) struct SemaphoreKeys {
     pub(crate) holders: Vec<u8>,
     /// The permit count of the live holders and the fencing counter (a hash, never expiring).
     pub(crate) state: Vec<u8>,
+    /// The waiters: waiter id -> end of its stay in µs of the server's clock (the mutex's
+    /// queue, see `scripts::ACQUIRE_WAITING`).
+    pub(crate) waiting: Vec<u8>,
     /// The pub/sub channel a release is announced on.
     pub(crate) channel: Vec<u8>,
 }
@@ -177,6 +181,7 @@ impl KeySpace {
         SemaphoreKeys {
             holders: derived(&head, SEMAPHORE_MARK, &lock),
             state: derived(&head, SEMAPHORE_STATE_MARK, &lock),
+            waiting: derived(&head, SEMAPHORE_WAITING_MARK, &lock),
             channel: self.channel(SEMAPHORE_CHANNEL_PREFIX, &lock),
         }
     }
@@ -348,8 +353,8 @@ mod tests {
             let n = LockName::new(name).expect("valid");
             let (m, s, r) = (space.keys(&n), space.semaphore_keys(&n), space.rw_lock_keys(&n));
             let keys = [
-                &m.lock, &m.fence, &m.waiters, &s.holders, &s.state, &r.readers, &r.writer, &r.waiting,
-                &r.fence,
+                &m.lock, &m.fence, &m.waiters, &s.holders, &s.state, &s.waiting, &r.readers, &r.writer,
+                &r.waiting, &r.fence,
             ];
             for (i, a) in keys.iter().enumerate() {
                 assert_eq!(key_slot(a), key_slot(&m.lock), "{name:?} key {i}");
@@ -394,6 +399,7 @@ mod tests {
             WAITERS_MARK,
             SEMAPHORE_MARK,
             SEMAPHORE_STATE_MARK,
+            SEMAPHORE_WAITING_MARK,
             READERS_MARK,
             WRITER_MARK,
             WAITING_WRITERS_MARK,

@@ -25,7 +25,7 @@
 
 use std::sync::LazyLock;
 
-use crate::scripts::LuaScript;
+use crate::scripts::{wake_next_fn, LuaScript};
 
 /// Lua helpers of the hold scripts: `now_ms()`, the server's clock in ms; `live(set, now)`,
 /// which drops the expired members of `set` and counts the rest; `first_score(set)` and
@@ -62,13 +62,17 @@ end
 
 /// Acquire a semaphore permit: drop expired holders; refuse if live holders were admitted
 /// with another count; admit if fewer than `permits` are live (or this owner is already live:
-/// the same attempt sent again), else report the earliest expiry.
+/// the same attempt sent again), taking the waiter (if any) out of the queue, else queue the
+/// waiter (at the back, for its stay, as the mutex's `ACQUIRE_WAITING` does) and report the
+/// earliest expiry.
 ///
-/// `KEYS[1]` holders, `KEYS[2]` state hash (`permits`, `fence`); `ARGV[1]` owner token,
-/// `ARGV[2]` TTL in ms, `ARGV[3]` permits. Replies as the module docs say.
+/// `KEYS[1]` holders, `KEYS[2]` state hash (`permits`, `fence`), `KEYS[3]` waiters;
+/// `ARGV[1]` owner token, `ARGV[2]` TTL in ms, `ARGV[3]` permits, `ARGV[4]` waiter id (empty:
+/// none), `ARGV[5]` its stay in ms. Replies as the module docs say.
 pub(crate) static ACQUIRE_PERMIT: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(concat!(
         hold_fns!(),
+        wake_next_fn!(),
         r"
 local now = now_ms()
 local count = live(KEYS[1], now)
@@ -83,7 +87,17 @@ if count < asked or redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
   redis.call('HSET', KEYS[2], 'permits', asked)
   expire_with_last(KEYS[1])
+  if ARGV[4] ~= '' then
+    redis.call('ZREM', KEYS[3], ARGV[4])
+  end
   return {1, redis.call('HINCRBY', KEYS[2], 'fence', 1)}
+end
+if ARGV[4] ~= '' then
+  local stay = tonumber(ARGV[5])
+  redis.call('ZADD', KEYS[3], now_us() + stay * 1000, ARGV[4])
+  if redis.call('PTTL', KEYS[3]) < stay then
+    redis.call('PEXPIRE', KEYS[3], stay)
+  end
 end
 return {0, first_score(KEYS[1]) - now}
 ",
@@ -154,15 +168,18 @@ return {0, last_score(KEYS[1]) - now}
 });
 
 /// Release a member hold (a permit, a read lock): remove the owner; if its hold was live,
-/// announce it on the channel, for a semaphore (`ARGV[3]` = `each`) on every release, for
-/// readers (`last`) only when no live reader is left (a reader's release can only let a
-/// writer in, and only the last one does).
+/// for a semaphore (`ARGV[3]` = `next`) wake the first waiter of the queue `KEYS[2]` alone
+/// (one permit came free: one waiter can take it), for readers (`last`) announce it on the
+/// channel only when no live reader is left (a reader's release can only let a writer in,
+/// and only the last one does).
 ///
-/// `KEYS[1]` the set; `ARGV[1]` owner token, `ARGV[2]` channel, `ARGV[3]` `each` or `last`.
-/// Returns 1 if the owner held a live member, 0 otherwise (an expired member is removed too).
+/// `KEYS[1]` the set, `KEYS[2]` the semaphore's waiters (readers: unused); `ARGV[1]` owner
+/// token, `ARGV[2]` channel, `ARGV[3]` `next` or `last`. Returns 1 if the owner held a live
+/// member, 0 otherwise (an expired member is removed too).
 pub(crate) static RELEASE_MEMBER: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(concat!(
         hold_fns!(),
+        wake_next_fn!(),
         r"
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not score then
@@ -173,10 +190,33 @@ local now = now_ms()
 if tonumber(score) <= now then
   return 0
 end
-if ARGV[3] == 'each' or live(KEYS[1], now) == 0 then
+if ARGV[3] == 'next' then
+  wake_next(KEYS[2], ARGV[2])
+elseif live(KEYS[1], now) == 0 then
   redis.call(distlock_publish, ARGV[2], 'released')
 end
 return 1
+",
+    ))
+});
+
+/// A semaphore's waiter leaves the queue (its wait ended without a permit); if a permit is
+/// free, it may have been woken without trying, so the next waiter is woken in its place.
+///
+/// `KEYS[1]` holders, `KEYS[2]` state hash, `KEYS[3]` waiters; `ARGV[1]` waiter id,
+/// `ARGV[2]` channel.
+pub(crate) static LEAVE_PERMIT: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(concat!(
+        hold_fns!(),
+        wake_next_fn!(),
+        r"
+redis.call('ZREM', KEYS[3], ARGV[1])
+local count = live(KEYS[1], now_ms())
+local permits = tonumber(redis.call('HGET', KEYS[2], 'permits'))
+if count == 0 or (permits and count < permits) then
+  wake_next(KEYS[3], ARGV[2])
+end
+return 0
 ",
     ))
 });

@@ -72,23 +72,31 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// - **permit**: drop the expired holders (`ZREMRANGEBYSCORE`); if holders are live and
 ///   `permits` differs from theirs, refuse ([`Error::PermitsMismatch`], nothing changed); if
 ///   fewer than `permits` are live, add the owner with its expiry, store `permits`, `HINCRBY`
-///   the counter; else report the earliest expiry.
+///   the counter (and take the waiter, if any, out of the semaphore's queue); else queue the
+///   waiter, if any, as the mutex's are queued, and report the earliest expiry.
 /// - **read**: drop expired readers and waiting writers; refused while a writer holds (its
 ///   `PTTL`) or a waiting writer is recorded (the end of the last record); else join.
 /// - **write**: win if no live reader and no writer (taking the waiter's own record out);
 ///   else record the waiter, if any, until now + its stay, and report the writer's `PTTL` or
 ///   the last reader's expiry.
 /// - **release** (owner-checked, by kind, name and owner alone): remove a live member, or
-///   compare-and-delete the writer, and publish on the object's channel (for readers only
-///   when the last one left: only that can let a writer in). **extend**: move a live member's
-///   expiry (`ZADD XX`), or compare-and-`PEXPIRE` the writer. **withdraw**: remove the
-///   waiting writer's record, publishing if no writer holds and none waits any more.
+///   compare-and-delete the writer; a permit's release wakes the first waiter of the
+///   semaphore's queue alone (`wake:<waiter>`: one permit came free, one waiter can take it),
+///   a read-write lock's publishes on the object's channel (for readers only when the last
+///   one left: only that can let a writer in). **extend**: move a live member's expiry
+///   (`ZADD XX`), or compare-and-`PEXPIRE` the writer. **withdraw**: a semaphore's waiter
+///   leaves the queue, waking the next waiter if a permit is free (it may have been woken and
+///   gone without trying); a waiting writer's record goes, publishing if no writer holds and
+///   none waits any more.
 ///
-/// A release wakes every waiter of the object (they all try once; most find it held again),
-/// not the first of a queue as for the mutex: with several permits or readers, which waiters
-/// can get in depends on what they ask for, and the herd is small for the usual permit
-/// counts. Expiries publish nothing: waiters wake at the expiry a refused attempt reported,
-/// and re-check at the safety net as for the mutex.
+/// A read-write lock's release wakes every waiter of the object (they all try once; those
+/// that cannot get in find it held again), not the first of a queue: a writer's release can
+/// let every waiting reader in, or one writer, depending on what each asks for. Expiries
+/// publish nothing: waiters wake at the expiry a refused attempt reported, and re-check at
+/// the safety net as for the mutex. Clients of versions before the semaphore's queue share
+/// its keys but not its wakes: their releases wake every waiter, and their waiters are not
+/// woken by the releases of newer clients but at their safety-net re-check or the holders'
+/// expiry.
 ///
 /// # Waking one waiter
 ///
@@ -953,7 +961,8 @@ impl DistributedLock for RedisLock {
 
     /// One attempt at a permit, a read or the write lock: one round trip (one script; with
     /// replica acknowledgement, the `WAIT` rides in the same pipeline, as for `try_acquire`).
-    /// A failing write attempt with `waiter` records the waiting writer in the same script.
+    /// A failing write attempt with `waiter` records the waiting writer in the same script; a
+    /// failing permit attempt queues the waiter in the semaphore's queue.
     /// The mutex ([`LockKind::Exclusive`]) goes to `try_acquire`.
     async fn try_acquire_kind(
         &self,
@@ -998,19 +1007,24 @@ impl DistributedLock for RedisLock {
     }
 
     /// One round trip for a waiting writer (its record goes; if no writer holds and no other
-    /// writer waits, readers are told); nothing for other kinds.
+    /// writer waits, readers are told) and for a semaphore's waiter (it leaves the queue; if a
+    /// permit is free, the next waiter is woken in its place); nothing for readers.
     async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
-        if kind != LockKind::Write {
-            return Ok(());
+        let (node, space) = (&self.inner.node, &self.inner.keys);
+        match kind {
+            LockKind::Write => holds::withdraw_writer(node, space, name, waiter).await,
+            LockKind::Permit { .. } => holds::withdraw_permit_waiter(node, space, name, waiter).await,
+            _ => Ok(()),
         }
-        holds::withdraw_writer(&self.inner.node, &self.inner.keys, name, waiter).await
     }
 
     /// Subscribes to the object's release channel on this client's one pub/sub connection
-    /// (0 round trips if already subscribed, else 1): every release of a permit, of the write
-    /// lock, of the last reader and every withdrawal of the last waiting writer wakes every
-    /// watch of the object. The waiters' safety-net re-check and their wake-up at the
-    /// holders' expiry (which announces nothing) stay, as for the mutex.
+    /// (0 round trips if already subscribed, else 1). A semaphore's waiter is woken alone
+    /// (`wake:<waiter>`) when a released permit is its to take: the release wakes the first
+    /// waiter of the semaphore's queue. A release of the write lock, of the last reader and a
+    /// withdrawal of the last waiting writer wake every watch of the read-write lock (which of
+    /// them can get in depends on what each asks for). The waiters' safety-net re-check and
+    /// their wake-up at the holders' expiry (which announces nothing) stay, as for the mutex.
     async fn watch_kind(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
         if primitive == Primitive::Mutex {
             return self.watch(name).await;
@@ -1021,6 +1035,15 @@ impl DistributedLock for RedisLock {
         let Some(channel) = holds::channel(&self.inner.keys, name, primitive) else {
             return Ok(ReleaseWatch::polling());
         };
+        if primitive == Primitive::Semaphore {
+            let waiter: Arc<str> = format!("{:016x}", rand::random::<u64>()).into();
+            let (rx, keep) = self
+                .inner
+                .subscriber
+                .watch_as_waiter(&channel, waiter.clone())
+                .await?;
+            return Ok(ReleaseWatch::for_waiter(rx, keep, waiter));
+        }
         let (rx, keep) = self.inner.subscriber.watch(&channel).await?;
         Ok(ReleaseWatch::notified(rx, keep))
     }

@@ -140,6 +140,7 @@ end
 "
     };
 }
+pub(crate) use wake_next_fn;
 
 /// Acquire by a waiter: as [`ACQUIRE`], and if the lock is held, queue the waiter (at the
 /// back, for its stay), else take it out of the queue.

@@ -43,8 +43,8 @@
 //!   watches stay open meanwhile (their waiters keep their safety-net poll).
 //! - A watch may belong to one waiter ([`watch_as_waiter`](Subscriber::watch_as_waiter)): a
 //!   message `wake:<waiter id>` wakes only that waiter, any other message every watch of the
-//!   channel (a resubscription too). A plain [`watch`](Subscriber::watch) (the semaphores' and
-//!   read-write locks' waiters) wakes on every message naming no waiter.
+//!   channel (a resubscription too). A plain [`watch`](Subscriber::watch) (the read-write locks'
+//!   waiters) wakes on every message naming no waiter.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};

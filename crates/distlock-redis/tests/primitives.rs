@@ -991,3 +991,110 @@ async fn capabilities_and_redlock_offering_neither() {
     assert!(matches!(client.rw_lock(&x), Err(Error::NotSupported { .. })));
     drop(servers);
 }
+
+/// A client of its own waiting for a permit of the one-permit semaphore `sem`.
+async fn spawn_permit_waiter(
+    url: &str,
+    sem: &LockName,
+    opts: &AcquireOptions,
+) -> tokio::task::JoinHandle<(distlock_core::LockGuard, Instant)> {
+    let client = LockClient::new(connect(url).await);
+    let (sem, opts) = (sem.clone(), opts.clone());
+    tokio::spawn(async move {
+        let guard = client
+            .semaphore(&sem, 1)
+            .expect("a semaphore")
+            .acquire_with(&opts)
+            .await
+            .expect("the waiter gets the permit");
+        (guard, Instant::now())
+    })
+}
+
+/// A permit's release wakes the one waiter that can take it, not every waiter of the
+/// semaphore: with six clients waiting for the one permit (their safety-net re-check 20 s
+/// away), a release is followed by at most one attempt besides the winner's, and each later
+/// release hands the permit on within a few seconds. No wake is lost, also not to the three
+/// waiters that queued first and gave up before the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_release_wakes_one_waiter() {
+    const WAITERS: usize = 6;
+    let server = support::start_server().await;
+    let url = server.url();
+    let sem = name("wake-one");
+    let holder = LockClient::new(connect(&url).await);
+    let first = holder
+        .semaphore(&sem, 1)
+        .expect("a semaphore")
+        .acquire_with(&AcquireOptions::new().ttl(LONG))
+        .await
+        .expect("acquired");
+    let opts = AcquireOptions::new()
+        .ttl(LONG)
+        .wait_for(Duration::from_secs(120))
+        .poll_interval(Duration::from_millis(10), Duration::from_secs(5));
+    let settle = || async {
+        // Every waiter asleep: no script runs for a while.
+        let mut last = script_calls(&url).await.0;
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let now = script_calls(&url).await.0;
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+    };
+    let mut gave_up = Vec::new();
+    for _ in 0..3 {
+        gave_up.push(spawn_permit_waiter(&url, &sem, &opts).await);
+    }
+    settle().await;
+    let mut waiters = Vec::new();
+    for _ in 0..WAITERS {
+        waiters.push(spawn_permit_waiter(&url, &sem, &opts).await);
+    }
+    settle().await;
+    for waiter in &gave_up {
+        waiter.abort();
+    }
+    settle().await;
+    let before = script_calls(&url).await.0;
+    assert!(first.release().await.expect("released"));
+    let mut current = None;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while current.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "no waiter got the released permit within 3 s"
+        );
+        if let Some(i) = waiters.iter().position(|w| w.is_finished()) {
+            current = Some(waiters.swap_remove(i).await.expect("joined").0);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The release's script, the winner's attempt, and at most one more.
+    let scripts = script_calls(&url).await.0 - before;
+    println!("a release with {WAITERS} waiters ran {scripts} scripts (the release's included)");
+    assert!(
+        scripts <= 3,
+        "a release with {WAITERS} waiters ran {scripts} scripts: it woke more waiters than can win"
+    );
+    while !waiters.is_empty() {
+        let released = Instant::now();
+        assert!(current.take().expect("held").release().await.expect("released"));
+        loop {
+            assert!(
+                released.elapsed() < Duration::from_secs(3),
+                "the next waiter did not get the permit within 3 s (a lost wake)"
+            );
+            if let Some(i) = waiters.iter().position(|w| w.is_finished()) {
+                current = Some(waiters.swap_remove(i).await.expect("joined").0);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    assert!(current.take().expect("held").release().await.expect("released"));
+}
