@@ -5,7 +5,8 @@
 //!   masters) vs two `PING`s;
 //! - handoff latency (release -> the waiter holds it) with notifications vs polling, and vs
 //!   two `PING`s under the same conditions (threads idle for 3 ms first);
-//! - throughput of one hot lock with 16 contending clients;
+//! - throughput of one hot lock with 16 contending clients, and of one hot semaphore of 2
+//!   permits (per permit, as a ratio of the hot lock's time per acquisition);
 //! - renewing 1,000 held locks with one `extend_many`, vs 1,000 single `extend`s.
 //!
 //! `cargo bench -p distlock-redis --bench redis` (about 2 s of measurement per benchmark).
@@ -267,12 +268,25 @@ fn hot_lock(c: &mut Criterion, setup: &Setup) {
         .warm_up_time(Duration::from_millis(500))
         .sample_size(10)
         .throughput(Throughput::Elements(1));
-    for (label, key, clients) in [
-        ("16 contenders, per acquisition", "hot lock", clients),
+    // (label, key of the mean, clients, the semaphore's permits or None for the lock)
+    for (label, key, clients, permits) in [
+        (
+            "16 contenders, per acquisition",
+            "hot lock",
+            clients.clone(),
+            None,
+        ),
         (
             "16 contenders, Redlock over 3 masters, per acquisition",
             "hot lock redlock",
             redlock_clients,
+            None,
+        ),
+        (
+            "16 contenders, semaphore of 2 permits, per permit",
+            "hot semaphore",
+            clients,
+            Some(2),
         ),
     ] {
         let lock_name = name("hot");
@@ -294,8 +308,15 @@ fn hot_lock(c: &mut Criterion, setup: &Setup) {
                                 (remaining.clone(), lock_name.clone(), opts.clone());
                             tokio::spawn(async move {
                                 while remaining.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) > 0 {
-                                    let guard =
-                                        client.acquire_with(&lock_name, &opts).await.expect("acquired");
+                                    let guard = match permits {
+                                        None => client.acquire_with(&lock_name, &opts).await,
+                                        Some(permits) => {
+                                            let semaphore =
+                                                client.semaphore(&lock_name, permits).expect("a semaphore");
+                                            semaphore.acquire_with(&opts).await
+                                        }
+                                    }
+                                    .expect("acquired");
                                     black_box(guard.fencing_token());
                                     assert!(guard.release().await.expect("works"));
                                 }
@@ -389,6 +410,7 @@ fn summary() {
     let notified = mean("handoff notification");
     let polled = mean("handoff polling");
     let hot = mean("hot lock");
+    let hot_semaphore = mean("hot semaphore");
     let many = mean("renew extend_many");
     let sequential = mean("renew sequential");
     println!();
@@ -425,6 +447,14 @@ fn summary() {
             "hot lock, 16 contenders:              {}/acquisition = {:.0} acquisitions/s",
             show(Some(hot)),
             1.0 / hot.as_secs_f64()
+        );
+    }
+    if let Some(permit) = hot_semaphore {
+        println!(
+            "hot semaphore (2 permits), 16 contenders: {}/permit = {:.0} permits/s = {} of the hot lock's time",
+            show(Some(permit)),
+            1.0 / permit.as_secs_f64(),
+            ratio(hot_semaphore, hot)
         );
     }
     println!(
