@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use distlock_core::{
     AcquireOptions, DistributedLock, Error, LockClient, LockKind, LockName, OwnerToken, Primitive,
-    TryAcquire, Woke,
+    ReleaseWatch, TryAcquire, Woke,
 };
 use distlock_redis::RedisLock;
 use distlock_testkit::{RedisCluster, RedisClusterOptions};
@@ -58,6 +58,23 @@ async fn shard_subscribers(cluster: &RedisCluster, master: usize, channel: &[u8]
         .await
         .expect("PUBSUB SHARDNUMSUB");
     n
+}
+
+/// Queues `watch`'s waiter for a permit of the one-permit semaphore `name`, which is held: a
+/// permit's release wakes the first waiter of the semaphore's queue alone.
+async fn queue_for_permit(waiter: &RedisLock, name: &LockName, watch: &ReleaseWatch) {
+    let id = watch.waiter().expect("a semaphore waiter's watch names it");
+    let attempt = waiter
+        .try_acquire_kind(
+            name,
+            LockKind::Permit { permits: 1 },
+            OwnerToken::new(),
+            Duration::from_secs(10),
+            Some((&**id, Duration::from_secs(30))),
+        )
+        .await
+        .expect("attempt");
+    assert!(matches!(attempt, TryAcquire::Held(_)), "the permit is held");
 }
 
 /// A release wakes a waiter through `SSUBSCRIBE` on the master of its lock's slot, for locks
@@ -118,6 +135,8 @@ async fn releases_wake_waiters_through_sharded_pubsub_on_each_master() {
         .watch_kind(&name, Primitive::Semaphore)
         .await
         .expect("watch");
+    // A permit's release wakes the first waiter of the semaphore's queue: this one, queued.
+    queue_for_permit(&waiter, &name, &watch).await;
     assert!(holder.release(&permit).await.expect("release"));
     assert_eq!(
         watch.wait(Duration::from_secs(2)).await,
@@ -523,6 +542,7 @@ async fn subscriptions_follow_a_moved_slot_and_survive_a_killed_master() {
         "gone from the old one"
     );
     let permit = take(moving.clone()).await;
+    queue_for_permit(&waiter, &moving, &watch).await;
     assert!(holder.release(&permit).await.expect("release"));
     assert_eq!(
         watch.wait(Duration::from_secs(2)).await,
@@ -548,6 +568,7 @@ async fn subscriptions_follow_a_moved_slot_and_survive_a_killed_master() {
     // the watches once.
     let _ = staying_watch.wait(Duration::from_secs(5)).await;
     let permit = take(staying.clone()).await;
+    queue_for_permit(&waiter, &staying, &staying_watch).await;
     assert!(holder.release(&permit).await.expect("release"));
     assert_eq!(
         staying_watch.wait(Duration::from_secs(5)).await,
@@ -567,6 +588,7 @@ async fn subscriptions_follow_a_moved_slot_and_survive_a_killed_master() {
         .await
         .expect("watch");
     let permit = take(back.clone()).await;
+    queue_for_permit(&waiter, &back, &back_watch).await;
     assert!(holder.release(&permit).await.expect("release"));
     assert_eq!(
         back_watch.wait(Duration::from_secs(5)).await,
