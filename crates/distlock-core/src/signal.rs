@@ -153,6 +153,8 @@ impl LostSignal {
             if let Some(reason) = self.lost_reason() {
                 return HoldEnd::Lost(reason);
             }
+            #[cfg(test)]
+            tests::between_looks();
             let mut released = false;
             for rx in &mut rxs {
                 let status = rx.borrow_and_update().clone();
@@ -207,5 +209,63 @@ impl fmt::Debug for LostSignal {
             .field("lost", &self.is_lost())
             .field("ended", &self.is_ended())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::hold::HoldOptions;
+    use crate::meter::Meter;
+    use crate::{Lease, LockKind, LockName, OwnerToken};
+
+    thread_local! {
+        /// Run once where [`LostSignal::until`] has looked at its holds and not yet waited.
+        static BETWEEN_LOOKS: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
+    }
+
+    pub(super) fn between_looks() {
+        if let Some(hook) = BETWEEN_LOOKS.with(|hook| hook.borrow_mut().take()) {
+            hook();
+        }
+    }
+
+    fn hold(id: u64) -> Arc<Hold> {
+        let name = LockName::new("signal").expect("valid");
+        let lease = Lease::new(name.clone(), OwnerToken::new(), Duration::from_secs(30), Instant::now());
+        let options = HoldOptions {
+            auto_renew: false,
+            max_hold: None,
+            safety_margin: None,
+        };
+        Arc::new(Hold::new(id, lease, options, None, Meter::new("memory").hold(&name, LockKind::Exclusive)))
+    }
+
+    /// The watchdog marks a hold lost from another task at any moment, also while a waiter of
+    /// the signal is between its looks at the hold: the waiter must still wake at once, not at
+    /// the lease's deadline (30 s away here).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_loss_while_the_signal_looks_is_seen() {
+        for (stop, wait) in [("lost", 0), ("ended", 1), ("lost_or_suspended", 2)] {
+            let held = hold(1);
+            let signal = LostSignal::new(held.clone());
+            BETWEEN_LOOKS.with(|hook| {
+                *hook.borrow_mut() = Some(Box::new(move || held.lose(LossReason::NotOwned)));
+            });
+            let end = async {
+                match wait {
+                    0 => HoldEnd::Lost(signal.lost().await),
+                    1 => signal.ended().await,
+                    _ => HoldEnd::Lost(signal.lost_or_suspended().await),
+                }
+            };
+            let end = tokio::time::timeout(Duration::from_secs(5), end).await;
+            assert_eq!(end.ok(), Some(HoldEnd::Lost(LossReason::NotOwned)), "{stop}");
+        }
     }
 }
