@@ -150,14 +150,18 @@ impl LostSignal {
     async fn until(&self, stop: impl Fn(&Status) -> bool) -> HoldEnd {
         let mut rxs: Vec<_> = self.holds.iter().map(|(_, rx)| rx.clone()).collect();
         loop {
+            // Each status is marked seen before the loss check reads it: a loss marked after
+            // the mark wakes `changed` below, one marked before is seen by the check.
+            let statuses: Vec<Status> = rxs.iter_mut().map(|rx| rx.borrow_and_update().clone()).collect();
+            #[cfg(test)]
+            tests::between_looks();
             if let Some(reason) = self.lost_reason() {
                 return HoldEnd::Lost(reason);
             }
             #[cfg(test)]
             tests::between_looks();
             let mut released = false;
-            for rx in &mut rxs {
-                let status = rx.borrow_and_update().clone();
+            for status in statuses {
                 if stop(&status) {
                     return match status {
                         Status::Suspended => HoldEnd::Lost(LossReason::SessionSuspended),
@@ -224,26 +228,52 @@ mod tests {
     use crate::meter::Meter;
     use crate::{Lease, LockKind, LockName, OwnerToken};
 
+    /// What to run, and how many of the looking points to pass first.
+    type Hook = (usize, Box<dyn FnOnce()>);
+
     thread_local! {
-        /// Run once where [`LostSignal::until`] has looked at its holds and not yet waited.
-        static BETWEEN_LOOKS: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
+        /// Run once, at the given one of the points where [`LostSignal::until`] has begun to
+        /// look at its holds and not yet waited (the first is 0).
+        static BETWEEN_LOOKS: RefCell<Option<Hook>> = RefCell::new(None);
     }
 
     pub(super) fn between_looks() {
-        if let Some(hook) = BETWEEN_LOOKS.with(|hook| hook.borrow_mut().take()) {
-            hook();
+        let due = BETWEEN_LOOKS.with(|hook| {
+            let mut hook = hook.borrow_mut();
+            match hook.as_mut() {
+                Some((0, _)) => hook.take().map(|(_, run)| run),
+                Some((points, _)) => {
+                    *points -= 1;
+                    None
+                }
+                None => None,
+            }
+        });
+        if let Some(run) = due {
+            run();
         }
     }
 
     fn hold(id: u64) -> Arc<Hold> {
         let name = LockName::new("signal").expect("valid");
-        let lease = Lease::new(name.clone(), OwnerToken::new(), Duration::from_secs(30), Instant::now());
+        let lease = Lease::new(
+            name.clone(),
+            OwnerToken::new(),
+            Duration::from_secs(30),
+            Instant::now(),
+        );
         let options = HoldOptions {
             auto_renew: false,
             max_hold: None,
             safety_margin: None,
         };
-        Arc::new(Hold::new(id, lease, options, None, Meter::new("memory").hold(&name, LockKind::Exclusive)))
+        Arc::new(Hold::new(
+            id,
+            lease,
+            options,
+            None,
+            Meter::new("memory").hold(&name, LockKind::Exclusive),
+        ))
     }
 
     /// The watchdog marks a hold lost from another task at any moment, also while a waiter of
@@ -251,11 +281,13 @@ mod tests {
     /// the lease's deadline (30 s away here).
     #[tokio::test(flavor = "current_thread")]
     async fn a_loss_while_the_signal_looks_is_seen() {
-        for (stop, wait) in [("lost", 0), ("ended", 1), ("lost_or_suspended", 2)] {
+        for (point, (stop, wait)) in (0..2)
+            .flat_map(|point| [("lost", 0), ("ended", 1), ("lost_or_suspended", 2)].map(|wait| (point, wait)))
+        {
             let held = hold(1);
             let signal = LostSignal::new(held.clone());
             BETWEEN_LOOKS.with(|hook| {
-                *hook.borrow_mut() = Some(Box::new(move || held.lose(LossReason::NotOwned)));
+                *hook.borrow_mut() = Some((point, Box::new(move || held.lose(LossReason::NotOwned))));
             });
             let end = async {
                 match wait {
@@ -265,7 +297,12 @@ mod tests {
                 }
             };
             let end = tokio::time::timeout(Duration::from_secs(5), end).await;
-            assert_eq!(end.ok(), Some(HoldEnd::Lost(LossReason::NotOwned)), "{stop}");
+            assert_eq!(
+                end.ok(),
+                Some(HoldEnd::Lost(LossReason::NotOwned)),
+                "{stop} at {point}"
+            );
+            BETWEEN_LOOKS.with(|hook| assert!(hook.borrow().is_none(), "the loss was marked"));
         }
     }
 }
