@@ -2,7 +2,8 @@
 //! before its safety-net poll; a release of a mutex wakes the first queued waiter of that name
 //! only, a woken waiter that goes without trying passes the wake on, and a waiter that gave up
 //! or died takes no wake with it; and a wait that began before the server restarted is still
-//! woken by a release after the restart (the listening connection connects and listens again).
+//! woken by a release after the restart (the listening connection connects and listens again),
+//! as is a wait whose listening connection went silent without breaking.
 #![cfg(feature = "postgres")]
 
 use std::time::{Duration, Instant};
@@ -314,4 +315,40 @@ async fn a_release_sees_a_waiter_queued_while_it_waited_for_the_row() {
         "the release woke the waiter queued while it waited"
     );
     admin.close().await;
+}
+
+/// The listening connection goes silent without breaking (its backend is frozen: a stateful
+/// firewall that forgot the connection, a paused server process): no notification, no reply,
+/// no error. The listener's keepalive finds it silent, listens on a new connection and wakes
+/// every waiter, so a release during the silence hands over long before the waiters' safety
+/// net (80 s here; the wait gives up after 60 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_listening_connection_is_replaced_and_its_waiters_woken() {
+    let server = support::own_server().await;
+    let url = server.url();
+    let holder = LockClient::new(support::client(&url).await.expect("connects"));
+    let waiter = LockClient::new(support::client(&url).await.expect("connects"));
+    let guard = holder
+        .acquire_with("notify-silent", &waiting())
+        .await
+        .expect("acquired");
+    let woken = wait_for(waiter, "notify-silent");
+    tokio::time::sleep(Duration::from_millis(500)).await; // the waiter tried and listens
+
+    let listening = server
+        .sql("SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")
+        .expect("psql");
+    let pid: u32 = listening
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("one listening backend, found {listening:?}"));
+    let paused = server.pause_backend(pid).expect("the listener's backend freezes");
+    let released = Instant::now();
+    assert!(guard.release().await.expect("released"));
+    let at = tokio::time::timeout(Duration::from_secs(15), woken)
+        .await
+        .expect("the silent listener is replaced and the waiter woken, not left to its 80 s poll")
+        .expect("joined");
+    println!("handoff past a silent listener: {:?}", at - released);
+    drop(paused);
 }

@@ -64,7 +64,9 @@ pub use error::HarnessError;
 pub use mariadb::{MariaDbOptions, MariaDbServer, MARIADB_DATABASE, MARIADB_PASSWORD, MARIADB_USER};
 pub use memcached::{MemcachedOptions, MemcachedServer};
 pub use port::free_port;
-pub use postgres::{PostgresOptions, PostgresServer, POSTGRES_DATABASE, POSTGRES_PASSWORD, POSTGRES_USER};
+pub use postgres::{
+    PausedBackend, PostgresOptions, PostgresServer, POSTGRES_DATABASE, POSTGRES_PASSWORD, POSTGRES_USER,
+};
 pub use process::ServerProcess;
 pub use proxy::{Direction, FaultProxies, FaultProxy, Traffic};
 pub use redis::{RedisOptions, RedisServer};

@@ -16,7 +16,9 @@ use tempfile::TempDir;
 use crate::client_run::run_bounded;
 use crate::port::{free_port, retry_if_port_taken};
 use crate::probe::loopback;
-use crate::process::{delegate_process_controls, run_setup_command_as, Launch, ProcessSpec};
+use crate::process::{
+    delegate_process_controls, parent_pid, process_state, run_setup_command_as, Launch, ProcessSpec,
+};
 use crate::sys::{self, Signal};
 use crate::{temp_dir, HarnessError, ServerProcess};
 
@@ -234,6 +236,49 @@ impl PostgresServer {
         )
     }
 
+    /// Freezes one backend of this server (SIGSTOP), `pid` as `pg_stat_activity.pid` or
+    /// `pg_backend_pid()` gives it: its client's connection stays open but hears nothing
+    /// more, as behind a silent partition, while every other session works on. The backend
+    /// thaws (SIGCONT) when the returned value is dropped. A `pid` that is not a child of this
+    /// server's postmaster is refused.
+    ///
+    /// ```no_run
+    /// use distlock_testkit::PostgresServer;
+    ///
+    /// let pg = PostgresServer::start().expect("start postgres");
+    /// let pid: u32 = pg
+    ///     .sql("SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN%'")
+    ///     .expect("psql")
+    ///     .trim()
+    ///     .parse()
+    ///     .expect("one listening backend");
+    /// let paused = pg.pause_backend(pid).expect("paused");
+    /// // ... its client hears nothing now ...
+    /// drop(paused); // thawed
+    /// ```
+    pub fn pause_backend(&self, pid: u32) -> Result<PausedBackend, HarnessError> {
+        let postmaster = self.process.pid();
+        if postmaster.is_none() || parent_pid(pid) != postmaster {
+            return Err(HarnessError::Other(format!(
+                "process {pid} is not a backend of the PostgreSQL server on port {}",
+                self.port
+            )));
+        }
+        sys::send_signal(pid, Signal::Stop)
+            .map_err(|e| HarnessError::io(format!("sending SIGSTOP to backend {pid}"), e))?;
+        let paused = PausedBackend { pid };
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while process_state(pid) != Some('T') {
+            if std::time::Instant::now() >= deadline {
+                return Err(HarnessError::Other(format!(
+                    "backend {pid} was not stopped after 5 s"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(paused)
+    }
+
     /// The server process and its controls.
     pub fn process(&self) -> &ServerProcess {
         &self.process
@@ -246,6 +291,27 @@ impl PostgresServer {
 }
 
 delegate_process_controls!(PostgresServer);
+
+/// A backend frozen by [`PostgresServer::pause_backend`]; dropping it thaws the backend.
+#[derive(Debug)]
+#[must_use = "dropping it thaws the backend at once"]
+pub struct PausedBackend {
+    pid: u32,
+}
+
+impl PausedBackend {
+    /// The backend's process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+}
+
+impl Drop for PausedBackend {
+    fn drop(&mut self) {
+        // An error means the backend is gone (its server was stopped): nothing to thaw.
+        let _ = sys::send_signal(self.pid, Signal::Cont);
+    }
+}
 
 /// The directory of the server programs: `given`, else the newest
 /// `/usr/lib/postgresql/<version>/bin` with a `postgres` in it, else the

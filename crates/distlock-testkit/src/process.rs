@@ -378,6 +378,17 @@ pub(crate) fn process_state(pid: u32) -> Option<char> {
     after_comm.trim_start().chars().next()
 }
 
+/// The parent of process `pid`, from `/proc/<pid>/stat`; `None` if it is gone.
+pub(crate) fn parent_pid(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "PID (COMM) STATE PPID ..."
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 /// The last `lines` lines of a text file (at most 16 KiB of it).
 pub(crate) fn read_tail(path: &Path, lines: usize) -> String {
     let Ok(bytes) = fs::read(path) else {

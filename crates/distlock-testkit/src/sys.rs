@@ -63,8 +63,9 @@ pub(crate) fn kill_when_parent_dies(cmd: &mut Command) {
 pub(crate) fn send_signal(pid: u32, signal: Signal) -> io::Result<()> {
     let pid = libc::pid_t::try_from(pid)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))?;
-    // SAFETY: kill(2) has no memory-safety preconditions; the pid is one of
-    // our own (unreaped) children, so it cannot have been recycled.
+    // SAFETY: kill(2) has no memory-safety preconditions. The pid is one of
+    // our own (unreaped) children, or a backend of one checked to be its
+    // child just before, so it has not been recycled.
     if unsafe { libc::kill(pid, signal.raw()) } == 0 {
         Ok(())
     } else {
