@@ -36,6 +36,9 @@
 //!   writers, still wake every waiter of the object (`NOTIFY` with the object's key): which of
 //!   them can get in depends on what each asks for. The connection listens again after a
 //!   restart or a reset (and then wakes every waiter once), and waiters keep a safety-net poll.
+//!   A connection that goes silent without breaking is asked `SELECT 1` after 5 s without a
+//!   notification, and replaced the same way if it does not answer within the operation
+//!   timeout.
 //!   Turn notifications off behind a pooler that cannot keep a `LISTEN`
 //!   ([`SqlConfig::with_notifications`]). Clients of versions before this queue share the
 //!   tables but not the wakes: while both run on one table, a waiter of one is not woken by a

@@ -20,7 +20,15 @@
 //! - If the connection breaks (a restart, a reset), the task connects again, backing off up
 //!   to a second, and listens again; once it listens again it wakes every watch, because a
 //!   release in the gap was not heard. Watches stay open meanwhile, and waiters keep their
-//!   safety-net poll (which also covers a connection that goes silent without breaking).
+//!   safety-net poll.
+//! - A connection can also go silent without breaking (a stateful firewall that forgot it,
+//!   a frozen server process): no notification, no reply, no error, and waiters would be left
+//!   to their safety net for as long as it lasts. So after [`KEEPALIVE`] without a
+//!   notification the task asks the connection `SELECT 1`; without an answer within the
+//!   operation timeout it abandons the connection and starts over as after a break. Each
+//!   connection has a pool of its own: sqlx gives a dropped listener's connection back to its
+//!   pool only after an `UNLISTEN` the silent server never answers, so a shared pool would
+//!   stay taken.
 //! - A watch's value changes on every notification for its object; dropping the watch
 //!   forgets the object once no other watch of it is left.
 
@@ -29,7 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use distlock_core::{Error, Primitive, ReleaseWatch, Result};
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::sync::{watch, Notify};
 
 use crate::waiters_sql::WAKE_PREFIX;
@@ -37,10 +45,14 @@ use crate::waiters_sql::WAKE_PREFIX;
 /// The first pause after a failed connection attempt, and the longest.
 const MIN_BACKOFF: Duration = Duration::from_millis(20);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// How long the listening connection may stay silent before it is asked whether it is still
+/// there (a `SELECT 1`, answered within the operation timeout or abandoned).
+const KEEPALIVE: Duration = Duration::from_secs(5);
 
 /// The notification side of one client.
 pub(crate) struct PgReleases {
-    pool: PgPool,
+    /// Where to connect; each listening connection gets a one-connection pool of its own.
+    options: PgConnectOptions,
     channel: String,
     timeout: Duration,
     shared: Arc<Shared>,
@@ -120,13 +132,8 @@ impl PgReleases {
     /// `options` points at; nothing connects before the first [`watch`](Self::watch). `timeout`
     /// bounds connecting and listening, and a `watch`'s wait for it.
     pub(crate) fn new(options: PgConnectOptions, channel: String, timeout: Duration) -> Self {
-        let pool = PgPoolOptions::new()
-            .max_connections(1)
-            .min_connections(0)
-            .acquire_timeout(timeout)
-            .connect_lazy_with(options);
         Self {
-            pool,
+            options,
             channel,
             timeout,
             shared: Arc::new(Shared {
@@ -171,7 +178,7 @@ impl PgReleases {
                 state.running = true;
                 tokio::spawn(listen(
                     Running(self.shared.clone()),
-                    self.pool.clone(),
+                    self.options.clone(),
                     self.channel.clone(),
                     self.timeout,
                 ));
@@ -221,7 +228,7 @@ impl Drop for PgReleases {
 
 /// The task: connects, listens, delivers notifications, and starts over when the connection
 /// breaks, until closed.
-async fn listen(running: Running, pool: PgPool, channel: String, timeout: Duration) {
+async fn listen(running: Running, options: PgConnectOptions, channel: String, timeout: Duration) {
     let shared = running.0.clone();
     let mut backoff = Duration::ZERO;
     let mut listened_before = false;
@@ -235,7 +242,7 @@ async fn listen(running: Running, pool: PgPool, channel: String, timeout: Durati
                 () = shared.closing.notified() => return,
             }
         }
-        let mut listener = match tokio::time::timeout(timeout, connect(&pool, &channel)).await {
+        let mut listener = match tokio::time::timeout(timeout, connect(&options, &channel, timeout)).await {
             Ok(Ok(listener)) => listener,
             outcome => {
                 let error = match outcome {
@@ -256,7 +263,18 @@ async fn listen(running: Running, pool: PgPool, channel: String, timeout: Durati
         listened_before = true;
         loop {
             let received = tokio::select! {
+                // Cancel safe: sqlx keeps a partly read message for the next call.
                 received = listener.try_recv() => received,
+                () = tokio::time::sleep(KEEPALIVE) => {
+                    let ping = sqlx::query("SELECT 1").execute(&mut listener);
+                    match tokio::time::timeout(timeout, ping).await {
+                        Ok(Ok(_)) => continue,
+                        _ => {
+                            tracing::debug!("distlock-sql: the PostgreSQL release listener's connection went silent");
+                            break;
+                        }
+                    }
+                }
                 () = shared.closing.notified() => return,
             };
             match received {
@@ -278,9 +296,18 @@ async fn listen(running: Running, pool: PgPool, channel: String, timeout: Durati
     }
 }
 
-/// A new listening connection, once the server answered its `LISTEN`.
-async fn connect(pool: &PgPool, channel: &str) -> Result<PgListener, sqlx::Error> {
-    let mut listener = PgListener::connect_with(pool).await?;
+/// A new listening connection, in a pool of its own, once the server answered its `LISTEN`.
+async fn connect(
+    options: &PgConnectOptions,
+    channel: &str,
+    timeout: Duration,
+) -> Result<PgListener, sqlx::Error> {
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .min_connections(0)
+        .acquire_timeout(timeout)
+        .connect_lazy_with(options.clone());
+    let mut listener = PgListener::connect_with(&pool).await?;
     // Reconnecting is done here, explicitly, so `listening` is true only while it listens.
     listener.eager_reconnect(false);
     listener.listen(channel).await?;
