@@ -1,5 +1,6 @@
-//! Network faults on one Redis server: a killed pub/sub connection, a black-holed command
-//! connection, and the owner-checked cleanup of an acquisition whose reply was lost.
+//! Network faults on one Redis server: a killed pub/sub connection, one gone silent, a
+//! black-holed command connection, and the owner-checked cleanup of an acquisition whose
+//! reply was lost.
 
 mod support;
 
@@ -96,6 +97,48 @@ async fn waiters_are_resubscribed_after_the_pubsub_connection_is_killed() {
         handoffs[2] < Duration::from_millis(700),
         "waiters were not woken by notification after the pub/sub connection was killed: {handoffs:?}"
     );
+}
+
+/// The network forgets the waiter's connections (a firewall or NAT that lost its table): the
+/// pub/sub connection falls silent without breaking, and a release published then never
+/// reaches it, while new connections work. The subscriber's keepalive finds the connection
+/// silent, subscribes again on a new one and wakes the waiter, long before its safety net
+/// (80 s here; the wait gives up after 60 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_pubsub_connection_is_replaced_and_its_waiters_woken() {
+    let server = support::start_server().await;
+    let proxy = FaultProxy::start(server.addr()).expect("the proxy starts");
+    let holder = LockClient::new(connect(&server.url(), Duration::from_secs(2)).await);
+    let waiter =
+        LockClient::new(connect(&format!("redis://{}", proxy.host_port()), Duration::from_secs(2)).await);
+    let lock = name("silent-pubsub");
+    let guard = holder.acquire(lock.as_str()).await.expect("acquires");
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(60))
+        .wait_for(Duration::from_secs(60))
+        .poll_interval(Duration::from_secs(20), Duration::from_secs(20));
+    let waiting = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            let guard = waiter
+                .acquire_with(lock.as_str(), &opts)
+                .await
+                .expect("acquires in the end");
+            let at = Instant::now();
+            guard.release().await.expect("releases");
+            at
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await; // it tried and is subscribed
+
+    proxy.silence_open();
+    let released = Instant::now();
+    guard.release().await.expect("releases");
+    let at = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the silent pub/sub connection is replaced and the waiter woken, not left to its 80 s poll")
+        .expect("joined");
+    println!("handoff past a silent pub/sub connection: {:?}", at - released);
 }
 
 /// A command connection whose request timed out is replaced: a server behind a silent

@@ -1,6 +1,7 @@
 //! [`FaultProxy`]: a TCP proxy on loopback that a test puts between a lock client and its
 //! server to make network faults for real: added latency, a silent partition (black hole),
-//! replies lost after the command ran, connection resets and refusals.
+//! connections forgotten by the network while new ones work, replies lost after the command
+//! ran, connection resets and refusals.
 //!
 //! The client's real driver is under test (its timeouts, reconnects, pipelining), so nothing
 //! is mocked: the proxy only forwards, delays or withholds bytes. Every control takes effect
@@ -67,6 +68,19 @@ enum Mode {
     Blackhole,
     /// Requests go through; replies are read and discarded.
     DropReplies,
+    /// Connections accepted before the `n`th are black-holed; later ones forward.
+    SilenceBefore(u64),
+}
+
+impl Mode {
+    /// Whether connection number `index` moves no byte.
+    fn silences(self, index: u64) -> bool {
+        match self {
+            Mode::Blackhole => true,
+            Mode::SilenceBefore(n) => index < n,
+            Mode::Forward | Mode::DropReplies => false,
+        }
+    }
 }
 
 /// Latency added to one direction: `base` plus a uniform random part up to `jitter`.
@@ -91,6 +105,8 @@ struct Control {
     /// Bumped by [`FaultProxy::reset`]: every connection alive then closes with RST.
     resets: watch::Sender<u64>,
     refuse: AtomicBool,
+    /// Connections accepted so far; each is numbered by it.
+    accepted: AtomicU64,
     latency: Mutex<[Latency; 2]>,
     to_server: AtomicU64,
     to_client: AtomicU64,
@@ -135,6 +151,7 @@ impl FaultProxy {
             mode: watch::channel(Mode::Forward).0,
             resets: watch::channel(0).0,
             refuse: AtomicBool::new(false),
+            accepted: AtomicU64::new(0),
             latency: Mutex::default(),
             to_server: AtomicU64::new(0),
             to_client: AtomicU64::new(0),
@@ -209,6 +226,15 @@ impl FaultProxy {
     /// Lost replies: requests reach the server (the command runs), replies are discarded.
     pub fn drop_replies(&self) {
         self.control.mode.send_replace(Mode::DropReplies);
+    }
+
+    /// The network forgets the connections open now (a stateful firewall or NAT that lost
+    /// its table): they fall silent as in [`blackhole`](Self::blackhole), while connections
+    /// opened from now on forward normally. A client notices only by its own timeouts, and
+    /// recovers by opening a new connection.
+    pub fn silence_open(&self) {
+        let accepted = self.control.accepted.load(Ordering::SeqCst);
+        self.control.mode.send_replace(Mode::SilenceBefore(accepted));
     }
 
     /// Closes every live connection with RST (both sides). New connections are accepted.
@@ -307,6 +333,11 @@ impl FaultProxies {
         self.0.iter().for_each(FaultProxy::drop_replies);
     }
 
+    /// [`FaultProxy::silence_open`] on every proxy.
+    pub fn silence_open(&self) {
+        self.0.iter().for_each(FaultProxy::silence_open);
+    }
+
     /// [`FaultProxy::reset`] on every proxy.
     pub fn reset(&self) {
         self.0.iter().for_each(FaultProxy::reset);
@@ -385,7 +416,8 @@ async fn accept_loop(listener: TcpListener, control: Arc<Control>, mut stop: wat
                     rst_on_close(&client);
                     continue; // dropped: RST
                 }
-                tokio::spawn(connection(client, control.clone()));
+                let index = control.accepted.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(connection(client, index, control.clone()));
             }
         }
     }
@@ -408,7 +440,7 @@ impl Drop for Live {
     }
 }
 
-async fn connection(mut client: TcpStream, control: Arc<Control>) {
+async fn connection(mut client: TcpStream, index: u64, control: Arc<Control>) {
     control.live.fetch_add(1, Ordering::SeqCst);
     let _live = Live(control.clone());
     let mut resets = control.resets.subscribe();
@@ -431,14 +463,21 @@ async fn connection(mut client: TcpStream, control: Arc<Control>) {
     // Either direction ending (EOF, error) or a reset ends both: the sockets drop with
     // SO_LINGER 0, so a reset is an RST to both sides.
     tokio::select! {
-        _ = pump(client_read, server_write, control.clone(), true) => {}
-        _ = pump(server_read, client_write, control.clone(), false) => {}
+        _ = pump(client_read, server_write, index, control.clone(), true) => {}
+        _ = pump(server_read, client_write, index, control.clone(), false) => {}
         _ = resets.changed() => {}
     }
 }
 
-/// Moves bytes one way, obeying the mode and the latency of that direction.
-async fn pump(mut from: ReadHalf<'_>, mut to: WriteHalf<'_>, control: Arc<Control>, toward_server: bool) {
+/// Moves bytes one way on connection number `index`, obeying the mode and the latency of
+/// that direction.
+async fn pump(
+    mut from: ReadHalf<'_>,
+    mut to: WriteHalf<'_>,
+    index: u64,
+    control: Arc<Control>,
+    toward_server: bool,
+) {
     // Reads are timestamped and delivered in order by a writer task, so latency delays
     // without reordering.
     let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
@@ -448,7 +487,7 @@ async fn pump(mut from: ReadHalf<'_>, mut to: WriteHalf<'_>, control: Arc<Contro
             tokio::time::sleep_until(deliver_at).await;
             // Held while black-holed, delivered after heal (as TCP retransmission would).
             let mut mode = writer_control.mode.subscribe();
-            if mode.wait_for(|m| *m != Mode::Blackhole).await.is_err() {
+            if mode.wait_for(|m| !m.silences(index)).await.is_err() {
                 return;
             }
             if to.write_all(&bytes).await.is_err() {
@@ -467,7 +506,7 @@ async fn pump(mut from: ReadHalf<'_>, mut to: WriteHalf<'_>, control: Arc<Contro
         let mut last = Instant::now();
         loop {
             // Nothing is read while black-holed: the bytes wait in the kernel's buffers.
-            if mode.wait_for(|m| *m != Mode::Blackhole).await.is_err() {
+            if mode.wait_for(|m| !m.silences(index)).await.is_err() {
                 return;
             }
             let n = tokio::select! {

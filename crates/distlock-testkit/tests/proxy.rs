@@ -79,6 +79,31 @@ fn blackhole_is_silent_and_heals_without_losing_bytes() {
 }
 
 #[test]
+fn silencing_open_connections_spares_new_ones() {
+    let server = redis();
+    let proxy = FaultProxy::start(server.addr()).expect("proxy starts");
+    let mut old = connect(&proxy);
+    assert!(ping(&mut old).is_ok());
+    proxy.silence_open();
+    let outcome = ping(&mut old);
+    assert!(
+        matches!(outcome, Err(kind) if is_timeout(kind)),
+        "an open connection falls silent, got {outcome:?}"
+    );
+    let mut fresh = connect(&proxy);
+    assert_eq!(ping(&mut fresh).as_deref(), Ok("+PONG\r\n"), "a new one forwards");
+    let outcome = ping(&mut old);
+    assert!(
+        matches!(outcome, Err(kind) if is_timeout(kind)),
+        "and the old one stays silent"
+    );
+    proxy.heal();
+    let mut buf = [0u8; 64];
+    let n = old.read(&mut buf).expect("held replies arrive after heal");
+    assert!(n > 0, "the connection stayed open");
+}
+
+#[test]
 fn dropped_replies_still_run_the_command() {
     let server = redis();
     let proxy = FaultProxy::start(server.addr()).expect("proxy starts");
