@@ -41,6 +41,11 @@
 //!   most a second) and subscribes every watched channel again; once a channel is confirmed
 //!   again its watchers are woken, because a release in the gap may have been missed. The
 //!   watches stay open meanwhile (their waiters keep their safety-net poll).
+//! - A connection can also go silent without breaking (a firewall or NAT that forgot it): no
+//!   message, no error, and without a round nothing would notice, leaving waiters to their
+//!   safety net for as long as it lasts. So after [`KEEPALIVE`] without a round the task sends
+//!   `PING` (on a cluster, to every master); without an answer within the operation timeout
+//!   it treats the connection as broken, as above.
 //! - A watch may belong to one waiter ([`watch_as_waiter`](Subscriber::watch_as_waiter)): a
 //!   message `wake:<waiter id>` wakes only that waiter, any other message every watch of the
 //!   channel (a resubscription too). A plain [`watch`](Subscriber::watch) (the read-write locks'
@@ -55,10 +60,12 @@ use futures::future::join_all;
 use futures::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::config::Target;
 use crate::node::{bounded, BACKEND};
@@ -70,6 +77,8 @@ const MIN_BACKOFF: Duration = Duration::from_millis(20);
 /// The longest pause before a cluster's channels whose master could not be reached are
 /// subscribed again (their waiters keep their safety-net poll meanwhile).
 const MAX_RETRY_PAUSE: Duration = Duration::from_millis(250);
+/// How long the connection may go without a round before it is asked `PING`.
+const KEEPALIVE: Duration = Duration::from_secs(5);
 /// A message that wakes one waiter: this prefix, then its id.
 pub(crate) const WAKE_PREFIX: &[u8] = b"wake:";
 
@@ -163,6 +172,8 @@ struct Live {
     sink: Sink,
     generation: u64,
     dispatcher: JoinHandle<()>,
+    /// When the connection last answered: a round or a keepalive.
+    checked: Instant,
 }
 
 /// What subscribes: one server's pub/sub connection, or a cluster connection (`SSUBSCRIBE`,
@@ -185,6 +196,20 @@ impl Sink {
         match &mut self {
             Sink::Server(sink) => sink.unsubscribe(channel).await,
             Sink::Cluster(conn) => conn.sunsubscribe(channel).await,
+        }
+    }
+
+    /// `PING`; on a cluster, to every master, each of which may carry subscriptions.
+    async fn ping(mut self) -> redis::RedisResult<()> {
+        match &mut self {
+            Sink::Server(sink) => sink.ping::<Value>().await.map(drop),
+            Sink::Cluster(conn) => {
+                let masters = RoutingInfo::MultiNode((
+                    MultipleNodeRoutingInfo::AllMasters,
+                    Some(ResponsePolicy::AllSucceeded),
+                ));
+                conn.route_command(redis::cmd("PING"), masters).await.map(drop)
+            }
         }
     }
 }
@@ -444,7 +469,31 @@ async fn run(running: Running, target: Target, url: String, timeout: Duration, c
             }
         };
         let Some(round) = round else {
-            shared.wake.notified().await;
+            let Some(conn) = live.as_ref() else {
+                shared.wake.notified().await;
+                continue;
+            };
+            tokio::select! {
+                () = shared.wake.notified() => continue,
+                () = tokio::time::sleep_until(conn.checked + KEEPALIVE) => {}
+            }
+            let generation = conn.generation;
+            match tokio::time::timeout(timeout, conn.sink.clone().ping()).await {
+                Ok(Ok(())) => {
+                    if let Some(conn) = live.as_mut() {
+                        conn.checked = Instant::now();
+                    }
+                }
+                outcome => {
+                    let error = match outcome {
+                        Ok(Err(e)) => e.to_string(),
+                        _ => format!("no reply within {timeout:?}"),
+                    };
+                    tracing::debug!(%error, "distlock-redis: the pub/sub connection did not answer its keepalive; reconnecting");
+                    live = None;
+                    shared.connection_lost(generation);
+                }
+            }
             continue;
         };
         let Some(conn) = live.as_ref() else {
@@ -492,6 +541,9 @@ async fn run(running: Running, target: Target, url: String, timeout: Duration, c
         };
         match outcome {
             Ok(subs) => {
+                if let Some(conn) = live.as_mut() {
+                    conn.checked = Instant::now();
+                }
                 let failed = {
                     let mut state = shared.state();
                     let mut failed = false;
@@ -569,6 +621,7 @@ async fn connect(
         sink,
         generation,
         dispatcher,
+        checked: Instant::now(),
     })
 }
 
