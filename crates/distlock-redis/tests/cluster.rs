@@ -1,5 +1,6 @@
 //! A Redis Cluster of three real masters under what a cluster does to a lock: releases heard
-//! through sharded pub/sub on each lock's master, batched renewals across masters and across
+//! through sharded pub/sub on each lock's master (also after its connections went silent),
+//! batched renewals across masters and across
 //! a moved slot, a slot migrating while clients contend for a lock in it, a master killed
 //! while they contend, and (with a replica per master) failovers: a lock the replica never got
 //! is lost on its promotion, one it got is kept. Concurrent holders are counted exactly (a shared counter each holder
@@ -40,6 +41,38 @@ fn name_on(cluster: &RedisCluster, master: usize, label: &str) -> LockName {
         .map(|i| LockName::new(format!("t-{run}-{label}-{i}")).expect("valid"))
         .find(|name| cluster.node_of_slot(slot(cluster, name)) == Some(master))
         .expect("some name hashes to every master")
+}
+
+/// The network forgets the connections open from a client to every master (a firewall or NAT
+/// that lost its table): its sharded subscriptions fall silent without breaking, and a release
+/// announced then never reaches them. The subscriber's keepalive (`PING` to every master)
+/// finds them silent, subscribes again on new connections and wakes the watch, long before
+/// the 60 s the watch waits here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_subscription_connection_is_replaced_and_its_watches_woken() {
+    let cluster = start_cluster(RedisClusterOptions {
+        proxyable: true,
+        ..RedisClusterOptions::default()
+    })
+    .await;
+    let (url, proxies) = cluster.proxies().expect("proxies");
+    let waiter = lock_at(&url).await;
+    let holder = LockClient::new(lock_at(&cluster.url()).await);
+    let name = name_on(&cluster, 1, "silent");
+    let guard = holder.acquire(name.as_str()).await.expect("acquires");
+    let mut watch = waiter.watch(&name).await.expect("subscribes");
+
+    proxies.silence_open();
+    let released = Instant::now();
+    assert!(guard.release().await.expect("releases"));
+    let woke = watch.wait(Duration::from_secs(60)).await;
+    let took = released.elapsed();
+    println!("watch woken past silent cluster connections after {took:?}: {woke:?}");
+    assert_eq!(woke, Woke::Released, "after {took:?}");
+    assert!(
+        took < Duration::from_secs(20),
+        "the silent subscription connections were not replaced in time: {took:?}"
+    );
 }
 
 /// A raw connection to master `i`.
