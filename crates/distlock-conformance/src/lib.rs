@@ -30,6 +30,7 @@ pub mod bench;
 pub mod cases;
 pub mod child;
 mod context;
+mod delaying;
 mod fixture;
 mod live;
 mod memory;
@@ -235,6 +236,10 @@ pub const CASES: &[Case] = &[
         c42_silent_partition_of_a_permit_or_rw_holder,
         "a silently partitioned permit, read or write holder hears of the loss before anyone gets in"
     ),
+    case!(
+        c43_wait_cut_off_mid_attempt_leaves_nothing,
+        "a wait dropped mid-attempt leaves no queue entry or writer record once the attempt ends"
+    ),
 ];
 
 tokio::task_local! {
@@ -328,6 +333,7 @@ macro_rules! conformance_tests {
             c40_cancelled_waits_leave_nothing,
             c41_timed_out_permit_or_write_leaves_nothing,
             c42_silent_partition_of_a_permit_or_rw_holder,
+            c43_wait_cut_off_mid_attempt_leaves_nothing,
         );
 
         #[test]

@@ -7,6 +7,7 @@ use std::time::Duration;
 use distlock_core::{DistributedLock, Lease, LockName, OwnerToken, TryAcquire};
 
 mod acquire;
+mod cut_off;
 mod exclusion;
 mod expiry;
 mod faults;
@@ -27,6 +28,7 @@ mod wakeup;
 pub use acquire::{
     c01_try_acquire_reports_held, c02_release_then_not_owned, c14_no_reentrancy, c15_names_are_exact,
 };
+pub use cut_off::c43_wait_cut_off_mid_attempt_leaves_nothing;
 pub use exclusion::{c09_mutual_exclusion_under_contention, c10_many_locks_at_once};
 pub use expiry::{
     c03_stale_owner_cannot_release_or_extend, c04_ttl_expiry_frees_lock, c13_dropped_guard_frees_lock,
