@@ -79,7 +79,7 @@ pub async fn c43_wait_cut_off_mid_attempt_leaves_nothing(ctx: Ctx) -> Outcome {
             client.acquire_with(&cut, &wait).await
         })
         .await;
-        next_waiter_gets_in(&ctx, &wait, held, move |client, wait| async move {
+        next_waiter_gets_in(&ctx, &wait, held, "mutex", move |client, wait| async move {
             client.acquire_with(&name, &wait).await
         })
         .await;
@@ -103,7 +103,7 @@ pub async fn c43_wait_cut_off_mid_attempt_leaves_nothing(ctx: Ctx) -> Outcome {
                 .await
         })
         .await;
-        next_waiter_gets_in(&ctx, &wait, held, move |client, wait| async move {
+        next_waiter_gets_in(&ctx, &wait, held, "permit", move |client, wait| async move {
             client
                 .semaphore(&name, 1)
                 .expect("semaphores")
@@ -150,7 +150,7 @@ async fn reach(count: &mut watch::Receiver<usize>, what: &str) {
 
 /// A new waiter queues behind what the cut-off wait may have left, `held` is released, and
 /// the new waiter must get in within 5 s (its safety net is 80 s away).
-async fn next_waiter_gets_in<F, Fut>(ctx: &Ctx, wait: &AcquireOptions, held: LockGuard, start: F)
+async fn next_waiter_gets_in<F, Fut>(ctx: &Ctx, wait: &AcquireOptions, held: LockGuard, what: &str, start: F)
 where
     F: FnOnce(LockClient, AcquireOptions) -> Fut,
     Fut: std::future::Future<Output = Result<LockGuard>> + Send + 'static,
@@ -160,7 +160,7 @@ where
     assert!(held.release().await.expect("works"));
     let guard = within(
         Duration::from_secs(5),
-        "the next waiter gets in after a release (no wake went to the cut-off wait)",
+        &format!("the next {what} waiter gets in after a release (no wake went to the cut-off wait)"),
         next,
     )
     .await
