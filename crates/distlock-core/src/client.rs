@@ -5,7 +5,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, OwnedMutexGuard};
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -294,7 +294,7 @@ impl LockClient {
                 step_deadline,
                 &name,
                 started,
-                self.attempt(&name, kind, ttl, opts, None),
+                self.attempt(&name, kind, ttl, opts, None, None),
             )
             .await??
             {
@@ -308,7 +308,7 @@ impl LockClient {
                 LockKind::Exclusive => self.inner.lock.watch(&name),
                 _ => self.inner.lock.watch_kind(&name, kind.primitive()),
             };
-            let mut watch = match within_deadline(step_deadline, &name, started, watching).await? {
+            let watch = match within_deadline(step_deadline, &name, started, watching).await? {
                 Ok(watch) => watch,
                 Err(error) => {
                     tracing::debug!(%error, "distlock: no release notifications, polling instead");
@@ -318,7 +318,7 @@ impl LockClient {
             // A wait for a semaphore or read-write lock is one waiter on the store, under the
             // id its watch is woken by (or one of its own), withdrawn if the wait ends without
             // a hold.
-            let mut withdraw = (kind != LockKind::Exclusive).then(|| Withdraw {
+            let withdraw = (kind != LockKind::Exclusive).then(|| Withdraw {
                 lock: self.inner.lock.clone(),
                 name: name.clone(),
                 kind,
@@ -329,26 +329,24 @@ impl LockClient {
                 armed: true,
             });
             let mut schedule = WaitSchedule::new(opts, watch.is_notified());
+            let mut records = WaitRecords::new(self.inner.lock.clone(), watch, withdraw);
             loop {
                 // Subscribed first, then retried: a release in between is not lost. A waiter
                 // with an id stays queued for longer than it can sleep before its next attempt.
-                let id = match &withdraw {
-                    Some(withdraw) => Some(&withdraw.id),
-                    None => watch.waiter(),
-                };
-                let waiting = id.map(|id| (id.clone(), schedule.longest().saturating_add(QUEUE_STAY_MARGIN)));
+                let waiting = records
+                    .waiter_id()
+                    .map(|id| (id, schedule.longest().saturating_add(QUEUE_STAY_MARGIN)));
+                let in_flight = records.attempt_started();
                 let holder = match within_deadline(
                     step_deadline,
                     &name,
                     started,
-                    self.attempt(&name, kind, ttl, opts, waiting),
+                    self.attempt(&name, kind, ttl, opts, waiting, in_flight),
                 )
                 .await??
                 {
                     Attempt::Acquired(guard) => {
-                        if let Some(withdraw) = withdraw.as_mut() {
-                            withdraw.armed = false;
-                        }
+                        records.disarm();
                         return Ok(guard);
                     }
                     Attempt::Held(holder) => holder,
@@ -362,9 +360,9 @@ impl LockClient {
                     delay = delay.min(deadline - now);
                 }
                 tracing::trace!(?delay, "distlock: waiting");
-                watch.wait(delay).await;
+                records.watch().wait(delay).await;
                 // A release by a client of this process may have handed the lock over to us.
-                if let Some(lease) = watch.take_handed() {
+                if let Some(lease) = records.watch().take_handed() {
                     tracing::debug!(lock = %name, fencing = ?lease.fencing_token(), "distlock: acquired by hand-over");
                     return Ok(LockGuard::start(self.inner.clone(), lease, HoldOptions::from(opts)));
                 }
@@ -407,7 +405,7 @@ impl LockClient {
     /// dropping the caller can never strand a lock: a guard that cannot be delivered is
     /// dropped, which releases it, and an attempt whose outcome is unknown (a timeout, a cut
     /// connection) is followed by an owner-checked release under the same owner token, in the
-    /// background.
+    /// background. `in_flight` is held until the attempt has ended, wherever it runs.
     async fn attempt(
         &self,
         name: &LockName,
@@ -415,11 +413,13 @@ impl LockClient {
         ttl: std::time::Duration,
         opts: &AcquireOptions,
         waiting: Option<(Arc<str>, std::time::Duration)>,
+        in_flight: Option<OwnedMutexGuard<()>>,
     ) -> Result<Attempt> {
         let inner = self.inner.clone();
         let name = name.clone();
         let options = HoldOptions::from(opts);
         let attempt = Detaching::new(async move {
+            let _in_flight = in_flight;
             let owner = OwnerToken::new();
             let sent_at = Instant::now();
             let outcome = match (kind, &waiting) {
@@ -558,6 +558,78 @@ where
 enum Attempt {
     Acquired(LockGuard),
     Held(Holder),
+}
+
+/// What a wait keeps on the store, ended when the wait ends: its watch (whose drop takes a
+/// queued waiter out of the store's queue) and a permit's or writer's [`Withdraw`]. But never
+/// before an attempt that the end of the wait cut off has finished: that attempt runs on in
+/// the background and may queue or record the waiter once more, and ending the records
+/// before it would leave that entry behind (a writer's record would keep readers out, a queue
+/// entry would take a wake that no one acts on).
+struct WaitRecords {
+    watch: Option<ReleaseWatch>,
+    withdraw: Option<Withdraw>,
+    /// Locked by each attempt of the wait until it has ended.
+    attempts: Arc<tokio::sync::Mutex<()>>,
+    /// The backend, kept until the records have ended (the watch may hold it weakly only,
+    /// and the wait's client may be gone by then). Declared last: dropped last.
+    lock: Arc<dyn DistributedLock>,
+}
+
+impl WaitRecords {
+    fn new(lock: Arc<dyn DistributedLock>, watch: ReleaseWatch, withdraw: Option<Withdraw>) -> Self {
+        Self {
+            watch: Some(watch),
+            withdraw,
+            attempts: Arc::default(),
+            lock,
+        }
+    }
+
+    /// The watch (there until the records end).
+    fn watch(&mut self) -> &mut ReleaseWatch {
+        self.watch.get_or_insert_with(ReleaseWatch::polling)
+    }
+
+    /// The id the store knows the waiter by, if it records or queues it.
+    fn waiter_id(&self) -> Option<Arc<str>> {
+        match &self.withdraw {
+            Some(withdraw) => Some(withdraw.id.clone()),
+            None => self.watch.as_ref().and_then(ReleaseWatch::waiter).cloned(),
+        }
+    }
+
+    /// The mark of an attempt under way, for the attempt to hold until it ends. Attempts of one
+    /// wait run one after another, so it is free whenever a new one starts.
+    fn attempt_started(&self) -> Option<OwnedMutexGuard<()>> {
+        self.attempts.clone().try_lock_owned().ok()
+    }
+
+    /// The wait won: nothing to withdraw.
+    fn disarm(&mut self) {
+        if let Some(withdraw) = self.withdraw.as_mut() {
+            withdraw.armed = false;
+        }
+    }
+}
+
+impl Drop for WaitRecords {
+    fn drop(&mut self) {
+        if self.attempts.try_lock().is_ok() {
+            return; // no attempt under way: the records end now
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (watch, withdraw) = (self.watch.take(), self.withdraw.take());
+        let (attempts, lock) = (self.attempts.clone(), self.lock.clone());
+        runtime.spawn(async move {
+            let _ended = attempts.lock().await;
+            drop(watch);
+            drop(withdraw);
+            drop(lock);
+        });
+    }
 }
 
 /// A semaphore or read-write lock waiter's record on the store, withdrawn in the background
