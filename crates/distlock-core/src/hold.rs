@@ -346,33 +346,31 @@ fn session_deadline_of(lease: &Lease, hold: &Hold) -> Option<Instant> {
     Some(until.checked_sub(suspended).unwrap_or(lease.acquired_at()))
 }
 
+/// A hold as a guard makes it, for unit tests: renewed automatically, no maximum hold time,
+/// the default safety margin, metered as a memory backend's mutex.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::meter::Meter;
-    use crate::{LockKind, LockName, OwnerToken};
-
-    #[tokio::test(start_paused = true)]
-    async fn time_spent_suspended_counts_against_the_deadline() {
-        let name = LockName::new("suspend").expect("valid");
-        let lease = Lease::new(
-            name.clone(),
-            OwnerToken::new(),
-            Duration::from_secs(30),
-            Instant::now(),
-        );
+impl Hold {
+    pub(crate) fn for_test(id: u64, lease: Lease, session: Option<watch::Receiver<Session>>) -> Self {
         let options = HoldOptions {
             auto_renew: true,
             max_hold: None,
             safety_margin: None,
         };
-        let hold = Hold::new(
-            1,
-            lease,
-            options,
-            None,
-            Meter::new("memory").hold(&name, LockKind::Exclusive),
-        );
+        let meter = crate::meter::Meter::new("memory").hold(lease.name(), crate::LockKind::Exclusive);
+        Self::new(id, lease, options, session, meter)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{LockName, OwnerToken};
+
+    #[tokio::test(start_paused = true)]
+    async fn time_spent_suspended_counts_against_the_deadline() {
+        let name = LockName::new("suspend").expect("valid");
+        let lease = Lease::new(name, OwnerToken::new(), Duration::from_secs(30), Instant::now());
+        let hold = Hold::for_test(1, lease, None);
         assert!(hold.check_lost().is_none());
         // The host sleeps 40 s: tokio's clock did not move, the store's TTL ran out.
         clock::pretend_suspended(Duration::from_secs(40));
@@ -389,19 +387,8 @@ mod tests {
         let session = crate::Session::connected(epoch).with_valid_until(now + Duration::from_secs(30));
         let (_session_tx, session_rx) = watch::channel(session);
         let name = LockName::new("suspend-session").expect("valid");
-        let lease = Lease::session_bound(name.clone(), OwnerToken::new(), epoch, now);
-        let options = HoldOptions {
-            auto_renew: true,
-            max_hold: None,
-            safety_margin: None,
-        };
-        let hold = Hold::new(
-            1,
-            lease,
-            options,
-            Some(session_rx),
-            Meter::new("memory").hold(&name, LockKind::Exclusive),
-        );
+        let lease = Lease::session_bound(name, OwnerToken::new(), epoch, now);
+        let hold = Hold::for_test(1, lease, Some(session_rx));
         assert!(hold.check_lost().is_none());
         clock::pretend_suspended(Duration::from_secs(40));
         assert_eq!(hold.check_lost(), Some(LossReason::SessionExpired));

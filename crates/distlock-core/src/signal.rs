@@ -224,9 +224,7 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
-    use crate::hold::HoldOptions;
-    use crate::meter::Meter;
-    use crate::{Lease, LockKind, LockName, OwnerToken};
+    use crate::{Lease, LockName, OwnerToken};
 
     /// What to run, and how many of the looking points to pass first.
     type Hook = (usize, Box<dyn FnOnce()>);
@@ -256,24 +254,8 @@ mod tests {
 
     fn hold(id: u64) -> Arc<Hold> {
         let name = LockName::new("signal").expect("valid");
-        let lease = Lease::new(
-            name.clone(),
-            OwnerToken::new(),
-            Duration::from_secs(30),
-            Instant::now(),
-        );
-        let options = HoldOptions {
-            auto_renew: false,
-            max_hold: None,
-            safety_margin: None,
-        };
-        Arc::new(Hold::new(
-            id,
-            lease,
-            options,
-            None,
-            Meter::new("memory").hold(&name, LockKind::Exclusive),
-        ))
+        let lease = Lease::new(name, OwnerToken::new(), Duration::from_secs(30), Instant::now());
+        Arc::new(Hold::for_test(id, lease, None))
     }
 
     /// The watchdog marks a hold lost from another task at any moment, also while a waiter of
