@@ -240,6 +240,10 @@ pub const CASES: &[Case] = &[
         c43_wait_cut_off_mid_attempt_leaves_nothing,
         "a wait dropped mid-attempt leaves no queue entry or writer record once the attempt ends"
     ),
+    case!(
+        c44_permit_release_wakes_one_waiter,
+        "a permit's release wakes one of six waiters of the semaphore, not all, and no wake is lost"
+    ),
 ];
 
 tokio::task_local! {
@@ -334,6 +338,7 @@ macro_rules! conformance_tests {
             c41_timed_out_permit_or_write_leaves_nothing,
             c42_silent_partition_of_a_permit_or_rw_holder,
             c43_wait_cut_off_mid_attempt_leaves_nothing,
+            c44_permit_release_wakes_one_waiter,
         );
 
         #[test]

@@ -27,6 +27,10 @@ pub struct Capabilities {
     /// queue of waiters, a watch on the predecessor) rather than every waiter, which would
     /// all retry and all but one fail. Only meaningful with [`WakeUp::Notification`].
     pub wakes_one: bool,
+    /// Whether a semaphore permit's release wakes one waiting client of the semaphore (the
+    /// first of the store's queue of its waiters) rather than every one. Only meaningful with
+    /// [`WakeUp::Notification`] and [`Capabilities::semaphores`].
+    pub permits_wake_one: bool,
     /// Whether [`DistributedLock::hand_over`](crate::DistributedLock::hand_over) works: one
     /// store operation releases a lock and takes it for the next owner.
     pub hands_over: bool,
@@ -58,6 +62,7 @@ impl Capabilities {
             wake_up,
             fairness: Fairness::None,
             wakes_one: false,
+            permits_wake_one: false,
             hands_over: false,
             expiry: Expiry::Ttl,
             ttl_granularity: Duration::from_millis(1),
@@ -79,6 +84,12 @@ impl Capabilities {
     /// Sets [`Capabilities::wakes_one`].
     pub const fn with_wakes_one(mut self, wakes_one: bool) -> Self {
         self.wakes_one = wakes_one;
+        self
+    }
+
+    /// Sets [`Capabilities::permits_wake_one`].
+    pub const fn with_permits_wake_one(mut self, permits_wake_one: bool) -> Self {
+        self.permits_wake_one = permits_wake_one;
         self
     }
 

@@ -850,6 +850,7 @@ impl DistributedLock for RedisLock {
         let mut caps = Self::single_instance_capabilities().with_primitives(true, true);
         if self.inner.config.notifications {
             caps.wakes_one = true;
+            caps.permits_wake_one = true;
         } else {
             caps.wake_up = WakeUp::Polling;
         }

@@ -55,7 +55,10 @@ pub use rw_lock::{
 };
 pub use semaphore::{c33_semaphore_never_over_admits, c34_semaphore_counts_agree_and_stale_frees_nothing};
 pub use waiting::{c06_wait_timeout_and_handoff, c07_cancelled_acquire_leaves_nothing, c20_with_lock};
-pub use wakeup::{c27_release_wakes_one_waiter, c28_release_in_process_wakes_a_polling_waiter};
+pub use wakeup::{
+    c27_release_wakes_one_waiter, c28_release_in_process_wakes_a_polling_waiter,
+    c44_permit_release_wakes_one_waiter,
+};
 
 /// How a case ended (a failure is a panic).
 #[derive(Debug, Clone, PartialEq, Eq)]

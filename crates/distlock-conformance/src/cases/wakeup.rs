@@ -1,5 +1,6 @@
-//! Waking: a release wakes the one waiter that can win, not every waiter, and reaches waiters
-//! of the same process at once even on stores that publish nothing.
+//! Waking: a release (of a lock or of a permit) wakes the one waiter that can win, not every
+//! waiter, and reaches waiters of the same process at once even on stores that publish
+//! nothing.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -7,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireOptions, Capabilities, DistributedLock, FencingToken, Lease, LockClient, LockGuard, LockName,
-    LockState, OwnerToken, ReleaseWatch, Result, TryAcquire, WakeUp,
+    AcquireOptions, Capabilities, DistributedLock, Fairness, FencingToken, Lease, LockClient, LockGuard,
+    LockKind, LockName, LockState, OwnerToken, Primitive, ReleaseWatch, Result, TryAcquire, WakeUp,
 };
 use tokio::task::JoinHandle;
 
@@ -93,6 +94,104 @@ pub async fn c27_release_wakes_one_waiter(ctx: Ctx) -> Outcome {
     }
     assert!(current.release().await.expect("released"));
     Outcome::Passed
+}
+
+/// Case 44: With [`Capabilities::permits_wake_one`], a permit's release wakes one waiter of
+/// the semaphore: c27 for a semaphore of one permit. While six clients wait for it, a release
+/// is followed by at most one attempt besides the winner's, and every later release hands the
+/// permit on promptly although the waiters' safety-net re-check is 20 s away (no wake is lost
+/// to waiters that gave up).
+pub async fn c44_permit_release_wakes_one_waiter(ctx: Ctx) -> Outcome {
+    let caps = ctx.caps().clone();
+    if caps.wake_up != WakeUp::Notification || !caps.offers(Primitive::Semaphore) || !caps.permits_wake_one {
+        return ctx.skip("a permit's release wakes every waiter of the semaphore (or waiters poll)");
+    }
+    if caps.fairness == Fairness::Fifo {
+        return ctx.skip("waits go through the store's own queue");
+    }
+    let name = ctx.name("permit-wake-one");
+    let holder = ctx.client().await;
+    let guard = holder
+        .semaphore(&name, 1)
+        .expect("semaphores")
+        .acquire_with(&AcquireOptions::new().ttl(LONG_TTL))
+        .await
+        .expect("the permit");
+    let opts = AcquireOptions::new()
+        .ttl(LONG_TTL)
+        .wait_for(Duration::from_secs(120))
+        .poll_interval(Duration::from_millis(10), Duration::from_secs(5));
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let mut gave_up = Vec::new();
+    for _ in 0..3 {
+        gave_up.push(spawn_permit_waiter(&ctx, &attempts, &name, &opts).await);
+    }
+    let mut waiters = Vec::new();
+    for _ in 0..WAITERS {
+        waiters.push(spawn_permit_waiter(&ctx, &attempts, &name, &opts).await);
+    }
+    settle(&attempts).await;
+    for waiter in &gave_up {
+        waiter.abort();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let before = attempts.load(Ordering::SeqCst);
+    let released = Instant::now();
+    assert!(guard.release().await.expect("released"));
+    let mut rest = waiters;
+    let (winner, at) = within(
+        Duration::from_secs(3),
+        "a waiter gets the permit after its release (a lost wake would wait for the 20 s safety net)",
+        next_winner(&mut rest),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let woken = attempts.load(Ordering::SeqCst) - before;
+    ctx.note(format!(
+        "{woken} attempt(s) after a permit's release with {WAITERS} waiters; handoff {:?}",
+        at - released
+    ));
+    assert!(
+        woken <= 2,
+        "a permit's release with {WAITERS} waiters was followed by {woken} attempts: it woke more than the waiter that can win"
+    );
+    let mut current = winner;
+    while !rest.is_empty() {
+        assert!(current.release().await.expect("released"));
+        let (next, _) = within(
+            Duration::from_secs(3),
+            "the next waiter gets the permit after a release",
+            next_winner(&mut rest),
+        )
+        .await;
+        current = next;
+    }
+    assert!(current.release().await.expect("released"));
+    Outcome::Passed
+}
+
+/// Starts a client that waits for the one permit of the semaphore `name`; its attempts are
+/// counted in `attempts`.
+async fn spawn_permit_waiter(
+    ctx: &Ctx,
+    attempts: &Arc<AtomicUsize>,
+    name: &LockName,
+    opts: &AcquireOptions,
+) -> JoinHandle<(LockGuard, Instant)> {
+    let backend = Counting {
+        inner: ctx.backend().await,
+        attempts: attempts.clone(),
+    };
+    let semaphore = LockClient::new(backend).semaphore(name, 1).expect("semaphores");
+    let opts = opts.clone();
+    tokio::spawn(async move {
+        let guard = semaphore
+            .acquire_with(&opts)
+            .await
+            .expect("the waiter gets the permit");
+        (guard, Instant::now())
+    })
 }
 
 /// Case 28: A release by a client of this process hands the lock to a waiter of this process
@@ -272,6 +371,44 @@ impl DistributedLock for Counting {
     ) -> Result<Option<Lease>> {
         self.attempts.fetch_add(1, Ordering::SeqCst);
         self.inner.acquire_queued(name, owner, ttl, deadline).await
+    }
+
+    async fn try_acquire_kind(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: OwnerToken,
+        ttl: Duration,
+        waiter: Option<(&str, Duration)>,
+    ) -> Result<TryAcquire> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        self.inner.try_acquire_kind(name, kind, owner, ttl, waiter).await
+    }
+
+    async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
+        self.inner.withdraw(name, kind, waiter).await
+    }
+
+    async fn watch_kind(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
+        self.inner.watch_kind(name, primitive).await
+    }
+
+    async fn acquire_kind_queued(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: OwnerToken,
+        ttl: Duration,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Option<Lease>> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        self.inner
+            .acquire_kind_queued(name, kind, owner, ttl, deadline)
+            .await
+    }
+
+    async fn inspect_holders(&self, name: &LockName, primitive: Primitive) -> Result<Vec<LockState>> {
+        self.inner.inspect_holders(name, primitive).await
     }
 
     fn store_identity(&self) -> Option<String> {
