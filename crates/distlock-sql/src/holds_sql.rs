@@ -5,14 +5,15 @@
 //! # Layout
 //!
 //! One table beside the mutex table, named after it (`<table>_holds`), with one row per
-//! object, per live hold and per waiting writer; primary key `(primitive, lock_key, holder)`,
+//! object, per live hold and per waiting writer (and on PostgreSQL with notifications, per
+//! waiting permit attempt); primary key `(primitive, lock_key, holder)`,
 //! so every row of one object sits together in the index:
 //!
 //! | row            | `holder`                     | `kind`                         | `permits`          | `version`                            | `expires_at` |
 //! |----------------|------------------------------|--------------------------------|--------------------|--------------------------------------|--------------|
 //! | the object     | `#`                          | `object`                       | `NULL`             | the last fencing token issued        | `NULL` |
 //! | a hold         | the holder's owner token     | `permit`, `read` or `write`    | the count (permit) | this hold's fencing token            | end of the hold |
-//! | waiting writer | `~` + the waiter's id        | `waiter`                       | `NULL`             | 0                                    | end of the wait record |
+//! | waiter         | `~` + the waiter's id        | `waiter`                       | `NULL`             | 0; PostgreSQL: when first recorded (µs), the order a permit's release wakes them in | end of the wait record |
 //!
 //! `primitive` is [`Primitive::as_str`](distlock_core::Primitive::as_str) (`semaphore`,
 //! `rw-lock`), so the semaphore `x` and the read-write lock `x` never share a row, nor a row
