@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use distlock::{AcquireOptions, Error, LockClient, LockGuard, LockName, Result};
-use distlock_conformance::bench::{handoff_once, hot_lock, CONTENDERS};
+use distlock_conformance::bench::{handoff_once, hot_lock, hot_semaphore, CONTENDERS};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
@@ -22,6 +22,9 @@ struct Figures {
     acquire_release_p99_us: f64,
     handoff_us: f64,
     hot_lock_ops_per_s: f64,
+    /// Permits per second of one semaphore of 2 permits contended by the same 16 clients, if
+    /// the store has semaphores.
+    hot_semaphore_ops_per_s: Option<f64>,
     /// An uncontended semaphore permit taken and released, if the store has semaphores.
     permit_us: Option<f64>,
     /// An uncontended write lock of a read-write lock taken and released, if the store has them.
@@ -30,7 +33,7 @@ struct Figures {
 
 pub async fn run(urls: &[String], args: BenchArgs) -> Result<u8> {
     let iterations = args.iterations.max(10);
-    let steps_per_store = u64::from(iterations) * 5 + u64::from(iterations / 4);
+    let steps_per_store = u64::from(iterations) * 6 + u64::from(iterations / 4);
     let progress = ProgressBar::new(steps_per_store * urls.len() as u64);
     progress.set_style(
         ProgressStyle::with_template("{msg:>30} [{bar:30}] {pos}/{len}")
@@ -126,6 +129,20 @@ async fn measure(url: &str, iterations: u32, progress: &ProgressBar) -> Result<F
     )
     .await;
     progress.inc(u64::from(iterations));
+    let hot_permits = match hot_semaphore(
+        &contenders,
+        &name("hot-semaphore")?,
+        2,
+        &opts.clone().wait_for(Duration::from_secs(60)),
+        u64::from(iterations),
+    )
+    .await
+    {
+        Ok(elapsed) => Some(f64::from(iterations) / elapsed.as_secs_f64().max(1e-9)),
+        Err(Error::NotSupported { .. }) => None,
+        Err(error) => return Err(error),
+    };
+    progress.inc(u64::from(iterations));
 
     Ok(Figures {
         url: redact(url),
@@ -135,6 +152,7 @@ async fn measure(url: &str, iterations: u32, progress: &ProgressBar) -> Result<F
         acquire_release_p99_us: micros(percentile(&mut pairs, 0.99)),
         handoff_us: micros(percentile(&mut handoffs, 0.5)),
         hot_lock_ops_per_s: f64::from(iterations) / elapsed.as_secs_f64().max(1e-9),
+        hot_semaphore_ops_per_s: hot_permits,
         permit_us: permits.map(|mut times| micros(percentile(&mut times, 0.5))),
         write_us: writes.map(|mut times| micros(percentile(&mut times, 0.5))),
     })
@@ -196,7 +214,7 @@ fn redact(url: &str) -> String {
 
 fn print_table(results: &[Figures]) {
     println!(
-        "{:<36} {:>12} {:>16} {:>7} {:>12} {:>12} {:>14} {:>12} {:>12}",
+        "{:<36} {:>12} {:>16} {:>7} {:>12} {:>12} {:>14} {:>18} {:>12} {:>12}",
         "store",
         "2x raw (us)",
         "acq+rel (us)",
@@ -204,13 +222,14 @@ fn print_table(results: &[Figures]) {
         "p99 (us)",
         "handoff (us)",
         "hot x16 (op/s)",
+        "hot sem x16 (op/s)",
         "permit (us)",
         "write (us)"
     );
     for f in results {
         let ratio = f.acquire_release_us / f.roundtrip_x2_us.max(1e-9);
         println!(
-            "{:<36} {:>12.1} {:>16.1} {:>6.1}x {:>12.1} {:>12.1} {:>14.0} {} {}",
+            "{:<36} {:>12.1} {:>16.1} {:>6.1}x {:>12.1} {:>12.1} {:>14.0} {} {} {}",
             f.url,
             f.roundtrip_x2_us,
             f.acquire_release_us,
@@ -218,6 +237,7 @@ fn print_table(results: &[Figures]) {
             f.acquire_release_p99_us,
             f.handoff_us,
             f.hot_lock_ops_per_s,
+            optional(f.hot_semaphore_ops_per_s, 18),
             optional(f.permit_us, 12),
             optional(f.write_us, 12)
         );
@@ -228,11 +248,11 @@ fn write_out(path: &Path, results: &[Figures]) -> Result<()> {
     let text = if path.extension().is_some_and(|e| e == "json") {
         serde_json::to_string_pretty(results).map_err(|e| Error::backend("bench", e))?
     } else {
-        let mut csv = String::from("url,backend,roundtrip_x2_us,acquire_release_us,acquire_release_p99_us,handoff_us,hot_lock_ops_per_s,permit_us,write_us\n");
+        let mut csv = String::from("url,backend,roundtrip_x2_us,acquire_release_us,acquire_release_p99_us,handoff_us,hot_lock_ops_per_s,hot_semaphore_ops_per_s,permit_us,write_us\n");
         let cell = |value: Option<f64>| value.map_or_else(String::new, |v| format!("{v:.1}"));
         for f in results {
             csv.push_str(&format!(
-                "{},{},{:.1},{:.1},{:.1},{:.1},{:.0},{},{}\n",
+                "{},{},{:.1},{:.1},{:.1},{:.1},{:.0},{},{},{}\n",
                 f.url,
                 f.backend,
                 f.roundtrip_x2_us,
@@ -240,6 +260,7 @@ fn write_out(path: &Path, results: &[Figures]) -> Result<()> {
                 f.acquire_release_p99_us,
                 f.handoff_us,
                 f.hot_lock_ops_per_s,
+                cell(f.hot_semaphore_ops_per_s),
                 cell(f.permit_us),
                 cell(f.write_us)
             ));

@@ -151,6 +151,42 @@ pub async fn handoff_once(
     acquired.saturating_duration_since(released)
 }
 
+/// `total` permits of one semaphore of `permits` taken and given back, shared out over the
+/// contenders; returns the elapsed time, as [`hot_lock`]. `Err` if the store has no
+/// semaphores.
+pub async fn hot_semaphore(
+    contenders: &[LockClient],
+    name: &LockName,
+    permits: u32,
+    opts: &AcquireOptions,
+    total: u64,
+) -> distlock_core::Result<Duration> {
+    let per = total.div_ceil(contenders.len() as u64);
+    let semaphores = contenders
+        .iter()
+        .map(|client| client.semaphore(name, permits))
+        .collect::<distlock_core::Result<Vec<_>>>()?;
+    let started = Instant::now();
+    let tasks: Vec<_> = semaphores
+        .into_iter()
+        .map(|semaphore| {
+            let opts = opts.clone();
+            tokio::spawn(async move {
+                for _ in 0..per {
+                    let guard = semaphore.acquire_with(&opts).await.expect("a permit");
+                    guard.release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("joined");
+    }
+    Ok(started
+        .elapsed()
+        .mul_f64(total as f64 / (per * contenders.len() as u64) as f64))
+}
+
 /// `total` acquisitions of one lock shared out over the contenders; returns the elapsed time.
 pub async fn hot_lock(
     contenders: &[LockClient],
