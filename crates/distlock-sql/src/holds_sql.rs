@@ -5,15 +5,14 @@
 //! # Layout
 //!
 //! One table beside the mutex table, named after it (`<table>_holds`), with one row per
-//! object, per live hold and per waiting writer (and on PostgreSQL with notifications, per
-//! waiting permit attempt); primary key `(primitive, lock_key, holder)`,
+//! object, per live hold and per waiting writer; primary key `(primitive, lock_key, holder)`,
 //! so every row of one object sits together in the index:
 //!
 //! | row            | `holder`                     | `kind`                         | `permits`          | `version`                            | `expires_at` |
 //! |----------------|------------------------------|--------------------------------|--------------------|--------------------------------------|--------------|
 //! | the object     | `#`                          | `object`                       | `NULL`             | the last fencing token issued        | `NULL` |
 //! | a hold         | the holder's owner token     | `permit`, `read` or `write`    | the count (permit) | this hold's fencing token            | end of the hold |
-//! | waiter         | `~` + the waiter's id        | `waiter`                       | `NULL`             | 0; PostgreSQL: when first recorded (µs), the order a permit's release wakes them in | end of the wait record |
+//! | waiting writer | `~` + the waiter's id        | `waiter`                       | `NULL`             | 0                                    | end of the wait record |
 //!
 //! `primitive` is [`Primitive::as_str`](distlock_core::Primitive::as_str) (`semaphore`,
 //! `rw-lock`), so the semaphore `x` and the read-write lock `x` never share a row, nor a row
@@ -47,7 +46,6 @@ use std::fmt::Write as _;
 use distlock_core::LockKind;
 
 use crate::sql::{pg_micros, Dialect, KEY_LEN, MYSQL_CLOCK_US, PG_LEFT_US, PG_NOW, SQLITE_NOW_MS};
-use crate::waiters_sql::WAKE_PREFIX;
 
 /// The longest `holder` value: `~` + a SHA-256 in hex (64), or an owner token (36).
 pub(crate) const HOLDER_LEN: usize = 72;
@@ -130,12 +128,6 @@ pub(crate) struct HoldStatements {
     pub(crate) create_table: String,
     /// PostgreSQL: creates (or replaces) the function of an attempt; empty elsewhere.
     pub(crate) create_function: String,
-    /// PostgreSQL: creates (or replaces) the function of a release (`<table>_holds_release`);
-    /// empty elsewhere.
-    pub(crate) create_release: String,
-    /// PostgreSQL: creates (or replaces) the function of a waiter's withdrawal
-    /// (`<table>_holds_leave`); empty elsewhere.
-    pub(crate) create_leave: String,
     /// PostgreSQL: calls the function of an attempt. Binds: primitive, key, name, owner,
     /// kind, permits (`int4`, `NULL` but for a permit), ttl µs, the waiting writer's holder
     /// value and stay µs (both `NULL` when it leaves no record). Yields one row: won, the
@@ -144,17 +136,14 @@ pub(crate) struct HoldStatements {
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) attempt: String,
     /// Binds: primitive, key, owner, kind. One affected row iff a live hold was released
-    /// (PostgreSQL: one call of `<table>_holds_release`, which yields the count and wakes the
-    /// first waiter of a semaphore, or every waiter of a read-write lock, with `pg_notify`).
+    /// (PostgreSQL: yields the count, and announces the release with `pg_notify`).
     pub(crate) release: String,
     /// Binds, MySQL: ttl µs, primitive, key, owner, kind. SQLite: primitive, key, owner, kind,
     /// ttl ms; PostgreSQL the same with µs. One affected (matched) row iff a live hold was
     /// extended.
     pub(crate) extend: String,
     /// Binds: primitive, key, waiter holder. Deletes a waiting writer's record (PostgreSQL:
-    /// or a permit waiter's; one call of `<table>_holds_leave`, which yields the count,
-    /// announces a writer's withdrawal to the object's waiters, and if a permit is free wakes
-    /// the semaphore's next waiter, in case the leaving one was woken and never tried).
+    /// yields the count, and announces the withdrawal with `pg_notify`).
     pub(crate) withdraw: String,
     /// Binds: primitive, key. Yields holder, kind, permits, version, remaining time (µs / ms)
     /// of each live hold, oldest first.
@@ -233,25 +222,20 @@ impl HoldStatements {
             ),
             sqlite: SqliteAttempt::default(),
             create_function: String::new(),
-            create_release: String::new(),
-            create_leave: String::new(),
             attempt: String::new(),
             table,
         }
     }
 
-    /// PostgreSQL: the layout of MySQL's table, and an attempt, a release and a withdrawal
-    /// each as one call of a PL/pgSQL function (one round trip, its values bound as
-    /// parameters). They `pg_notify` the mutex table's channel (`mutex_table`): a permit's
-    /// release wakes the semaphore's first waiter (`wake:<waiter>`), a read-write lock's
-    /// release and a writer's withdrawal every waiter of the object (`<primitive>:<key>`).
+    /// PostgreSQL: the layout of MySQL's table, and an attempt as one call of a PL/pgSQL
+    /// function (one round trip, its values bound as parameters). Releases and withdrawals
+    /// `pg_notify` the mutex table's channel (`mutex_table`) with `<primitive>:<key>`.
     fn postgres(mutex_table: &str, table: String) -> Self {
         let t = format!("\"{table}\"");
         let now = PG_NOW;
         let left = PG_LEFT_US;
         let function = attempt_function(mutex_table);
-        let release_fn = identifier(Dialect::Postgres, mutex_table, "_holds_release");
-        let leave_fn = identifier(Dialect::Postgres, mutex_table, "_holds_leave");
+        let notify = format!("pg_notify('{mutex_table}', primitive || ':' || lock_key) IS NOT NULL");
         Self {
             create_table: format!(
                 "CREATE TABLE IF NOT EXISTS {t} (\n  \
@@ -267,16 +251,22 @@ impl HoldStatements {
                  )"
             ),
             create_function: pg_attempt_function(&t, &function),
-            create_release: pg_release_function(&t, &release_fn, mutex_table),
-            create_leave: pg_leave_function(&t, &leave_fn, mutex_table),
             attempt: format!("SELECT * FROM \"{function}\"($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
-            release: format!("SELECT \"{release_fn}\"($1, $2, $3, $4)"),
+            release: format!(
+                "WITH gone AS (DELETE FROM {t} WHERE primitive = $1 AND lock_key = $2 AND holder = $3 \
+                 AND kind = $4 AND expires_at > {now} RETURNING primitive, lock_key) \
+                 SELECT count(*) FROM gone WHERE {notify}"
+            ),
             extend: format!(
                 "UPDATE {t} SET expires_at = {now} + {ttl} \
                  WHERE primitive = $1 AND lock_key = $2 AND holder = $3 AND kind = $4 AND expires_at > {now}",
                 ttl = pg_micros("$5"),
             ),
-            withdraw: format!("SELECT \"{leave_fn}\"($1, $2, $3)"),
+            withdraw: format!(
+                "WITH gone AS (DELETE FROM {t} WHERE primitive = $1 AND lock_key = $2 AND holder = $3 \
+                 AND kind = 'waiter' RETURNING primitive, lock_key) \
+                 SELECT count(*) FROM gone WHERE {notify}"
+            ),
             holders: format!(
                 "SELECT holder::text, kind::text, permits::int8, version, {left} FROM {t} \
                  WHERE primitive = $1 AND lock_key = $2 AND kind IN ('permit', 'read', 'write') \
@@ -349,8 +339,6 @@ impl HoldStatements {
                 ),
             },
             create_function: String::new(),
-            create_release: String::new(),
-            create_leave: String::new(),
             attempt: String::new(),
             table,
         }
@@ -430,86 +418,12 @@ fn pg_attempt_function(t: &str, function: &str) -> String {
          IF v_won THEN\n      \
          DELETE FROM {t} WHERE {object} AND holder = p_waiter AND kind = 'waiter';\n    \
          ELSE\n      \
-         INSERT INTO {t} {columns} VALUES (p_primitive, p_key, p_waiter, p_name, 'waiter', NULL, \
-         (extract(epoch FROM v_now) * 1000000)::bigint, {stay}) \
+         INSERT INTO {t} {columns} VALUES (p_primitive, p_key, p_waiter, p_name, 'waiter', NULL, 0, {stay}) \
          ON CONFLICT (primitive, lock_key, holder) DO UPDATE SET expires_at = EXCLUDED.expires_at;\n    \
          END IF;\n  \
          END IF;\n  \
          RETURN QUERY SELECT v_won, v_token, c.holds, c.readers, c.writers, c.waiting, c.stored, \
          c.mine, c.first_permit, c.last_reader, c.writer;\n\
-         END\n\
-         $distlock$"
-    )
-}
-
-/// PostgreSQL: wakes the first live waiter of the semaphore `p_primitive`/`p_key` (the
-/// oldest record, by `version`): takes its record out and `pg_notify`s `wake:<waiter>`. Drops
-/// the records whose stay ended first. Needs `v_now` and `v_first` declared.
-fn pg_wake_next_permit(t: &str, mutex_table: &str) -> String {
-    let object = "primitive = p_primitive AND lock_key = p_key";
-    format!(
-        "DELETE FROM {t} WHERE {object} AND kind = 'waiter' AND expires_at <= v_now;\n  \
-         DELETE FROM {t} WHERE {object} AND kind = 'waiter' AND holder = (SELECT holder FROM {t} \
-         WHERE {object} AND kind = 'waiter' ORDER BY version, holder LIMIT 1) RETURNING holder INTO v_first;\n  \
-         IF v_first IS NOT NULL THEN\n    \
-         PERFORM pg_notify('{mutex_table}', '{WAKE_PREFIX}' || substr(v_first, 2));\n  END IF;\n"
-    )
-}
-
-/// PostgreSQL: `CREATE OR REPLACE FUNCTION` of a release of a hold (`<table>_holds_release`,
-/// the function's name `function`) on the holds table `t` (quoted). It takes the object's row
-/// first, as an attempt does, so that it reads the waiters after every attempt before it has
-/// committed (its own statements see what committed before each began): a permit waiter
-/// recorded by an attempt that counted this hold is seen and woken. It deletes the hold if it
-/// is the owner's and live; then a permit wakes the semaphore's first waiter, a read or write
-/// hold every waiter of the read-write lock. Yields 1 if released, else 0.
-fn pg_release_function(t: &str, function: &str, mutex_table: &str) -> String {
-    let object = "primitive = p_primitive AND lock_key = p_key";
-    let wake_next = pg_wake_next_permit(t, mutex_table);
-    format!(
-        "CREATE OR REPLACE FUNCTION \"{function}\"(p_primitive text, p_key text, p_holder text, p_kind text) \
-         RETURNS bigint\n\
-         LANGUAGE plpgsql VOLATILE AS $distlock$\n\
-         DECLARE\n  v_now timestamptz := {PG_NOW};\n  v_first text;\n\
-         BEGIN\n  \
-         PERFORM 1 FROM {t} WHERE {object} AND holder = '#' FOR UPDATE;\n  \
-         DELETE FROM {t} WHERE {object} AND holder = p_holder AND kind = p_kind AND expires_at > v_now;\n  \
-         IF NOT FOUND THEN\n    RETURN 0;\n  END IF;\n  \
-         IF p_kind = 'permit' THEN\n  {wake_next}  ELSE\n    \
-         PERFORM pg_notify('{mutex_table}', p_primitive || ':' || p_key);\n  END IF;\n  \
-         RETURN 1;\n\
-         END\n\
-         $distlock$"
-    )
-}
-
-/// PostgreSQL: `CREATE OR REPLACE FUNCTION` of a waiter's withdrawal (`<table>_holds_leave`).
-/// It takes the object's row, deletes the waiter's record, and then: for a waiting writer
-/// that had one, wakes every waiter of the read-write lock (readers it kept out may pass
-/// now); for a semaphore, if a permit is free, wakes the next waiter, since the leaving one
-/// may have been woken and gone without trying (its record is gone then). Yields 1 if it
-/// deleted a record, else 0.
-fn pg_leave_function(t: &str, function: &str, mutex_table: &str) -> String {
-    let object = "primitive = p_primitive AND lock_key = p_key";
-    let wake_next = pg_wake_next_permit(t, mutex_table);
-    format!(
-        "CREATE OR REPLACE FUNCTION \"{function}\"(p_primitive text, p_key text, p_waiter text) \
-         RETURNS bigint\n\
-         LANGUAGE plpgsql VOLATILE AS $distlock$\n\
-         DECLARE\n  v_now timestamptz := {PG_NOW};\n  v_first text;\n  v_deleted bigint;\n  \
-         v_holds bigint;\n  v_permits integer;\n\
-         BEGIN\n  \
-         PERFORM 1 FROM {t} WHERE {object} AND holder = '#' FOR UPDATE;\n  \
-         DELETE FROM {t} WHERE {object} AND holder = p_waiter AND kind = 'waiter';\n  \
-         GET DIAGNOSTICS v_deleted = ROW_COUNT;\n  \
-         IF p_primitive <> 'semaphore' THEN\n    \
-         IF v_deleted > 0 THEN\n      \
-         PERFORM pg_notify('{mutex_table}', p_primitive || ':' || p_key);\n    END IF;\n    \
-         RETURN v_deleted;\n  END IF;\n  \
-         SELECT count(*), min(permits) INTO v_holds, v_permits FROM {t} \
-         WHERE {object} AND kind = 'permit' AND expires_at > v_now;\n  \
-         IF v_holds = 0 OR v_holds < v_permits THEN\n  {wake_next}  END IF;\n  \
-         RETURN v_deleted;\n\
          END\n\
          $distlock$"
     )

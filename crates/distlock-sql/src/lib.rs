@@ -32,13 +32,9 @@
 //!   (`<table>_leave`), and if the lock is free then, the next waiter is woken in its place (it
 //!   may have been woken and gone without trying); one that died stays until its stay ends (its
 //!   longest sleep plus a second, judged by the database's clock), costing the others at most
-//!   one wake. A semaphore's permits work the same way on the holds table: a waiting permit
-//!   attempt records its waiter there (oldest first), a release (`<table>_holds_release`)
-//!   wakes the first recorded waiter alone, and a waiter leaving (`<table>_holds_leave`) wakes
-//!   the next one if a permit is free. Releases of the sides of a read-write lock, and
-//!   withdrawals of waiting writers, still wake every waiter of the object (`NOTIFY` with the
-//!   object's key): which of them can get in depends on what each asks for (a writer's release
-//!   may let many readers in). The connection listens again after a
+//!   one wake. Releases of permits and sides of read-write locks, and withdrawals of waiting
+//!   writers, still wake every waiter of the object (`NOTIFY` with the object's key): which of
+//!   them can get in depends on what each asks for. The connection listens again after a
 //!   restart or a reset (and then wakes every waiter once), and waiters keep a safety-net poll.
 //!   A connection that goes silent without breaking is asked `SELECT 1` after 5 s without a
 //!   notification, and replaced the same way if it does not answer within the operation
@@ -48,8 +44,7 @@
 //!   tables but not the wakes: while both run on one table, a waiter of one is not woken by a
 //!   release of the other and wakes at its safety-net poll or the holder's expiry instead;
 //!   where a DBA creates the tables, create the queue and its functions
-//!   ([`SqlConfig::ddl`]) before the clients that use them start, or their releases fail
-//!   (this version adds `<table>_holds_release` and `<table>_holds_leave`).
+//!   ([`SqlConfig::ddl`]) before the clients that use them start, or their releases fail.
 //! - Waiting on MySQL and SQLite: they publish no releases, so waiters poll with backoff,
 //!   waking at the holder's expiry. A MySQL release by a client of this process hands the lock straight to the first
 //!   of this process's waiters, in the release's own `UPDATE` (`LockClient` does it, by the
@@ -206,10 +201,9 @@
 //!   server ended (a restart) is retried on another connection, as a broken one.
 //! - A name containing NUL is refused ([`Error::InvalidName`](distlock_core::Error::InvalidName)):
 //!   PostgreSQL's text cannot hold it. Table names are at most 63 bytes.
-//! - The backend's user needs `CREATE` on the schema for the tables and the functions
-//!   (`CREATE OR REPLACE FUNCTION` of `<table>_holds_try`, `<table>_holds_release`,
-//!   `<table>_holds_leave`, `<table>_release` and `<table>_leave`, which also means owning
-//!   them), or a DBA
+//! - The backend's user needs `CREATE` on the schema for the tables and the function
+//!   (`CREATE OR REPLACE FUNCTION` of `<table>_holds_try`, `<table>_release` and
+//!   `<table>_leave`, which also means owning them), or a DBA
 //!   creates them from [`SqlConfig::ddl`] and the backend runs with
 //!   [`SqlConfig::with_create_table`]`(false)`.
 //!

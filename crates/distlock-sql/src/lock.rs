@@ -224,16 +224,15 @@ impl DistributedLock for SqlLock {
         }
     }
 
-    /// PostgreSQL with notifications (the default) declares [`WakeUp::Notification`],
-    /// [`Capabilities::wakes_one`] and [`Capabilities::permits_wake_one`]: a release of a mutex
-    /// or of a semaphore's permit wakes the first waiter of its queue (`NOTIFY` naming that
-    /// waiter), a release or withdrawal on a read-write lock every waiter of it, and waiters
-    /// keep only a safety-net poll. Every other configuration polls.
+    /// PostgreSQL with notifications (the default) declares [`WakeUp::Notification`] and
+    /// [`Capabilities::wakes_one`]: a release of a mutex wakes the first waiter of its queue
+    /// (`NOTIFY` naming that waiter), a release or withdrawal on a semaphore or read-write lock
+    /// every waiter of it, and waiters keep only a safety-net poll. Every other configuration
+    /// polls.
     fn capabilities(&self) -> Capabilities {
         let notified = self.wake_up() == WakeUp::Notification;
         Capabilities::new(Fencing::Monotonic, self.wake_up())
             .with_wakes_one(notified)
-            .with_permits_wake_one(notified)
             .with_hands_over(true)
             .with_ttl_granularity(Duration::from_millis(1))
             .with_ttl_range(Duration::from_millis(1), MAX_TTL)
@@ -605,8 +604,7 @@ impl DistributedLock for SqlLock {
         self.acquire_hold(name, kind, owner, ttl, waiter).await
     }
 
-    /// Deletes the waiting writer's record, or on PostgreSQL a permit waiter's (waking the
-    /// next waiter if a permit is free). **1 round trip**; nothing for readers.
+    /// Deletes the waiting writer's record. **1 round trip**; nothing for other kinds.
     async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
         self.withdraw_waiter(name, kind, waiter).await
     }
@@ -616,20 +614,12 @@ impl DistributedLock for SqlLock {
         self.holder_states(name, primitive).await
     }
 
-    /// PostgreSQL: a semaphore's waiter gets a watch of its own (payload `wake:<waiter>`): its
-    /// attempts record it, and a release wakes the semaphore's first recorded waiter only, as
-    /// the mutex's queue does; a read-write lock's waiter hears every release and withdrawal
-    /// of the object (payload `<primitive>:<key>`). **0 round trips** once the connection
-    /// listens. Elsewhere a polling watch, which `LockClient` wakes on releases in this
-    /// process.
+    /// PostgreSQL: the releases and withdrawals of the object, as for the mutex's
+    /// [`watch`](Self::watch) (payload `<primitive>:<key>`). Elsewhere a polling watch, which
+    /// `LockClient` wakes on releases in this process.
     async fn watch_kind(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
         #[cfg(feature = "postgres")]
         if let Some(releases) = &self.inner.releases {
-            if primitive == Primitive::Semaphore {
-                let waiter: std::sync::Arc<str> = format!("{:032x}", rand::random::<u128>()).into();
-                let (rx, keep) = releases.watch_waiter(&waiter).await?;
-                return Ok(ReleaseWatch::for_waiter(rx, keep, waiter));
-            }
             return releases.watch(primitive, &lock_key(name)).await;
         }
         let _ = (name, primitive);

@@ -1,12 +1,11 @@
 //! [`PgReleases`]: PostgreSQL's release notifications for one [`SqlLock`](crate::SqlLock).
 //!
-//! Every release of a side of a read-write lock, and every withdrawal of a waiting writer,
-//! runs `pg_notify('<table>', '<primitive>:<key>')` in the function that releases
-//! (`holds_sql.rs`), so the notification is sent if and only if the release commits, and it
-//! wakes every waiter of that object. A release of a mutex or of a semaphore's permit wakes
-//! one waiter only: it takes the first waiter out of the lock's queue (`waiters_sql.rs`) or
-//! the semaphore's waiter records (`holds_sql.rs`) and runs `pg_notify('<table>',
-//! 'wake:<waiter>')`, which wakes that waiter's watch alone. One channel per
+//! Every release of a permit or a side of a read-write lock, and every withdrawal of a
+//! waiting writer, runs `pg_notify('<table>', '<primitive>:<key>')` in the statement that
+//! releases (`holds_sql.rs`), so the notification is sent if and only if the release commits,
+//! and it wakes every waiter of that object. A release of a mutex wakes one waiter only: it
+//! takes the first waiter out of the lock's queue and runs `pg_notify('<table>',
+//! 'wake:<waiter>')` (`waiters_sql.rs`), which wakes that waiter's watch alone. One channel per
 //! table; the payload names the object or the waiter, and every listener of the table
 //! receives every notification of it, routing it by payload to its own watches (a channel per
 //! waiter would cost a `LISTEN` and an `UNLISTEN` per wait on the listening connection, and

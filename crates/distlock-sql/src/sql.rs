@@ -150,15 +150,12 @@ impl Statements {
     }
 
     /// Every `CREATE` statement, in the order to run them: the mutex table, then the holds
-    /// table (and on PostgreSQL the functions of an attempt at a hold, of its release and of
-    /// a waiter's withdrawal, then the mutex's queue of waiters and the functions of a
-    /// release and of a waiter leaving it).
+    /// table (and on PostgreSQL the function of an attempt at a hold, then the mutex's queue
+    /// of waiters and the functions of a release and of a waiter leaving it).
     pub(crate) fn create_tables(&self) -> Vec<&str> {
         let mut all = vec![self.create_table.as_str(), self.holds.create_table.as_str()];
         let postgres = [
             &self.holds.create_function,
-            &self.holds.create_release,
-            &self.holds.create_leave,
             &self.waiters.create_table,
             &self.waiters.create_release,
             &self.waiters.create_leave,

@@ -63,13 +63,9 @@ impl SqlLock {
         let ttl_units = self.ttl_units(ttl)?;
         let key = lock_key(name);
         let owner_str = owner.to_string();
-        // A writer that will wait leaves a record, and so does a permit's waiter where a
-        // release wakes it by name (PostgreSQL with notifications); readers never do.
+        // Only a writer that will wait leaves a record; readers and permits ignore `waiter`.
         let waiter = match (kind, waiter) {
             (LockKind::Write, Some((id, stay))) => Some((waiter_holder(id), self.stay_units(stay))),
-            (LockKind::Permit { .. }, Some((id, stay))) if self.permit_waiters_queue() => {
-                Some((waiter_holder(id), self.stay_units(stay)))
-            }
             _ => None,
         };
         let sent = Instant::now();
@@ -313,30 +309,13 @@ impl SqlLock {
         Ok((affected > 0).then(|| lease.renewed(ttl, sent)))
     }
 
-    /// Whether a permit's waiters queue on the store and a release wakes the first of them
-    /// (PostgreSQL with notifications); elsewhere a permit's waiters are not recorded.
-    pub(super) fn permit_waiters_queue(&self) -> bool {
-        #[cfg(feature = "postgres")]
-        if self.inner.releases.is_some() {
-            return true;
-        }
-        false
-    }
-
-    /// Withdraw: delete the waiting writer `waiter`'s record of the read-write lock `name`, or
-    /// a permit waiter's record where they are kept (PostgreSQL: and wake the semaphore's
-    /// next waiter if a permit is free). Nothing for readers, which record no waiters.
-    /// **1 round trip.**
+    /// Withdraw: delete the waiting writer `waiter`'s record of the read-write lock `name`.
+    /// Nothing for other kinds, which record no waiters. **1 round trip.**
     pub(super) async fn withdraw_waiter(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
-        let recorded = match kind {
-            LockKind::Write => true,
-            LockKind::Permit { .. } => self.permit_waiters_queue(),
-            _ => false,
-        };
-        if !recorded {
+        if kind != LockKind::Write {
             return Ok(());
         }
-        let primitive = kind.primitive().as_str();
+        let primitive = Primitive::RwLock.as_str();
         let key = lock_key(name);
         let key = key.as_ref();
         let holder = waiter_holder(waiter);
