@@ -30,10 +30,10 @@ pub mod bench;
 pub mod cases;
 pub mod child;
 mod context;
-mod delaying;
 mod fixture;
 mod live;
 mod memory;
+mod observed;
 mod report;
 
 pub use cases::Outcome;

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::{within, Outcome, LONG_TTL};
-use crate::delaying::Delaying;
+use crate::observed::Observed;
 use crate::Ctx;
 
 /// How long the cut-off attempt waits before it reaches the store.
@@ -127,7 +127,7 @@ where
     F: FnOnce(LockClient, AcquireOptions) -> Fut,
     Fut: std::future::Future<Output = Result<LockGuard>> + Send + 'static,
 {
-    let delaying = Delaying::new(ctx.backend().await, DELAY);
+    let delaying = Observed::delaying(ctx.backend().await, DELAY);
     let (mut started, mut ended) = (delaying.started(), delaying.ended());
     let client = LockClient::new(delaying);
     let waiting: JoinHandle<Result<LockGuard>> = tokio::spawn(start(client, wait.clone()));

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use distlock_core::{AcquireOptions, Fencing, LockClient, OwnerToken, WakeUp};
 
-use super::wakeup::{handoff_in_process, Counting};
+use super::wakeup::handoff_in_process;
 use super::{is_held, take, Outcome, LONG_TTL};
+use crate::observed::Observed;
 use crate::Ctx;
 
 /// Case 29: With [`Capabilities::hands_over`](distlock_core::Capabilities::hands_over),
@@ -89,10 +90,7 @@ pub async fn c29_release_hands_over_to_the_next_owner(ctx: Ctx) -> Outcome {
     let name = ctx.name("handed-to-waiter");
     let attempts = Arc::new(AtomicUsize::new(0));
     let holder = ctx.client().await;
-    let waiter = LockClient::new(Counting {
-        inner: ctx.backend().await,
-        attempts: attempts.clone(),
-    });
+    let waiter = LockClient::new(Observed::counting(ctx.backend().await, attempts.clone()));
     let long_poll = Duration::from_secs(20);
     let opts = AcquireOptions::new()
         .ttl(LONG_TTL)

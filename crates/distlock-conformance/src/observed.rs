@@ -1,7 +1,9 @@
-//! [`Delaying`]: a backend whose attempts that carry a waiter (those that may queue the waiter
-//! or record it on the store) start late, so that a case can cut a wait off while such an
-//! attempt is under way, and know when the attempt has ended.
+//! [`Observed`]: a backend that counts the acquisition attempts made through it, and can make
+//! those that carry a waiter (those that may queue the waiter or record it on the store) start
+//! late, so that a case can cut a wait off while such an attempt is under way and know when
+//! the attempt has ended.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,23 +15,34 @@ use distlock_core::{
 use futures::future::BoxFuture;
 use tokio::sync::watch;
 
-/// Passes everything to `inner`, but each attempt that carries a waiter waits `delay` first.
-/// `started` and `ended` count those attempts.
+/// Passes everything to `inner`, counting every attempt in `attempts`; each attempt that
+/// carries a waiter waits `delay` first, and `started` and `ended` count those.
 #[derive(Debug)]
-pub(crate) struct Delaying {
+pub(crate) struct Observed {
     inner: Arc<dyn DistributedLock>,
+    attempts: Arc<AtomicUsize>,
     delay: Duration,
     started: watch::Sender<usize>,
     ended: watch::Sender<usize>,
 }
 
-impl Delaying {
-    pub(crate) fn new(inner: Arc<dyn DistributedLock>, delay: Duration) -> Self {
+impl Observed {
+    /// Counts the attempts through `inner` in `attempts`.
+    pub(crate) fn counting(inner: Arc<dyn DistributedLock>, attempts: Arc<AtomicUsize>) -> Self {
         Self {
             inner,
-            delay,
+            attempts,
+            delay: Duration::ZERO,
             started: watch::channel(0).0,
             ended: watch::channel(0).0,
+        }
+    }
+
+    /// Makes the attempts through `inner` that carry a waiter start `delay` late.
+    pub(crate) fn delaying(inner: Arc<dyn DistributedLock>, delay: Duration) -> Self {
+        Self {
+            delay,
+            ..Self::counting(inner, Arc::default())
         }
     }
 
@@ -43,10 +56,18 @@ impl Delaying {
         self.ended.subscribe()
     }
 
-    /// Runs `attempt` after the delay, counting it.
+    /// Counts an attempt without a waiter.
+    fn counted(&self) {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Runs `attempt`, which carries a waiter, after the delay, counting it.
     async fn late<T>(&self, attempt: impl std::future::Future<Output = T>) -> T {
+        self.counted();
         self.started.send_modify(|n| *n += 1);
-        tokio::time::sleep(self.delay).await;
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
         let outcome = attempt.await;
         self.ended.send_modify(|n| *n += 1);
         outcome
@@ -54,7 +75,7 @@ impl Delaying {
 }
 
 #[async_trait]
-impl DistributedLock for Delaying {
+impl DistributedLock for Observed {
     fn backend(&self) -> &'static str {
         self.inner.backend()
     }
@@ -64,6 +85,7 @@ impl DistributedLock for Delaying {
     }
 
     async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
+        self.counted();
         self.inner.try_acquire(name, owner, ttl).await
     }
 
@@ -106,6 +128,7 @@ impl DistributedLock for Delaying {
         ttl: Duration,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Option<Lease>> {
+        self.counted();
         self.inner.acquire_queued(name, owner, ttl, deadline).await
     }
 
@@ -120,7 +143,10 @@ impl DistributedLock for Delaying {
         let attempt = self.inner.try_acquire_kind(name, kind, owner, ttl, waiter);
         match waiter {
             Some(_) => self.late(attempt).await,
-            None => attempt.await,
+            None => {
+                self.counted();
+                attempt.await
+            }
         }
     }
 
@@ -140,6 +166,7 @@ impl DistributedLock for Delaying {
         ttl: Duration,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Option<Lease>> {
+        self.counted();
         self.inner
             .acquire_kind_queued(name, kind, owner, ttl, deadline)
             .await
