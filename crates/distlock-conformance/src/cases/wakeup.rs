@@ -18,7 +18,7 @@ use crate::Ctx;
 /// How many clients wait in [`c27_release_wakes_one_waiter`].
 const WAITERS: usize = 6;
 
-/// Case 27: With [`Capabilities::wakes_one`], a release wakes one waiter: while six clients
+/// Case 27: With [`Capabilities::wakes_one`](distlock_core::Capabilities::wakes_one), a release wakes one waiter: while six clients
 /// wait, a release is followed by at most one attempt besides the winner's (not six), and
 /// every later release hands the lock on promptly although the waiters' safety-net re-check
 /// is 20 s away (no wake is lost: not to a waiter that won without being woken, nor to
@@ -31,7 +31,7 @@ pub async fn c27_release_wakes_one_waiter(ctx: Ctx) -> Outcome {
     one_wake_per_release(ctx, Waited::Lock).await
 }
 
-/// Case 44: With [`Capabilities::permits_wake_one`], a permit's release wakes one waiter of
+/// Case 44: With [`Capabilities::permits_wake_one`](distlock_core::Capabilities::permits_wake_one), a permit's release wakes one waiter of
 /// the semaphore: c27 for a semaphore of one permit.
 pub async fn c44_permit_release_wakes_one_waiter(ctx: Ctx) -> Outcome {
     let caps = ctx.caps().clone();
