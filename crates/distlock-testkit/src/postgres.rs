@@ -150,6 +150,7 @@ impl PostgresServer {
                 Launch {
                     run_as,
                     stop_signal: Signal::Int,
+                    settle: Some(shared_memory_released),
                 },
             )?;
             let server = PostgresServer {
@@ -350,6 +351,38 @@ fn bin_dir(given: Option<&Path>) -> Result<PathBuf, HarnessError> {
     std::env::split_paths(&path_var)
         .find(|dir| complete(dir))
         .ok_or_else(|| HarnessError::missing("postgres (with initdb and psql)", PACKAGE))
+}
+
+/// Waits (up to 10 s) until no process is attached to the shared memory of the server last
+/// run in `dir`: backends of a postmaster killed with `kill -9` live on until they notice, and
+/// a new postmaster refuses to start while they do ("pre-existing shared memory block is still
+/// in use"). Returns at once when no server ran there yet.
+fn shared_memory_released(dir: &Path) {
+    // The seventh line of postmaster.pid is the segment's key and id.
+    let Ok(pid_file) = std::fs::read_to_string(dir.join("data").join("postmaster.pid")) else {
+        return;
+    };
+    let Some(id) = pid_file
+        .lines()
+        .nth(6)
+        .and_then(|line| line.split_whitespace().nth(1))
+        .map(str::to_owned)
+    else {
+        return;
+    };
+    let attached = || {
+        std::fs::read_to_string("/proc/sysvipc/shm")
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+            .map(|row| row.split_whitespace().collect::<Vec<_>>())
+            // Columns: key shmid perms size cpid lpid nattch ...
+            .any(|cols| cols.get(1) == Some(&id.as_str()) && cols.get(6).is_some_and(|n| *n != "0"))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while attached() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 fn is_executable(path: &Path) -> bool {

@@ -48,6 +48,9 @@ pub(crate) struct Launch {
     pub(crate) run_as: Option<(u32, u32)>,
     /// The signal of a graceful [`stop`](ServerProcess::stop).
     pub(crate) stop_signal: Signal,
+    /// Called with the working directory before every launch: waits until what an earlier
+    /// run left behind (processes of a server killed with `kill -9`) is gone.
+    pub(crate) settle: Option<fn(&Path)>,
 }
 
 impl Default for Launch {
@@ -55,6 +58,7 @@ impl Default for Launch {
         Self {
             run_as: None,
             stop_signal: Signal::Term,
+            settle: None,
         }
     }
 }
@@ -122,6 +126,9 @@ impl ServerProcess {
 
     fn launch(&mut self) -> Result<(), HarnessError> {
         let spec = &self.spec;
+        if let Some(settle) = self.how.settle {
+            settle(&spec.cwd);
+        }
         let mut log = OpenOptions::new()
             .create(true)
             .append(true)
