@@ -40,6 +40,9 @@ pub const POSTGRES_URL_ENV: &str = "DISTLOCK_TEST_POSTGRES_URL";
 /// Points [`zookeeper_url`] at an existing server or ensemble, e.g.
 /// `zk://127.0.0.1:2181`.
 pub const ZOOKEEPER_URL_ENV: &str = "DISTLOCK_TEST_ZOOKEEPER_URL";
+/// Points [`zookeeper_ensemble_url`] at an existing ensemble of three or more members, e.g.
+/// `zk://127.0.0.1:2181,127.0.0.1:2182,127.0.0.1:2183`.
+pub const ZOOKEEPER_ENSEMBLE_URL_ENV: &str = "DISTLOCK_TEST_ZOOKEEPER_ENSEMBLE_URL";
 
 type Cell<T> = OnceLock<Result<T, HarnessError>>;
 
@@ -118,6 +121,11 @@ pub fn postgres_url() -> Result<String, HarnessError> {
 /// `$DISTLOCK_TEST_ZOOKEEPER_URL` if set, else the shared server's URL.
 pub fn zookeeper_url() -> Result<String, HarnessError> {
     env_url(ZOOKEEPER_URL_ENV).map_or_else(|| zookeeper().map(ZooKeeperServer::url), Ok)
+}
+
+/// `$DISTLOCK_TEST_ZOOKEEPER_ENSEMBLE_URL` if set, else the shared ensemble's URL.
+pub fn zookeeper_ensemble_url() -> Result<String, HarnessError> {
+    env_url(ZOOKEEPER_ENSEMBLE_URL_ENV).map_or_else(|| zookeeper_ensemble().map(ZooKeeperEnsemble::url), Ok)
 }
 
 fn env_url(name: &str) -> Option<String> {

@@ -56,20 +56,18 @@ impl ZkFixture {
         Self::over(url, None).await
     }
 
-    /// Over a standalone server of its own, which `outage` may kill.
-    /// A fixture over the test binary's shared 3-node ensemble (never killed by a case).
+    /// A fixture over the shared 3-node ensemble (never killed by a case).
     pub async fn ensemble() -> Self {
-        // A child process of the cross-process case reaches the parent's ensemble.
-        if let Ok(url) = std::env::var(shared::ZOOKEEPER_URL_ENV) {
-            return Self::over(url, None).await;
-        }
-        let url = tokio::task::spawn_blocking(|| shared::zookeeper_ensemble().map(|e| e.url()))
+        // `$DISTLOCK_TEST_ZOOKEEPER_ENSEMBLE_URL` when set: the run's shared ensemble, or the
+        // parent's in a child process of the cross-process case.
+        let url = tokio::task::spawn_blocking(shared::zookeeper_ensemble_url)
             .await
             .expect("joined")
             .expect("the shared ZooKeeper ensemble starts");
         Self::over(url, None).await
     }
 
+    /// Over a standalone server of its own, which `outage` may kill.
     pub async fn own() -> Self {
         let server = tokio::task::spawn_blocking(ZooKeeperServer::start)
             .await
@@ -200,7 +198,11 @@ impl Fixture for ZkFixture {
     }
 
     fn child_env(&self) -> Option<Vec<(String, String)>> {
-        Some(vec![(shared::ZOOKEEPER_URL_ENV.to_owned(), self.url.clone())])
+        // Both: the child opens the same fixture as its parent, single server or ensemble.
+        Some(vec![
+            (shared::ZOOKEEPER_URL_ENV.to_owned(), self.url.clone()),
+            (shared::ZOOKEEPER_ENSEMBLE_URL_ENV.to_owned(), self.url.clone()),
+        ])
     }
 
     fn short_ttl(&self) -> Duration {
