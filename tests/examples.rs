@@ -19,7 +19,10 @@ mod any_store;
 
 /// The built example `name`, built (or brought up to date) first by a nested `cargo build`
 /// with the stores this test was built with: `cargo test` builds examples only as test
-/// harnesses, and Cargo releases its build lock before it runs tests.
+/// harnesses, and Cargo releases its build lock before it runs tests. Built with every
+/// feature (as `scripts/test-all` builds the workspace), the nested build asks for the
+/// workspace's examples with every feature, which reuses everything the test build compiled;
+/// otherwise for the features this test has.
 fn example(name: &str) -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
@@ -32,22 +35,23 @@ fn example(name: &str) -> PathBuf {
             ("zookeeper", cfg!(feature = "zookeeper")),
             ("memcached", cfg!(feature = "memcached")),
             ("metrics", cfg!(feature = "metrics")),
-        ]
-        .iter()
-        .filter(|(_, on)| *on)
-        .map(|(feature, _)| *feature)
-        .collect::<Vec<_>>()
-        .join(",");
-        let status = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "--quiet",
+            ("blocking", cfg!(feature = "blocking")),
+        ];
+        let mut command = Command::new(env!("CARGO"));
+        command.args(["build", "--quiet", "--examples"]);
+        if features.iter().all(|(_, on)| *on) {
+            command.args(["--workspace", "--all-features"]);
+        } else {
+            let on: Vec<&str> = features.iter().filter(|(_, on)| *on).map(|(f, _)| *f).collect();
+            command.args([
                 "-p",
                 "distlock",
-                "--examples",
                 "--no-default-features",
-            ])
-            .args(["--features", &features])
+                "--features",
+                &on.join(","),
+            ]);
+        }
+        let status = command
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()
             .expect("cargo runs");
