@@ -290,3 +290,23 @@ async fn a_guard_is_lost_at_its_sessions_local_deadline() {
     assert_eq!(lost, LossReason::SessionExpired);
     assert!(guard.is_lost());
 }
+
+/// A session that ends under the same epoch while the watchdog cannot run (or between the
+/// watchdog reading the session and recording the hold) ends its guards all the same: every
+/// reader applies [`Session::keeps`], as the watchdog does, even without a local deadline.
+#[tokio::test(start_paused = true)]
+async fn a_guard_of_an_expired_session_is_lost_without_the_watchdog() {
+    let backend = Arc::new(Queued::new());
+    let client = LockClient::from_arc(backend.clone());
+    let guard = client.acquire("expired").await.expect("acquired");
+    // Published without waking receivers: the watchdog does not run before the checks below.
+    backend.session.send_if_modified(|s| {
+        s.state = SessionState::Expired;
+        false
+    });
+    assert!(guard.is_lost(), "a guard of an expired session says held");
+    let lost = tokio::time::timeout(Duration::from_millis(10), guard.lost())
+        .await
+        .expect("the lost signal fires at once");
+    assert_eq!(lost, LossReason::SessionExpired);
+}
