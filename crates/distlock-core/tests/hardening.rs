@@ -33,6 +33,13 @@ struct Faulty {
     /// Leases carry this validity margin (Redlock's clock drift).
     margin: Option<Duration>,
     releases: AtomicUsize,
+    /// Attempts made (`try_acquire` calls).
+    attempts: AtomicUsize,
+    /// The next `try_acquire` is applied on the store, then panics (a backend bug).
+    panic_next_acquire: AtomicBool,
+    /// Leases are dated this much later than the request was sent (a backend that trusts a
+    /// wrong clock, or a buggy one).
+    lease_skew: Option<Duration>,
 }
 
 impl Faulty {
@@ -56,7 +63,16 @@ impl DistributedLock for Faulty {
         if let Some(delay) = self.attempt_delay {
             tokio::time::sleep(delay).await;
         }
+        self.attempts.fetch_add(1, Ordering::SeqCst);
         let outcome = self.inner.try_acquire(name, owner, ttl).await?;
+        if self.panic_next_acquire.swap(false, Ordering::SeqCst) {
+            panic!("a backend bug in try_acquire");
+        }
+        if let (Some(skew), TryAcquire::Acquired(lease)) = (self.lease_skew, &outcome) {
+            let fencing = lease.fencing_token().expect("memory issues tokens");
+            let skewed = Lease::new(name.clone(), owner, ttl, Instant::now() + skew).with_fencing(fencing);
+            return Ok(TryAcquire::Acquired(skewed));
+        }
         if self.lose_next_acquire_reply.swap(false, Ordering::SeqCst) {
             return Err(Error::unavailable("faulty", "the reply was lost"));
         }
@@ -486,5 +502,20 @@ async fn acquiring_many_locks_costs_linear_time() {
     assert!(
         ratio < 8.0,
         "4x the holds cost {ratio:.1}x the time: registration is not linear"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_that_panicked_is_cleaned_up_by_owner() {
+    let store = Arc::new(Faulty::default());
+    let client = LockClient::from_arc(store.clone());
+    store.panic_next_acquire.store(true, Ordering::SeqCst);
+    let outcome = client.try_acquire("panicked").await;
+    assert!(outcome.is_err(), "the client saw an error: {outcome:?}");
+    // The store applied it before the backend panicked: same cleanup as for a lost reply.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        other_takes(&store.inner, "panicked").await,
+        "an attempt that panicked left a lock nobody owns"
     );
 }
