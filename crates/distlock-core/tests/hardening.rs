@@ -519,3 +519,44 @@ async fn an_attempt_that_panicked_is_cleaned_up_by_owner() {
         "an attempt that panicked left a lock nobody owns"
     );
 }
+
+/// Work that blocked its runtime past the lease's deadline and then awaits something is not
+/// polled again: the statements after that await would run without the lock (the store has
+/// expired it and another client may hold it). Real time, on one thread: the work is woken by
+/// a task queued before it, without the timer driver turning in between (so neither the
+/// watchdog nor the lost signal's timer has run).
+#[tokio::test(flavor = "current_thread")]
+async fn with_lock_never_polls_the_work_past_the_deadline() {
+    let store = Arc::new(Faulty::default());
+    let client = LockClient::from_arc(store.clone());
+    let ttl = Duration::from_millis(300);
+    let ran_late = Arc::new(AtomicBool::new(false));
+    let work_ran_late = ran_late.clone();
+    // A task, not the test's own future: the scheduler runs queued tasks one after another
+    // and turns the timer driver only when none is left.
+    let outcome = tokio::spawn(async move {
+        client
+            .with_lock("late", &opts(ttl), move |_ctx| {
+                let ran_late = work_ran_late;
+                async move {
+                    // The watchdog task runs and goes to sleep on its timer.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    tokio::spawn(async move {
+                        let _ = tx.send(());
+                    });
+                    std::thread::sleep(ttl * 2); // the runtime is blocked past the store's expiry
+                    let _ = rx.await;
+                    ran_late.store(true, Ordering::SeqCst);
+                }
+            })
+            .await
+    })
+    .await
+    .expect("the task ran");
+    assert!(
+        !ran_late.load(Ordering::SeqCst),
+        "the work ran on after the lock's deadline (another client could hold it)"
+    );
+    assert!(matches!(outcome, Err(Error::LockLost { .. })), "{outcome:?}");
+}
