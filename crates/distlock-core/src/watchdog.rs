@@ -61,6 +61,9 @@ struct State {
     task_running: bool,
     /// Until when the task sleeps (`None` while it works).
     sleeping_until: Option<Instant>,
+    /// Timer entries taken off the heap so far (tests measure the watchdog's work by it).
+    #[cfg(test)]
+    processed: u64,
 }
 
 impl Watchdog {
@@ -243,6 +246,10 @@ fn collect_due(state: &mut State, now: Instant) -> Vec<Due> {
     let mut due = Vec::new();
     let mut later = Vec::new();
     while let Some(&Reverse((at, id))) = state.timers.peek() {
+        #[cfg(test)]
+        {
+            state.processed += 1;
+        }
         let Some(hold) = state.holds.get(&id).cloned() else {
             state.timers.pop();
             continue;
@@ -372,4 +379,49 @@ fn apply_session(hold: &Hold, epoch: u64, session: Session) -> bool {
     }
     hold.set_suspended(session.state == SessionState::Suspended);
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{LockName, MemoryLock, OwnerToken, TryAcquire};
+
+    /// A hold kept for a long time costs the watchdog the same per renewal as a fresh one:
+    /// its timer heap stays bounded, and twice as many renewals process about twice as many
+    /// timer entries (the state mutex, which acquire and drop also take, is held while they
+    /// are processed).
+    #[tokio::test(start_paused = true)]
+    async fn a_long_hold_keeps_a_bounded_timer_heap() {
+        let store = Arc::new(MemoryLock::new());
+        let watchdog = Watchdog::new(store.clone());
+        let ttl = Duration::from_secs(3);
+        let name = LockName::new("long").expect("valid");
+        let TryAcquire::Acquired(lease) = store
+            .try_acquire(&name, OwnerToken::new(), ttl)
+            .await
+            .expect("memory store works")
+        else {
+            panic!("the lock is free");
+        };
+        let hold = Arc::new(Hold::for_test(1, lease, None));
+        watchdog.register(hold.clone());
+        // A renewal every third of the TTL: 600 renewals per period.
+        let mut periods = Vec::new();
+        for _ in 0..2 {
+            let before = watchdog.shared.lock_state().processed;
+            tokio::time::sleep(ttl * 200).await;
+            let state = watchdog.shared.lock_state();
+            periods.push((state.timers.len(), state.processed - before));
+        }
+        assert!(hold.is_active(), "renewed all along");
+        for (heap, _) in &periods {
+            assert!(*heap <= 8, "one hold left {heap} timer entries: {periods:?}");
+        }
+        let (first, second) = (periods[0].1, periods[1].1);
+        assert!(
+            second * 10 <= first * 12,
+            "the second 600 renewals processed {second} entries, the first {first}"
+        );
+        drop(hold);
+    }
 }
