@@ -560,3 +560,39 @@ async fn with_lock_never_polls_the_work_past_the_deadline() {
     );
     assert!(matches!(outcome, Err(Error::LockLost { .. })), "{outcome:?}");
 }
+
+/// The watchdog renews at a third of the TTL: a safety margin of two thirds or more puts the
+/// local deadline before the first renewal, and every hold would be lost. Such options are
+/// refused; without renewal a large margin only ends the hold early, and is allowed.
+#[tokio::test(start_paused = true)]
+async fn a_safety_margin_that_leaves_no_time_to_renew_is_refused() {
+    let client = LockClient::new(MemoryLock::new());
+    let ttl = Duration::from_secs(3);
+    let too_big = opts(ttl).safety_margin(Duration::from_millis(2100));
+    match client.acquire_with("margin", &too_big).await {
+        Err(Error::InvalidOptions { .. }) => {}
+        Ok(guard) => {
+            tokio::time::sleep(ttl).await;
+            panic!(
+                "accepted a margin above two thirds of the TTL (lost: {})",
+                guard.is_lost()
+            );
+        }
+        Err(other) => panic!("expected InvalidOptions, got {other:?}"),
+    }
+    let unrenewed = client
+        .acquire_with("margin", &too_big.clone().auto_renew(false))
+        .await
+        .expect("without renewal a large margin is allowed");
+    drop(unrenewed);
+    let fine = client
+        .acquire_with("fine", &opts(ttl).safety_margin(Duration::from_millis(1500)))
+        .await
+        .expect("a margin of half the TTL is fine");
+    tokio::time::sleep(ttl * 10).await;
+    assert!(!fine.is_lost(), "renewed in time with half the TTL as margin");
+    match fine.extend(Duration::from_secs(2)).await {
+        Err(Error::InvalidOptions { .. }) => {}
+        other => panic!("extend to a TTL that leaves no time to renew: {other:?}"),
+    }
+}
