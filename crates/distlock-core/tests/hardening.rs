@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::{
     AcquireOptions, Capabilities, DistributedLock, Error, HoldEnd, Lease, LockClient, LockName, LossReason,
-    MemoryLock, OwnerToken, Result, TryAcquire,
+    MemoryLock, OwnerToken, Result, TryAcquire, Wait,
 };
 use tokio::time::Instant;
 
@@ -595,4 +595,21 @@ async fn a_safety_margin_that_leaves_no_time_to_renew_is_refused() {
         Err(Error::InvalidOptions { .. }) => {}
         other => panic!("extend to a TTL that leaves no time to renew: {other:?}"),
     }
+}
+
+/// `Wait::For(Duration::ZERO)` is one attempt, as `Wait::No`: a free lock is taken.
+#[tokio::test(start_paused = true)]
+async fn a_zero_wait_makes_exactly_one_attempt() {
+    let store = Arc::new(Faulty::default());
+    let client = LockClient::from_arc(store.clone());
+    let zero = AcquireOptions::new().wait(Wait::For(Duration::ZERO));
+    let guard = client.acquire_with("zero", &zero).await;
+    assert_eq!(store.attempts.load(Ordering::SeqCst), 1);
+    let guard = guard.expect("a free lock is taken by a zero wait");
+    match client.acquire_with("zero", &zero).await {
+        Err(Error::Timeout { .. }) => {}
+        other => panic!("a held lock times out: {other:?}"),
+    }
+    assert_eq!(store.attempts.load(Ordering::SeqCst), 2, "one attempt each");
+    assert!(guard.release().await.expect("released"));
 }
