@@ -613,3 +613,24 @@ async fn a_zero_wait_makes_exactly_one_attempt() {
     assert_eq!(store.attempts.load(Ordering::SeqCst), 2, "one attempt each");
     assert!(guard.release().await.expect("released"));
 }
+
+/// A guard past its local deadline is lost; extending it afterwards reports the loss, even if
+/// the store still had the lock (its TTL runs a safety margin longer).
+#[tokio::test(start_paused = true)]
+async fn extending_a_guard_lost_by_the_clock_reports_the_loss() {
+    let store = Arc::new(Faulty::default());
+    let client = LockClient::from_arc(store.clone());
+    let ttl = Duration::from_secs(3);
+    let guard = client
+        .acquire_with("lapsed", &opts(ttl).auto_renew(false))
+        .await
+        .expect("acquired");
+    tokio::time::sleep(Duration::from_millis(2800)).await; // past 2.7 s, before the store's 3 s
+    assert!(guard.is_lost());
+    let extended = guard.extend(ttl).await;
+    assert!(
+        matches!(extended, Ok(false)),
+        "a lost guard was extended: {extended:?}"
+    );
+    assert!(guard.is_lost(), "and it stays lost");
+}
