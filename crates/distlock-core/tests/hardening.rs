@@ -634,3 +634,30 @@ async fn extending_a_guard_lost_by_the_clock_reports_the_loss() {
     );
     assert!(guard.is_lost(), "and it stays lost");
 }
+
+/// A lease is never believed past the client's own `sent_at + ttl`, whatever the backend
+/// dates it.
+#[tokio::test(start_paused = true)]
+async fn a_lease_is_capped_at_the_clients_own_send_time_plus_ttl() {
+    let store = Arc::new(Faulty {
+        lease_skew: Some(Duration::from_secs(60)),
+        ..Faulty::default()
+    });
+    let client = LockClient::from_arc(store.clone());
+    let ttl = Duration::from_secs(3);
+    let guard = client
+        .acquire_with("skewed", &opts(ttl).auto_renew(false))
+        .await
+        .expect("acquired");
+    let remaining = guard.remaining().expect("a TTL lease");
+    assert!(
+        remaining <= ttl,
+        "the lease claims {remaining:?} of a {ttl:?} TTL"
+    );
+    tokio::time::sleep(ttl).await;
+    assert!(other_takes(&store.inner, "skewed").await, "the store expired it");
+    assert!(
+        guard.is_lost(),
+        "the guard says held while another client holds the lock"
+    );
+}
