@@ -661,3 +661,36 @@ async fn a_lease_is_capped_at_the_clients_own_send_time_plus_ttl() {
         "the guard says held while another client holds the lock"
     );
 }
+
+/// The watchdog task runs on one runtime; when that runtime stops, the holds of the other
+/// runtimes go on being renewed without waiting for a new registration.
+#[test]
+fn holds_of_other_runtimes_are_renewed_after_the_watchdogs_runtime_stopped() {
+    let store = Arc::new(Faulty::default());
+    let client = LockClient::from_arc(store.clone());
+    let first = tokio::runtime::Runtime::new().expect("runtime");
+    let second = tokio::runtime::Runtime::new().expect("runtime");
+    let kept = first.block_on(async {
+        client
+            .acquire_with("first", &opts(Duration::from_secs(60)))
+            .await
+            .expect("acquired")
+    });
+    let guard = second.block_on(async {
+        client
+            .acquire_with("second", &opts(Duration::from_millis(300)))
+            .await
+            .expect("acquired")
+    });
+    drop(first); // the watchdog task started on it
+    let _ = kept.leak();
+    second.block_on(async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            !guard.is_lost(),
+            "a 300 ms lock of a live runtime was not renewed for 1 s"
+        );
+        assert!(!other_takes(&store.inner, "second").await);
+        assert!(guard.release().await.expect("released"));
+    });
+}
