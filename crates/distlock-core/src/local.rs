@@ -740,6 +740,16 @@ mod tests {
         assert_eq!(w.wait(Duration::from_secs(1)).await, Woke::Released);
     }
 
+    /// Waiter ids reach the store (a semaphore's or writer's record on a polling store), where
+    /// waiters of every process meet: two tables, as two processes have, each counting its
+    /// waiters from the start, must never give the same id.
+    #[test]
+    fn waiter_ids_are_unique_across_processes() {
+        let (here, there) = (LocalWaiters::new(), LocalWaiters::new());
+        let (a, b) = (here.watch(&name(), true), there.watch(&name(), true));
+        assert_ne!(a.waiter(), b.waiter(), "two processes' first waiters share an id");
+    }
+
     #[tokio::test]
     async fn one_identity_one_queue() {
         let (x, y) = (LocalWaiters::for_store("s#1"), LocalWaiters::for_store("s#1"));
