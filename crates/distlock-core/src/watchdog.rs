@@ -94,6 +94,14 @@ impl Watchdog {
         let lease_watch = self.shared.lock.watch_lease(&lease);
         let has_watch = lease_watch.is_some();
         let mut state = self.shared.lock_state();
+        // Read again under the lock that `follow_session` takes: a session that ended since
+        // the read above is seen here, or its change is applied to this hold by the task.
+        if let (Some(epoch), Some(session)) = (lease.session_epoch(), &self.shared.session) {
+            let session = *session.borrow();
+            if apply_session(&hold, epoch, session) {
+                return;
+            }
+        }
         if let Some(lease_watch) = lease_watch {
             state.new_lease_watches.push((hold.id, lease_watch));
         }
