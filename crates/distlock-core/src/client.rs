@@ -4,6 +4,7 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 
 use tokio::sync::{oneshot, OwnedMutexGuard};
 use tokio::time::Instant;
@@ -12,7 +13,7 @@ use tracing::Instrument;
 use crate::cleanup::release_in_background;
 use crate::detach::Detaching;
 use crate::guard::LockGuard;
-use crate::hold::HoldOptions;
+use crate::hold::{HoldOptions, Status};
 use crate::local::LocallyWoken;
 use crate::meter::{AcquireMeter, Meter};
 use crate::schedule::WaitSchedule;
@@ -377,6 +378,10 @@ impl LockClient {
     /// `work` gets a [`LockContext`] with the fencing token and the lost-lock signal. If the
     /// lock is lost while `work` runs, `work`'s future is dropped at its next await point and
     /// the call returns [`Error::LockLost`]: code past that point never runs without the lock.
+    /// The lease's local deadline is checked against the clock before every poll of `work`, so
+    /// this holds also for work that blocked its thread past the deadline (no timer or
+    /// watchdog needs to have run). Code between two await points runs unchecked: keep
+    /// blocking calls out of it, or check [`LockContext::lost_signal`] after them.
     /// If the final release finds the lock no longer ours, the result is also
     /// [`Error::LockLost`], since exclusion may have been broken. If the release fails because
     /// the store is unreachable, the result of `work` is returned and the lock frees at the
@@ -527,6 +532,21 @@ where
     };
     let lost = guard.lost_signal();
     let name = guard.name().to_string();
+    // The lost signal wakes this task when the lock is lost, but only once its timer or the
+    // watchdog has run: work that blocked its runtime past the deadline can be woken by
+    // something else first. So the hold is checked against the clock before every poll of
+    // the work, and a lost (or suspended) hold is never polled again.
+    let hold = guard.hold();
+    let mut work = std::pin::pin!(work(context));
+    let work = std::future::poll_fn(|cx| {
+        if let Some(reason) = hold.check_lost() {
+            return Poll::Ready(Err(reason));
+        }
+        if hold.status() == Status::Suspended {
+            return Poll::Ready(Err(LossReason::SessionSuspended));
+        }
+        work.as_mut().poll(cx).map(Ok)
+    });
     tokio::select! {
         biased;
         reason = lost.lost_or_suspended() => {
@@ -536,7 +556,14 @@ where
             drop(guard);
             Err(Error::LockLost { name, reason })
         }
-        output = work(context) => {
+        output = work => {
+            let output = match output {
+                Ok(output) => output,
+                Err(reason) => {
+                    drop(guard);
+                    return Err(Error::LockLost { name, reason });
+                }
+            };
             // The work may have run past the deadline without yielding (a blocked runtime):
             // then it did not run under the lock for sure.
             if let Some(reason) = guard.lost_signal_reason() {
