@@ -54,8 +54,13 @@ struct Shared {
 #[derive(Default)]
 struct State {
     holds: HashMap<u64, Arc<Hold>>,
-    /// `(when, hold id)`; entries of holds gone or rescheduled are skipped when they come up.
+    /// `(when, hold id)`. Only the entry recorded in `scheduled` is live; the others (of holds
+    /// gone, or rescheduled earlier) are dropped when they come up, and the heap is rebuilt
+    /// from `scheduled` if they ever outnumber the live ones: its size stays proportional to
+    /// the number of holds, however long each is held.
     timers: BinaryHeap<Reverse<(Instant, u64)>>,
+    /// The time of each hold's one live timer entry.
+    scheduled: HashMap<u64, Instant>,
     /// Lease-loss futures from [`DistributedLock::watch_lease`] not yet picked up by the task.
     new_lease_watches: Vec<(u64, BoxFuture<'static, LossReason>)>,
     task_running: bool,
@@ -124,7 +129,28 @@ impl Watchdog {
 
     /// Stops watching a hold (released, leaked or dropped).
     pub(crate) fn unregister(&self, id: u64) {
-        self.shared.lock_state().holds.remove(&id);
+        let mut state = self.shared.lock_state();
+        state.holds.remove(&id);
+        state.scheduled.remove(&id);
+    }
+}
+
+impl State {
+    /// Makes sure the task looks at hold `id` at `at` at the latest: a hold has one live timer
+    /// entry, the earliest asked for (looking early is harmless: the hold is rescheduled then).
+    fn push_timer(&mut self, at: Instant, id: u64) {
+        if self.scheduled.get(&id).is_some_and(|live| *live <= at) {
+            return;
+        }
+        self.scheduled.insert(id, at);
+        self.timers.push(Reverse((at, id)));
+    }
+
+    /// Rebuilds the heap from the live entries once dead ones outnumber them.
+    fn shed_dead_timers(&mut self) {
+        if self.timers.len() > 2 * self.scheduled.len() + 16 {
+            self.timers = self.scheduled.iter().map(|(id, at)| Reverse((*at, *id))).collect();
+        }
     }
 }
 
@@ -144,7 +170,7 @@ impl Shared {
         wake: bool,
     ) {
         if let Some(at) = event {
-            state.timers.push(Reverse((at, id)));
+            state.push_timer(at, id);
         }
         if !std::mem::replace(&mut state.task_running, true) {
             drop(state);
@@ -189,12 +215,16 @@ async fn run(shared: Arc<Shared>, mut running: Running) {
                 // The host was suspended: every deadline moved closer; look at every hold.
                 suspended = suspended_now;
                 let ids: Vec<u64> = state.holds.keys().copied().collect();
-                state.timers.extend(ids.into_iter().map(|id| Reverse((now, id))));
+                for id in ids {
+                    state.push_timer(now, id);
+                }
             }
             if state.holds.is_empty() {
                 // Cleared under the same lock that saw no hold, so a registration either came
                 // before (and is seen) or starts a new task.
                 state.new_lease_watches.clear();
+                state.timers.clear();
+                state.scheduled.clear();
                 state.task_running = false;
                 running.0 = None;
                 return;
@@ -258,8 +288,13 @@ fn collect_due(state: &mut State, now: Instant) -> Vec<Due> {
         {
             state.processed += 1;
         }
+        if state.scheduled.get(&id) != Some(&at) {
+            state.timers.pop(); // dead: rescheduled earlier, or the hold is gone
+            continue;
+        }
         let Some(hold) = state.holds.get(&id).cloned() else {
             state.timers.pop();
+            state.scheduled.remove(&id);
             continue;
         };
         let window = match due.is_empty() {
@@ -270,6 +305,7 @@ fn collect_due(state: &mut State, now: Instant) -> Vec<Due> {
             break;
         }
         state.timers.pop();
+        state.scheduled.remove(&id);
         if !hold.is_active() {
             state.holds.remove(&id);
             continue;
@@ -312,7 +348,10 @@ fn collect_due(state: &mut State, now: Instant) -> Vec<Due> {
             }
         }
     }
-    state.timers.extend(later);
+    for Reverse((at, id)) in later {
+        state.push_timer(at, id);
+    }
+    state.shed_dead_timers();
     due
 }
 
