@@ -14,7 +14,9 @@
 //!   in a task of its own, so a store that hangs on one batch delays neither other renewals
 //!   nor the detection of expiries; a panicking backend fails that batch's renewals only.
 //! - The task starts with the first registration and ends when no hold is left. If it dies
-//!   with its runtime, a flag dropped with it lets the next registration start a new one.
+//!   with its runtime, it starts again on the runtime of a hold still registered (or, if
+//!   none is left, with the next registration), so no hold depends on the runtime that
+//!   happened to register first.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -25,6 +27,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
+use tokio::runtime::{Handle, Id as RuntimeId};
 use tokio::sync::{watch, Notify, OwnedMutexGuard};
 use tokio::time::Instant;
 
@@ -64,6 +67,9 @@ struct State {
     /// Lease-loss futures from [`DistributedLock::watch_lease`] not yet picked up by the task.
     new_lease_watches: Vec<(u64, BoxFuture<'static, LossReason>)>,
     task_running: bool,
+    /// The runtime each hold was registered on (kept until it is unregistered): where the
+    /// task moves when its own runtime stops while holds remain.
+    runtimes: HashMap<u64, Handle>,
     /// Until when the task sleeps (`None` while it works).
     sleeping_until: Option<Instant>,
     /// Timer entries taken off the heap so far (tests measure the watchdog's work by it).
@@ -111,6 +117,7 @@ impl Watchdog {
             state.new_lease_watches.push((hold.id, lease_watch));
         }
         state.holds.insert(hold.id, hold.clone());
+        state.runtimes.insert(hold.id, Handle::current());
         self.shared.schedule(state, hold.id, event, has_watch);
     }
 
@@ -132,6 +139,7 @@ impl Watchdog {
         let mut state = self.shared.lock_state();
         state.holds.remove(&id);
         state.scheduled.remove(&id);
+        state.runtimes.remove(&id);
     }
 }
 
@@ -176,7 +184,8 @@ impl Shared {
             drop(state);
             // The flag's guard is made here, not in the task: a runtime shutting down before
             // the task first ran drops the unpolled future, and with it the guard.
-            tokio::spawn(run(self.clone(), Running(Some(self.clone()))));
+            let runtime = Handle::current();
+            runtime.spawn(run(self.clone(), Running::on(self.clone(), &runtime)));
             return;
         }
         let earlier = event.is_some_and(|at| state.sleeping_until.is_some_and(|sleep| at < sleep));
@@ -190,14 +199,46 @@ impl Shared {
 /// Clears `task_running` when the task ends, however it ends (its runtime shutting down
 /// drops it mid-sleep, or before it ever ran), so that the next registration starts a new
 /// task.
-struct Running(Option<Arc<Shared>>);
+///
+/// If it ends with its runtime while holds remain, the task moves to the runtime of another
+/// hold at once: the holds of other runtimes must not wait for a new registration to be
+/// renewed. A runtime that has stopped too drops the task it is given, which moves it on
+/// again, past every stopped runtime in turn.
+struct Running {
+    shared: Option<Arc<Shared>>,
+    runtime: RuntimeId,
+}
+
+impl Running {
+    fn on(shared: Arc<Shared>, runtime: &Handle) -> Self {
+        Self {
+            shared: Some(shared),
+            runtime: runtime.id(),
+        }
+    }
+}
 
 impl Drop for Running {
     fn drop(&mut self) {
-        if let Some(shared) = self.0.take() {
+        let Some(shared) = self.shared.take() else {
+            return;
+        };
+        let next = {
             let mut state = shared.lock_state();
             state.task_running = false;
             state.sleeping_until = None;
+            let stopped = self.runtime;
+            let State { holds, runtimes, .. } = &mut *state;
+            runtimes.retain(|id, runtime| runtime.id() != stopped && holds.contains_key(id));
+            let next = match holds.is_empty() {
+                true => None,
+                false => runtimes.values().next().cloned(),
+            };
+            state.task_running = next.is_some();
+            next
+        };
+        if let Some(runtime) = next {
+            runtime.spawn(run(shared.clone(), Running::on(shared, &runtime)));
         }
     }
 }
@@ -226,7 +267,7 @@ async fn run(shared: Arc<Shared>, mut running: Running) {
                 state.timers.clear();
                 state.scheduled.clear();
                 state.task_running = false;
-                running.0 = None;
+                running.shared = None;
                 return;
             }
             for (id, lost) in state.new_lease_watches.drain(..) {
