@@ -364,6 +364,8 @@ impl LockClient {
                 records.watch().wait(delay).await;
                 // A release by a client of this process may have handed the lock over to us.
                 if let Some(lease) = records.watch().take_handed() {
+                    // Handed over by a request sent before now, for our last attempt's TTL.
+                    let lease = lease.bounded_by(Instant::now(), ttl);
                     tracing::debug!(lock = %name, fencing = ?lease.fencing_token(), "distlock: acquired by hand-over");
                     return Ok(LockGuard::start(self.inner.clone(), lease, HoldOptions::from(opts)));
                 }
@@ -443,6 +445,7 @@ impl LockClient {
             inner.meter.attempt(&name, kind, sent_at, &outcome);
             match outcome {
                 Ok(TryAcquire::Acquired(lease)) => {
+                    let lease = lease.bounded_by(sent_at, ttl);
                     tracing::debug!(lock = %name, fencing = ?lease.fencing_token(), "distlock: acquired");
                     Ok(Attempt::Acquired(LockGuard::start(inner.clone(), lease, options)))
                 }
@@ -496,8 +499,11 @@ impl LockClient {
                 outcome = waiting => outcome,
                 _ = tx.closed() => return,
             };
+            // The store took it at the latest when the answer came.
+            let answered_at = Instant::now();
             let outcome = outcome.map(|lease| {
                 lease.map(|lease| {
+                    let lease = lease.bounded_by(answered_at, ttl);
                     tracing::debug!(lock = %name, fencing = ?lease.fencing_token(), "distlock: acquired in queue");
                     LockGuard::start(inner.clone(), lease, options)
                 })
