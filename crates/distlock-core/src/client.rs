@@ -291,8 +291,11 @@ impl LockClient {
                     None => Err(timeout(&name, started)),
                 };
             }
+            // Every acquisition makes one attempt: a wait whose deadline has passed already (a
+            // tiny one) makes it uncut, as `Wait::No` does.
+            let first_deadline = step_deadline.filter(|at| *at > Instant::now());
             if let Attempt::Acquired(guard) = within_deadline(
-                step_deadline,
+                first_deadline,
                 &name,
                 started,
                 self.attempt(&name, kind, ttl, opts, None, None),

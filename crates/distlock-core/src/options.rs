@@ -12,7 +12,7 @@ pub enum Wait {
     /// One attempt; a held lock is a [`Error::Timeout`] with zero wait (or `Ok(None)` from
     /// `try_acquire`).
     No,
-    /// Wait at most this long.
+    /// Wait at most this long. `For(Duration::ZERO)` is [`Wait::No`]: one attempt.
     For(Duration),
     /// Wait until the lock is acquired or an error occurs.
     Forever,
@@ -85,9 +85,13 @@ impl AcquireOptions {
         self
     }
 
-    /// How long to wait for a held lock.
+    /// How long to wait for a held lock. A wait of zero is one attempt, as [`Wait::No`] (and
+    /// is stored as such), never none.
     pub const fn wait(mut self, wait: Wait) -> Self {
-        self.wait = wait;
+        self.wait = match wait {
+            Wait::For(d) if d.is_zero() => Wait::No,
+            wait => wait,
+        };
         self
     }
 
