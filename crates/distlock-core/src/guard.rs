@@ -154,19 +154,18 @@ impl LockGuard {
     /// local deadline never outruns `ttl` from now until a later renewal settles it.
     ///
     /// # Errors
-    /// [`Error::InvalidOptions`] for a TTL the backend refuses or one not longer than the
-    /// safety margin; store errors.
+    /// [`Error::InvalidOptions`] for a TTL the backend refuses, or one the safety margin does
+    /// not fit ([`AcquireOptions::safety_margin`](crate::AcquireOptions::safety_margin));
+    /// store errors.
     ///
     /// # Cancel safety
     /// Cancel safe: if this future is dropped, the renewal still runs to completion, in a
     /// background task on the caller's runtime.
     pub async fn extend(&self, ttl: Duration) -> Result<bool> {
         let ttl = self.client.capabilities.validate_ttl(ttl)?;
-        let margin = self.hold.margin_for(ttl);
-        if margin >= ttl && self.hold.lease_deadline().is_some() {
-            return Err(Error::invalid_options(format!(
-                "a TTL of {ttl:?} is not longer than the safety margin ({margin:?})"
-            )));
+        if self.hold.lease_deadline().is_some() {
+            let margin = self.hold.margin_for(ttl);
+            crate::options::check_safety_margin(margin, ttl, self.hold.auto_renew)?;
         }
         let hold = self.hold.clone();
         let client = self.client.clone();

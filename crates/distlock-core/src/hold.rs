@@ -17,7 +17,7 @@ use crate::meter::{HoldMeter, RenewalOutcome};
 use crate::{clock, AcquireOptions, Lease, LossReason, Session};
 
 /// Renewals happen when this fraction of the TTL has passed (Redisson renews at a third).
-const RENEW_DIVISOR: u32 = 3;
+pub(crate) const RENEW_DIVISOR: u32 = 3;
 /// Bounds on the pause before retrying a failed renewal (a tenth of the TTL in between).
 const RETRY_MIN: Duration = Duration::from_millis(20);
 const RETRY_MAX: Duration = Duration::from_secs(1);
