@@ -150,7 +150,8 @@ impl LockGuard {
 
     /// Resets the TTL now (the watchdog does this by itself) and moves the next renewal to a
     /// third of the new TTL. Returns whether we still own it; if not, the lost-lock signal
-    /// fires. If the store does not answer, the renewal may still be applied later, so the
+    /// fires. A guard already lost (also by the clock: past its local deadline) stays lost:
+    /// this returns `false` without asking the store. If the store does not answer, the renewal may still be applied later, so the
     /// local deadline never outruns `ttl` from now until a later renewal settles it.
     ///
     /// # Errors
@@ -167,6 +168,11 @@ impl LockGuard {
             let margin = self.hold.margin_for(ttl);
             crate::options::check_safety_margin(margin, ttl, self.hold.auto_renew)?;
         }
+        if self.hold.check_lost().is_some() {
+            // Lost by the clock (or earlier): the lock may be someone else's by now, and a
+            // renewal the store still accepted would not make the guard held again.
+            return Ok(false);
+        }
         let hold = self.hold.clone();
         let client = self.client.clone();
         let task = Detaching::new(async move {
@@ -180,7 +186,11 @@ impl LockGuard {
             };
             hold.settle(sent_at, ttl, renewal);
             client.watchdog.reschedule(&hold);
-            answer
+            match answer {
+                // Lost while the renewal was out (its deadline came first): still lost.
+                Ok(true) if hold.check_lost().is_some() => Ok(false),
+                answer => answer,
+            }
         });
         join(task, self.client.lock.backend()).await
     }
