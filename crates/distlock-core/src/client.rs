@@ -3,9 +3,11 @@
 
 use std::fmt;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::task::Poll;
 
+use futures::FutureExt;
 use tokio::sync::{oneshot, OwnedMutexGuard};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -414,8 +416,8 @@ impl LockClient {
     /// One attempt, run to completion even if the caller goes away ([`Detaching`]), so that
     /// dropping the caller can never strand a lock: a guard that cannot be delivered is
     /// dropped, which releases it, and an attempt whose outcome is unknown (a timeout, a cut
-    /// connection) is followed by an owner-checked release under the same owner token, in the
-    /// background. `in_flight` is held until the attempt has ended, wherever it runs.
+    /// connection, a backend that panicked) is followed by an owner-checked release under the
+    /// same owner token, in the background. `in_flight` is held until the attempt has ended, wherever it runs.
     async fn attempt(
         &self,
         name: &LockName,
@@ -432,19 +434,32 @@ impl LockClient {
             let _in_flight = in_flight;
             let owner = OwnerToken::new();
             let sent_at = Instant::now();
-            let outcome = match (kind, &waiting) {
-                (LockKind::Exclusive, Some((waiter, stay))) => {
-                    inner
-                        .lock
-                        .try_acquire_waiting(&name, owner, ttl, waiter, *stay)
-                        .await
-                }
-                (LockKind::Exclusive, None) => inner.lock.try_acquire(&name, owner, ttl).await,
-                (kind, waiting) => {
-                    let waiter = waiting.as_ref().map(|(id, stay)| (&**id, *stay));
-                    inner.lock.try_acquire_kind(&name, kind, owner, ttl, waiter).await
+            let attempt = async {
+                match (kind, &waiting) {
+                    (LockKind::Exclusive, Some((waiter, stay))) => {
+                        inner
+                            .lock
+                            .try_acquire_waiting(&name, owner, ttl, waiter, *stay)
+                            .await
+                    }
+                    (LockKind::Exclusive, None) => inner.lock.try_acquire(&name, owner, ttl).await,
+                    (kind, waiting) => {
+                        let waiter = waiting.as_ref().map(|(id, stay)| (&**id, *stay));
+                        inner.lock.try_acquire_kind(&name, kind, owner, ttl, waiter).await
+                    }
                 }
             };
+            // A backend that panicked may have had the store apply the attempt first: its
+            // outcome is unknown, and it is cleaned up by owner below like any such attempt.
+            let outcome = AssertUnwindSafe(attempt)
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_panic| {
+                    Err(Error::backend(
+                        inner.lock.backend(),
+                        "the backend panicked during the attempt",
+                    ))
+                });
             inner.meter.attempt(&name, kind, sent_at, &outcome);
             match outcome {
                 Ok(TryAcquire::Acquired(lease)) => {
@@ -487,6 +502,10 @@ impl LockClient {
         let (mut tx, rx) = oneshot::channel();
         tokio::spawn(async move {
             let owner = OwnerToken::new();
+            let sent_at = Instant::now();
+            // The store may have applied a wait that ended in an ambiguous error, or in a
+            // panic: either way it is cleaned up by owner, as an attempt is.
+            let cleanup = Lease::new(name.clone(), owner, ttl, sent_at).with_kind(kind);
             let waiting = async {
                 match kind {
                     LockKind::Exclusive => inner.lock.acquire_queued(&name, owner, ttl, deadline).await,
@@ -498,9 +517,33 @@ impl LockClient {
                     }
                 }
             };
+            let waiting = AssertUnwindSafe(waiting).catch_unwind();
             let outcome = tokio::select! {
                 outcome = waiting => outcome,
                 _ = tx.closed() => return,
+            };
+            let outcome = match outcome {
+                Ok(Err(error)) if error.is_ambiguous() => {
+                    tracing::debug!(lock = %name, %error, "distlock: queued acquisition outcome unknown; cleaning up by owner");
+                    release_in_background(
+                        inner.lock.clone(),
+                        cleanup,
+                        "a queued acquisition whose outcome is unknown",
+                    );
+                    Err(error)
+                }
+                Ok(outcome) => outcome,
+                Err(_panic) => {
+                    release_in_background(
+                        inner.lock.clone(),
+                        cleanup,
+                        "a queued acquisition whose backend panicked",
+                    );
+                    Err(Error::backend(
+                        inner.lock.backend(),
+                        "the backend panicked while waiting in the queue",
+                    ))
+                }
             };
             // The store took it at the latest when the answer came.
             let answered_at = Instant::now();

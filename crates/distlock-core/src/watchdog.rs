@@ -157,7 +157,11 @@ impl State {
     /// Rebuilds the heap from the live entries once dead ones outnumber them.
     fn shed_dead_timers(&mut self) {
         if self.timers.len() > 2 * self.scheduled.len() + 16 {
-            self.timers = self.scheduled.iter().map(|(id, at)| Reverse((*at, *id))).collect();
+            self.timers = self
+                .scheduled
+                .iter()
+                .map(|(id, at)| Reverse((*at, *id)))
+                .collect();
         }
     }
 }
