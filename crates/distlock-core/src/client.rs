@@ -367,6 +367,9 @@ impl LockClient {
                 }
                 tracing::trace!(?delay, "distlock: waiting");
                 records.watch().wait(delay).await;
+                if !records.watch().is_notified() {
+                    schedule.poll_instead(); // the notifications stopped
+                }
                 // A release by a client of this process may have handed the lock over to us.
                 if let Some(lease) = records.watch().take_handed() {
                     // Handed over by a request sent before now, for our last attempt's TTL.
