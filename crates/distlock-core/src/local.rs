@@ -222,9 +222,9 @@ impl LocalWaiters {
     }
 
     /// A new waiter's watch of `name`, with a waiter id unique across processes (a random tag
-    /// of this table and a count), since stores record it. With `polls`, the watch also tells the waiter to keep
-    /// polling (its store does not announce releases by other processes): see
-    /// [`ReleaseWatch::is_notified`].
+    /// of this table and a count), since stores record it. With `polls`, the watch also tells
+    /// the waiter to keep polling (its store does not announce releases by other processes):
+    /// see [`ReleaseWatch::is_notified`].
     pub fn watch(&self, name: &LockName, polls: bool) -> ReleaseWatch {
         let mut names = self.names();
         names.next_id += 1;
