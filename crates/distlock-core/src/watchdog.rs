@@ -238,6 +238,14 @@ impl Drop for Running {
                 true => None,
                 false => runtimes.values().next().cloned(),
             };
+            if next.is_some() {
+                // Renewals in flight on the stopped runtime were dropped with it: look at
+                // every hold at once, so those due are sent again before their deadlines.
+                let (now, ids) = (Instant::now(), holds.keys().copied().collect::<Vec<_>>());
+                for id in ids {
+                    state.push_timer(now, id);
+                }
+            }
             state.task_running = next.is_some();
             next
         };
