@@ -3,8 +3,11 @@
 
 use std::fmt;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::task::Poll;
 
+use futures::FutureExt;
 use tokio::sync::{oneshot, OwnedMutexGuard};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -12,7 +15,7 @@ use tracing::Instrument;
 use crate::cleanup::release_in_background;
 use crate::detach::Detaching;
 use crate::guard::LockGuard;
-use crate::hold::HoldOptions;
+use crate::hold::{HoldOptions, Status};
 use crate::local::LocallyWoken;
 use crate::meter::{AcquireMeter, Meter};
 use crate::schedule::WaitSchedule;
@@ -290,8 +293,11 @@ impl LockClient {
                     None => Err(timeout(&name, started)),
                 };
             }
+            // Every acquisition makes one attempt: a wait whose deadline has passed already (a
+            // tiny one) makes it uncut, as `Wait::No` does.
+            let first_deadline = step_deadline.filter(|at| *at > Instant::now());
             if let Attempt::Acquired(guard) = within_deadline(
-                step_deadline,
+                first_deadline,
                 &name,
                 started,
                 self.attempt(&name, kind, ttl, opts, None, None),
@@ -361,8 +367,13 @@ impl LockClient {
                 }
                 tracing::trace!(?delay, "distlock: waiting");
                 records.watch().wait(delay).await;
+                if !records.watch().is_notified() {
+                    schedule.poll_instead(); // the notifications stopped
+                }
                 // A release by a client of this process may have handed the lock over to us.
                 if let Some(lease) = records.watch().take_handed() {
+                    // Handed over by a request sent before now, for our last attempt's TTL.
+                    let lease = lease.bounded_by(Instant::now(), ttl);
                     tracing::debug!(lock = %name, fencing = ?lease.fencing_token(), "distlock: acquired by hand-over");
                     return Ok(LockGuard::start(self.inner.clone(), lease, HoldOptions::from(opts)));
                 }
@@ -377,6 +388,10 @@ impl LockClient {
     /// `work` gets a [`LockContext`] with the fencing token and the lost-lock signal. If the
     /// lock is lost while `work` runs, `work`'s future is dropped at its next await point and
     /// the call returns [`Error::LockLost`]: code past that point never runs without the lock.
+    /// The lease's local deadline is checked against the clock before every poll of `work`, so
+    /// this holds also for work that blocked its thread past the deadline (no timer or
+    /// watchdog needs to have run). Code between two await points runs unchecked: keep
+    /// blocking calls out of it, or check [`LockContext::lost_signal`] after them.
     /// If the final release finds the lock no longer ours, the result is also
     /// [`Error::LockLost`], since exclusion may have been broken. If the release fails because
     /// the store is unreachable, the result of `work` is returned and the lock frees at the
@@ -404,8 +419,8 @@ impl LockClient {
     /// One attempt, run to completion even if the caller goes away ([`Detaching`]), so that
     /// dropping the caller can never strand a lock: a guard that cannot be delivered is
     /// dropped, which releases it, and an attempt whose outcome is unknown (a timeout, a cut
-    /// connection) is followed by an owner-checked release under the same owner token, in the
-    /// background. `in_flight` is held until the attempt has ended, wherever it runs.
+    /// connection, a backend that panicked) is followed by an owner-checked release under the
+    /// same owner token, in the background. `in_flight` is held until the attempt has ended, wherever it runs.
     async fn attempt(
         &self,
         name: &LockName,
@@ -422,22 +437,36 @@ impl LockClient {
             let _in_flight = in_flight;
             let owner = OwnerToken::new();
             let sent_at = Instant::now();
-            let outcome = match (kind, &waiting) {
-                (LockKind::Exclusive, Some((waiter, stay))) => {
-                    inner
-                        .lock
-                        .try_acquire_waiting(&name, owner, ttl, waiter, *stay)
-                        .await
-                }
-                (LockKind::Exclusive, None) => inner.lock.try_acquire(&name, owner, ttl).await,
-                (kind, waiting) => {
-                    let waiter = waiting.as_ref().map(|(id, stay)| (&**id, *stay));
-                    inner.lock.try_acquire_kind(&name, kind, owner, ttl, waiter).await
+            let attempt = async {
+                match (kind, &waiting) {
+                    (LockKind::Exclusive, Some((waiter, stay))) => {
+                        inner
+                            .lock
+                            .try_acquire_waiting(&name, owner, ttl, waiter, *stay)
+                            .await
+                    }
+                    (LockKind::Exclusive, None) => inner.lock.try_acquire(&name, owner, ttl).await,
+                    (kind, waiting) => {
+                        let waiter = waiting.as_ref().map(|(id, stay)| (&**id, *stay));
+                        inner.lock.try_acquire_kind(&name, kind, owner, ttl, waiter).await
+                    }
                 }
             };
+            // A backend that panicked may have had the store apply the attempt first: its
+            // outcome is unknown, and it is cleaned up by owner below like any such attempt.
+            let outcome = AssertUnwindSafe(attempt)
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_panic| {
+                    Err(Error::backend(
+                        inner.lock.backend(),
+                        "the backend panicked during the attempt",
+                    ))
+                });
             inner.meter.attempt(&name, kind, sent_at, &outcome);
             match outcome {
                 Ok(TryAcquire::Acquired(lease)) => {
+                    let lease = lease.bounded_by(sent_at, ttl);
                     tracing::debug!(lock = %name, fencing = ?lease.fencing_token(), "distlock: acquired");
                     Ok(Attempt::Acquired(LockGuard::start(inner.clone(), lease, options)))
                 }
@@ -476,6 +505,10 @@ impl LockClient {
         let (mut tx, rx) = oneshot::channel();
         tokio::spawn(async move {
             let owner = OwnerToken::new();
+            let sent_at = Instant::now();
+            // The store may have applied a wait that ended in an ambiguous error, or in a
+            // panic: either way it is cleaned up by owner, as an attempt is.
+            let cleanup = Lease::new(name.clone(), owner, ttl, sent_at).with_kind(kind);
             let waiting = async {
                 match kind {
                     LockKind::Exclusive => inner.lock.acquire_queued(&name, owner, ttl, deadline).await,
@@ -487,12 +520,39 @@ impl LockClient {
                     }
                 }
             };
+            let waiting = AssertUnwindSafe(waiting).catch_unwind();
             let outcome = tokio::select! {
                 outcome = waiting => outcome,
                 _ = tx.closed() => return,
             };
+            let outcome = match outcome {
+                Ok(Err(error)) if error.is_ambiguous() => {
+                    tracing::debug!(lock = %name, %error, "distlock: queued acquisition outcome unknown; cleaning up by owner");
+                    release_in_background(
+                        inner.lock.clone(),
+                        cleanup,
+                        "a queued acquisition whose outcome is unknown",
+                    );
+                    Err(error)
+                }
+                Ok(outcome) => outcome,
+                Err(_panic) => {
+                    release_in_background(
+                        inner.lock.clone(),
+                        cleanup,
+                        "a queued acquisition whose backend panicked",
+                    );
+                    Err(Error::backend(
+                        inner.lock.backend(),
+                        "the backend panicked while waiting in the queue",
+                    ))
+                }
+            };
+            // The store took it at the latest when the answer came.
+            let answered_at = Instant::now();
             let outcome = outcome.map(|lease| {
                 lease.map(|lease| {
+                    let lease = lease.bounded_by(answered_at, ttl);
                     tracing::debug!(lock = %name, fencing = ?lease.fencing_token(), "distlock: acquired in queue");
                     LockGuard::start(inner.clone(), lease, options)
                 })
@@ -527,6 +587,21 @@ where
     };
     let lost = guard.lost_signal();
     let name = guard.name().to_string();
+    // The lost signal wakes this task when the lock is lost, but only once its timer or the
+    // watchdog has run: work that blocked its runtime past the deadline can be woken by
+    // something else first. So the hold is checked against the clock before every poll of
+    // the work, and a lost (or suspended) hold is never polled again.
+    let hold = guard.hold();
+    let mut work = std::pin::pin!(work(context));
+    let work = std::future::poll_fn(|cx| {
+        if let Some(reason) = hold.check_lost() {
+            return Poll::Ready(Err(reason));
+        }
+        if hold.status() == Status::Suspended {
+            return Poll::Ready(Err(LossReason::SessionSuspended));
+        }
+        work.as_mut().poll(cx).map(Ok)
+    });
     tokio::select! {
         biased;
         reason = lost.lost_or_suspended() => {
@@ -536,7 +611,14 @@ where
             drop(guard);
             Err(Error::LockLost { name, reason })
         }
-        output = work(context) => {
+        output = work => {
+            let output = match output {
+                Ok(output) => output,
+                Err(reason) => {
+                    drop(guard);
+                    return Err(Error::LockLost { name, reason });
+                }
+            };
             // The work may have run past the deadline without yielding (a blocked runtime):
             // then it did not run under the lock for sure.
             if let Some(reason) = guard.lost_signal_reason() {

@@ -150,23 +150,28 @@ impl LockGuard {
 
     /// Resets the TTL now (the watchdog does this by itself) and moves the next renewal to a
     /// third of the new TTL. Returns whether we still own it; if not, the lost-lock signal
-    /// fires. If the store does not answer, the renewal may still be applied later, so the
+    /// fires. A guard already lost (also by the clock: past its local deadline) stays lost:
+    /// this returns `false` without asking the store. If the store does not answer, the renewal may still be applied later, so the
     /// local deadline never outruns `ttl` from now until a later renewal settles it.
     ///
     /// # Errors
-    /// [`Error::InvalidOptions`] for a TTL the backend refuses or one not longer than the
-    /// safety margin; store errors.
+    /// [`Error::InvalidOptions`] for a TTL the backend refuses, or one the safety margin does
+    /// not fit ([`AcquireOptions::safety_margin`](crate::AcquireOptions::safety_margin));
+    /// store errors.
     ///
     /// # Cancel safety
     /// Cancel safe: if this future is dropped, the renewal still runs to completion, in a
     /// background task on the caller's runtime.
     pub async fn extend(&self, ttl: Duration) -> Result<bool> {
         let ttl = self.client.capabilities.validate_ttl(ttl)?;
-        let margin = self.hold.margin_for(ttl);
-        if margin >= ttl && self.hold.lease_deadline().is_some() {
-            return Err(Error::invalid_options(format!(
-                "a TTL of {ttl:?} is not longer than the safety margin ({margin:?})"
-            )));
+        if self.hold.lease_deadline().is_some() {
+            let margin = self.hold.margin_for(ttl);
+            crate::options::check_safety_margin(margin, ttl, self.hold.auto_renew)?;
+        }
+        if self.hold.check_lost().is_some() {
+            // Lost by the clock (or earlier): the lock may be someone else's by now, and a
+            // renewal the store still accepted would not make the guard held again.
+            return Ok(false);
         }
         let hold = self.hold.clone();
         let client = self.client.clone();
@@ -181,7 +186,11 @@ impl LockGuard {
             };
             hold.settle(sent_at, ttl, renewal);
             client.watchdog.reschedule(&hold);
-            answer
+            match answer {
+                // Lost while the renewal was out (its deadline came first): still lost.
+                Ok(true) if hold.check_lost().is_some() => Ok(false),
+                answer => answer,
+            }
         });
         join(task, self.client.lock.backend()).await
     }

@@ -17,7 +17,7 @@ use crate::meter::{HoldMeter, RenewalOutcome};
 use crate::{clock, AcquireOptions, Lease, LossReason, Session};
 
 /// Renewals happen when this fraction of the TTL has passed (Redisson renews at a third).
-const RENEW_DIVISOR: u32 = 3;
+pub(crate) const RENEW_DIVISOR: u32 = 3;
 /// Bounds on the pause before retrying a failed renewal (a tenth of the TTL in between).
 const RETRY_MIN: Duration = Duration::from_millis(20);
 const RETRY_MAX: Duration = Duration::from_secs(1);
@@ -333,13 +333,14 @@ fn lease_deadline_of(lease: &Lease, hold: &Hold) -> Option<Instant> {
 
 /// A session-bound lease's deadline: its session's local deadline (the backend's margin is
 /// in it already), less the time the host spent suspended since the hold began (counted in
-/// full, though some of it may precede the last contact: the deadline errs early). A newer
-/// session than the lease's ended it: the deadline is already past.
+/// full, though some of it may precede the last contact: the deadline errs early). A session
+/// that no longer [keeps](Session::keeps) the lease (it expired, or a newer one replaced it)
+/// ended it: the deadline is already past, whether or not the watchdog has seen the change.
 fn session_deadline_of(lease: &Lease, hold: &Hold) -> Option<Instant> {
     let epoch = lease.session_epoch()?;
     let session = *hold.session.as_ref()?.borrow();
-    if session.epoch != epoch {
-        return (session.epoch > epoch).then(|| lease.acquired_at());
+    if !session.keeps(epoch) {
+        return Some(lease.acquired_at());
     }
     let until = session.valid_until?;
     let suspended = clock::suspended_total().saturating_sub(hold.suspended_at_start);

@@ -112,6 +112,21 @@ impl Lease {
         self
     }
 
+    /// This lease as far as the client can vouch for it, whatever the backend dated it: taken
+    /// no later than `sent_at` (when the request left, or at the latest when its answer came),
+    /// and valid no longer than `ttl` (the TTL asked for) from then. The store's expiry cannot
+    /// be later, so neither may the local deadline be.
+    pub(crate) fn bounded_by(mut self, sent_at: Instant, ttl: Duration) -> Self {
+        self.acquired_at = self.acquired_at.min(sent_at);
+        if self.valid_until.is_some() {
+            self.ttl = self.ttl.min(ttl);
+            if let Some(until) = sent_at.checked_add(ttl) {
+                self = self.capped_at(until);
+            }
+        }
+        self
+    }
+
     /// Shortens the local deadline by `margin` (Redlock's clock-drift allowance).
     pub fn with_validity_margin(mut self, margin: Duration) -> Self {
         self.valid_until = self

@@ -55,10 +55,40 @@ pub struct LocalWaiters {
     names: Arc<Mutex<Names>>,
 }
 
-#[derive(Default)]
 struct Names {
     by_name: HashMap<LockName, Waiters>,
     next_id: u64,
+    /// Random, and part of every waiter id handed out: the ids reach the store (a semaphore's
+    /// or a waiting writer's record), where the waiters of every process meet, so they must
+    /// not be a count that every process starts from 1.
+    tag: String,
+}
+
+impl Default for Names {
+    fn default() -> Self {
+        Self {
+            by_name: HashMap::new(),
+            next_id: 0,
+            tag: uuid::Uuid::new_v4().simple().to_string(),
+        }
+    }
+}
+
+impl Names {
+    /// The id handed out for waiter `id`: `<tag>-<id>` (at most 53 characters of
+    /// `[0-9a-f-]`, which every store's waiter column takes as it is).
+    fn waiter_id(&self, id: u64) -> String {
+        format!("{}-{id}", self.tag)
+    }
+
+    /// The waiter an id handed out by this table stands for.
+    fn parse(&self, waiter: &str) -> Option<u64> {
+        waiter
+            .strip_prefix(self.tag.as_str())?
+            .strip_prefix('-')?
+            .parse()
+            .ok()
+    }
 }
 
 /// The waiters of one name.
@@ -191,9 +221,10 @@ impl LocalWaiters {
         self.names.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A new waiter's watch of `name`. With `polls`, the watch also tells the waiter to keep
-    /// polling (its store does not announce releases by other processes): see
-    /// [`ReleaseWatch::is_notified`].
+    /// A new waiter's watch of `name`, with a waiter id unique across processes (a random tag
+    /// of this table and a count), since stores record it. With `polls`, the watch also tells
+    /// the waiter to keep polling (its store does not announce releases by other processes):
+    /// see [`ReleaseWatch::is_notified`].
     pub fn watch(&self, name: &LockName, polls: bool) -> ReleaseWatch {
         let mut names = self.names();
         names.next_id += 1;
@@ -213,7 +244,7 @@ impl LocalWaiters {
             name: name.clone(),
             id,
         };
-        let watch = ReleaseWatch::for_waiter(rx, keep, id.to_string()).with_handed_slot(handed);
+        let watch = ReleaseWatch::for_waiter(rx, keep, names.waiter_id(id)).with_handed_slot(handed);
         if polls {
             watch.polling_too()
         } else {
@@ -245,10 +276,11 @@ impl LocalWaiters {
         seen: u64,
         ticket: Option<Ticket>,
     ) {
-        let Ok(id) = waiter.parse::<u64>() else { return };
         let now = Instant::now();
         let until = now.checked_add(stay).unwrap_or(now + Duration::from_secs(3600));
-        if let Some(waiters) = self.names().by_name.get_mut(name) {
+        let mut names = self.names();
+        let Some(id) = names.parse(waiter) else { return };
+        if let Some(waiters) = names.by_name.get_mut(name) {
             waiters.dequeue(id);
             if waiters.releases != seen {
                 if let Some(watcher) = waiters.watches.get_mut(&id) {
@@ -263,10 +295,11 @@ impl LocalWaiters {
     /// Whether `waiter` is in the queue of `name`: its last attempt found the lock held, and no
     /// release by this process woke it since (nor handed it the lock).
     pub(crate) fn is_queued(&self, name: &LockName, waiter: &str) -> bool {
-        let Ok(id) = waiter.parse::<u64>() else {
+        let names = self.names();
+        let Some(id) = names.parse(waiter) else {
             return false;
         };
-        self.names()
+        names
             .by_name
             .get(name)
             .is_some_and(|waiters| waiters.queue.iter().any(|queued| queued.id == id))
@@ -334,8 +367,9 @@ impl LocalWaiters {
 
     /// Takes `waiter` out of the queue of `name`: it won the lock.
     pub fn dequeue(&self, name: &LockName, waiter: &str) {
-        let Ok(id) = waiter.parse::<u64>() else { return };
-        if let Some(waiters) = self.names().by_name.get_mut(name) {
+        let mut names = self.names();
+        let Some(id) = names.parse(waiter) else { return };
+        if let Some(waiters) = names.by_name.get_mut(name) {
             waiters.dequeue(id);
         }
     }
@@ -738,6 +772,16 @@ mod tests {
         waiters.released(&name()); // while the attempt was on its way
         waiters.queue(&name(), w.waiter().expect("id"), Duration::from_secs(5), seen);
         assert_eq!(w.wait(Duration::from_secs(1)).await, Woke::Released);
+    }
+
+    /// Waiter ids reach the store (a semaphore's or writer's record on a polling store), where
+    /// waiters of every process meet: two tables, as two processes have, each counting its
+    /// waiters from the start, must never give the same id.
+    #[test]
+    fn waiter_ids_are_unique_across_processes() {
+        let (here, there) = (LocalWaiters::new(), LocalWaiters::new());
+        let (a, b) = (here.watch(&name(), true), there.watch(&name(), true));
+        assert_ne!(a.waiter(), b.waiter(), "two processes' first waiters share an id");
     }
 
     #[tokio::test]

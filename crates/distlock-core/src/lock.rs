@@ -44,10 +44,10 @@ const EXTEND_MANY_CONCURRENCY: usize = 32;
 /// - **Ambiguous outcomes.** An error after the request may have left the socket (a timeout,
 ///   a cut connection) means the operation may or may not have been applied; such errors are
 ///   [`Error::Unavailable`] (or [`Error::Backend`]), never a definite "no" (see
-///   [`Error::is_ambiguous`]). After an ambiguous `try_acquire`,
-///   [`LockClient`](crate::LockClient) calls [`release`](Self::release) in the background with
-///   `Lease::new(name, owner, ttl, sent_at)`: the same owner token, but no handle and no
-///   fencing token. `release` must therefore find what it needs (a node path, a CAS value)
+///   [`Error::is_ambiguous`]). After an ambiguous `try_acquire` (or `acquire_queued`, or any
+///   attempt during which the backend panicked), [`LockClient`](crate::LockClient) calls
+///   [`release`](Self::release) in the background with `Lease::new(name, owner, ttl,
+///   sent_at)`: the same owner token, but no handle and no fencing token. `release` must therefore find what it needs (a node path, a CAS value)
 ///   from the name and owner alone, and free the lock only if the store records that owner.
 /// - **Cancel safety.** Each method is a bounded number of round trips. If its future is
 ///   dropped mid-flight, the operation may or may not have been applied on the store;

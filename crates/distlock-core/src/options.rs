@@ -12,7 +12,7 @@ pub enum Wait {
     /// One attempt; a held lock is a [`Error::Timeout`] with zero wait (or `Ok(None)` from
     /// `try_acquire`).
     No,
-    /// Wait at most this long.
+    /// Wait at most this long. `For(Duration::ZERO)` is [`Wait::No`]: one attempt.
     For(Duration),
     /// Wait until the lock is acquired or an error occurs.
     Forever,
@@ -85,9 +85,13 @@ impl AcquireOptions {
         self
     }
 
-    /// How long to wait for a held lock.
+    /// How long to wait for a held lock. A wait of zero is one attempt, as [`Wait::No`] (and
+    /// is stored as such), never none.
     pub const fn wait(mut self, wait: Wait) -> Self {
-        self.wait = wait;
+        self.wait = match wait {
+            Wait::For(d) if d.is_zero() => Wait::No,
+            wait => wait,
+        };
         self
     }
 
@@ -112,7 +116,11 @@ impl AcquireOptions {
     /// the store's expiry even when timers fire late, the scheduler is slow or the clocks run
     /// at slightly different rates. The default is a tenth of the TTL, at most 2 s
     /// ([`default_safety_margin`](Self::default_safety_margin)). It must be shorter than the
-    /// TTL. Session-bound backends (ZooKeeper) keep their own margin against the session
+    /// TTL, and with renewal on shorter than two thirds of it: the watchdog renews at a third
+    /// of the TTL, and the renewal's round trip must end before the local deadline (the TTL
+    /// less the margin), so the margin also bounds how long a renewal may take. A longer margin
+    /// is refused with [`Error::InvalidOptions`] (it would lose every hold before its first
+    /// renewal). Session-bound backends (ZooKeeper) keep their own margin against the session
     /// timeout.
     ///
     /// ```
@@ -199,12 +207,7 @@ impl AcquireOptions {
             return Err(Error::invalid_options("max_hold must be greater than zero"));
         }
         if let Some(margin) = self.safety_margin {
-            if margin >= self.ttl {
-                return Err(Error::invalid_options(format!(
-                    "the safety margin ({margin:?}) must be shorter than the TTL ({:?})",
-                    self.ttl
-                )));
-            }
+            check_safety_margin(margin, self.ttl, self.auto_renew)?;
         }
         if self.poll_min.is_zero() || self.poll_min > self.poll_max {
             return Err(Error::invalid_options(format!(
@@ -214,4 +217,23 @@ impl AcquireOptions {
         }
         Ok(())
     }
+}
+
+/// Checks an explicit safety margin against a lease of `ttl`: shorter than the TTL, and with
+/// renewal on, shorter than the time until the first renewal leaves (two thirds of the TTL),
+/// since the local deadline (`ttl - margin` after the send) must come after the renewal at
+/// `ttl / 3`.
+pub(crate) fn check_safety_margin(margin: Duration, ttl: Duration, auto_renew: bool) -> Result<()> {
+    if margin >= ttl {
+        return Err(Error::invalid_options(format!(
+            "the safety margin ({margin:?}) must be shorter than the TTL ({ttl:?})"
+        )));
+    }
+    if auto_renew && ttl - margin <= ttl / crate::hold::RENEW_DIVISOR {
+        return Err(Error::invalid_options(format!(
+            "the safety margin ({margin:?}) must be shorter than two thirds of the TTL ({ttl:?}): \
+             the watchdog renews at a third of the TTL, and the hold would be lost before that"
+        )));
+    }
+    Ok(())
 }

@@ -33,6 +33,14 @@ impl WaitSchedule {
         }
     }
 
+    /// The waiter's notifications stopped: from now on it polls, backing off from the
+    /// shortest interval as on a store that never notified.
+    pub(crate) fn poll_instead(&mut self) {
+        if std::mem::replace(&mut self.notified, false) {
+            self.backoff = backoff(self.min, self.max);
+        }
+    }
+
     /// The longest sleep [`next`](Self::next) ever returns.
     pub(crate) fn longest(&self) -> Duration {
         if self.notified {

@@ -17,6 +17,11 @@
 /// A backend that cannot tell whether a session survived a disconnection declares it expired
 /// once the session timeout has passed without reconnecting.
 ///
+/// Every reader of a guard ([`LockGuard::is_lost`](crate::LockGuard::is_lost), the lost-lock
+/// signal, `with_lock`) applies [`keeps`](Self::keeps) to the session as published, so an
+/// expired session (or a newer epoch) ends its guards at once even if the watchdog has not
+/// run since, and even without a [`valid_until`](Self::valid_until).
+///
 /// **The session's local deadline.** A process that stops running (a long GC or SIGSTOP, a
 /// starved host) learns nothing from its session while the server expires it; when it runs
 /// again, its guards must not say "held" for a moment. A backend that knows when it last

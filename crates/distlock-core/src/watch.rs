@@ -122,9 +122,11 @@ impl ReleaseWatch {
         handed.and_then(Handed::into_lease)
     }
 
-    /// The waiter id of a watch [`for_waiter`](Self::for_waiter), while its notifications work.
+    /// The waiter id of a watch [`for_waiter`](Self::for_waiter). It stays after the
+    /// notifications stop (the backend closed the subscription): the waiter then polls, and
+    /// its attempts keep its place in the store's queue of waiters.
     pub fn waiter(&self) -> Option<&Arc<str>> {
-        self.waiter.as_ref().filter(|_| self.rx.is_some())
+        self.waiter.as_ref()
     }
 
     /// Whether every release is announced (else the waiter must poll).
@@ -149,7 +151,8 @@ impl ReleaseWatch {
             }
             Ok(Err(_closed)) => {
                 // The backend dropped the subscription (for example its connection broke):
-                // fall back to polling for the rest of this wait.
+                // fall back to polling for the rest of this wait (`is_notified` turns false,
+                // and the waiter backs off from its shortest poll interval).
                 self.rx = None;
                 Woke::TimedOut
             }

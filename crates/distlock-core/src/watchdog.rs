@@ -14,7 +14,9 @@
 //!   in a task of its own, so a store that hangs on one batch delays neither other renewals
 //!   nor the detection of expiries; a panicking backend fails that batch's renewals only.
 //! - The task starts with the first registration and ends when no hold is left. If it dies
-//!   with its runtime, a flag dropped with it lets the next registration start a new one.
+//!   with its runtime, it starts again on the runtime of a hold still registered (or, if
+//!   none is left, with the next registration), so no hold depends on the runtime that
+//!   happened to register first.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -25,6 +27,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
+use tokio::runtime::{Handle, Id as RuntimeId};
 use tokio::sync::{watch, Notify, OwnedMutexGuard};
 use tokio::time::Instant;
 
@@ -54,13 +57,24 @@ struct Shared {
 #[derive(Default)]
 struct State {
     holds: HashMap<u64, Arc<Hold>>,
-    /// `(when, hold id)`; entries of holds gone or rescheduled are skipped when they come up.
+    /// `(when, hold id)`. Only the entry recorded in `scheduled` is live; the others (of holds
+    /// gone, or rescheduled earlier) are dropped when they come up, and the heap is rebuilt
+    /// from `scheduled` if they ever outnumber the live ones: its size stays proportional to
+    /// the number of holds, however long each is held.
     timers: BinaryHeap<Reverse<(Instant, u64)>>,
+    /// The time of each hold's one live timer entry.
+    scheduled: HashMap<u64, Instant>,
     /// Lease-loss futures from [`DistributedLock::watch_lease`] not yet picked up by the task.
     new_lease_watches: Vec<(u64, BoxFuture<'static, LossReason>)>,
     task_running: bool,
+    /// The runtime each hold was registered on (kept until it is unregistered): where the
+    /// task moves when its own runtime stops while holds remain.
+    runtimes: HashMap<u64, Handle>,
     /// Until when the task sleeps (`None` while it works).
     sleeping_until: Option<Instant>,
+    /// Timer entries taken off the heap so far (tests measure the watchdog's work by it).
+    #[cfg(test)]
+    processed: u64,
 }
 
 impl Watchdog {
@@ -91,10 +105,19 @@ impl Watchdog {
         let lease_watch = self.shared.lock.watch_lease(&lease);
         let has_watch = lease_watch.is_some();
         let mut state = self.shared.lock_state();
+        // Read again under the lock that `follow_session` takes: a session that ended since
+        // the read above is seen here, or its change is applied to this hold by the task.
+        if let (Some(epoch), Some(session)) = (lease.session_epoch(), &self.shared.session) {
+            let session = *session.borrow();
+            if apply_session(&hold, epoch, session) {
+                return;
+            }
+        }
         if let Some(lease_watch) = lease_watch {
             state.new_lease_watches.push((hold.id, lease_watch));
         }
         state.holds.insert(hold.id, hold.clone());
+        state.runtimes.insert(hold.id, Handle::current());
         self.shared.schedule(state, hold.id, event, has_watch);
     }
 
@@ -113,7 +136,33 @@ impl Watchdog {
 
     /// Stops watching a hold (released, leaked or dropped).
     pub(crate) fn unregister(&self, id: u64) {
-        self.shared.lock_state().holds.remove(&id);
+        let mut state = self.shared.lock_state();
+        state.holds.remove(&id);
+        state.scheduled.remove(&id);
+        state.runtimes.remove(&id);
+    }
+}
+
+impl State {
+    /// Makes sure the task looks at hold `id` at `at` at the latest: a hold has one live timer
+    /// entry, the earliest asked for (looking early is harmless: the hold is rescheduled then).
+    fn push_timer(&mut self, at: Instant, id: u64) {
+        if self.scheduled.get(&id).is_some_and(|live| *live <= at) {
+            return;
+        }
+        self.scheduled.insert(id, at);
+        self.timers.push(Reverse((at, id)));
+    }
+
+    /// Rebuilds the heap from the live entries once dead ones outnumber them.
+    fn shed_dead_timers(&mut self) {
+        if self.timers.len() > 2 * self.scheduled.len() + 16 {
+            self.timers = self
+                .scheduled
+                .iter()
+                .map(|(id, at)| Reverse((*at, *id)))
+                .collect();
+        }
     }
 }
 
@@ -133,13 +182,14 @@ impl Shared {
         wake: bool,
     ) {
         if let Some(at) = event {
-            state.timers.push(Reverse((at, id)));
+            state.push_timer(at, id);
         }
         if !std::mem::replace(&mut state.task_running, true) {
             drop(state);
             // The flag's guard is made here, not in the task: a runtime shutting down before
             // the task first ran drops the unpolled future, and with it the guard.
-            tokio::spawn(run(self.clone(), Running(Some(self.clone()))));
+            let runtime = Handle::current();
+            runtime.spawn(run(self.clone(), Running::on(self.clone(), &runtime)));
             return;
         }
         let earlier = event.is_some_and(|at| state.sleeping_until.is_some_and(|sleep| at < sleep));
@@ -153,14 +203,54 @@ impl Shared {
 /// Clears `task_running` when the task ends, however it ends (its runtime shutting down
 /// drops it mid-sleep, or before it ever ran), so that the next registration starts a new
 /// task.
-struct Running(Option<Arc<Shared>>);
+///
+/// If it ends with its runtime while holds remain, the task moves to the runtime of another
+/// hold at once: the holds of other runtimes must not wait for a new registration to be
+/// renewed. A runtime that has stopped too drops the task it is given, which moves it on
+/// again, past every stopped runtime in turn.
+struct Running {
+    shared: Option<Arc<Shared>>,
+    runtime: RuntimeId,
+}
+
+impl Running {
+    fn on(shared: Arc<Shared>, runtime: &Handle) -> Self {
+        Self {
+            shared: Some(shared),
+            runtime: runtime.id(),
+        }
+    }
+}
 
 impl Drop for Running {
     fn drop(&mut self) {
-        if let Some(shared) = self.0.take() {
+        let Some(shared) = self.shared.take() else {
+            return;
+        };
+        let next = {
             let mut state = shared.lock_state();
             state.task_running = false;
             state.sleeping_until = None;
+            let stopped = self.runtime;
+            let State { holds, runtimes, .. } = &mut *state;
+            runtimes.retain(|id, runtime| runtime.id() != stopped && holds.contains_key(id));
+            let next = match holds.is_empty() {
+                true => None,
+                false => runtimes.values().next().cloned(),
+            };
+            if next.is_some() {
+                // Renewals in flight on the stopped runtime were dropped with it: look at
+                // every hold at once, so those due are sent again before their deadlines.
+                let (now, ids) = (Instant::now(), holds.keys().copied().collect::<Vec<_>>());
+                for id in ids {
+                    state.push_timer(now, id);
+                }
+            }
+            state.task_running = next.is_some();
+            next
+        };
+        if let Some(runtime) = next {
+            runtime.spawn(run(shared.clone(), Running::on(shared, &runtime)));
         }
     }
 }
@@ -178,14 +268,18 @@ async fn run(shared: Arc<Shared>, mut running: Running) {
                 // The host was suspended: every deadline moved closer; look at every hold.
                 suspended = suspended_now;
                 let ids: Vec<u64> = state.holds.keys().copied().collect();
-                state.timers.extend(ids.into_iter().map(|id| Reverse((now, id))));
+                for id in ids {
+                    state.push_timer(now, id);
+                }
             }
             if state.holds.is_empty() {
                 // Cleared under the same lock that saw no hold, so a registration either came
                 // before (and is seen) or starts a new task.
                 state.new_lease_watches.clear();
+                state.timers.clear();
+                state.scheduled.clear();
                 state.task_running = false;
-                running.0 = None;
+                running.shared = None;
                 return;
             }
             for (id, lost) in state.new_lease_watches.drain(..) {
@@ -243,8 +337,17 @@ fn collect_due(state: &mut State, now: Instant) -> Vec<Due> {
     let mut due = Vec::new();
     let mut later = Vec::new();
     while let Some(&Reverse((at, id))) = state.timers.peek() {
+        #[cfg(test)]
+        {
+            state.processed += 1;
+        }
+        if state.scheduled.get(&id) != Some(&at) {
+            state.timers.pop(); // dead: rescheduled earlier, or the hold is gone
+            continue;
+        }
         let Some(hold) = state.holds.get(&id).cloned() else {
             state.timers.pop();
+            state.scheduled.remove(&id);
             continue;
         };
         let window = match due.is_empty() {
@@ -255,6 +358,7 @@ fn collect_due(state: &mut State, now: Instant) -> Vec<Due> {
             break;
         }
         state.timers.pop();
+        state.scheduled.remove(&id);
         if !hold.is_active() {
             state.holds.remove(&id);
             continue;
@@ -297,7 +401,10 @@ fn collect_due(state: &mut State, now: Instant) -> Vec<Due> {
             }
         }
     }
-    state.timers.extend(later);
+    for Reverse((at, id)) in later {
+        state.push_timer(at, id);
+    }
+    state.shed_dead_timers();
     due
 }
 
@@ -372,4 +479,49 @@ fn apply_session(hold: &Hold, epoch: u64, session: Session) -> bool {
     }
     hold.set_suspended(session.state == SessionState::Suspended);
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{LockName, MemoryLock, OwnerToken, TryAcquire};
+
+    /// A hold kept for a long time costs the watchdog the same per renewal as a fresh one:
+    /// its timer heap stays bounded, and twice as many renewals process about twice as many
+    /// timer entries (the state mutex, which acquire and drop also take, is held while they
+    /// are processed).
+    #[tokio::test(start_paused = true)]
+    async fn a_long_hold_keeps_a_bounded_timer_heap() {
+        let store = Arc::new(MemoryLock::new());
+        let watchdog = Watchdog::new(store.clone());
+        let ttl = Duration::from_secs(3);
+        let name = LockName::new("long").expect("valid");
+        let TryAcquire::Acquired(lease) = store
+            .try_acquire(&name, OwnerToken::new(), ttl)
+            .await
+            .expect("memory store works")
+        else {
+            panic!("the lock is free");
+        };
+        let hold = Arc::new(Hold::for_test(1, lease, None));
+        watchdog.register(hold.clone());
+        // A renewal every third of the TTL: 600 renewals per period.
+        let mut periods = Vec::new();
+        for _ in 0..2 {
+            let before = watchdog.shared.lock_state().processed;
+            tokio::time::sleep(ttl * 200).await;
+            let state = watchdog.shared.lock_state();
+            periods.push((state.timers.len(), state.processed - before));
+        }
+        assert!(hold.is_active(), "renewed all along");
+        for (heap, _) in &periods {
+            assert!(*heap <= 8, "one hold left {heap} timer entries: {periods:?}");
+        }
+        let (first, second) = (periods[0].1, periods[1].1);
+        assert!(
+            second * 10 <= first * 12,
+            "the second 600 renewals processed {second} entries, the first {first}"
+        );
+        drop(hold);
+    }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::{
     AcquireOptions, Capabilities, DistributedLock, Error, HoldEnd, Lease, LockClient, LockName, LossReason,
-    MemoryLock, OwnerToken, Result, TryAcquire,
+    MemoryLock, OwnerToken, Result, TryAcquire, Wait,
 };
 use tokio::time::Instant;
 
@@ -33,6 +33,13 @@ struct Faulty {
     /// Leases carry this validity margin (Redlock's clock drift).
     margin: Option<Duration>,
     releases: AtomicUsize,
+    /// Attempts made (`try_acquire` calls).
+    attempts: AtomicUsize,
+    /// The next `try_acquire` is applied on the store, then panics (a backend bug).
+    panic_next_acquire: AtomicBool,
+    /// Leases are dated this much later than the request was sent (a backend that trusts a
+    /// wrong clock, or a buggy one).
+    lease_skew: Option<Duration>,
 }
 
 impl Faulty {
@@ -56,7 +63,16 @@ impl DistributedLock for Faulty {
         if let Some(delay) = self.attempt_delay {
             tokio::time::sleep(delay).await;
         }
+        self.attempts.fetch_add(1, Ordering::SeqCst);
         let outcome = self.inner.try_acquire(name, owner, ttl).await?;
+        if self.panic_next_acquire.swap(false, Ordering::SeqCst) {
+            panic!("a backend bug in try_acquire");
+        }
+        if let (Some(skew), TryAcquire::Acquired(lease)) = (self.lease_skew, &outcome) {
+            let fencing = lease.fencing_token().expect("memory issues tokens");
+            let skewed = Lease::new(name.clone(), owner, ttl, Instant::now() + skew).with_fencing(fencing);
+            return Ok(TryAcquire::Acquired(skewed));
+        }
         if self.lose_next_acquire_reply.swap(false, Ordering::SeqCst) {
             return Err(Error::unavailable("faulty", "the reply was lost"));
         }
@@ -487,4 +503,194 @@ async fn acquiring_many_locks_costs_linear_time() {
         ratio < 8.0,
         "4x the holds cost {ratio:.1}x the time: registration is not linear"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_that_panicked_is_cleaned_up_by_owner() {
+    let store = Arc::new(Faulty::default());
+    let client = LockClient::from_arc(store.clone());
+    store.panic_next_acquire.store(true, Ordering::SeqCst);
+    let outcome = client.try_acquire("panicked").await;
+    assert!(outcome.is_err(), "the client saw an error: {outcome:?}");
+    // The store applied it before the backend panicked: same cleanup as for a lost reply.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        other_takes(&store.inner, "panicked").await,
+        "an attempt that panicked left a lock nobody owns"
+    );
+}
+
+/// Work that blocked its runtime past the lease's deadline and then awaits something is not
+/// polled again: the statements after that await would run without the lock (the store has
+/// expired it and another client may hold it). Real time, on one thread: the work is woken by
+/// a task queued before it, without the timer driver turning in between (so neither the
+/// watchdog nor the lost signal's timer has run).
+#[tokio::test(flavor = "current_thread")]
+async fn with_lock_never_polls_the_work_past_the_deadline() {
+    let store = Arc::new(Faulty::default());
+    let client = LockClient::from_arc(store.clone());
+    let ttl = Duration::from_millis(300);
+    let ran_late = Arc::new(AtomicBool::new(false));
+    let work_ran_late = ran_late.clone();
+    // A task, not the test's own future: the scheduler runs queued tasks one after another
+    // and turns the timer driver only when none is left.
+    let outcome = tokio::spawn(async move {
+        client
+            .with_lock("late", &opts(ttl), move |_ctx| {
+                let ran_late = work_ran_late;
+                async move {
+                    // The watchdog task runs and goes to sleep on its timer.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    tokio::spawn(async move {
+                        let _ = tx.send(());
+                    });
+                    std::thread::sleep(ttl * 2); // the runtime is blocked past the store's expiry
+                    let _ = rx.await;
+                    ran_late.store(true, Ordering::SeqCst);
+                }
+            })
+            .await
+    })
+    .await
+    .expect("the task ran");
+    assert!(
+        !ran_late.load(Ordering::SeqCst),
+        "the work ran on after the lock's deadline (another client could hold it)"
+    );
+    assert!(matches!(outcome, Err(Error::LockLost { .. })), "{outcome:?}");
+}
+
+/// The watchdog renews at a third of the TTL: a safety margin of two thirds or more puts the
+/// local deadline before the first renewal, and every hold would be lost. Such options are
+/// refused; without renewal a large margin only ends the hold early, and is allowed.
+#[tokio::test(start_paused = true)]
+async fn a_safety_margin_that_leaves_no_time_to_renew_is_refused() {
+    let client = LockClient::new(MemoryLock::new());
+    let ttl = Duration::from_secs(3);
+    let too_big = opts(ttl).safety_margin(Duration::from_millis(2100));
+    match client.acquire_with("margin", &too_big).await {
+        Err(Error::InvalidOptions { .. }) => {}
+        Ok(guard) => {
+            tokio::time::sleep(ttl).await;
+            panic!(
+                "accepted a margin above two thirds of the TTL (lost: {})",
+                guard.is_lost()
+            );
+        }
+        Err(other) => panic!("expected InvalidOptions, got {other:?}"),
+    }
+    let unrenewed = client
+        .acquire_with("margin", &too_big.clone().auto_renew(false))
+        .await
+        .expect("without renewal a large margin is allowed");
+    drop(unrenewed);
+    let fine = client
+        .acquire_with("fine", &opts(ttl).safety_margin(Duration::from_millis(1500)))
+        .await
+        .expect("a margin of half the TTL is fine");
+    tokio::time::sleep(ttl * 10).await;
+    assert!(!fine.is_lost(), "renewed in time with half the TTL as margin");
+    match fine.extend(Duration::from_secs(2)).await {
+        Err(Error::InvalidOptions { .. }) => {}
+        other => panic!("extend to a TTL that leaves no time to renew: {other:?}"),
+    }
+}
+
+/// `Wait::For(Duration::ZERO)` is one attempt, as `Wait::No`: a free lock is taken.
+#[tokio::test(start_paused = true)]
+async fn a_zero_wait_makes_exactly_one_attempt() {
+    let store = Arc::new(Faulty::default());
+    let client = LockClient::from_arc(store.clone());
+    let zero = AcquireOptions::new().wait(Wait::For(Duration::ZERO));
+    let guard = client.acquire_with("zero", &zero).await;
+    assert_eq!(store.attempts.load(Ordering::SeqCst), 1);
+    let guard = guard.expect("a free lock is taken by a zero wait");
+    match client.acquire_with("zero", &zero).await {
+        Err(Error::Timeout { .. }) => {}
+        other => panic!("a held lock times out: {other:?}"),
+    }
+    assert_eq!(store.attempts.load(Ordering::SeqCst), 2, "one attempt each");
+    assert!(guard.release().await.expect("released"));
+}
+
+/// A guard past its local deadline is lost; extending it afterwards reports the loss, even if
+/// the store still had the lock (its TTL runs a safety margin longer).
+#[tokio::test(start_paused = true)]
+async fn extending_a_guard_lost_by_the_clock_reports_the_loss() {
+    let store = Arc::new(Faulty::default());
+    let client = LockClient::from_arc(store.clone());
+    let ttl = Duration::from_secs(3);
+    let guard = client
+        .acquire_with("lapsed", &opts(ttl).auto_renew(false))
+        .await
+        .expect("acquired");
+    tokio::time::sleep(Duration::from_millis(2800)).await; // past 2.7 s, before the store's 3 s
+    assert!(guard.is_lost());
+    let extended = guard.extend(ttl).await;
+    assert!(
+        matches!(extended, Ok(false)),
+        "a lost guard was extended: {extended:?}"
+    );
+    assert!(guard.is_lost(), "and it stays lost");
+}
+
+/// A lease is never believed past the client's own `sent_at + ttl`, whatever the backend
+/// dates it.
+#[tokio::test(start_paused = true)]
+async fn a_lease_is_capped_at_the_clients_own_send_time_plus_ttl() {
+    let store = Arc::new(Faulty {
+        lease_skew: Some(Duration::from_secs(60)),
+        ..Faulty::default()
+    });
+    let client = LockClient::from_arc(store.clone());
+    let ttl = Duration::from_secs(3);
+    let guard = client
+        .acquire_with("skewed", &opts(ttl).auto_renew(false))
+        .await
+        .expect("acquired");
+    let remaining = guard.remaining().expect("a TTL lease");
+    assert!(
+        remaining <= ttl,
+        "the lease claims {remaining:?} of a {ttl:?} TTL"
+    );
+    tokio::time::sleep(ttl).await;
+    assert!(other_takes(&store.inner, "skewed").await, "the store expired it");
+    assert!(
+        guard.is_lost(),
+        "the guard says held while another client holds the lock"
+    );
+}
+
+/// The watchdog task runs on one runtime; when that runtime stops, the holds of the other
+/// runtimes go on being renewed without waiting for a new registration.
+#[test]
+fn holds_of_other_runtimes_are_renewed_after_the_watchdogs_runtime_stopped() {
+    let store = Arc::new(Faulty::default());
+    let client = LockClient::from_arc(store.clone());
+    let first = tokio::runtime::Runtime::new().expect("runtime");
+    let second = tokio::runtime::Runtime::new().expect("runtime");
+    let kept = first.block_on(async {
+        client
+            .acquire_with("first", &opts(Duration::from_secs(60)))
+            .await
+            .expect("acquired")
+    });
+    let guard = second.block_on(async {
+        client
+            .acquire_with("second", &opts(Duration::from_millis(300)))
+            .await
+            .expect("acquired")
+    });
+    drop(first); // the watchdog task started on it
+    let _ = kept.leak();
+    second.block_on(async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            !guard.is_lost(),
+            "a 300 ms lock of a live runtime was not renewed for 1 s"
+        );
+        assert!(!other_takes(&store.inner, "second").await);
+        assert!(guard.release().await.expect("released"));
+    });
 }

@@ -2,7 +2,7 @@
 //! backend over the memory store: the queued wait is used and is cancel safe, and session
 //! changes drive the guard's suspended and lost states.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +22,10 @@ struct Queued {
     in_queue: Arc<AtomicUsize>,
     queued_calls: AtomicUsize,
     stolen: watch::Sender<bool>,
+    /// The next queued wait is applied on the store, then reports an ambiguous error.
+    lose_next_queued_reply: AtomicBool,
+    /// The next queued wait is applied on the store, then panics.
+    panic_next_queued: AtomicBool,
 }
 
 impl Queued {
@@ -32,6 +36,8 @@ impl Queued {
             in_queue: Arc::new(AtomicUsize::new(0)),
             queued_calls: AtomicUsize::new(0),
             stolen: watch::channel(false).0,
+            lose_next_queued_reply: AtomicBool::new(false),
+            panic_next_queued: AtomicBool::new(false),
         }
     }
 
@@ -91,6 +97,12 @@ impl DistributedLock for Queued {
         let _entry = QueueEntry(self.in_queue.clone());
         loop {
             if let TryAcquire::Acquired(lease) = self.try_acquire(name, owner, ttl).await? {
+                if self.lose_next_queued_reply.swap(false, Ordering::SeqCst) {
+                    return Err(Error::unavailable("queued", "the reply was lost"));
+                }
+                if self.panic_next_queued.swap(false, Ordering::SeqCst) {
+                    panic!("a backend bug in acquire_queued");
+                }
                 return Ok(Some(lease));
             }
             if deadline.is_some_and(|d| d <= Instant::now()) {
@@ -289,4 +301,54 @@ async fn a_guard_is_lost_at_its_sessions_local_deadline() {
         .expect("the lost signal fires at the session's deadline");
     assert_eq!(lost, LossReason::SessionExpired);
     assert!(guard.is_lost());
+}
+
+/// A session that ends under the same epoch while the watchdog cannot run (or between the
+/// watchdog reading the session and recording the hold) ends its guards all the same: every
+/// reader applies [`Session::keeps`], as the watchdog does, even without a local deadline.
+#[tokio::test(start_paused = true)]
+async fn a_guard_of_an_expired_session_is_lost_without_the_watchdog() {
+    let backend = Arc::new(Queued::new());
+    let client = LockClient::from_arc(backend.clone());
+    let guard = client.acquire("expired").await.expect("acquired");
+    // Published without waking receivers: the watchdog does not run before the checks below.
+    backend.session.send_if_modified(|s| {
+        s.state = SessionState::Expired;
+        false
+    });
+    assert!(guard.is_lost(), "a guard of an expired session says held");
+    let lost = tokio::time::timeout(Duration::from_millis(10), guard.lost())
+        .await
+        .expect("the lost signal fires at once");
+    assert_eq!(lost, LossReason::SessionExpired);
+}
+
+/// A queued wait whose outcome is unknown (an ambiguous error, or a backend that panicked
+/// after the store applied it) is cleaned up by its owner token: the store does not keep a
+/// lock nobody holds until the session ends.
+#[tokio::test]
+async fn a_queued_wait_whose_outcome_is_unknown_is_cleaned_up_by_owner() {
+    for (fault, how) in [(0, "an ambiguous error"), (1, "a panic")] {
+        let backend = Arc::new(Queued::new());
+        let client = LockClient::from_arc(backend.clone());
+        match fault {
+            0 => backend.lose_next_queued_reply.store(true, Ordering::SeqCst),
+            _ => backend.panic_next_queued.store(true, Ordering::SeqCst),
+        }
+        let outcome = client
+            .acquire_with("unknown", &AcquireOptions::new().wait_for(Duration::from_secs(1)))
+            .await;
+        assert!(outcome.is_err(), "{how}: the client saw an error: {outcome:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let name = LockName::new("unknown").expect("valid");
+        let free = backend
+            .store
+            .try_acquire(&name, OwnerToken::new(), Duration::from_secs(5))
+            .await
+            .expect("memory store works");
+        assert!(
+            matches!(free, TryAcquire::Acquired(_)),
+            "after {how}, the queued wait left a lock nobody owns"
+        );
+    }
 }
