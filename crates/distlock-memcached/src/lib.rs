@@ -57,6 +57,7 @@ mod item_rewrite;
 mod keys;
 mod lock;
 mod pool;
+mod server_version;
 mod wire;
 
 pub use config::{

@@ -517,7 +517,8 @@ impl MemcachedLock {
     /// (so that [`DistributedLock::inspect`] shows the holder's token), pipelined with
     /// `mg <lock> c v` for the new CAS. The token cannot be in the `add` itself: it must be
     /// drawn after the `add` won, or an earlier attempt's token could reach a later holder.
-    /// **1 round trip.**
+    /// **1 round trip**; 3 when the item is no longer as we wrote it (then the attempt
+    /// reports the lock held, after giving back our item if it still holds our token).
     async fn record_token(
         &self,
         at: &Located<'_>,
@@ -546,8 +547,14 @@ impl MemcachedLock {
         };
         match outcome {
             Ok(Renewal::Done(Some(recorded))) => Ok(TryAcquire::Acquired(recorded)),
-            // Deleted, replaced or restarted away within the round trip: not ours after all.
-            Ok(Renewal::Done(None) | Renewal::RetryWith(_)) => Ok(TryAcquire::Held(Holder::unknown())),
+            // Deleted, replaced or restarted away within the round trip, or rewritten by
+            // another write: not ours to report held. An item that still holds our owner
+            // token (a changed CAS, or the same process under a new identity) goes back now,
+            // or it would keep every client out until its TTL ran out.
+            Ok(Renewal::Done(None) | Renewal::RetryWith(_)) => {
+                self.release_by_owner(at, lease.owner()).await?;
+                Ok(TryAcquire::Held(Holder::unknown()))
+            }
             Err(e) => {
                 // Refused (a full `-M` server) or no answer: give the lock back if we can.
                 // The `cas` may have been applied with its reply lost, which changed the
@@ -562,41 +569,31 @@ impl MemcachedLock {
     // Release
 
     /// `md <lock> C<cas>` on the lease's server process: deletes only the item this lease
-    /// created (or renewed). **1 round trip**; 3 in the lost-renewal-reply case described on
-    /// [`MemcachedLock`]. A lease without a handle (built with [`Lease::new`] after an
-    /// acquisition attempt whose outcome is unknown) is released by its owner token, see
-    /// [`release_by_owner`](Self::release_by_owner).
+    /// created (or renewed). **1 round trip**; 3 when the CAS no longer matches (the
+    /// lost-renewal-reply case described on [`MemcachedLock`]) or the connection reaches the
+    /// server under another identity. A lease without a handle (built with [`Lease::new`]
+    /// after an acquisition attempt whose outcome is unknown) is released by its owner token.
+    ///
+    /// Both fallbacks are the owner-checked release
+    /// ([`release_by_owner`](Self::release_by_owner)): another identity is a restart (the
+    /// item died with the old process, and the read finds nothing) or the same process whose
+    /// identity item was evicted or deleted (our item is still there and must go).
     async fn release_once(&self, lease: &Lease) -> Result<bool> {
+        let at = self.locate(lease.name());
         if lease.handle().is_none() {
-            let at = self.locate(lease.name());
             return self.release_by_owner(&at, lease.owner()).await;
         }
-        let mut handle = Handle::of(lease)?;
-        let at = self.locate(lease.name());
-        for attempt in 0..2 {
-            let Some(code) = self.delete_if_cas(&at, handle).await? else {
-                return Ok(false); // another server process: our item died with the old one
-            };
-            match code {
-                Code::Hd => return Ok(true),
-                Code::Nf => return Ok(false),
-                Code::Ex if attempt == 0 => {
-                    match self.current_cas_if_ours(&at, lease.owner(), handle.epoch).await? {
-                        Some(cas) => handle.cas = cas,
-                        None => return Ok(false),
-                    }
-                }
-                Code::Ex => return Ok(false),
-                Code::Refused(message) => return Err(refused(at.server, &message)),
-                other => {
-                    return Err(Error::backend(
-                        BACKEND,
-                        format!("{}: unexpected reply {other:?} to md", at.server.addr()),
-                    ))
-                }
-            }
+        let handle = Handle::of(lease)?;
+        match self.delete_if_cas(&at, handle).await? {
+            Some(Code::Hd) => Ok(true),
+            Some(Code::Nf) => Ok(false),
+            None | Some(Code::Ex) => self.release_by_owner(&at, lease.owner()).await,
+            Some(Code::Refused(message)) => Err(refused(at.server, &message)),
+            Some(other) => Err(Error::backend(
+                BACKEND,
+                format!("{}: unexpected reply {other:?} to md", at.server.addr()),
+            )),
         }
-        Ok(false)
     }
 
     /// Owner-checked release without a CAS: `mg <lock> v c` on whatever server process runs
@@ -656,28 +653,6 @@ impl MemcachedLock {
             .await?
             .and_then(|(_, replies)| replies.into_iter().next())
             .map(|reply| reply.code))
-    }
-
-    /// The item's current CAS if it still holds `owner`'s token on the lease's server
-    /// process. Owner tokens are random and never reused, so within one server process an
-    /// item holding ours was written by us. Only used to recover from a renewal that was
-    /// applied but whose reply was lost; the command that follows is still CAS-guarded.
-    async fn current_cas_if_ours(
-        &self,
-        at: &Located<'_>,
-        owner: OwnerToken,
-        epoch: Epoch,
-    ) -> Result<Option<u64>> {
-        let mut batch = Batch::new();
-        batch.get(&at.lock_key, "v c");
-        let Some((_, replies)) = self.exchange(at.server, &batch, Some(epoch)).await? else {
-            return Ok(None);
-        };
-        let owner = owner.to_string();
-        Ok(replies
-            .first()
-            .filter(|r| r.code == Code::Va && r.text().map(owner_of) == Some(owner.as_str()))
-            .and_then(|r| r.flag_num::<u64>('c')))
     }
 
     // ---------------------------------------------------------------------------------------

@@ -187,3 +187,60 @@ async fn several_processes_behind_one_address_are_refused() {
         other => panic!("two processes behind one address were not refused: {other:?}"),
     }
 }
+
+/// One process whose identity item is replaced while the pool holds connections of the old
+/// identity: live connections then disagree on the identity, but each reads the new one, so
+/// nothing is refused (the stale connections are closed). An attempt caught by the change may
+/// report the lock held (its two round trips reached two identities: a spurious miss, its item
+/// given back), never an error; once the pool has settled, every attempt wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_identity_item_is_not_taken_for_a_second_process() {
+    let server = support::start_server(MemcachedOptions::default()).await;
+    let lock = support::lock(&server.url());
+    // `count` attempts at once on fresh names (as many connections); with `settled`, each
+    // wins.
+    let attempts = |round: usize, count: usize, settled: bool| {
+        let lock = &lock;
+        async move {
+            let names: Vec<LockName> = (0..count)
+                .map(|n| LockName::new(format!("one-{round}-{n}")).expect("valid"))
+                .collect();
+            let attempts = names
+                .iter()
+                .map(|name| lock.try_acquire(name, OwnerToken::new(), TTL));
+            for outcome in futures::future::join_all(attempts).await {
+                match outcome {
+                    Ok(TryAcquire::Acquired(lease)) => {
+                        assert!(lock.release(&lease).await.expect("works"));
+                    }
+                    Ok(TryAcquire::Held(_)) if !settled => {}
+                    other => panic!("round {round}: {other:?}"),
+                }
+            }
+        }
+    };
+    attempts(0, 2, true).await;
+    let addr = server.addr().to_string();
+    for round in 1..4 {
+        assert_eq!(
+            support::raw(&addr, "delete distlock:server-identity\r\n")
+                .await
+                .expect("raw"),
+            "DELETED"
+        );
+        // More attempts at once than the pool has connections, until one has opened (and
+        // stored a new identity) beside connections of the old one.
+        for more in 0.. {
+            attempts(round * 100 + more, 3 + more + round, false).await;
+            let identity = support::raw(&addr, "mg distlock:server-identity v\r\n")
+                .await
+                .expect("raw");
+            if identity.starts_with("VA") {
+                break;
+            }
+            assert!(more < 10, "no new connection was opened");
+        }
+        attempts(round * 100 + 50, 3, true).await;
+        attempts(round * 100 + 60, 3, true).await;
+    }
+}
