@@ -82,12 +82,13 @@ pub const MAX_TTL: Duration = Duration::from_secs(SERVER_MAX_RELATIVE_SECS - EXP
 /// | the same, withdraw a waiting writer | as release | 1 or 2 |
 /// | the same, inspect_holders | `mg <object> c t v` | 1 |
 ///
-/// A new connection costs one more round trip (`add` + `mg` of the identity item, to learn
-/// the server process and check that it hands out CAS values).
-/// Release (two more) and extend (one more) need extra round trips only in one rare case:
-/// the CAS changed and the item still holds our owner token, which happens when an earlier
-/// renewal was applied but its reply was lost (a timeout); we then take the new CAS and
-/// retry once, still CAS-guarded.
+/// A new connection costs one more round trip (`version`, then `add` + `mg` of the identity
+/// item, pipelined: to check the release, learn the server process and check that it hands
+/// out CAS values). Release (two more) and extend (one more) need extra round trips only in
+/// rare cases: the CAS changed and the item still holds our owner token, which happens when
+/// an earlier renewal was applied but its reply was lost (a timeout); extend then takes the
+/// new CAS and retries once, still CAS-guarded, and release falls back to the owner-checked
+/// one, as it does when the connection reaches the server under another identity.
 ///
 /// The item-creating writes are the classic `add` and `cas` commands, not meta `ms`: when
 /// memcached 1.6 cannot allocate the new item (a full server started with `-M`), `ms`
@@ -105,14 +106,17 @@ pub const MAX_TTL: Duration = Duration::from_secs(SERVER_MAX_RELATIVE_SECS - EXP
 ///   the server process that issued it, identified by a random nonce the first client
 ///   stores in the server (not by pid and start time, which repeat for pid 1 in a container
 ///   restarted within a second; tested in `tests/identity.rs`); against any other process
-///   release returns `false` and extend `None`, without sending anything. A held guard therefore reports the loss
+///   extend returns `None` without sending anything, and release falls back to the
+///   owner-checked one (after a restart it finds nothing and returns `false`; under a
+///   replaced identity item it deletes our item). A held guard therefore reports the loss
 ///   at its next renewal, and no holder is ever told it still holds a lock a new client
 ///   has taken. Until that renewal, though, the old holder and a new one **can both believe
 ///   they hold the lock**: a restart silently frees every lock. (A warm restart with `-e`
 ///   restores the items, the identity item among them.) If the identity item itself is
 ///   evicted or deleted, the next connection stores a new nonce, and leases bound to the
 ///   old one are treated as lost on connections that know the new one: a spurious lost
-///   signal, never a double grant.
+///   signal (or, for an attempt caught between its two round trips, a spurious "held",
+///   its item given back), never a double grant.
 /// - **Eviction.** Under memory pressure memcached evicts items, locks included, even
 ///   before their TTL. The next renewal finds the item gone (or, if someone took the lock
 ///   since, another CAS) and the guard's lost-lock signal fires; until then, exclusion is
@@ -144,10 +148,21 @@ pub const MAX_TTL: Duration = Duration::from_secs(SERVER_MAX_RELATIVE_SECS - EXP
 ///   failover either: while a server is down, its names fail with [`Error::Unavailable`],
 ///   because rerouting them would let clients with different views of the servers both
 ///   hold the same name. Every client must list the same servers (in any order).
-/// - **Connect to memcached directly**, not through a proxy (mcrouter, twemproxy): the
-///   restart protection learns the server process from its identity item on each new
-///   connection, and a proxy may route that item and the lock items to different servers,
-///   or to a replacement after a failover.
+/// - **Connect to memcached directly**, not through a proxy (mcrouter, twemproxy) or a TCP
+///   load balancer: the restart protection learns the server process from its identity item
+///   on each new connection, and a proxy may route that item and the lock items to different
+///   servers, or to a replacement after a failover; behind a balancer, each process holds
+///   its own locks. When a client's live connections to one address reach two processes (a
+///   connection whose server still reads the identity it was opened with, while a newer
+///   connection saw another), the address is refused from then on with
+///   [`Error::InvalidConfig`]. A client that never has two connections open at once, or
+///   clients that each reach one process only, cannot see it: this check is a safety net,
+///   not a licence.
+/// - **memcached 1.6.13 or later.** Before 1.6.13, `md <key> C<cas>` (the CAS-guarded delete
+///   of every release) does not honour the CAS; a server that answers `version` with an
+///   older release, or with something other than memcached's `<major>.<minor>.<patch>`
+///   (another implementation of the protocol, whose meta commands may differ), is refused
+///   when the connection opens with [`Error::InvalidConfig`].
 /// - **CAS must be enabled.** A server started with `-C` answers CAS 0 to everything, so no
 ///   lock could be released or renewed; every connection to it fails with
 ///   [`Error::InvalidConfig`] (checked when the connection opens, so
