@@ -67,23 +67,72 @@ fn holder(url: &str, flags: &[&str], name: &str, started: &Path, go: &Path) -> R
 #[test]
 fn a_plain_exec_and_shared_holders_of_one_name_exclude_each_other() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let url = sqlite_url(dir.path());
-    let path = |name: &str| dir.path().join(name);
+    plain_and_shared_exclude_each_other(&sqlite_url(dir.path()), dir.path());
+}
+
+#[test]
+fn a_plain_exec_and_shared_holders_exclude_each_other_on_redis() {
+    let url = distlock_testkit::shared::redis_url().expect("redis-server (scripts/install-test-deps)");
+    let dir = tempfile::tempdir().expect("temp dir");
+    plain_and_shared_exclude_each_other(&url, dir.path());
+}
+
+#[test]
+fn a_plain_exec_and_shared_holders_exclude_each_other_on_memcached() {
+    let url = distlock_testkit::shared::memcached_url().expect("memcached (scripts/install-test-deps)");
+    let dir = tempfile::tempdir().expect("temp dir");
+    plain_and_shared_exclude_each_other(&url, dir.path());
+}
+
+#[test]
+fn a_plain_exec_and_shared_holders_exclude_each_other_on_postgres() {
+    let url = distlock_testkit::shared::postgres_url().expect("PostgreSQL (scripts/install-test-deps)");
+    let dir = tempfile::tempdir().expect("temp dir");
+    plain_and_shared_exclude_each_other(&url, dir.path());
+}
+
+#[test]
+fn a_plain_exec_and_shared_holders_exclude_each_other_on_mariadb() {
+    let url = distlock_testkit::shared::mysql_url().expect("MariaDB (scripts/install-test-deps)");
+    let dir = tempfile::tempdir().expect("temp dir");
+    plain_and_shared_exclude_each_other(&url, dir.path());
+}
+
+#[test]
+fn a_plain_exec_and_shared_holders_exclude_each_other_on_zookeeper() {
+    let url = distlock_testkit::shared::zookeeper_url().expect("ZooKeeper (scripts/install-test-deps)");
+    let dir = tempfile::tempdir().expect("temp dir");
+    plain_and_shared_exclude_each_other(&url, dir.path());
+}
+
+/// The case on the store at `url`, with the commands' files in `dir` (the name is unique to
+/// the run, as shared servers outlive it).
+fn plain_and_shared_exclude_each_other(url: &str, dir: &Path) {
+    let url = url.to_owned();
+    let path = |name: &str| dir.join(name);
+    let unique = format!(
+        "db-{}",
+        dir.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("x")
+            .replace('.', "")
+    );
+    let db = unique.as_str();
     let ran = path("ran");
 
     let mut readers: Vec<Running> = ["reader-1", "reader-2"]
         .iter()
-        .map(|started| holder(&url, &["--shared"], "db", &path(started), &path("readers-go")))
+        .map(|started| holder(&url, &["--shared"], db, &path(started), &path("readers-go")))
         .collect();
     wait_started(&path("reader-1"), &mut readers[0].0);
     wait_started(&path("reader-2"), &mut readers[1].0);
     assert_eq!(
-        try_exec(&url, &[], "db", &ran),
+        try_exec(&url, &[], db, &ran),
         (Some(75), false),
         "a plain exec ran beside two --shared holders of the same name"
     );
     assert_eq!(
-        try_exec(&url, &["--shared"], "db", &ran),
+        try_exec(&url, &["--shared"], db, &ran),
         (Some(0), true),
         "shared holders run together"
     );
@@ -92,18 +141,18 @@ fn a_plain_exec_and_shared_holders_of_one_name_exclude_each_other() {
         assert_eq!(wait_exit(&mut reader.0, Duration::from_secs(20)), Some(0));
     }
 
-    let mut exclusive = holder(&url, &[], "db", &path("exclusive"), &path("exclusive-go"));
+    let mut exclusive = holder(&url, &[], db, &path("exclusive"), &path("exclusive-go"));
     wait_started(&path("exclusive"), &mut exclusive.0);
     for flags in [&["--shared"][..], &["--read"], &["--write"], &[]] {
         assert_eq!(
-            try_exec(&url, flags, "db", &ran),
+            try_exec(&url, flags, db, &ran),
             (Some(75), false),
             "exec {flags:?} ran beside a plain exec of the same name"
         );
     }
-    let out = run(&mut distlock(&url, &["status", "db"]));
+    let out = run(&mut distlock(&url, &["status", db]));
     assert!(
-        text(&out.stdout).starts_with("db: held by "),
+        text(&out.stdout).starts_with(&format!("{db}: held by ")),
         "a plain exec holds the lock NAME: {}{}",
         text(&out.stdout),
         text(&out.stderr)
@@ -111,9 +160,9 @@ fn a_plain_exec_and_shared_holders_of_one_name_exclude_each_other() {
     std::fs::write(path("exclusive-go"), "").expect("go");
     assert_eq!(wait_exit(&mut exclusive.0, Duration::from_secs(20)), Some(0));
 
-    assert_eq!(try_exec(&url, &[], "db", &ran), (Some(0), true), "free again");
+    assert_eq!(try_exec(&url, &[], db, &ran), (Some(0), true), "free again");
     assert_eq!(
-        try_exec(&url, &["--shared"], "db", &ran),
+        try_exec(&url, &["--shared"], db, &ran),
         (Some(0), true),
         "free again"
     );
