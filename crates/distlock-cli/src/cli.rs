@@ -12,13 +12,16 @@ postgres://USER:PASS@HOST:PORT/DB, sqlite://PATH,
 zk://H1:P1,H2:P2/CHROOT, memcache://HOST:PORT, memory://NAME (one process).
 Without --url or DISTLOCK_URL, the embedded default store is used.
 
-What `exec` holds while the command runs (the lock, the semaphore and the read-write lock
-of one NAME are three objects that never block one another):
-  (default)     the lock NAME: one command at a time
+What `exec` holds while the command runs (as with flock, a shared and an exclusive holder
+of one NAME exclude each other; the semaphore NAME is an object of its own):
+  (default)     the exclusive hold of NAME: the write lock of the read-write lock NAME,
+                then the lock NAME (the lock alone on stores without read-write locks):
+                one command at a time, never beside a --shared, --read or --write holder
   --permits N   a permit of the semaphore NAME: at most N commands at once; every holder
                 must give the same N while any holds a permit
   --read        a read lock of the read-write lock NAME (alias --shared): readers run
-                together, never beside a writer; once a writer waits, new readers wait
+                together, never beside a writer or a plain exec; once one waits, new
+                readers wait
   --write       the write lock of the read-write lock NAME: no reader or writer beside it
 `status --semaphore NAME` and `status --rw NAME` list the holders of those two.
 
@@ -94,7 +97,7 @@ pub struct ExecArgs {
     pub permits: Option<u32>,
 
     /// Hold a read lock of the read-write lock NAME: readers run together, never beside a
-    /// writer (`--write`); once a writer waits, new readers wait for it.
+    /// writer (`--write`) or a plain `exec NAME`; once one waits, new readers wait for it.
     #[arg(long, visible_alias = "shared")]
     pub read: bool,
 
@@ -116,8 +119,7 @@ pub struct ExecArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
     pub grace: Duration,
 
-    /// The lock's name (the semaphore's with --permits, the read-write lock's with --read or
-    /// --write).
+    /// The name held: of the read-write lock and the lock (of the semaphore with --permits).
     pub name: String,
 
     /// The command and its arguments (after `--`).

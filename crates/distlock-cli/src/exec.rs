@@ -1,10 +1,12 @@
 //! `distlock exec`: run a command while holding a lock, like `flock(1)` across hosts.
 //!
-//! What is held is the lock `NAME` by default, one permit of the semaphore `NAME` with
-//! `--permits N`, or a side of the read-write lock `NAME` with `--read` / `--write`. Only how
-//! the guard is obtained differs ([`acquire`]): every hold is the same `LockGuard`, so all
-//! that follows (renewal, the lost-lock stop, the process group and its deadline, the exit
-//! codes) is the same for each.
+//! What is held is, by default, the exclusive hold of `NAME`: the write lock of the
+//! read-write lock `NAME` and the lock `NAME` (the lock alone on a store without read-write
+//! locks), so that it excludes `--shared` holders as `flock` excludes `flock -s`; one permit
+//! of the semaphore `NAME` with `--permits N`; or a side of the read-write lock `NAME` with
+//! `--read` (alias `--shared`) / `--write`. Only how the hold is obtained differs
+//! ([`hold`]): every hold is made of the same `LockGuard`s, so all that follows (renewal, the
+//! lost-lock stop, the process group and its deadline, the exit codes) is the same for each.
 //!
 //! The command runs in a process group of its own, apart from `distlock`'s (as `timeout(1)`
 //! runs it), so that SIGINT, SIGTERM and SIGHUP reach it exactly once: `distlock` forwards
@@ -53,7 +55,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use distlock::{AcquireOptions, Error, LockClient, LockGuard, LockKind, Result, Wait};
+use distlock::{AcquireOptions, Error, LockKind, Result, Wait};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
@@ -62,6 +64,9 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::cli::ExecArgs;
 use crate::exit;
 use crate::group::CommandGroup;
+
+mod hold;
+use hold::Hold;
 
 /// The shortest period at which the group leader hears of renewals.
 const PROMISE_MIN_PERIOD: Duration = Duration::from_millis(10);
@@ -82,7 +87,7 @@ pub async fn run(url: &str, args: ExecArgs) -> Result<u8> {
         (false, None) => Wait::Forever,
     };
     let opts = AcquireOptions::new().ttl(args.ttl).wait(wait);
-    let guard = acquire(&client, held, &opts).await?;
+    let guard = Hold::acquire(&client, held, &opts).await?;
 
     let mut command = Command::new(&args.command[0]);
     command.args(&args.command[1..]).env(LOCK_NAME_ENV, &args.name);
@@ -194,7 +199,8 @@ pub async fn run(url: &str, args: ExecArgs) -> Result<u8> {
     }
 }
 
-/// What the command runs under: a hold of `kind` on the object `name`.
+/// What the command runs under: a hold of `kind` on the object `name` (for the lock, with
+/// the write lock of the read-write lock `name`: see [`hold`]).
 #[derive(Clone, Copy)]
 struct Held<'a> {
     name: &'a str,
@@ -218,21 +224,6 @@ fn kind(args: &ExecArgs) -> Result<LockKind> {
         None if args.write => LockKind::Write,
         None => LockKind::Exclusive,
     })
-}
-
-/// Takes what `held` names, waiting as `opts` say. The only step that differs between the
-/// lock, a permit and a side of a read-write lock: each gives the same [`LockGuard`].
-///
-/// # Errors
-/// [`Error::Timeout`]; [`Error::NotSupported`] if the store has no semaphores or read-write
-/// locks; [`Error::PermitsMismatch`]; store errors.
-async fn acquire(client: &LockClient, held: Held<'_>, opts: &AcquireOptions) -> Result<LockGuard> {
-    match held.kind {
-        LockKind::Permit { permits } => client.semaphore(held.name, permits)?.acquire_with(opts).await,
-        LockKind::Read => client.rw_lock(held.name)?.read_with(opts).await,
-        LockKind::Write => client.rw_lock(held.name)?.write_with(opts).await,
-        _ => client.acquire_with(held.name, opts).await,
-    }
 }
 
 impl fmt::Display for Held<'_> {

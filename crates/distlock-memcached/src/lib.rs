@@ -21,7 +21,9 @@
 //!   a newer holder's lock, but between the loss and that renewal two holders can overlap.
 //!   Fencing tokens are [`Fencing::BestEffort`](distlock_core::Fencing::BestEffort). Use a
 //!   dedicated instance started with `-M -o no_slab_reassign`, and delay restarts by the
-//!   longest TTL. A server started with `-C` (CAS disabled) is refused with
+//!   longest TTL. A server started with `-C` (CAS disabled), memcached before 1.6.13 (its
+//!   `md ... C<cas>` does not honour the CAS), a server that is not memcached, and an address
+//!   whose connections reach several processes (a load balancer) are refused with
 //!   [`distlock_core::Error::InvalidConfig`].
 //!
 //! The client speaks the protocol itself (a few hundred lines over tokio TCP) rather than
@@ -57,6 +59,7 @@ mod item_rewrite;
 mod keys;
 mod lock;
 mod pool;
+mod server_version;
 mod wire;
 
 pub use config::{

@@ -82,12 +82,13 @@ pub const MAX_TTL: Duration = Duration::from_secs(SERVER_MAX_RELATIVE_SECS - EXP
 /// | the same, withdraw a waiting writer | as release | 1 or 2 |
 /// | the same, inspect_holders | `mg <object> c t v` | 1 |
 ///
-/// A new connection costs one more round trip (`add` + `mg` of the identity item, to learn
-/// the server process and check that it hands out CAS values).
-/// Release (two more) and extend (one more) need extra round trips only in one rare case:
-/// the CAS changed and the item still holds our owner token, which happens when an earlier
-/// renewal was applied but its reply was lost (a timeout); we then take the new CAS and
-/// retry once, still CAS-guarded.
+/// A new connection costs one more round trip (`version`, then `add` + `mg` of the identity
+/// item, pipelined: to check the release, learn the server process and check that it hands
+/// out CAS values). Release (two more) and extend (one more) need extra round trips only in
+/// rare cases: the CAS changed and the item still holds our owner token, which happens when
+/// an earlier renewal was applied but its reply was lost (a timeout); extend then takes the
+/// new CAS and retries once, still CAS-guarded, and release falls back to the owner-checked
+/// one, as it does when the connection reaches the server under another identity.
 ///
 /// The item-creating writes are the classic `add` and `cas` commands, not meta `ms`: when
 /// memcached 1.6 cannot allocate the new item (a full server started with `-M`), `ms`
@@ -105,14 +106,17 @@ pub const MAX_TTL: Duration = Duration::from_secs(SERVER_MAX_RELATIVE_SECS - EXP
 ///   the server process that issued it, identified by a random nonce the first client
 ///   stores in the server (not by pid and start time, which repeat for pid 1 in a container
 ///   restarted within a second; tested in `tests/identity.rs`); against any other process
-///   release returns `false` and extend `None`, without sending anything. A held guard therefore reports the loss
+///   extend returns `None` without sending anything, and release falls back to the
+///   owner-checked one (after a restart it finds nothing and returns `false`; under a
+///   replaced identity item it deletes our item). A held guard therefore reports the loss
 ///   at its next renewal, and no holder is ever told it still holds a lock a new client
 ///   has taken. Until that renewal, though, the old holder and a new one **can both believe
 ///   they hold the lock**: a restart silently frees every lock. (A warm restart with `-e`
 ///   restores the items, the identity item among them.) If the identity item itself is
 ///   evicted or deleted, the next connection stores a new nonce, and leases bound to the
 ///   old one are treated as lost on connections that know the new one: a spurious lost
-///   signal, never a double grant.
+///   signal (or, for an attempt caught between its two round trips, a spurious "held",
+///   its item given back), never a double grant.
 /// - **Eviction.** Under memory pressure memcached evicts items, locks included, even
 ///   before their TTL. The next renewal finds the item gone (or, if someone took the lock
 ///   since, another CAS) and the guard's lost-lock signal fires; until then, exclusion is
@@ -144,10 +148,21 @@ pub const MAX_TTL: Duration = Duration::from_secs(SERVER_MAX_RELATIVE_SECS - EXP
 ///   failover either: while a server is down, its names fail with [`Error::Unavailable`],
 ///   because rerouting them would let clients with different views of the servers both
 ///   hold the same name. Every client must list the same servers (in any order).
-/// - **Connect to memcached directly**, not through a proxy (mcrouter, twemproxy): the
-///   restart protection learns the server process from its identity item on each new
-///   connection, and a proxy may route that item and the lock items to different servers,
-///   or to a replacement after a failover.
+/// - **Connect to memcached directly**, not through a proxy (mcrouter, twemproxy) or a TCP
+///   load balancer: the restart protection learns the server process from its identity item
+///   on each new connection, and a proxy may route that item and the lock items to different
+///   servers, or to a replacement after a failover; behind a balancer, each process holds
+///   its own locks. When a client's live connections to one address reach two processes (a
+///   connection whose server still reads the identity it was opened with, while a newer
+///   connection saw another), the address is refused from then on with
+///   [`Error::InvalidConfig`]. A client that never has two connections open at once, or
+///   clients that each reach one process only, cannot see it: this check is a safety net,
+///   not a licence.
+/// - **memcached 1.6.13 or later.** Before 1.6.13, `md <key> C<cas>` (the CAS-guarded delete
+///   of every release) does not honour the CAS; a server that answers `version` with an
+///   older release, or with something other than memcached's `<major>.<minor>.<patch>`
+///   (another implementation of the protocol, whose meta commands may differ), is refused
+///   when the connection opens with [`Error::InvalidConfig`].
 /// - **CAS must be enabled.** A server started with `-C` answers CAS 0 to everything, so no
 ///   lock could be released or renewed; every connection to it fails with
 ///   [`Error::InvalidConfig`] (checked when the connection opens, so
@@ -517,7 +532,8 @@ impl MemcachedLock {
     /// (so that [`DistributedLock::inspect`] shows the holder's token), pipelined with
     /// `mg <lock> c v` for the new CAS. The token cannot be in the `add` itself: it must be
     /// drawn after the `add` won, or an earlier attempt's token could reach a later holder.
-    /// **1 round trip.**
+    /// **1 round trip**; 3 when the item is no longer as we wrote it (then the attempt
+    /// reports the lock held, after giving back our item if it still holds our token).
     async fn record_token(
         &self,
         at: &Located<'_>,
@@ -546,8 +562,14 @@ impl MemcachedLock {
         };
         match outcome {
             Ok(Renewal::Done(Some(recorded))) => Ok(TryAcquire::Acquired(recorded)),
-            // Deleted, replaced or restarted away within the round trip: not ours after all.
-            Ok(Renewal::Done(None) | Renewal::RetryWith(_)) => Ok(TryAcquire::Held(Holder::unknown())),
+            // Deleted, replaced or restarted away within the round trip, or rewritten by
+            // another write: not ours to report held. An item that still holds our owner
+            // token (a changed CAS, or the same process under a new identity) goes back now,
+            // or it would keep every client out until its TTL ran out.
+            Ok(Renewal::Done(None) | Renewal::RetryWith(_)) => {
+                self.release_by_owner(at, lease.owner()).await?;
+                Ok(TryAcquire::Held(Holder::unknown()))
+            }
             Err(e) => {
                 // Refused (a full `-M` server) or no answer: give the lock back if we can.
                 // The `cas` may have been applied with its reply lost, which changed the
@@ -562,41 +584,31 @@ impl MemcachedLock {
     // Release
 
     /// `md <lock> C<cas>` on the lease's server process: deletes only the item this lease
-    /// created (or renewed). **1 round trip**; 3 in the lost-renewal-reply case described on
-    /// [`MemcachedLock`]. A lease without a handle (built with [`Lease::new`] after an
-    /// acquisition attempt whose outcome is unknown) is released by its owner token, see
-    /// [`release_by_owner`](Self::release_by_owner).
+    /// created (or renewed). **1 round trip**; 3 when the CAS no longer matches (the
+    /// lost-renewal-reply case described on [`MemcachedLock`]) or the connection reaches the
+    /// server under another identity. A lease without a handle (built with [`Lease::new`]
+    /// after an acquisition attempt whose outcome is unknown) is released by its owner token.
+    ///
+    /// Both fallbacks are the owner-checked release
+    /// ([`release_by_owner`](Self::release_by_owner)): another identity is a restart (the
+    /// item died with the old process, and the read finds nothing) or the same process whose
+    /// identity item was evicted or deleted (our item is still there and must go).
     async fn release_once(&self, lease: &Lease) -> Result<bool> {
+        let at = self.locate(lease.name());
         if lease.handle().is_none() {
-            let at = self.locate(lease.name());
             return self.release_by_owner(&at, lease.owner()).await;
         }
-        let mut handle = Handle::of(lease)?;
-        let at = self.locate(lease.name());
-        for attempt in 0..2 {
-            let Some(code) = self.delete_if_cas(&at, handle).await? else {
-                return Ok(false); // another server process: our item died with the old one
-            };
-            match code {
-                Code::Hd => return Ok(true),
-                Code::Nf => return Ok(false),
-                Code::Ex if attempt == 0 => {
-                    match self.current_cas_if_ours(&at, lease.owner(), handle.epoch).await? {
-                        Some(cas) => handle.cas = cas,
-                        None => return Ok(false),
-                    }
-                }
-                Code::Ex => return Ok(false),
-                Code::Refused(message) => return Err(refused(at.server, &message)),
-                other => {
-                    return Err(Error::backend(
-                        BACKEND,
-                        format!("{}: unexpected reply {other:?} to md", at.server.addr()),
-                    ))
-                }
-            }
+        let handle = Handle::of(lease)?;
+        match self.delete_if_cas(&at, handle).await? {
+            Some(Code::Hd) => Ok(true),
+            Some(Code::Nf) => Ok(false),
+            None | Some(Code::Ex) => self.release_by_owner(&at, lease.owner()).await,
+            Some(Code::Refused(message)) => Err(refused(at.server, &message)),
+            Some(other) => Err(Error::backend(
+                BACKEND,
+                format!("{}: unexpected reply {other:?} to md", at.server.addr()),
+            )),
         }
-        Ok(false)
     }
 
     /// Owner-checked release without a CAS: `mg <lock> v c` on whatever server process runs
@@ -656,28 +668,6 @@ impl MemcachedLock {
             .await?
             .and_then(|(_, replies)| replies.into_iter().next())
             .map(|reply| reply.code))
-    }
-
-    /// The item's current CAS if it still holds `owner`'s token on the lease's server
-    /// process. Owner tokens are random and never reused, so within one server process an
-    /// item holding ours was written by us. Only used to recover from a renewal that was
-    /// applied but whose reply was lost; the command that follows is still CAS-guarded.
-    async fn current_cas_if_ours(
-        &self,
-        at: &Located<'_>,
-        owner: OwnerToken,
-        epoch: Epoch,
-    ) -> Result<Option<u64>> {
-        let mut batch = Batch::new();
-        batch.get(&at.lock_key, "v c");
-        let Some((_, replies)) = self.exchange(at.server, &batch, Some(epoch)).await? else {
-            return Ok(None);
-        };
-        let owner = owner.to_string();
-        Ok(replies
-            .first()
-            .filter(|r| r.code == Code::Va && r.text().map(owner_of) == Some(owner.as_str()))
-            .and_then(|r| r.flag_num::<u64>('c')))
     }
 
     // ---------------------------------------------------------------------------------------

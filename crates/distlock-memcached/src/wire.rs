@@ -66,6 +66,8 @@ pub(crate) enum Code {
     Nf,
     /// `MN`: the no-op's answer.
     Mn,
+    /// `VERSION <text>`: the answer to `version`, with its text.
+    Version(String),
     /// The server refused the command.
     Refused(String),
 }
@@ -170,6 +172,11 @@ impl Batch {
     pub(crate) fn noop(&mut self) {
         self.line("mn", None);
     }
+
+    /// `version`.
+    pub(crate) fn version(&mut self) {
+        self.line("version", None);
+    }
 }
 
 /// One connection to one server process.
@@ -180,14 +187,16 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    /// Connects and learns the server process's identity: `add` of the identity item with a
-    /// fresh nonce (no expiry; `NOT_STORED` when another client was first) pipelined with
-    /// `mg <identity> c v`, which returns the nonce in force. **One round trip** (a second
-    /// only if the item vanished between the two commands).
+    /// Connects, checks the server's `version` ([`crate::server_version`]) and learns the
+    /// server process's identity: `add` of the identity item with a fresh nonce (no expiry;
+    /// `NOT_STORED` when another client was first) and `mg <identity> c v`, which returns the
+    /// nonce in force, all three pipelined. **One round trip** (a second only if the item
+    /// vanished between the two commands).
     ///
-    /// The same read shows whether the server hands out CAS values: a server started with
-    /// `-C` answers `c0`, and every CAS-guarded command would fail, so it is refused
-    /// ([`WireError::Unusable`]).
+    /// A server older than memcached 1.6.13, or one that is not memcached, is refused
+    /// ([`WireError::Unusable`]). The same read shows whether the server hands out CAS
+    /// values: a server started with `-C` answers `c0`, and every CAS-guarded command would
+    /// fail, so it is refused too.
     pub(crate) async fn open(addr: &str) -> Result<Self, WireError> {
         let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
@@ -198,14 +207,23 @@ impl Conn {
         for _ in 0..3 {
             let nonce = format!("{:032x}", distlock_core::OwnerToken::new().as_uuid().as_u128());
             let mut batch = Batch::new();
+            batch.version();
             batch.add(IDENTITY_KEY, nonce.as_bytes(), 0);
             batch.get(IDENTITY_KEY, "c v");
             let replies = conn.exchange(&batch).await?;
-            let [added, item] = replies.as_slice() else {
+            let [version, added, item] = replies.as_slice() else {
                 return Err(WireError::Protocol(
                     "the identity exchange got no replies".to_owned(),
                 ));
             };
+            match &version.code {
+                Code::Version(text) => crate::server_version::check(text).map_err(WireError::Unusable)?,
+                other => {
+                    return Err(WireError::Unusable(format!(
+                        "the server answers `version` with {other:?}: not memcached"
+                    )))
+                }
+            }
             // A full server started with `-M` refuses the `add` (it allocates before it
             // looks for the key); the item stored by an earlier client still identifies it.
             match (&item.code, &added.code) {
@@ -229,22 +247,29 @@ impl Conn {
                         .to_owned(),
                 ));
             }
-            let nonce = item
-                .text()
-                .filter(|t| t.len() == 32)
-                .and_then(|t| u128::from_str_radix(t, 16).ok())
-                .ok_or_else(|| {
-                    WireError::Protocol(format!(
-                        "the identity item {IDENTITY_KEY} holds {:?}, not a nonce",
-                        item.text()
-                    ))
-                })?;
-            conn.epoch = Epoch { nonce };
+            conn.epoch = Epoch {
+                nonce: nonce_of(item)?,
+            };
             return Ok(conn);
         }
         Err(WireError::Protocol(
             "the identity item vanished three times in a row".to_owned(),
         ))
+    }
+
+    /// The nonce the server process's identity item holds now (`None` if it has none), read
+    /// on this connection. **1 round trip.**
+    pub(crate) async fn read_identity(&mut self) -> Result<Option<u128>, WireError> {
+        let mut batch = Batch::new();
+        batch.get(IDENTITY_KEY, "v");
+        let replies = self.exchange(&batch).await?;
+        match replies.first() {
+            Some(item) if item.code == Code::Va => nonce_of(item).map(Some),
+            Some(item) if item.code == Code::En => Ok(None),
+            other => Err(WireError::Protocol(format!(
+                "unexpected reply {other:?} reading the identity item"
+            ))),
+        }
     }
 
     /// The server process this connection reaches.
@@ -276,6 +301,19 @@ impl Conn {
     }
 }
 
+/// The nonce in an identity item's value.
+fn nonce_of(item: &Reply) -> Result<u128, WireError> {
+    item.text()
+        .filter(|t| t.len() == 32)
+        .and_then(|t| u128::from_str_radix(t, 16).ok())
+        .ok_or_else(|| {
+            WireError::Protocol(format!(
+                "the identity item {IDENTITY_KEY} holds {:?}, not a nonce",
+                item.text()
+            ))
+        })
+}
+
 async fn read_line(stream: &mut BufReader<TcpStream>) -> Result<String, WireError> {
     let mut line = Vec::new();
     let read = (&mut *stream)
@@ -304,6 +342,14 @@ async fn read_reply(stream: &mut BufReader<TcpStream>) -> Result<Reply, WireErro
         "EX" | "EXISTS" => Code::Ex,
         "NF" | "NOT_FOUND" => Code::Nf,
         "MN" => Code::Mn,
+        "VERSION" => {
+            let text = line.strip_prefix("VERSION").unwrap_or_default().trim();
+            return Ok(Reply {
+                code: Code::Version(text.to_owned()),
+                flags: Vec::new(),
+                value: None,
+            });
+        }
         "ERROR" | "CLIENT_ERROR" | "SERVER_ERROR" => {
             return Ok(Reply {
                 code: Code::Refused(line.clone()),

@@ -7,6 +7,8 @@
 //! name its clients tried and counts held locks by probing those names' items.
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod fake;
+
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
