@@ -48,7 +48,26 @@ fn survives(backend: &str) {
         );
         let acquisitions = results[0]["verdict"]["acquisitions"].as_u64().unwrap_or_default();
         assert!(acquisitions > 20, "{backend}: only {acquisitions} acquisitions");
+        faults_were_injected(backend, &results);
     }
+}
+
+/// Every fault the run scheduled was injected, kind by kind, and there were some.
+fn faults_were_injected(what: &str, results: &serde_json::Value) {
+    let rows = results[0]["verdict"]["rows"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut injected = 0;
+    for row in &rows {
+        let (kind, faults, scheduled) = (&row["fault"], row["faults"].as_u64(), row["scheduled"].as_u64());
+        assert!(
+            scheduled.is_some() && faults == scheduled,
+            "{what}: {kind}: {faults:?} faults injected of {scheduled:?} scheduled"
+        );
+        injected += faults.unwrap_or_default();
+    }
+    assert!(injected > 0, "{what}: no fault was injected: {rows:?}");
 }
 
 #[test]
@@ -131,6 +150,7 @@ fn survives_as(backend: &str, primitive: &str) {
         acquisitions > 20,
         "{backend} ({primitive}): only {acquisitions} acquisitions"
     );
+    faults_were_injected(&format!("{backend} ({primitive})"), &results);
 }
 
 #[test]
