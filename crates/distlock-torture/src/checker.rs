@@ -69,7 +69,7 @@ pub struct Judgement {
 #[derive(Debug, Clone, Serialize)]
 pub struct Finding {
     /// `exclusion`, `stale-write`, `repeated-token`, `token-order`, `liveness`, `left-held`,
-    /// `client-crash`.
+    /// `client-crash`, `fault-missed`.
     pub kind: String,
     /// The fault kind it is attributed to (`none` before the first fault).
     pub fault: String,
@@ -93,6 +93,8 @@ pub struct Row {
     pub fault: String,
     /// Faults of this kind injected.
     pub faults: usize,
+    /// Faults of this kind scheduled (each one not injected is a `fault-missed` finding).
+    pub scheduled: usize,
     /// Acquisitions granted while this kind was the last fault started.
     pub acquisitions: usize,
     /// Two holders at once.
@@ -187,6 +189,17 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String], cra
             None,
         );
     }
+    for fault in faults.iter().filter(|f| !f.injected) {
+        found.violation(
+            "fault-missed",
+            fault.start,
+            format!(
+                "{} on {} was scheduled but not injected",
+                fault.kind, fault.target
+            ),
+            None,
+        );
+    }
     for client in crashed {
         found.violation("client-crash", history.stopped, client.clone(), None);
     }
@@ -200,7 +213,9 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String], cra
         rows.entry(kind.clone()).or_default();
     }
     for fault in faults {
-        rows.entry(fault.kind.clone()).or_default().faults += 1;
+        let row = rows.entry(fault.kind.clone()).or_default();
+        row.scheduled += 1;
+        row.faults += usize::from(fault.injected);
     }
     for grant in grants.values() {
         rows.entry(attribute(grant.granted)).or_default().acquisitions += 1;

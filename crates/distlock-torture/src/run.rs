@@ -442,11 +442,14 @@ async fn inject(
     };
     let start = now();
     let target;
+    // Server faults fail the run if they fail; the others say whether they took effect.
+    let mut injected = true;
     match planned.kind {
         FaultKind::HolderKill => {
             let slot = &mut slots[holder];
+            injected = false;
             if let Some(child) = slot.child.as_mut() {
-                let _ = child.start_kill();
+                injected = child.start_kill().is_ok();
                 let _ = child.wait().await;
             }
             let killed_at = now();
@@ -460,8 +463,9 @@ async fn inject(
             target = format!("client {holder}");
         }
         FaultKind::HolderPause => {
+            injected = false;
             if let Some(pid) = pid(&slots[holder]) {
-                let _ = kill(pid, Signal::SIGSTOP);
+                injected = kill(pid, Signal::SIGSTOP).is_ok();
                 tokio::time::sleep(planned.duration).await;
                 let _ = kill(pid, Signal::SIGCONT);
             }
@@ -528,6 +532,7 @@ async fn inject(
                 true => slots.iter().flat_map(proxies_of).collect(),
                 false => proxies_of(&slots[holder]),
             };
+            injected = !list.is_empty();
             for proxy in &list {
                 match planned.kind {
                     FaultKind::BlackholeHolder | FaultKind::BlackholeAll => proxy.blackhole(),
@@ -557,6 +562,7 @@ async fn inject(
         target,
         start,
         end: now(),
+        injected,
     })
 }
 

@@ -9,6 +9,7 @@ fn fault(kind: &str, start: Nanos, end: Nanos) -> FaultRecord {
         target: "test".to_owned(),
         start,
         end,
+        injected: true,
     }
 }
 
@@ -527,4 +528,22 @@ fn a_grant_found_lost_at_its_first_check_believed_nothing() {
     let v = check(&h, &judgement(false), &[], &[]);
     let kinds: Vec<&str> = v.violations().map(|f| f.kind.as_str()).collect();
     assert_eq!(kinds, ["exclusion"], "{:?}", v.findings);
+}
+
+#[test]
+fn a_fault_scheduled_but_not_injected_fails_the_run() {
+    let mut h = History::default();
+    h.faults.push(fault("holder-pause", 10 * MS, 10 * MS));
+    h.faults.push(FaultRecord {
+        injected: false,
+        ..fault("holder-pause", 20 * MS, 20 * MS)
+    });
+    hold(&mut h, 1, "a", 1, 12 * MS, 14 * MS);
+    hold(&mut h, 1, "b", 2, 22 * MS, 24 * MS);
+    h.stopped = 100 * MS;
+    let v = check(&h, &judgement(true), &[], &[]);
+    let kinds: Vec<&str> = v.violations().map(|f| f.kind.as_str()).collect();
+    assert_eq!(kinds, ["fault-missed"], "{:?}", v.findings);
+    let row = v.rows.iter().find(|r| r.fault == "holder-pause").expect("a row");
+    assert_eq!((row.faults, row.scheduled), (1, 2));
 }
