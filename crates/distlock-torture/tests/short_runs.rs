@@ -243,6 +243,37 @@ fn the_checker_catches_broken_backends() {
     }
 }
 
+#[test]
+fn the_checker_catches_a_lock_never_freed_and_a_waiter_never_woken() {
+    for (broken, faults, expected) in [
+        // Every release is a no-op and the store holds each grant for an hour.
+        ("never-frees", "holder-kill", "left-held"),
+        // A process that once found a name held never gets it again.
+        ("never-woken", "holder-pause", "liveness"),
+    ] {
+        let (code, results) = torture(&[
+            "--backend",
+            "sqlite",
+            "--duration",
+            "10s",
+            "--cold",
+            "0",
+            "--seed",
+            FIXED_SEED,
+            "--broken",
+            broken,
+            "--faults",
+            faults,
+        ]);
+        let found = violations(&results);
+        assert_eq!(code, Some(1), "{broken}: the run passed; findings: {found:?}");
+        assert!(
+            found.iter().any(|k| k == expected),
+            "{broken}: no {expected} finding among {found:?}"
+        );
+    }
+}
+
 /// The details of the exclusion findings that break a declared guarantee.
 fn exclusions(results: &serde_json::Value) -> Vec<String> {
     results[0]["verdict"]["findings"]
