@@ -77,6 +77,9 @@ pub struct Finding {
     pub documented: bool,
     /// What happened, for a person.
     pub detail: String,
+    /// When it happened (the later grant, the write, the fault's end, the stop).
+    #[serde(skip)]
+    pub at: Nanos,
     /// Two holders at once: how long the earlier holder went on believing it held after the
     /// later one was granted, milliseconds.
     pub overlap_ms: Option<f64>,
@@ -288,7 +291,7 @@ impl Findings<'_> {
     /// A finding that breaks a declared guarantee, attributed to the fault before `at`.
     fn violation(&mut self, kind: &str, at: Nanos, detail: String, overlap: Option<(f64, Option<f64>)>) {
         let fault = self.attribute(at);
-        self.push(kind, fault, false, detail, overlap);
+        self.push(kind, at, fault, false, detail, overlap);
     }
 
     /// A finding about a pair of grants: excused by `reset` (a documented loss between them),
@@ -308,7 +311,7 @@ impl Findings<'_> {
                     reset.kind,
                     ms(reset.start)
                 );
-                self.push(kind, reset.kind.clone(), true, detail, overlap);
+                self.push(kind, at, reset.kind.clone(), true, detail, overlap);
             }
             None => self.violation(kind, at, detail, overlap),
         }
@@ -317,6 +320,7 @@ impl Findings<'_> {
     fn push(
         &mut self,
         kind: &str,
+        at: Nanos,
         fault: String,
         documented: bool,
         detail: String,
@@ -324,6 +328,7 @@ impl Findings<'_> {
     ) {
         self.list.push(Finding {
             kind: kind.to_owned(),
+            at,
             fault,
             documented,
             detail,
@@ -344,6 +349,46 @@ fn ms(nanos: Nanos) -> f64 {
     #[allow(clippy::cast_precision_loss)] // display only
     let ms = nanos as f64 / 1e6;
     ms
+}
+
+/// One grant as the history shows it, for the picture.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    /// The name it holds.
+    pub name: String,
+    /// The grant.
+    pub grant: GrantId,
+    /// The client (task) that holds it.
+    pub client: u32,
+    /// What it holds.
+    pub kind: HoldKind,
+    /// Its fencing token.
+    pub token: Option<u64>,
+    /// When its acquire returned.
+    pub granted: Nanos,
+    /// The last moment its holder affirmed holding (its grant, if it never did).
+    pub believed_until: Nanos,
+    /// When its holder was first told it had lost the lock, if it was.
+    pub lost_at: Option<Nanos>,
+}
+
+/// Every grant of `history`, in the order they were granted.
+pub fn holds(history: &History) -> Vec<Hold> {
+    let mut list: Vec<Hold> = grants(history)
+        .into_iter()
+        .map(|(grant, g)| Hold {
+            name: g.name,
+            grant,
+            client: g.client,
+            kind: g.kind,
+            token: g.token,
+            granted: g.granted,
+            believed_until: g.believed_until,
+            lost_at: g.lost_at,
+        })
+        .collect();
+    list.sort_by(|a, b| (a.granted, &a.grant).cmp(&(b.granted, &b.grant)));
+    list
 }
 
 /// Every acquisition with its belief interval.

@@ -14,11 +14,13 @@ use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
 use crate::broken::Breakage;
-use crate::checker::{check, Judgement, Verdict};
+use crate::checker::{Judgement, Verdict};
 use crate::faults::{schedule, FaultKind, Planned};
 use crate::history::{now, FaultRecord, History};
+use crate::picture;
 use crate::primitive::{is_free, Primitive};
 use crate::resource::Resource;
+use crate::saved::Saved;
 use crate::store::{Backend, Store};
 use crate::wire::slot_of;
 
@@ -54,8 +56,11 @@ pub struct Setup {
     pub quiet: Duration,
     /// Where client processes write their logs.
     pub log_dir: PathBuf,
-    /// Where to write the recorded history (JSON), for a look at what the checker judged.
+    /// Where to save the run (JSON: the recorded history and what the checker was told), to
+    /// read it or check it again with `--check`.
     pub history: Option<PathBuf>,
+    /// Where to draw the run's timeline and recovery times (SVG).
+    pub picture: Option<PathBuf>,
     /// Print a progress line.
     pub progress: bool,
 }
@@ -382,10 +387,6 @@ pub async fn run(setup: Setup) -> Result<Outcome, RunError> {
     }
 
     let history: History = resource.with_history(|h| h.clone());
-    if let Some(path) = &setup.history {
-        let json = serde_json::to_vec(&history).map_err(|e| e.to_string())?;
-        std::fs::write(path, json).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    }
     let judgement = Judgement {
         monotonic_fencing: capabilities.fencing == distlock::Fencing::Monotonic,
         documented_losses: backend.documented_losses(),
@@ -394,12 +395,10 @@ pub async fn run(setup: Setup) -> Result<Outcome, RunError> {
         kinds: kinds.iter().map(|k| k.name().to_owned()).collect(),
         permits,
     };
-    let verdict = check(&history, &judgement, &left_held, &crashed);
     drop(store);
-    Ok(Outcome {
+    let saved = Saved {
         backend: backend.name().to_owned(),
         seed: setup.seed,
-        seconds,
         ttl_ms: setup.ttl.as_millis(),
         fencing: format!("{:?}", capabilities.fencing),
         primitive,
@@ -414,8 +413,20 @@ pub async fn run(setup: Setup) -> Result<Outcome, RunError> {
             setup.workload.short_hold,
             setup.workload.long_holds * 100.0
         ),
-        verdict,
-    })
+        judgement,
+        left_held,
+        crashed,
+        history,
+    };
+    if let Some(path) = &setup.history {
+        saved.write(path)?;
+    }
+    if let Some(path) = &setup.picture {
+        picture::write(&saved, path)?;
+    }
+    let mut outcome = saved.outcome();
+    outcome.seconds = seconds;
+    Ok(outcome)
 }
 
 /// Injects one fault and returns its record.
