@@ -57,6 +57,8 @@ pub fn draw(saved: &Saved) -> String {
             .or_default()
             .push(hold);
     }
+    // Band backgrounds under the fault shading, the grants over it.
+    let mut bands = String::new();
     let mut body = String::new();
     let top = 96.0;
     let mut y = top;
@@ -64,22 +66,25 @@ pub fn draw(saved: &Saved) -> String {
         let (lanes, count) = lanes(list);
         let height = f64::from(u32::try_from(count).unwrap_or(1)) * LANE + 8.0;
         let _ = writeln!(
-            body,
-            r##"<rect x="{LEFT}" y="{y:.1}" width="{:.1}" height="{height:.1}" fill="#f7f7f7"/><text x="{:.1}" y="{:.1}" font-size="12" text-anchor="end">{}</text>"##,
+            bands,
+            r##"<rect x="{LEFT}" y="{y:.1}" width="{:.1}" height="{height:.1}" fill="#f2f2f2"/><text x="{:.1}" y="{:.1}" font-size="12" text-anchor="end">{}</text>"##,
             WIDTH - LEFT - RIGHT,
             LEFT - 6.0,
             y + height / 2.0 + 4.0,
             escape(&short_name(name, &saved.judgement.hot))
         );
-        for (hold, lane) in list.iter().zip(&lanes) {
+        // Alternate shades along a lane, so that one grant handed to the next shows.
+        let mut parity = vec![false; count];
+        for (hold, &lane) in list.iter().zip(&lanes) {
+            parity[lane] = !parity[lane];
             let x = axis.x(hold.granted);
             let w = (axis.x(hold.believed_until) - x).max(1.5);
-            let lane_y = y + 4.0 + f64::from(u32::try_from(*lane).unwrap_or(0)) * LANE;
+            let lane_y = y + 4.0 + f64::from(u32::try_from(lane).unwrap_or(0)) * LANE;
             let _ = writeln!(
                 body,
                 r#"<rect x="{x:.1}" y="{lane_y:.1}" width="{w:.1}" height="{:.1}" fill="{}"><title>{}</title></rect>"#,
                 LANE - 2.0,
-                colour_of(hold.kind),
+                colour_of(hold.kind, parity[lane]),
                 escape(&format!(
                     "{} (client {}): {}{}, granted at {:.3} s, held (as its holder believed) until {:.3} s{}",
                     hold.grant,
@@ -171,7 +176,7 @@ pub fn draw(saved: &Saved) -> String {
         r##"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height:.0}" viewBox="0 0 {WIDTH} {height:.0}" font-family="sans-serif">
 <rect width="100%" height="100%" fill="white"/>
 <text x="{LEFT}" y="18" font-size="14" font-weight="bold">{}</text>
-{shades}{body}{marks}{axis_svg}{recovery}{legend}</svg>
+{bands}{shades}{body}{marks}{axis_svg}{recovery}{legend}</svg>
 "##,
         escape(&title)
     )
@@ -331,10 +336,10 @@ fn recovery_plot(saved: &Saved, holds: &[Hold], axis: &Axis, top: f64) -> (Strin
 /// What the colours mean, at `y`.
 fn legend(y: f64) -> String {
     let items = [
-        (colour_of(HoldKind::Exclusive), "lock", false),
-        (colour_of(HoldKind::Permit), "permit", false),
-        (colour_of(HoldKind::Read), "read lock", false),
-        (colour_of(HoldKind::Write), "write lock", false),
+        (colour_of(HoldKind::Exclusive, true), "lock", false),
+        (colour_of(HoldKind::Permit, true), "permit", false),
+        (colour_of(HoldKind::Read, true), "read lock", false),
+        (colour_of(HoldKind::Write, true), "write lock", false),
         (fault_colour("holder-kill"), "holder fault", true),
         (fault_colour("server-kill"), "server fault", true),
         (fault_colour("blackhole-all"), "network fault", true),
@@ -359,13 +364,17 @@ fn legend(y: f64) -> String {
     out
 }
 
-/// A hold's colour by kind.
-fn colour_of(kind: HoldKind) -> &'static str {
-    match kind {
-        HoldKind::Exclusive => "#2a6f97",
-        HoldKind::Permit => "#2a9d8f",
-        HoldKind::Read => "#6a994e",
-        HoldKind::Write => "#bc6c25",
+/// A hold's colour by kind, in a darker or a lighter shade.
+fn colour_of(kind: HoldKind, darker: bool) -> &'static str {
+    match (kind, darker) {
+        (HoldKind::Exclusive, true) => "#1d4e89",
+        (HoldKind::Exclusive, false) => "#4f8fc0",
+        (HoldKind::Permit, true) => "#1f776e",
+        (HoldKind::Permit, false) => "#52b5a8",
+        (HoldKind::Read, true) => "#4a7336",
+        (HoldKind::Read, false) => "#8cbf6e",
+        (HoldKind::Write, true) => "#8f4f16",
+        (HoldKind::Write, false) => "#d98c45",
     }
 }
 
