@@ -176,6 +176,7 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String], cra
     let grants = grants(history);
     let faults = &history.faults;
     let mut found = Findings {
+        started: history.started,
         faults,
         resets: Resets::new(faults, &judgement.documented_losses),
         list: Vec::new(),
@@ -273,6 +274,8 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String], cra
 
 /// The findings so far, and how each is attributed.
 struct Findings<'a> {
+    /// When the workload started (times in details are from there).
+    started: Nanos,
     faults: &'a [FaultRecord],
     resets: Resets<'a>,
     list: Vec<Finding>,
@@ -307,9 +310,9 @@ impl Findings<'_> {
         match reset {
             Some(reset) => {
                 let detail = format!(
-                    "{detail} (the grants straddle the {} at {:.1} ms)",
+                    "{detail} (the grants straddle the {} {:.3} s into the run)",
                     reset.kind,
-                    ms(reset.start)
+                    ms(reset.start.saturating_sub(self.started)) / 1e3
                 );
                 self.push(kind, at, reset.kind.clone(), true, detail, overlap);
             }

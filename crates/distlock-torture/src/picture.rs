@@ -60,7 +60,7 @@ pub fn draw(saved: &Saved) -> String {
     // Band backgrounds under the fault shading, the grants over it.
     let mut bands = String::new();
     let mut body = String::new();
-    let top = 96.0;
+    let top = 110.0;
     let mut y = top;
     for ((_, name), list) in &by_name {
         let (lanes, count) = lanes(list);
@@ -119,7 +119,7 @@ pub fn draw(saved: &Saved) -> String {
             if fault.injected { "" } else { " (NOT injected)" }
         ));
         let colour = fault_colour(&fault.kind);
-        let label_y = 38.0 + f64::from(u32::try_from(i % 3).unwrap_or(0)) * 13.0;
+        let label_y = 54.0 + f64::from(u32::try_from(i % 3).unwrap_or(0)) * 13.0;
         let _ = writeln!(
             shades,
             r#"<rect x="{x:.1}" y="{:.1}" width="{w:.1}" height="{:.1}" fill="{colour}" fill-opacity="0.28"><title>{title}</title></rect><line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}" stroke="{colour}" stroke-width="1"/><text x="{:.1}" y="{label_y:.1}" font-size="10" fill="{colour}">{}<title>{title}</title></text>"#,
@@ -160,12 +160,20 @@ pub fn draw(saved: &Saved) -> String {
     let height = bottom + 40.0 + recovery_height + 50.0;
     let verdict = &outcome.verdict;
     let title = format!(
-        "{} (fencing {}, TTL {} ms, seed {}{}): {} acquisitions, {} faults, {} violations of a declared guarantee, {} documented losses",
+        "{} (fencing {}, TTL {} ms, seed {}{})",
         saved.backend,
         saved.fencing,
         saved.ttl_ms,
         saved.seed,
-        saved.broken.as_ref().map(|b| format!(", broken: {b}")).unwrap_or_default(),
+        saved
+            .broken
+            .as_ref()
+            .map(|b| format!(", broken: {b}"))
+            .unwrap_or_default(),
+    );
+    let counts = format!(
+        "{:.0} s: {} acquisitions, {} faults, {} violations of a declared guarantee, {} findings under a documented loss",
+        axis.seconds(history.stopped.max(from)),
         verdict.acquisitions,
         history.faults.len(),
         verdict.violations().count(),
@@ -176,9 +184,11 @@ pub fn draw(saved: &Saved) -> String {
         r##"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height:.0}" viewBox="0 0 {WIDTH} {height:.0}" font-family="sans-serif">
 <rect width="100%" height="100%" fill="white"/>
 <text x="{LEFT}" y="18" font-size="14" font-weight="bold">{}</text>
+<text x="{LEFT}" y="35" font-size="12">{}</text>
 {bands}{shades}{body}{marks}{axis_svg}{recovery}{legend}</svg>
 "##,
-        escape(&title)
+        escape(&title),
+        escape(&counts)
     )
 }
 
