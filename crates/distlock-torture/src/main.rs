@@ -7,9 +7,12 @@
 //! restart, server SIGSTOP, a Redis Cluster master's failover to its replica, and on the
 //! holder's link or everyone's: partitions, dropped replies, latency, resets), records every
 //! client's history on the machine's monotonic clock, and checks it: two holders at once,
-//! stale writes accepted, fencing tokens out of order, slow recovery after a fault, locks left
-//! held. It prints a table per backend and fault kind (and JSON with `--json`) and exits with
-//! 1 if a guarantee the backend declares was broken.
+//! stale writes accepted (by token, or for writes no token fences, against the holders'
+//! intervals), fencing tokens out of order, slow recovery after a fault, locks left held,
+//! faults scheduled but not injected. A documented loss excuses only pairs of grants that
+//! straddle it (see [`checker`]). It prints a table per backend and fault kind (and JSON with
+//! `--json`), saves the run with `--history` (checked again offline with `--check`), draws it
+//! with `--picture`, and exits with 1 if a guarantee the backend declares was broken.
 //!
 //! `--primitive semaphore` (with `--permits`) or `--primitive rw` (with `--read-share`) makes
 //! every name a semaphore or a read-write lock instead of a mutex; the checker then allows up
