@@ -10,7 +10,7 @@
 //! stale writes accepted (by token, or for writes no token fences, against the holders'
 //! intervals), fencing tokens out of order, slow recovery after a fault, locks left held,
 //! faults scheduled but not injected. A documented loss excuses only pairs of grants that
-//! straddle it (see [`checker`]). It prints a table per backend and fault kind (and JSON with
+//! straddle it (see the checker module). It prints a table per backend and fault kind (and JSON with
 //! `--json`), saves the run with `--history` (checked again offline with `--check`), draws it
 //! with `--picture`, and exits with 1 if a guarantee the backend declares was broken.
 //!
