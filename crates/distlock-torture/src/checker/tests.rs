@@ -547,3 +547,19 @@ fn a_fault_scheduled_but_not_injected_fails_the_run() {
     let row = v.rows.iter().find(|r| r.fault == "holder-pause").expect("a row");
     assert_eq!((row.faults, row.scheduled), (1, 2));
 }
+
+#[test]
+fn two_holders_both_granted_well_inside_a_failover_after_its_kill_are_a_violation() {
+    // The failover killed the master at 20 ms and took until 900 ms to finish; a and b were
+    // both granted by the promoted replica long after the kill: one state epoch.
+    let mut h = History::default();
+    h.faults.push(fault("failover", 20 * MS, 900 * MS));
+    hold(&mut h, 1, "a", 1, 300 * MS, 500 * MS);
+    hold(&mut h, 2, "b", 2, 400 * MS, 600 * MS);
+    h.stopped = 1000 * MS;
+    let mut j = judgement(true);
+    j.documented_losses = HashSet::from(["failover".to_owned()]);
+    let v = check(&h, &j, &[], &[]);
+    let kinds: Vec<&str> = v.violations().map(|f| f.kind.as_str()).collect();
+    assert_eq!(kinds, ["exclusion"], "{:?}", v.findings);
+}
