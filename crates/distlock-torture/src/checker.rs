@@ -24,10 +24,11 @@
 //!   name must be free once the clients stopped.
 //!
 //! **What is excused.** A fault kind the backend documents as a loss (a restart without
-//! persistence, a failover) resets the store's state: it ends a state epoch. A finding about a
-//! pair of grants (two holders at once, a stale write, a token out of order) is excused only if
-//! the pair straddles such a fault (the earlier granted before it ended, the later after it
-//! began); it is then counted against that fault and shown, not failed. Tokens of a
+//! persistence, a failover) resets the store's state when it kills the server: it ends a state
+//! epoch. A finding about a pair of grants (two holders at once, a stale write, a token out of
+//! order) is excused only if the pair straddles that moment (the earlier recorded before it,
+//! give or take a reply in flight, the later after it); it is then counted against that fault
+//! and shown, not failed. Tokens of a
 //! `Monotonic` backend are never excused; those of a `BestEffort` one only across a reset.
 //! Nothing else is excused: two grants both after the fault, a slow recovery, a lock left
 //! held. Every other finding is attributed to the fault that started last before it.
@@ -63,6 +64,10 @@ pub struct Judgement {
     pub kinds: Vec<String>,
     /// How many permits of a semaphore may be held at once (the run's `--permits`).
     pub permits: u32,
+    /// How long after a store lost its state a grant it gave before may still be recorded (its
+    /// reply in flight, read and recorded): a grant recorded later came from the new state.
+    #[serde(default)]
+    pub in_flight: Nanos,
 }
 
 /// One finding.
@@ -178,7 +183,7 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String], cra
     let mut found = Findings {
         started: history.started,
         faults,
-        resets: Resets::new(faults, &judgement.documented_losses),
+        resets: Resets::new(faults, &judgement.documented_losses, judgement.in_flight),
         list: Vec::new(),
     };
     exclusion::check(&grants, judgement, &mut found);

@@ -151,6 +151,10 @@ pub struct FaultRecord {
     /// scheduled but not injected fails the run.
     #[serde(default = "injected")]
     pub injected: bool,
+    /// For a fault that resets the store's state, when it was lost: the kill (after a lagged
+    /// failover's lag). `None`: at its start.
+    #[serde(default)]
+    pub lost_at: Option<Nanos>,
 }
 
 /// Histories recorded before faults said whether they took effect: they did.

@@ -28,6 +28,10 @@ use crate::wire::slot_of;
 /// hot lock to be granted again after a fault.
 pub const RECOVERY_SLACK: Duration = Duration::from_secs(2);
 
+/// How long after a server's kill a grant it gave before may still be recorded (the reply
+/// read, the event stamped): a grant recorded later came from the state after the loss.
+pub const IN_FLIGHT: Duration = Duration::from_millis(500);
+
 /// How a run is set up.
 #[derive(Debug, Clone)]
 pub struct Setup {
@@ -394,6 +398,7 @@ pub async fn run(setup: Setup) -> Result<Outcome, RunError> {
         recovery_bound: u64::try_from(recovery_bound.as_nanos()).unwrap_or(u64::MAX),
         kinds: kinds.iter().map(|k| k.name().to_owned()).collect(),
         permits,
+        in_flight: u64::try_from(IN_FLIGHT.as_nanos()).unwrap_or(u64::MAX),
     };
     drop(store);
     let saved = Saved {
@@ -455,6 +460,13 @@ async fn inject(
     let target;
     // Server faults fail the run if they fail; the others say whether they took effect.
     let mut injected = true;
+    // When a kill loses the store's state: at once, or after a lagged failover's lag.
+    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let lost_at = match planned.kind {
+        FaultKind::ServerKill | FaultKind::MajorityKill | FaultKind::Failover => Some(start),
+        FaultKind::LaggedFailover => Some(start + nanos(planned.duration)),
+        _ => None,
+    };
     match planned.kind {
         FaultKind::HolderKill => {
             let slot = &mut slots[holder];
@@ -574,6 +586,7 @@ async fn inject(
         start,
         end: now(),
         injected,
+        lost_at,
     })
 }
 

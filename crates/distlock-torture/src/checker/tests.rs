@@ -10,6 +10,7 @@ fn fault(kind: &str, start: Nanos, end: Nanos) -> FaultRecord {
         start,
         end,
         injected: true,
+        lost_at: None,
     }
 }
 
@@ -23,6 +24,7 @@ fn judgement(monotonic: bool) -> Judgement {
         recovery_bound: 1000 * MS,
         kinds: Vec::new(),
         permits: 2,
+        in_flight: MS,
     }
 }
 
