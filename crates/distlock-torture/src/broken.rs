@@ -1,12 +1,13 @@
 //! Deliberately broken backends, to prove that the checker catches what it claims to: each
 //! wraps a real backend and breaks one rule the real ones keep.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock::{
-    Capabilities, DistributedLock, FencingToken, Lease, LockKind, LockName, LockState, LossReason,
+    Capabilities, DistributedLock, FencingToken, Holder, Lease, LockKind, LockName, LockState, LossReason,
     OwnerToken, Primitive, ReleaseWatch, Result, Session, TryAcquire,
 };
 use futures::future::BoxFuture;
@@ -29,12 +30,23 @@ pub enum Breakage {
     /// A writer gets in beside readers: the store is asked for a read lock where the guard
     /// says write lock (run with `--primitive rw`).
     WriterAsReader,
+    /// A lock that never frees: the store is asked to hold each grant for an hour (the guard
+    /// believes the TTL), and a release does nothing.
+    NeverFrees,
+    /// A waiter never woken: once a process has found a name held, its attempts on that name
+    /// find it held forever after.
+    NeverWoken,
 }
+
+/// How long a [`Breakage::NeverFrees`] grant stays held on the store.
+const NEVER: Duration = Duration::from_secs(3600);
 
 /// A backend with one rule broken.
 pub struct Broken {
     inner: Arc<dyn DistributedLock>,
     breakage: Breakage,
+    /// [`Breakage::NeverWoken`]: the names this process found held.
+    waited: Mutex<HashSet<LockName>>,
 }
 
 impl std::fmt::Debug for Broken {
@@ -48,21 +60,56 @@ impl std::fmt::Debug for Broken {
 impl Broken {
     /// Wraps `inner`, breaking `breakage`.
     pub fn new(inner: Arc<dyn DistributedLock>, breakage: Breakage) -> Self {
-        Self { inner, breakage }
+        Self {
+            inner,
+            breakage,
+            waited: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// [`Breakage::NeverWoken`]: whether this process already found `name` held (its attempt
+    /// then finds it held again, without asking the store).
+    fn never_woken(&self, name: &LockName) -> bool {
+        self.breakage == Breakage::NeverWoken
+            && self
+                .waited
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains(name)
+    }
+
+    /// Notes what an attempt on `name` got (a lease granted is believed for `ttl`).
+    fn attempted(&self, name: &LockName, outcome: TryAcquire, ttl: Duration) -> TryAcquire {
+        match outcome {
+            TryAcquire::Acquired(lease) => TryAcquire::Acquired(self.as_granted(lease, ttl)),
+            held => {
+                if self.breakage == Breakage::NeverWoken {
+                    self.waited
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(name.clone());
+                }
+                held
+            }
+        }
     }
 
     fn store_ttl(&self, ttl: Duration) -> Duration {
         match self.breakage {
             Breakage::OverlongLease => (ttl / 4).max(self.inner.capabilities().min_ttl),
+            Breakage::NeverFrees => NEVER,
             _ => ttl,
         }
     }
 
     fn as_granted(&self, lease: Lease, ttl: Duration) -> Lease {
         match self.breakage {
-            Breakage::OverlongLease => lease.renewed(ttl, lease.acquired_at()),
+            Breakage::OverlongLease | Breakage::NeverFrees => lease.renewed(ttl, lease.acquired_at()),
             Breakage::RepeatedToken => lease.with_fencing(FencingToken::new(1)),
-            Breakage::UncheckedRelease | Breakage::OverAdmit | Breakage::WriterAsReader => lease,
+            Breakage::UncheckedRelease
+            | Breakage::OverAdmit
+            | Breakage::WriterAsReader
+            | Breakage::NeverWoken => lease,
         }
     }
 
@@ -107,12 +154,11 @@ impl DistributedLock for Broken {
     }
 
     async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
-        Ok(
-            match self.inner.try_acquire(name, owner, self.store_ttl(ttl)).await? {
-                TryAcquire::Acquired(lease) => TryAcquire::Acquired(self.as_granted(lease, ttl)),
-                held => held,
-            },
-        )
+        if self.never_woken(name) {
+            return Ok(TryAcquire::Held(Holder::unknown()));
+        }
+        let outcome = self.inner.try_acquire(name, owner, self.store_ttl(ttl)).await?;
+        Ok(self.attempted(name, outcome, ttl))
     }
 
     async fn try_acquire_waiting(
@@ -123,16 +169,14 @@ impl DistributedLock for Broken {
         waiter: &str,
         stay: Duration,
     ) -> Result<TryAcquire> {
-        Ok(
-            match self
-                .inner
-                .try_acquire_waiting(name, owner, self.store_ttl(ttl), waiter, stay)
-                .await?
-            {
-                TryAcquire::Acquired(lease) => TryAcquire::Acquired(self.as_granted(lease, ttl)),
-                held => held,
-            },
-        )
+        if self.never_woken(name) {
+            return Ok(TryAcquire::Held(Holder::unknown()));
+        }
+        let outcome = self
+            .inner
+            .try_acquire_waiting(name, owner, self.store_ttl(ttl), waiter, stay)
+            .await?;
+        Ok(self.attempted(name, outcome, ttl))
     }
 
     fn store_identity(&self) -> Option<String> {
@@ -140,6 +184,9 @@ impl DistributedLock for Broken {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
+        if self.breakage == Breakage::NeverFrees {
+            return Ok(true);
+        }
         if self.breakage != Breakage::UncheckedRelease {
             return self.inner.release(&self.store_lease(lease)).await;
         }
@@ -168,19 +215,18 @@ impl DistributedLock for Broken {
         ttl: Duration,
         waiter: Option<(&str, Duration)>,
     ) -> Result<TryAcquire> {
-        Ok(
-            match self
-                .inner
-                .try_acquire_kind(name, self.store_kind(kind), owner, self.store_ttl(ttl), waiter)
-                .await?
-            {
-                // The guard believes it holds what was asked for.
-                TryAcquire::Acquired(lease) => {
-                    TryAcquire::Acquired(self.as_granted(lease, ttl).with_kind(kind))
-                }
-                held => held,
-            },
-        )
+        if self.never_woken(name) {
+            return Ok(TryAcquire::Held(Holder::unknown()));
+        }
+        let outcome = self
+            .inner
+            .try_acquire_kind(name, self.store_kind(kind), owner, self.store_ttl(ttl), waiter)
+            .await?;
+        Ok(match self.attempted(name, outcome, ttl) {
+            // The guard believes it holds what was asked for.
+            TryAcquire::Acquired(lease) => TryAcquire::Acquired(lease.with_kind(kind)),
+            held => held,
+        })
     }
 
     async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {

@@ -1,39 +1,60 @@
 //! The checker: reads a [`History`] and says whether the lock kept what its backend declares.
 //!
-//! - **Exclusion.** A holder believes it holds from the moment its acquire returned until the
-//!   last moment it affirmed so (a check of its guard, clock read first, before each write,
-//!   and before its release); a grant never affirmed (its guard was lost at the first check)
-//!   believed nothing. Of one name: two such intervals of its lock that overlap are two
-//!   holders at once; a write lock's interval may overlap no other (read or write); more than
-//!   `permits` intervals of a semaphore's permits at one instant are one holder too many (the
-//!   finding names the `permits + 1` holders). Read locks overlap each other freely.
-//! - **Fencing.** The resource accepts a write whose token is at least the highest it
-//!   accepted (a read: at least that of the last write; a permit's: always, see
+//! - **Exclusion** ([`exclusion`]). A holder believes it holds from the moment its acquire
+//!   returned until the last moment it affirmed so (a check of its guard, clock read first,
+//!   before each write, and before its release); a grant never affirmed (its guard was lost at
+//!   the first check) believed nothing. Of one name: two such intervals of its lock that
+//!   overlap are two holders at once; a write lock's interval may overlap no other (read or
+//!   write); more than `permits` intervals of a semaphore's permits at one instant are one
+//!   holder too many (the finding names the `permits + 1` holders). Read locks overlap each
+//!   other freely.
+//! - **Fencing** ([`fencing`]). The resource accepts a write whose token is at least the
+//!   highest it accepted (a read: at least that of the last write; a permit's: always, see
 //!   [`crate::resource`]). An accepted write or read whose token was already accepted from
 //!   another holder of the name is a stale write. Two grants of one object (of any kind) with
 //!   the same token, or a grant whose acquire began after an earlier grant returned and whose
-//!   token is not higher, break monotonic fencing.
-//! - **Liveness.** After each fault, the time until the hot lock is next granted (zero if it
-//!   was granted while the fault lasted) must stay within the stated bound.
+//!   token is not higher, break the token order: on every backend that gives tokens, for
+//!   grants within one state epoch (see below).
+//! - **Writes no token fences** ([`unfenced`]): writes without a token (Redlock) and permits'
+//!   writes are accepted whatever their order, so they are checked against the holders'
+//!   intervals: a write that lands after a holder it excludes was granted (for a permit: while
+//!   `permits` other holders believe) is a stale write.
+//! - **Liveness** ([`liveness`]). After each fault, the time until the hot lock is next granted
+//!   (zero if it was granted while the fault lasted) must stay within the stated bound; every
+//!   name must be free once the clients stopped.
 //!
-//! Each finding is attributed to the fault that started last before it. A finding under a
-//! fault kind the backend documents as a loss (a store restarted without persistence) is
-//! counted and shown, not failed.
+//! **What is excused.** A fault kind the backend documents as a loss (a restart without
+//! persistence, a failover) resets the store's state when it kills the server: it ends a state
+//! epoch. A finding about a pair of grants (two holders at once, a stale write, a token out of
+//! order) is excused only if the pair straddles that moment (the earlier recorded before it,
+//! give or take a reply in flight, the later after it); it is then counted against that fault
+//! and shown, not failed. Tokens of a
+//! `Monotonic` backend are never excused; those of a `BestEffort` one only across a reset.
+//! Nothing else is excused: two grants both after the fault, a slow recovery, a lock left
+//! held. Every other finding is attributed to the fault that started last before it.
+
+mod exclusion;
+mod fencing;
+mod liveness;
+mod resets;
+#[cfg(test)]
+mod tests;
+mod unfenced;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[cfg(test)]
-use crate::history::FaultRecord;
-use crate::history::{ClientEvent, GrantId, History, HoldKind, Nanos};
+use crate::history::{ClientEvent, FaultRecord, GrantId, History, HoldKind, Nanos};
+use resets::Resets;
 
 /// What the backend under test declares, and the run's bounds.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Judgement {
     /// Whether fencing tokens are declared strictly increasing (`Fencing::Monotonic`).
     pub monotonic_fencing: bool,
-    /// Fault kinds under which the backend's docs say a lock can be lost.
+    /// Fault kinds under which the backend's docs say a lock can be lost: each resets the
+    /// store's state (a restart without persistence, a failover).
     pub documented_losses: HashSet<String>,
     /// The hot lock's name (liveness is measured on it).
     pub hot: String,
@@ -43,13 +64,17 @@ pub struct Judgement {
     pub kinds: Vec<String>,
     /// How many permits of a semaphore may be held at once (the run's `--permits`).
     pub permits: u32,
+    /// How long after a store lost its state a grant it gave before may still be recorded (its
+    /// reply in flight, read and recorded): a grant recorded later came from the new state.
+    #[serde(default)]
+    pub in_flight: Nanos,
 }
 
 /// One finding.
 #[derive(Debug, Clone, Serialize)]
 pub struct Finding {
     /// `exclusion`, `stale-write`, `repeated-token`, `token-order`, `liveness`, `left-held`,
-    /// `client-crash`.
+    /// `client-crash`, `fault-missed`.
     pub kind: String,
     /// The fault kind it is attributed to (`none` before the first fault).
     pub fault: String,
@@ -57,6 +82,9 @@ pub struct Finding {
     pub documented: bool,
     /// What happened, for a person.
     pub detail: String,
+    /// When it happened (the later grant, the write, the fault's end, the stop).
+    #[serde(skip)]
+    pub at: Nanos,
     /// Two holders at once: how long the earlier holder went on believing it held after the
     /// later one was granted, milliseconds.
     pub overlap_ms: Option<f64>,
@@ -73,6 +101,8 @@ pub struct Row {
     pub fault: String,
     /// Faults of this kind injected.
     pub faults: usize,
+    /// Faults of this kind scheduled (each one not injected is a `fault-missed` finding).
+    pub scheduled: usize,
     /// Acquisitions granted while this kind was the last fault started.
     pub acquisitions: usize,
     /// Two holders at once.
@@ -150,234 +180,40 @@ struct Grant {
 pub fn check(history: &History, judgement: &Judgement, left_held: &[String], crashed: &[String]) -> Verdict {
     let grants = grants(history);
     let faults = &history.faults;
-    let attribute = |at: Nanos| -> String {
-        faults
-            .iter()
-            .filter(|f| f.start <= at)
-            .max_by_key(|f| f.start)
-            .map_or_else(|| "none".to_owned(), |f| f.kind.clone())
+    let mut found = Findings {
+        started: history.started,
+        faults,
+        resets: Resets::new(faults, &judgement.documented_losses, judgement.in_flight),
+        list: Vec::new(),
     };
-    // A store that lost its state (a documented loss) caused what follows until the end: a
-    // repeated token surfaces whenever the reset counter catches up with the old one.
-    let cause_of_loss = |at: Nanos| -> Option<String> {
-        faults
-            .iter()
-            .filter(|f| f.start <= at && judgement.documented_losses.contains(&f.kind))
-            .max_by_key(|f| f.start)
-            .map(|f| f.kind.clone())
-    };
-    let mut findings = Vec::new();
-    let mut found = |kind: &str, at: Nanos, detail: String, overlap: Option<(f64, Option<f64>)>| {
-        // Stale writes are a declared possibility of best-effort fencing: counted against the
-        // store's state loss that caused them.
-        let best_effort_stale = kind == "stale-write" && !judgement.monotonic_fencing;
-        let fault = match best_effort_stale {
-            true => cause_of_loss(at).unwrap_or_else(|| attribute(at)),
-            false => attribute(at),
-        };
-        findings.push(Finding {
-            kind: kind.to_owned(),
-            documented: best_effort_stale || judgement.documented_losses.contains(&fault),
-            fault,
-            detail,
-            overlap_ms: overlap.map(|(o, _)| o),
-            told_after_ms: overlap.and_then(|(_, t)| t),
-        });
-    };
-
-    // Exclusion: overlapping beliefs per name.
-    let mut by_name: BTreeMap<&str, Vec<(&GrantId, &Grant)>> = BTreeMap::new();
-    for (id, grant) in grants.iter().filter(|(_, g)| g.affirmed) {
-        by_name.entry(grant.name.as_str()).or_default().push((id, grant));
-    }
-    let capacity = usize::try_from(judgement.permits.max(1)).unwrap_or(usize::MAX);
-    for (name, mut list) in by_name {
-        list.sort_by_key(|(_, g)| g.granted);
-        // The earlier grants still believed held when the current one was granted.
-        let mut active: Vec<(&GrantId, &Grant)> = Vec::new();
-        for (id, grant) in list {
-            active.retain(|(_, other)| grant.granted < other.believed_until);
-            let beside = conflicts(grant, &active, capacity);
-            if !beside.is_empty() {
-                // The over-admission lasted until the first of the others stopped believing,
-                // and ended for the holders' knowledge when the first of them was told.
-                let overlap = ms(beside
-                    .iter()
-                    .map(|(_, o)| o.believed_until)
-                    .min()
-                    .unwrap_or(grant.granted)
-                    - grant.granted);
-                let told = beside
-                    .iter()
-                    .filter_map(|(_, o)| o.lost_at)
-                    .min()
-                    .map(|at| ms(at.saturating_sub(grant.granted)));
-                let told_text = match (told, beside.len()) {
-                    (None, 1) => "that holder was never told it lost the lock".to_owned(),
-                    (None, _) => "none of those holders was told it lost its hold".to_owned(),
-                    (Some(t), 1) => format!("that holder was told it lost the lock {t:.1} ms after the grant"),
-                    (Some(t), _) => format!("the first of those holders to be told it lost its hold was told {t:.1} ms after the grant"),
-                };
-                let detail = match (grant.kind, beside.as_slice()) {
-                    (HoldKind::Exclusive, [(other_id, other)]) => format!(
-                        "{name}: {id} (client {}) was granted {overlap:.1} ms before {other_id} (client {}) last affirmed holding; {told_text}",
-                        grant.client, other.client
-                    ),
-                    (HoldKind::Permit, _) => format!(
-                        "{name}: {id} (client {}) was granted a permit while the {} permits were held by {}, all of whom went on believing they held for {overlap:.1} ms more: {} holders at once; {told_text}",
-                        grant.client,
-                        beside.len(),
-                        holders(&beside),
-                        beside.len() + 1
-                    ),
-                    _ => format!(
-                        "{name}: {id} (client {}) was granted {} {overlap:.1} ms before {} last affirmed holding {}; {told_text}",
-                        grant.client,
-                        grant.kind.describe(),
-                        holders(&beside),
-                        beside[0].1.kind.describe()
-                    ),
-                };
-                found("exclusion", grant.granted, detail, Some((overlap, told)));
-            }
-            active.push((id, grant));
-        }
-    }
-
-    // Fencing: stale accepted writes, in the resource's order: a token accepted from two
-    // holds of one name.
-    let mut accepted: HashMap<(&str, u64), HashSet<&str>> = HashMap::new();
-    for write in history.writes.iter().filter(|w| w.accepted) {
-        let Some(token) = write.token else { continue };
-        let from = accepted.entry((write.name.as_str(), token)).or_default();
-        if !from.is_empty() && !from.contains(write.grant.as_str()) {
-            found(
-                "stale-write",
-                write.at,
-                format!(
-                    "{}: the resource accepted {}'s {} with token {token}, already accepted from another holder",
-                    write.name,
-                    write.grant,
-                    if write.kind == HoldKind::Read { "read" } else { "write" }
-                ),
-                None,
-            );
-        }
-        from.insert(write.grant.as_str());
-    }
-
-    // Fencing: token order among grants.
-    if judgement.monotonic_fencing {
-        let mut per_name: BTreeMap<&str, Vec<(&GrantId, &Grant)>> = BTreeMap::new();
-        for (id, grant) in &grants {
-            if grant.token.is_some() {
-                per_name.entry(grant.name.as_str()).or_default().push((id, grant));
-            }
-        }
-        for (name, mut list) in per_name {
-            list.sort_by_key(|(_, g)| g.granted);
-            let mut seen: HashMap<u64, &GrantId> = HashMap::new();
-            // The highest token among grants that returned before the current acquire began.
-            let mut earlier_max: Option<(u64, &GrantId)> = None;
-            let mut returned: Vec<(Nanos, u64, &GrantId)> = list
-                .iter()
-                .map(|(id, g)| (g.granted, g.token.unwrap_or_default(), *id))
-                .collect();
-            returned.sort_unstable();
-            let mut next = 0;
-            let mut by_invoked = list.clone();
-            by_invoked.sort_by_key(|(_, g)| g.invoked);
-            for (id, grant) in by_invoked {
-                while next < returned.len() && returned[next].0 < grant.invoked {
-                    let (_, token, other) = returned[next];
-                    if earlier_max.is_none_or(|(t, _)| token > t) {
-                        earlier_max = Some((token, other));
-                    }
-                    next += 1;
-                }
-                let token = grant.token.unwrap_or_default();
-                if let Some((max, other)) = earlier_max {
-                    if token <= max {
-                        found(
-                            "token-order",
-                            grant.granted,
-                            format!("{name}: {id} got token {token}, not above {other}'s {max}, granted before it asked"),
-                            None,
-                        );
-                    }
-                }
-                if let Some(other) = seen.insert(token, id) {
-                    found(
-                        "repeated-token",
-                        grant.granted,
-                        format!("{name}: {id} and {other} both got token {token}"),
-                        None,
-                    );
-                }
-            }
-        }
-    }
-
-    // Liveness after each fault.
-    let hot_grants: Vec<Nanos> = {
-        let mut v: Vec<Nanos> = grants
-            .values()
-            .filter(|g| g.name == judgement.hot)
-            .map(|g| g.granted)
-            .collect();
-        v.sort_unstable();
-        v
-    };
-    let mut recoveries: HashMap<&str, Vec<Nanos>> = HashMap::new();
-    for (i, fault) in faults.iter().enumerate() {
-        let next_fault = faults.get(i + 1).map_or(history.stopped, |f| f.start);
-        let first = hot_grants.iter().find(|&&at| at >= fault.start).copied();
-        match first {
-            Some(at) if at <= next_fault.max(fault.end) => {
-                let recovery = at.saturating_sub(fault.end);
-                recoveries.entry(fault.kind.as_str()).or_default().push(recovery);
-                if recovery > judgement.recovery_bound {
-                    found(
-                        "liveness",
-                        fault.end,
-                        format!(
-                            "{} on {}: the hot lock was next granted {:.0} ms after the fault ended (bound {:.0} ms)",
-                            fault.kind,
-                            fault.target,
-                            ms(recovery),
-                            ms(judgement.recovery_bound)
-                        ),
-                        None,
-                    );
-                }
-            }
-            _ if next_fault.saturating_sub(fault.end) > judgement.recovery_bound => {
-                found(
-                    "liveness",
-                    fault.end,
-                    format!(
-                        "{} on {}: the hot lock was not granted again within {:.0} ms of the fault's end",
-                        fault.kind,
-                        fault.target,
-                        ms(next_fault.saturating_sub(fault.end))
-                    ),
-                    None,
-                );
-            }
-            _ => {} // the next fault came first: no measurement
-        }
-    }
+    exclusion::check(&grants, judgement, &mut found);
+    fencing::check(history, &grants, judgement, &mut found);
+    unfenced::check(history, &grants, judgement, &mut found);
+    let mut recoveries = liveness::check(history, &grants, judgement, &mut found);
     for name in left_held {
-        found(
+        found.violation(
             "left-held",
             history.stopped,
             format!("{name} was still held after every client stopped"),
             None,
         );
     }
-    for client in crashed {
-        found("client-crash", history.stopped, client.clone(), None);
+    for fault in faults.iter().filter(|f| !f.injected) {
+        found.violation(
+            "fault-missed",
+            fault.start,
+            format!(
+                "{} on {} was scheduled but not injected",
+                fault.kind, fault.target
+            ),
+            None,
+        );
     }
+    for client in crashed {
+        found.violation("client-crash", history.stopped, client.clone(), None);
+    }
+    let attribute = |at: Nanos| found.attribute(at);
+    let findings = &found.list;
 
     // The table.
     let mut rows: BTreeMap<String, Row> = BTreeMap::new();
@@ -386,7 +222,9 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String], cra
         rows.entry(kind.clone()).or_default();
     }
     for fault in faults {
-        rows.entry(fault.kind.clone()).or_default().faults += 1;
+        let row = rows.entry(fault.kind.clone()).or_default();
+        row.scheduled += 1;
+        row.faults += usize::from(fault.injected);
     }
     for grant in grants.values() {
         rows.entry(attribute(grant.granted)).or_default().acquisitions += 1;
@@ -397,7 +235,7 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String], cra
             .fenced_writes_rejected += 1;
     }
     let mut overlaps: HashMap<&str, (Vec<f64>, Vec<f64>)> = HashMap::new();
-    for finding in &findings {
+    for finding in findings {
         let row = rows.entry(finding.fault.clone()).or_default();
         match finding.kind.as_str() {
             "exclusion" => row.exclusion_violations += 1,
@@ -434,8 +272,77 @@ pub fn check(history: &History, judgement: &Judgement, left_held: &[String], cra
     rows.sort_by_key(|r| (r.fault != "none", r.fault.clone()));
     Verdict {
         rows,
-        findings,
         acquisitions: grants.len(),
+        findings: found.list,
+    }
+}
+
+/// The findings so far, and how each is attributed.
+struct Findings<'a> {
+    /// When the workload started (times in details are from there).
+    started: Nanos,
+    faults: &'a [FaultRecord],
+    resets: Resets<'a>,
+    list: Vec<Finding>,
+}
+
+impl Findings<'_> {
+    /// The kind of the fault that started last before `at` (`none` before the first).
+    fn attribute(&self, at: Nanos) -> String {
+        self.faults
+            .iter()
+            .filter(|f| f.start <= at)
+            .max_by_key(|f| f.start)
+            .map_or_else(|| "none".to_owned(), |f| f.kind.clone())
+    }
+
+    /// A finding that breaks a declared guarantee, attributed to the fault before `at`.
+    fn violation(&mut self, kind: &str, at: Nanos, detail: String, overlap: Option<(f64, Option<f64>)>) {
+        let fault = self.attribute(at);
+        self.push(kind, at, fault, false, detail, overlap);
+    }
+
+    /// A finding about a pair of grants: excused by `reset` (a documented loss between them),
+    /// counted against it; else a violation attributed to the fault before `at`.
+    fn pair(
+        &mut self,
+        kind: &str,
+        at: Nanos,
+        reset: Option<&FaultRecord>,
+        detail: String,
+        overlap: Option<(f64, Option<f64>)>,
+    ) {
+        match reset {
+            Some(reset) => {
+                let detail = format!(
+                    "{detail} (the grants straddle the {} {:.3} s into the run)",
+                    reset.kind,
+                    ms(reset.start.saturating_sub(self.started)) / 1e3
+                );
+                self.push(kind, at, reset.kind.clone(), true, detail, overlap);
+            }
+            None => self.violation(kind, at, detail, overlap),
+        }
+    }
+
+    fn push(
+        &mut self,
+        kind: &str,
+        at: Nanos,
+        fault: String,
+        documented: bool,
+        detail: String,
+        overlap: Option<(f64, Option<f64>)>,
+    ) {
+        self.list.push(Finding {
+            kind: kind.to_owned(),
+            at,
+            fault,
+            documented,
+            detail,
+            overlap_ms: overlap.map(|(o, _)| o),
+            told_after_ms: overlap.and_then(|(_, t)| t),
+        });
     }
 }
 
@@ -452,43 +359,44 @@ fn ms(nanos: Nanos) -> f64 {
     ms
 }
 
-/// The earlier holds in `active` (still believed held when `grant` was granted) that `grant`
-/// may not be held beside: of the lock or a write lock, the one believed longest that its kind
-/// excludes; of a permit, if `capacity` permits were already believed held, the `capacity`
-/// believed longest. Empty if `grant` is allowed.
-fn conflicts<'a>(
-    grant: &Grant,
-    active: &[(&'a GrantId, &'a Grant)],
-    capacity: usize,
-) -> Vec<(&'a GrantId, &'a Grant)> {
-    if grant.kind == HoldKind::Permit {
-        let mut permits: Vec<_> = active
-            .iter()
-            .filter(|(_, other)| other.kind == HoldKind::Permit)
-            .copied()
-            .collect();
-        if permits.len() < capacity {
-            return Vec::new();
-        }
-        // Stable: of equal beliefs, the earlier grant.
-        permits.sort_by_key(|(_, other)| std::cmp::Reverse(other.believed_until));
-        permits.truncate(capacity);
-        return permits;
-    }
-    active
-        .iter()
-        .filter(|(_, other)| grant.kind.excludes(other.kind))
-        .min_by_key(|(_, other)| std::cmp::Reverse(other.believed_until))
-        .map(|&found| vec![found])
-        .unwrap_or_default()
+/// One grant as the history shows it, for the picture.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    /// The name it holds.
+    pub name: String,
+    /// The grant.
+    pub grant: GrantId,
+    /// The client (task) that holds it.
+    pub client: u32,
+    /// What it holds.
+    pub kind: HoldKind,
+    /// Its fencing token.
+    pub token: Option<u64>,
+    /// When its acquire returned.
+    pub granted: Nanos,
+    /// The last moment its holder affirmed holding (its grant, if it never did).
+    pub believed_until: Nanos,
+    /// When its holder was first told it had lost the lock, if it was.
+    pub lost_at: Option<Nanos>,
 }
 
-/// `a (client 1), b (client 2)`.
-fn holders(list: &[(&GrantId, &Grant)]) -> String {
-    list.iter()
-        .map(|(id, grant)| format!("{id} (client {})", grant.client))
-        .collect::<Vec<_>>()
-        .join(", ")
+/// Every grant of `history`, in the order they were granted.
+pub fn holds(history: &History) -> Vec<Hold> {
+    let mut list: Vec<Hold> = grants(history)
+        .into_iter()
+        .map(|(grant, g)| Hold {
+            name: g.name,
+            grant,
+            client: g.client,
+            kind: g.kind,
+            token: g.token,
+            granted: g.granted,
+            believed_until: g.believed_until,
+            lost_at: g.lost_at,
+        })
+        .collect();
+    list.sort_by(|a, b| (a.granted, &a.grant).cmp(&(b.granted, &b.grant)));
+    list
 }
 
 /// Every acquisition with its belief interval.
@@ -555,395 +463,4 @@ fn grants(history: &History) -> HashMap<GrantId, Grant> {
         }
     }
     grants
-}
-
-/// A fault's record, for tests.
-#[cfg(test)]
-fn fault(kind: &str, start: Nanos, end: Nanos) -> FaultRecord {
-    FaultRecord {
-        kind: kind.to_owned(),
-        target: "test".to_owned(),
-        start,
-        end,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::history::{Stamped, Write};
-
-    const MS: Nanos = 1_000_000;
-
-    fn judgement(monotonic: bool) -> Judgement {
-        Judgement {
-            monotonic_fencing: monotonic,
-            documented_losses: HashSet::from(["server-kill".to_owned()]),
-            hot: "hot".to_owned(),
-            recovery_bound: 1000 * MS,
-            kinds: Vec::new(),
-            permits: 2,
-        }
-    }
-
-    fn ev(at: Nanos, client: u32, event: ClientEvent) -> Stamped<ClientEvent> {
-        Stamped { at, client, event }
-    }
-
-    fn hold(h: &mut History, client: u32, grant: &str, token: u64, from: Nanos, until: Nanos) {
-        hold_of(h, HoldKind::Exclusive, client, grant, token, (from, until));
-    }
-
-    /// A hold of `kind` of the name `hot`, believed from `during.0` to `during.1`.
-    fn hold_of(
-        h: &mut History,
-        kind: HoldKind,
-        client: u32,
-        grant: &str,
-        token: u64,
-        during: (Nanos, Nanos),
-    ) {
-        let (from, until) = during;
-        h.events.push(ev(
-            from - MS,
-            client,
-            ClientEvent::AcquireInvoked { name: "hot".into() },
-        ));
-        h.events.push(ev(
-            from,
-            client,
-            ClientEvent::Granted {
-                name: "hot".into(),
-                grant: grant.into(),
-                token: Some(token),
-                kind,
-            },
-        ));
-        h.events
-            .push(ev(until, client, ClientEvent::Affirmed { grant: grant.into() }));
-        h.events.push(ev(
-            until + MS,
-            client,
-            ClientEvent::ReleaseInvoked {
-                grant: grant.into(),
-                believed: false,
-            },
-        ));
-    }
-
-    fn write(h: &mut History, at: Nanos, grant: &str, token: u64, accepted: bool) {
-        h.writes.push(Write {
-            at,
-            name: "hot".into(),
-            grant: grant.into(),
-            token: Some(token),
-            kind: HoldKind::Exclusive,
-            accepted,
-        });
-    }
-
-    #[test]
-    fn a_clean_history_passes() {
-        let mut h = History::default();
-        hold(&mut h, 1, "a", 1, 10 * MS, 20 * MS);
-        hold(&mut h, 2, "b", 2, 30 * MS, 40 * MS);
-        write(&mut h, 15 * MS, "a", 1, true);
-        write(&mut h, 35 * MS, "b", 2, true);
-        write(&mut h, 36 * MS, "a", 1, false);
-        h.stopped = 100 * MS;
-        let v = check(&h, &judgement(true), &[], &[]);
-        assert_eq!(v.violations().count(), 0, "{:?}", v.findings);
-        assert_eq!(v.acquisitions, 2);
-        assert_eq!(v.rows[0].fenced_writes_rejected, 1);
-    }
-
-    #[test]
-    fn overlapping_beliefs_are_two_holders() {
-        let mut h = History::default();
-        hold(&mut h, 1, "a", 1, 10 * MS, 50 * MS);
-        hold(&mut h, 2, "b", 2, 30 * MS, 60 * MS);
-        let v = check(&h, &judgement(true), &[], &[]);
-        let kinds: Vec<&str> = v.violations().map(|f| f.kind.as_str()).collect();
-        assert_eq!(kinds, ["exclusion"]);
-    }
-
-    #[test]
-    fn an_overlap_under_a_documented_fault_is_counted_not_failed() {
-        let mut h = History::default();
-        h.faults.push(fault("server-kill", 5 * MS, 6 * MS));
-        hold(&mut h, 1, "a", 1, 10 * MS, 50 * MS);
-        hold(&mut h, 2, "b", 2, 30 * MS, 60 * MS);
-        h.stopped = 100 * MS;
-        let v = check(&h, &judgement(true), &[], &[]);
-        assert_eq!(v.violations().count(), 0);
-        let row = v.rows.iter().find(|r| r.fault == "server-kill").expect("a row");
-        assert_eq!(row.exclusion_violations, 1);
-        assert!(row.documented_loss);
-    }
-
-    #[test]
-    fn an_overlap_is_measured_with_when_the_first_holder_was_told() {
-        let mut h = History::default();
-        h.faults.push(fault("failover", 5 * MS, 6 * MS));
-        hold(&mut h, 1, "a", 1, 10 * MS, 50 * MS);
-        hold(&mut h, 2, "b", 2, 30 * MS, 60 * MS);
-        h.events.push(ev(
-            45 * MS,
-            1,
-            ClientEvent::Lost {
-                grant: "a".into(),
-                reason: "not owned".into(),
-            },
-        ));
-        hold(&mut h, 3, "c", 3, 55 * MS, 70 * MS);
-        h.stopped = 100 * MS;
-        let mut j = judgement(true);
-        j.documented_losses = HashSet::from(["failover".to_owned()]);
-        let v = check(&h, &j, &[], &[]);
-        assert_eq!(v.violations().count(), 0, "{:?}", v.findings);
-        let row = v.rows.iter().find(|r| r.fault == "failover").expect("a row");
-        assert_eq!(row.exclusion_violations, 2);
-        // a (believed until 50) overlaps b (granted at 30) by 20 ms and was told 15 ms after b's
-        // grant; b (believed until 60) overlaps c (granted at 55) by 5 ms and was never told.
-        assert_eq!(row.overlap_max_ms, Some(20.0));
-        assert_eq!(row.overlap_p50_ms, Some(20.0));
-        assert_eq!(row.told_after_max_ms, Some(15.0));
-        assert_eq!(row.told_lost, 1);
-        assert_eq!(row.told_lost_but_held, 0);
-        let never: Vec<_> = v.findings.iter().filter(|f| f.told_after_ms.is_none()).collect();
-        assert_eq!(never.len(), 1, "{:?}", v.findings);
-        assert_eq!(never[0].overlap_ms, Some(5.0));
-    }
-
-    #[test]
-    fn a_repeated_token_lets_a_stale_write_through() {
-        let mut h = History::default();
-        hold(&mut h, 1, "a", 7, 10 * MS, 20 * MS);
-        hold(&mut h, 2, "b", 7, 30 * MS, 40 * MS);
-        write(&mut h, 35 * MS, "b", 7, true);
-        write(&mut h, 45 * MS, "a", 7, true);
-        let v = check(&h, &judgement(true), &[], &[]);
-        let kinds: HashSet<&str> = v.violations().map(|f| f.kind.as_str()).collect();
-        assert!(kinds.contains("stale-write"), "{kinds:?}");
-        assert!(kinds.contains("repeated-token"), "{kinds:?}");
-        assert!(kinds.contains("token-order"), "{kinds:?}");
-    }
-
-    #[test]
-    fn best_effort_fencing_counts_stale_writes_against_the_state_loss() {
-        let mut h = History::default();
-        h.faults.push(fault("server-kill", 5 * MS, 6 * MS));
-        h.faults.push(fault("holder-kill", 25 * MS, 25 * MS));
-        hold(&mut h, 1, "a", 7, 10 * MS, 20 * MS);
-        hold(&mut h, 2, "b", 7, 30 * MS, 40 * MS);
-        write(&mut h, 35 * MS, "b", 7, true);
-        write(&mut h, 45 * MS, "a", 7, true);
-        let v = check(&h, &judgement(false), &[], &[]);
-        assert_eq!(v.violations().count(), 0, "{:?}", v.findings);
-        let stale: Vec<&str> = v
-            .findings
-            .iter()
-            .filter(|f| f.kind == "stale-write")
-            .map(|f| f.fault.as_str())
-            .collect();
-        assert_eq!(stale, ["server-kill"]);
-        // Monotonic fencing declares it impossible.
-        let v = check(&h, &judgement(true), &[], &[]);
-        assert!(v.violations().any(|f| f.kind == "stale-write"));
-    }
-
-    #[test]
-    fn a_slow_recovery_and_a_lock_left_held_fail_liveness() {
-        let mut h = History::default();
-        h.faults.push(fault("holder-kill", 10 * MS, 10 * MS));
-        hold(&mut h, 2, "b", 2, 2000 * MS, 2100 * MS);
-        h.stopped = 3000 * MS;
-        let v = check(&h, &judgement(true), &["hot".to_owned()], &[]);
-        let kinds: Vec<&str> = v.violations().map(|f| f.kind.as_str()).collect();
-        assert_eq!(kinds, ["liveness", "left-held"]);
-        let row = v.rows.iter().find(|r| r.fault == "holder-kill").expect("a row");
-        assert_eq!(row.recovery_max_ms, Some(1990.0));
-    }
-
-    #[test]
-    fn a_grant_during_the_fault_is_an_immediate_recovery() {
-        let mut h = History::default();
-        h.faults.push(fault("holder-pause", 10 * MS, 900 * MS));
-        hold(&mut h, 2, "b", 2, 500 * MS, 600 * MS);
-        h.stopped = 3000 * MS;
-        let v = check(&h, &judgement(true), &[], &[]);
-        assert_eq!(v.violations().count(), 0, "{:?}", v.findings);
-        let row = v.rows.iter().find(|r| r.fault == "holder-pause").expect("a row");
-        assert_eq!(row.recovery_max_ms, Some(0.0));
-    }
-
-    #[test]
-    fn more_permits_at_once_than_the_semaphore_has_are_found() {
-        // Two permits: a and b overlap (allowed); c comes while both still believe.
-        let mut h = History::default();
-        hold_of(&mut h, HoldKind::Permit, 1, "a", 1, (10 * MS, 50 * MS));
-        hold_of(&mut h, HoldKind::Permit, 2, "b", 2, (20 * MS, 60 * MS));
-        hold_of(&mut h, HoldKind::Permit, 3, "c", 3, (30 * MS, 40 * MS));
-        h.stopped = 100 * MS;
-        let v = check(&h, &judgement(true), &[], &[]);
-        let found: Vec<&Finding> = v.violations().collect();
-        assert_eq!(found.len(), 1, "{found:?}");
-        assert_eq!(found[0].kind, "exclusion");
-        // All three held from 30 until a stopped believing at 50.
-        assert_eq!(found[0].overlap_ms, Some(20.0));
-        for holder in [
-            "a (client 1)",
-            "b (client 2)",
-            "c (client 3)",
-            "3 holders at once",
-        ] {
-            assert!(found[0].detail.contains(holder), "{}", found[0].detail);
-        }
-        // With three permits, the same history is fine.
-        let mut three = judgement(true);
-        three.permits = 3;
-        let v = check(&h, &three, &[], &[]);
-        assert_eq!(v.violations().count(), 0, "{:?}", v.findings);
-    }
-
-    #[test]
-    fn as_many_permits_at_once_as_the_semaphore_has_pass() {
-        // Two permits: never more than two believed at one instant (c starts as a stops).
-        let mut h = History::default();
-        hold_of(&mut h, HoldKind::Permit, 1, "a", 1, (10 * MS, 30 * MS));
-        hold_of(&mut h, HoldKind::Permit, 2, "b", 2, (20 * MS, 60 * MS));
-        hold_of(&mut h, HoldKind::Permit, 3, "c", 3, (31 * MS, 70 * MS));
-        hold_of(&mut h, HoldKind::Permit, 4, "d", 4, (61 * MS, 80 * MS));
-        write_of(&mut h, 25 * MS, "a", 1, HoldKind::Permit, true);
-        write_of(&mut h, 35 * MS, "c", 3, HoldKind::Permit, true);
-        // b writes after c and d: an earlier permit rightly outlives later ones.
-        write_of(&mut h, 40 * MS, "b", 2, HoldKind::Permit, true);
-        h.stopped = 100 * MS;
-        let v = check(&h, &judgement(true), &[], &[]);
-        assert_eq!(v.violations().count(), 0, "{:?}", v.findings);
-        assert_eq!(v.acquisitions, 4);
-    }
-
-    #[test]
-    fn a_permit_token_from_two_holds_is_a_stale_write() {
-        let mut h = History::default();
-        hold_of(&mut h, HoldKind::Permit, 1, "a", 5, (10 * MS, 20 * MS));
-        hold_of(&mut h, HoldKind::Permit, 2, "b", 5, (15 * MS, 30 * MS));
-        write_of(&mut h, 16 * MS, "a", 5, HoldKind::Permit, true);
-        write_of(&mut h, 17 * MS, "b", 5, HoldKind::Permit, true);
-        h.stopped = 100 * MS;
-        let v = check(&h, &judgement(true), &[], &[]);
-        let kinds: HashSet<&str> = v.violations().map(|f| f.kind.as_str()).collect();
-        // b asked after a was granted: its token is out of order as well.
-        assert_eq!(
-            kinds,
-            HashSet::from(["stale-write", "repeated-token", "token-order"]),
-            "{:?}",
-            v.findings
-        );
-    }
-
-    #[test]
-    fn a_writer_beside_a_reader_is_found_and_readers_together_are_not() {
-        // Two readers overlap freely.
-        let mut h = History::default();
-        hold_of(&mut h, HoldKind::Read, 1, "r1", 1, (10 * MS, 50 * MS));
-        hold_of(&mut h, HoldKind::Read, 2, "r2", 2, (20 * MS, 60 * MS));
-        hold_of(&mut h, HoldKind::Write, 3, "w1", 3, (61 * MS, 70 * MS));
-        write_of(&mut h, 30 * MS, "r1", 1, HoldKind::Read, true);
-        write_of(&mut h, 31 * MS, "r2", 2, HoldKind::Read, true);
-        write_of(&mut h, 65 * MS, "w1", 3, HoldKind::Write, true);
-        h.stopped = 100 * MS;
-        let v = check(&h, &judgement(true), &[], &[]);
-        assert_eq!(v.violations().count(), 0, "{:?}", v.findings);
-
-        // A writer granted while a reader still believes.
-        let mut h = History::default();
-        hold_of(&mut h, HoldKind::Read, 1, "r1", 1, (10 * MS, 50 * MS));
-        hold_of(&mut h, HoldKind::Write, 2, "w1", 2, (40 * MS, 60 * MS));
-        h.stopped = 100 * MS;
-        let v = check(&h, &judgement(true), &[], &[]);
-        let found: Vec<&Finding> = v.violations().collect();
-        assert_eq!(found.len(), 1, "{found:?}");
-        assert_eq!(found[0].kind, "exclusion");
-        assert_eq!(found[0].overlap_ms, Some(10.0));
-        assert!(found[0].detail.contains("the write lock"), "{}", found[0].detail);
-
-        // A reader granted while a writer still believes, and two writers at once.
-        let mut h = History::default();
-        hold_of(&mut h, HoldKind::Write, 1, "w1", 1, (10 * MS, 50 * MS));
-        hold_of(&mut h, HoldKind::Read, 2, "r1", 2, (20 * MS, 30 * MS));
-        hold_of(&mut h, HoldKind::Write, 3, "w2", 3, (45 * MS, 60 * MS));
-        h.stopped = 100 * MS;
-        let v = check(&h, &judgement(true), &[], &[]);
-        let kinds: Vec<&str> = v.violations().map(|f| f.kind.as_str()).collect();
-        assert_eq!(kinds, ["exclusion", "exclusion"], "{:?}", v.findings);
-    }
-
-    #[test]
-    fn a_token_of_a_read_and_a_write_is_checked_across_both() {
-        // The writer's token is not above the reader's, granted before the writer asked.
-        let mut h = History::default();
-        hold_of(&mut h, HoldKind::Read, 1, "r1", 4, (10 * MS, 20 * MS));
-        hold_of(&mut h, HoldKind::Write, 2, "w1", 4, (30 * MS, 40 * MS));
-        write_of(&mut h, 15 * MS, "r1", 4, HoldKind::Read, true);
-        write_of(&mut h, 35 * MS, "w1", 4, HoldKind::Write, true);
-        h.stopped = 100 * MS;
-        let v = check(&h, &judgement(true), &[], &[]);
-        let kinds: HashSet<&str> = v.violations().map(|f| f.kind.as_str()).collect();
-        assert_eq!(
-            kinds,
-            HashSet::from(["stale-write", "repeated-token", "token-order"]),
-            "{:?}",
-            v.findings
-        );
-    }
-
-    fn write_of(h: &mut History, at: Nanos, grant: &str, token: u64, kind: HoldKind, accepted: bool) {
-        h.writes.push(Write {
-            at,
-            name: "hot".into(),
-            grant: grant.into(),
-            token: Some(token),
-            kind,
-            accepted,
-        });
-    }
-
-    #[test]
-    fn a_grant_found_lost_at_its_first_check_believed_nothing() {
-        // A holder stopped between its acquire's return and the recording of the grant: the
-        // grant is recorded when the process runs again, long after its lease ran out, and its
-        // guard says lost at the first check (no affirmation). Two others hold meanwhile.
-        let mut h = History::default();
-        hold_of(&mut h, HoldKind::Permit, 1, "a", 2, (10 * MS, 60 * MS));
-        hold_of(&mut h, HoldKind::Permit, 2, "b", 3, (20 * MS, 60 * MS));
-        h.events.push(ev(
-            40 * MS,
-            3,
-            ClientEvent::Granted {
-                name: "hot".into(),
-                grant: "late".into(),
-                token: Some(1),
-                kind: HoldKind::Permit,
-            },
-        ));
-        h.events.push(ev(
-            40 * MS,
-            3,
-            ClientEvent::Lost {
-                grant: "late".into(),
-                reason: "the lease expired before it was renewed".into(),
-            },
-        ));
-        h.stopped = 100 * MS;
-        let v = check(&h, &judgement(false), &[], &[]);
-        assert_eq!(v.violations().count(), 0, "{:?}", v.findings);
-        // Once it affirms, even at its grant's instant, it is a third holder of two permits.
-        h.events
-            .push(ev(40 * MS, 3, ClientEvent::Affirmed { grant: "late".into() }));
-        let v = check(&h, &judgement(false), &[], &[]);
-        let kinds: Vec<&str> = v.violations().map(|f| f.kind.as_str()).collect();
-        assert_eq!(kinds, ["exclusion"], "{:?}", v.findings);
-    }
 }

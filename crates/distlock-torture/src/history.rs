@@ -147,6 +147,19 @@ pub struct FaultRecord {
     pub start: Nanos,
     /// When it was undone (the process resumed or restarted, the proxy healed).
     pub end: Nanos,
+    /// Whether it took effect (the process was there to stop, a proxy to break); a fault
+    /// scheduled but not injected fails the run.
+    #[serde(default = "injected")]
+    pub injected: bool,
+    /// For a fault that resets the store's state, when it was lost: the kill (after a lagged
+    /// failover's lag). `None`: at its start.
+    #[serde(default)]
+    pub lost_at: Option<Nanos>,
+}
+
+/// Histories recorded before faults said whether they took effect: they did.
+fn injected() -> bool {
+    true
 }
 
 /// Everything one run recorded.

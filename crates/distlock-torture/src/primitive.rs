@@ -4,12 +4,12 @@
 use std::time::Duration;
 
 use distlock::{AcquireOptions, LockClient, LockGuard};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::history::HoldKind;
 
 /// The primitive every name of a run is (`--primitive`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum Primitive {
     /// The lock of each name: one holder at a time.

@@ -29,16 +29,17 @@ pub fn table(outcome: &Outcome) -> String {
     let _ = writeln!(out, "Workload: {}.\n", outcome.workload);
     let _ = writeln!(
         out,
-        "| fault | faults | acquisitions | exclusion violations | overlap p50 / max | holder told after p50 / max | holders told lost (still held) | stale writes accepted | fenced writes rejected | recovery p50 | recovery max | guarantee |"
+        "| fault | faults (scheduled) | acquisitions | exclusion violations | overlap p50 / max | holder told after p50 / max | holders told lost (still held) | stale writes accepted | fenced writes rejected | recovery p50 | recovery max | guarantee |"
     );
     let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|");
     let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0} ms"));
     for row in &verdict.rows {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} / {} | {} / {} | {} ({}) | {} | {} | {} | {} | {} |",
+            "| {} | {} ({}) | {} | {} | {} / {} | {} / {} | {} ({}) | {} | {} | {} | {} | {} |",
             row.fault,
             row.faults,
+            row.scheduled,
             row.acquisitions,
             row.exclusion_violations,
             ms(row.overlap_p50_ms),

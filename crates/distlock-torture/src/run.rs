@@ -14,17 +14,23 @@ use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
 use crate::broken::Breakage;
-use crate::checker::{check, Judgement, Verdict};
+use crate::checker::{Judgement, Verdict};
 use crate::faults::{schedule, FaultKind, Planned};
 use crate::history::{now, FaultRecord, History};
+use crate::picture;
 use crate::primitive::{is_free, Primitive};
 use crate::resource::Resource;
+use crate::saved::Saved;
 use crate::store::{Backend, Store};
 use crate::wire::slot_of;
 
 /// The extra time allowed on top of TTL (or session timeout) plus operation timeout for the
 /// hot lock to be granted again after a fault.
 pub const RECOVERY_SLACK: Duration = Duration::from_secs(2);
+
+/// How long after a server's kill a grant it gave before may still be recorded (the reply
+/// read, the event stamped): a grant recorded later came from the state after the loss.
+pub const IN_FLIGHT: Duration = Duration::from_millis(500);
 
 /// How a run is set up.
 #[derive(Debug, Clone)]
@@ -54,8 +60,11 @@ pub struct Setup {
     pub quiet: Duration,
     /// Where client processes write their logs.
     pub log_dir: PathBuf,
-    /// Where to write the recorded history (JSON), for a look at what the checker judged.
+    /// Where to save the run (JSON: the recorded history and what the checker was told), to
+    /// read it or check it again with `--check`.
     pub history: Option<PathBuf>,
+    /// Where to draw the run's timeline and recovery times (SVG).
+    pub picture: Option<PathBuf>,
     /// Print a progress line.
     pub progress: bool,
 }
@@ -382,10 +391,6 @@ pub async fn run(setup: Setup) -> Result<Outcome, RunError> {
     }
 
     let history: History = resource.with_history(|h| h.clone());
-    if let Some(path) = &setup.history {
-        let json = serde_json::to_vec(&history).map_err(|e| e.to_string())?;
-        std::fs::write(path, json).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    }
     let judgement = Judgement {
         monotonic_fencing: capabilities.fencing == distlock::Fencing::Monotonic,
         documented_losses: backend.documented_losses(),
@@ -393,13 +398,12 @@ pub async fn run(setup: Setup) -> Result<Outcome, RunError> {
         recovery_bound: u64::try_from(recovery_bound.as_nanos()).unwrap_or(u64::MAX),
         kinds: kinds.iter().map(|k| k.name().to_owned()).collect(),
         permits,
+        in_flight: u64::try_from(IN_FLIGHT.as_nanos()).unwrap_or(u64::MAX),
     };
-    let verdict = check(&history, &judgement, &left_held, &crashed);
     drop(store);
-    Ok(Outcome {
+    let saved = Saved {
         backend: backend.name().to_owned(),
         seed: setup.seed,
-        seconds,
         ttl_ms: setup.ttl.as_millis(),
         fencing: format!("{:?}", capabilities.fencing),
         primitive,
@@ -414,8 +418,20 @@ pub async fn run(setup: Setup) -> Result<Outcome, RunError> {
             setup.workload.short_hold,
             setup.workload.long_holds * 100.0
         ),
-        verdict,
-    })
+        judgement,
+        left_held,
+        crashed,
+        history,
+    };
+    if let Some(path) = &setup.history {
+        saved.write(path)?;
+    }
+    if let Some(path) = &setup.picture {
+        picture::write(&saved, path)?;
+    }
+    let mut outcome = saved.outcome();
+    outcome.seconds = seconds;
+    Ok(outcome)
 }
 
 /// Injects one fault and returns its record.
@@ -442,11 +458,21 @@ async fn inject(
     };
     let start = now();
     let target;
+    // Server faults fail the run if they fail; the others say whether they took effect.
+    let mut injected = true;
+    // When a kill loses the store's state: at once, or after a lagged failover's lag.
+    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let lost_at = match planned.kind {
+        FaultKind::ServerKill | FaultKind::MajorityKill | FaultKind::Failover => Some(start),
+        FaultKind::LaggedFailover => Some(start + nanos(planned.duration)),
+        _ => None,
+    };
     match planned.kind {
         FaultKind::HolderKill => {
             let slot = &mut slots[holder];
+            injected = false;
             if let Some(child) = slot.child.as_mut() {
-                let _ = child.start_kill();
+                injected = child.start_kill().is_ok();
                 let _ = child.wait().await;
             }
             let killed_at = now();
@@ -460,8 +486,9 @@ async fn inject(
             target = format!("client {holder}");
         }
         FaultKind::HolderPause => {
+            injected = false;
             if let Some(pid) = pid(&slots[holder]) {
-                let _ = kill(pid, Signal::SIGSTOP);
+                injected = kill(pid, Signal::SIGSTOP).is_ok();
                 tokio::time::sleep(planned.duration).await;
                 let _ = kill(pid, Signal::SIGCONT);
             }
@@ -528,6 +555,7 @@ async fn inject(
                 true => slots.iter().flat_map(proxies_of).collect(),
                 false => proxies_of(&slots[holder]),
             };
+            injected = !list.is_empty();
             for proxy in &list {
                 match planned.kind {
                     FaultKind::BlackholeHolder | FaultKind::BlackholeAll => proxy.blackhole(),
@@ -557,6 +585,8 @@ async fn inject(
         target,
         start,
         end: now(),
+        injected,
+        lost_at,
     })
 }
 

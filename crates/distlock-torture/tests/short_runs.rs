@@ -78,6 +78,25 @@ fn survives(backend: &str) {
     );
     let acquisitions = results[0]["verdict"]["acquisitions"].as_u64().unwrap_or_default();
     assert!(acquisitions > 20, "{backend}: only {acquisitions} acquisitions");
+    faults_were_injected(backend, &results);
+}
+
+/// Every fault the run scheduled was injected, kind by kind, and there were some.
+fn faults_were_injected(what: &str, results: &serde_json::Value) {
+    let rows = results[0]["verdict"]["rows"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut injected = 0;
+    for row in &rows {
+        let (kind, faults, scheduled) = (&row["fault"], row["faults"].as_u64(), row["scheduled"].as_u64());
+        assert!(
+            scheduled.is_some() && faults == scheduled,
+            "{what}: {kind}: {faults:?} faults injected of {scheduled:?} scheduled"
+        );
+        injected += faults.unwrap_or_default();
+    }
+    assert!(injected > 0, "{what}: no fault was injected: {rows:?}");
 }
 
 #[test]
@@ -161,6 +180,7 @@ fn survives_as(backend: &str, primitive: &str) {
         acquisitions > 20,
         "{backend} ({primitive}): only {acquisitions} acquisitions"
     );
+    faults_were_injected(&format!("{backend} ({primitive})"), &results);
 }
 
 #[test]
@@ -250,6 +270,38 @@ fn the_checker_catches_broken_backends() {
                 "{broken}: no {expected} finding among {found:?}"
             );
         }
+    }
+}
+
+#[test]
+fn the_checker_catches_a_lock_never_freed_and_a_waiter_never_woken() {
+    for (broken, faults, duration, expected) in [
+        // Every release is a no-op and the store holds each grant for an hour.
+        ("never-frees", "holder-kill", "10s", "left-held"),
+        // A process that once found a name held never gets it again. A process that had not
+        // tried yet may still get it during the first fault (seen), so the run lasts for two.
+        ("never-woken", "holder-pause", "20s", "liveness"),
+    ] {
+        let (code, results) = torture(&[
+            "--backend",
+            "sqlite",
+            "--duration",
+            duration,
+            "--cold",
+            "0",
+            "--seed",
+            FIXED_SEED,
+            "--broken",
+            broken,
+            "--faults",
+            faults,
+        ]);
+        let found = violations(&results);
+        assert_eq!(code, Some(1), "{broken}: the run passed; findings: {found:?}");
+        assert!(
+            found.iter().any(|k| k == expected),
+            "{broken}: no {expected} finding among {found:?}"
+        );
     }
 }
 
