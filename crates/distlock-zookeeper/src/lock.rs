@@ -266,6 +266,14 @@ impl ZooKeeperLock {
             .await
     }
 
+    /// The session timeout the server negotiated for the current session, if one is open: the
+    /// one asked for ([`ZooKeeperConfig::session_timeout`]) brought into the server's
+    /// `minSessionTimeout..=maxSessionTimeout`. The heartbeat, the suspension and the local
+    /// deadline of the session all follow this one.
+    pub fn negotiated_session_timeout(&self) -> Option<Duration> {
+        self.inner.current().map(|conn| conn.client.session_timeout())
+    }
+
     /// The ZooKeeper session id of the current session, if one is open (for logs).
     pub fn session_id(&self) -> Option<i64> {
         self.inner.current().map(|conn| conn.client.session_id().0)
@@ -692,18 +700,16 @@ impl Inner {
                 None => session,
             },
         );
+        // Everything below follows the timeout the server negotiated, not the one asked for.
+        let timeout = conn.client.session_timeout();
         tokio::spawn(follow_session(
             Arc::downgrade(self),
             epoch,
             (initial, states),
-            conn.client.session_timeout(),
-            self.config.connection_timeout(),
+            timeout,
+            driver_connection_timeout(self.config.connection_timeout(), timeout),
         ));
-        tokio::spawn(heartbeat(
-            Arc::downgrade(self),
-            epoch,
-            self.config.connection_timeout(),
-        ));
+        tokio::spawn(heartbeat(Arc::downgrade(self), epoch, timeout / 4));
         Ok(conn)
     }
 
@@ -1016,7 +1022,8 @@ async fn watch_held(inner: Weak<Inner>, client: zk::Client, path: String, epoch:
     }
 }
 
-/// Keeps the last contact of session `epoch` known: every third of the connection timeout,
+/// Keeps the last contact of session `epoch` known: every third of `connection_timeout` (a
+/// quarter of the negotiated session timeout),
 /// while connected to a quorum server, an `exists("/")` whose send time is recorded once
 /// answered. (This replaces the driver's idle pings, which it sends only after three eighths
 /// of the connection timeout without a request, so the traffic stays about the same.) Holds
@@ -1118,6 +1125,18 @@ async fn follow_session(
         if inner.session.borrow().epoch != epoch {
             return; // a newer session took over
         }
+    }
+}
+
+/// How long the driver lets a connection stay silent before it gives up on it: the
+/// `configured` connection timeout, which the driver lowers to two fifths of the negotiated
+/// session `timeout` when it exceeds three fifths of it (when the server negotiated the session
+/// timeout down). Erring low only makes the session end earlier here.
+fn driver_connection_timeout(configured: Duration, timeout: Duration) -> Duration {
+    if configured > timeout * 3 / 5 {
+        timeout * 2 / 5
+    } else {
+        configured
     }
 }
 

@@ -216,6 +216,7 @@ async fn a_session_timeout_above_the_servers_cap_keeps_healthy_guards() {
         .with_session_timeout(ASKED)
         .expect("valid");
     let backend = ZooKeeperLock::connect(config).await.expect("connects");
+    assert_eq!(backend.negotiated_session_timeout(), Some(CAP));
     let session = backend.session_id();
     let client = LockClient::new(backend.clone());
     let guard = client.acquire("negotiated").await.expect("acquired");
