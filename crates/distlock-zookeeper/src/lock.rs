@@ -96,6 +96,7 @@ use zookeeper_client as zk;
 use crate::ZooKeeperConfig;
 
 mod entry;
+mod heartbeat;
 mod layout;
 mod queue;
 mod rw_lock;
@@ -709,7 +710,7 @@ impl Inner {
             timeout,
             driver_connection_timeout(self.config.connection_timeout(), timeout),
         ));
-        tokio::spawn(heartbeat(Arc::downgrade(self), epoch, timeout / 4));
+        tokio::spawn(heartbeat::heartbeat(Arc::downgrade(self), epoch, timeout));
         Ok(conn)
     }
 
@@ -1022,51 +1023,13 @@ async fn watch_held(inner: Weak<Inner>, client: zk::Client, path: String, epoch:
     }
 }
 
-/// Keeps the last contact of session `epoch` known: every third of `connection_timeout` (a
-/// quarter of the negotiated session timeout),
-/// while connected to a quorum server, an `exists("/")` whose send time is recorded once
-/// answered. (This replaces the driver's idle pings, which it sends only after three eighths
-/// of the connection timeout without a request, so the traffic stays about the same.) Holds
-/// the client only for the round trip, so it never keeps a session open; ends with the
-/// session.
-async fn heartbeat(inner: Weak<Inner>, epoch: u64, connection_timeout: Duration) {
-    let period = connection_timeout / 3;
-    let mut ticks = tokio::time::interval(period);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        let Some(client) = inner.upgrade().and_then(|inner| {
-            if inner.session.borrow().epoch != epoch {
-                return None;
-            }
-            inner.current().filter(|c| c.epoch == epoch).map(|c| c.client)
-        }) else {
-            return;
-        };
-        if client.state() != zk::SessionState::SyncConnected {
-            continue;
-        }
-        let sent = Instant::now();
-        let answered = tokio::time::timeout(connection_timeout, client.check_stat("/")).await;
-        let quorum = client.state() == zk::SessionState::SyncConnected;
-        let timeout = client.session_timeout();
-        drop(client);
-        if let (Ok(Ok(_)), true) = (answered, quorum) {
-            match inner.upgrade() {
-                Some(inner) => inner.contacted(epoch, sent, timeout),
-                None => return,
-            }
-        }
-    }
-}
-
 /// Maps the client's session states onto [`Session`] for epoch `epoch`, and declares the
 /// session expired on our side before the server can expire it.
 ///
-/// The server expires a session `timeout` after it last heard from us, which is no earlier
-/// than our last contact: the send time of the last request it answered while we were
-/// connected to a quorum server (kept by [`heartbeat`] every third of the connection
-/// timeout). Once the connection is lost (noticed by the driver after `connection_timeout`
+/// The server expires a session `timeout` (the negotiated one) after it last heard from us,
+/// which is no earlier than our last contact: the send time of the last request the leader
+/// confirmed (kept by `heartbeat.rs`, which also ends the session while the driver stays
+/// connected to a member that lost its leader). Once the connection is lost (noticed by the driver after `connection_timeout`
 /// of silence, plus one tick) or reaches only a read-only server, the guards are Suspended at
 /// once, and the session ends here at the last contact plus `timeout` minus a safety margin
 /// of a tenth of the session timeout: the guards' lost signals fire while the server still

@@ -236,6 +236,10 @@ async fn holder_on_a_follower_cut_off_from_its_leader_is_lost_before_another_cli
     ensemble.cut_off(follower).expect("the follower is cut off");
     let cut = Instant::now();
 
+    let suspended = async {
+        let reason = tokio::time::timeout(SESSION * 5, guard.lost_signal().lost_or_suspended()).await;
+        (Instant::now(), reason.ok())
+    };
     let lost = async {
         let reason = tokio::time::timeout(SESSION * 5, guard.lost()).await.ok();
         (Instant::now(), reason)
@@ -248,11 +252,14 @@ async fn holder_on_a_follower_cut_off_from_its_leader_is_lost_before_another_cli
             .expect("the other client acquires on the majority side");
         (Instant::now(), guard)
     };
-    let ((lost_at, reason), (acquired_at, other_guard)) = tokio::join!(lost, acquired);
+    let ((suspended_at, suspension), (lost_at, reason), (acquired_at, other_guard)) =
+        tokio::join!(suspended, lost, acquired);
     let t = |at: Instant| at.duration_since(cut);
     println!(
-        "session timeout {SESSION:?}, follower {follower} cut off (leader {leader}): holder lost \
-         ({reason:?}) at +{:?}, the other client acquired at +{:?}",
+        "session timeout {SESSION:?}, follower {follower} cut off (leader {leader}): holder \
+         suspended ({suspension:?}) at +{:?}, lost ({reason:?}) at +{:?}, the other client acquired \
+         at +{:?}",
+        t(suspended_at),
         t(lost_at),
         t(acquired_at)
     );
@@ -264,6 +271,16 @@ async fn holder_on_a_follower_cut_off_from_its_leader_is_lost_before_another_cli
         t(lost_at)
     );
     assert_eq!(reason, Some(LossReason::SessionExpired));
+    assert_eq!(
+        suspension,
+        Some(LossReason::SessionSuspended),
+        "suspended before it was lost"
+    );
+    assert!(
+        t(suspended_at) < SESSION / 2,
+        "suspended late: +{:?}",
+        t(suspended_at)
+    );
     assert!(other_guard.release().await.expect("released"));
     drop(guard);
     ensemble.heal_links().expect("healed");
