@@ -58,17 +58,22 @@
 //!
 //! Locks live as long as the ZooKeeper session that created them: there is no TTL, and the
 //! lease's `ttl` is ignored. The session is published to the guards ([`Session`]):
-//! - connection lost: `Suspended` (the guard's `is_suspended()`); the lock may still be held;
+//! - connection lost, or the leader has not confirmed the session (`heartbeat.rs`: a `sync`
+//!   and a read) for a quarter of the negotiated session timeout: `Suspended` (the guard's
+//!   `is_suspended()`); the lock may still be held;
 //! - reconnected within the session timeout: `Connected` again with the same epoch;
 //! - connected only to a read-only server: `Suspended` (it cannot keep the session alive);
-//! - the server expired the session, or the last contact with the server is a session
-//!   timeout ago, less a margin of a tenth of it (so this side says lost before the server
+//! - the server expired the session, or the last contact the leader confirmed is a
+//!   (negotiated) session timeout ago, less a margin of a tenth of it (so this side says lost before the server
 //!   can expire the session and hand the lock to someone else): `Expired`, every guard of
 //!   that session is lost, and the next operation opens a new session with the next epoch.
 //!   That instant is also published as the session's local deadline
 //!   ([`Session::valid_until`]), moved forward by each heartbeat: a guard checks it against
 //!   the clock, so a process that was paused (a long GC, SIGSTOP) past it says lost the moment
 //!   it runs again, before any of its tasks has learnt anything.
+//!
+//! A session outlives a stuck holder: past the guard's maximum hold time the core's watchdog
+//! releases the lease (deletes the node), since no TTL would end it.
 //!
 //! A held node deleted behind our back (by an operator or a buggy client) is noticed through an
 //! `exists` watch set on it right after it is won (in the background, no added latency), and
