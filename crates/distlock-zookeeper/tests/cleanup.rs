@@ -1,11 +1,12 @@
 //! The background cleanup of a node we no longer want stops on a permanent error: a waiter
-//! that gives up under a parent whose ACL refuses `delete` (`NoAuth`) must not retry forever.
+//! that gives up under a parent whose ACL refuses `delete` (`NoAuth`) must not retry forever;
+//! and a refused node does not keep the cleanup from the nodes after it.
 
 mod support;
 
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, LockKind, LockName, OwnerToken, TryAcquire};
 use distlock_testkit::proxy::through_proxies;
 use support::ZkFixture;
 use zookeeper_client as zk;
@@ -72,6 +73,80 @@ async fn cleanup_stops_on_a_permanent_error() {
     // Once both sessions are gone their nodes are, and the parent can go.
     for _ in 0..50 {
         match raw.delete(&parent, None).await {
+            Ok(()) | Err(zk::Error::NoNode) => break,
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// A dropped wait for a permit deletes its lease, then its node in the semaphore's `locks`
+/// queue. When the server refuses to delete the lease (`NoAuth`: the `leases` node's ACL
+/// forbids `delete`), the `locks` node must go all the same, or every later acquirer of the
+/// semaphore waits behind it until the waiter's session ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_lease_cleanup_still_deletes_the_locks_node() {
+    let fixture = ZkFixture::shared().await;
+    let holder = support::connect(fixture.url()).await;
+    let waiter = support::connect(fixture.url()).await;
+    let raw = support::raw(fixture.url()).await;
+    let name = LockName::new(format!("cleanup-chain-{}", uuid::Uuid::new_v4().simple())).expect("valid");
+    let kind = LockKind::Permit { permits: 1 };
+
+    // The semaphore's `leases` node lets anyone create children but not delete them.
+    let semaphore = waiter.semaphore_path(&name);
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    raw.mkdir(&semaphore, &open)
+        .await
+        .expect("the semaphore's node is created");
+    let no_delete = [zk::Acl::new(
+        zk::Permission::READ | zk::Permission::WRITE | zk::Permission::CREATE | zk::Permission::ADMIN,
+        zk::AuthId::new("world", "anyone"),
+    )];
+    let leases = format!("{semaphore}/leases");
+    raw.create(
+        &leases,
+        &[],
+        &zk::CreateMode::Persistent.with_acls(zk::Acls::new(&no_delete)),
+    )
+    .await
+    .expect("the leases node is created");
+
+    let held = holder
+        .try_acquire_kind(&name, kind, OwnerToken::new(), TTL, None)
+        .await
+        .expect("attempt");
+    assert!(matches!(held, TryAcquire::Acquired(_)), "the only permit is free");
+    // The waiter takes the `locks` mutex, adds its lease, finds the semaphore full and waits;
+    // then it gives up.
+    let owner = OwnerToken::new();
+    let waited = tokio::time::timeout(
+        Duration::from_millis(800),
+        waiter.acquire_kind_queued(&name, kind, owner, TTL, None),
+    )
+    .await;
+    assert!(waited.is_err(), "the waiter was still waiting");
+
+    let locks = format!("{semaphore}/locks");
+    let ours = |children: &[String]| children.iter().any(|c| c.contains(&owner.to_string()));
+    let mut left = true;
+    for _ in 0..50 {
+        raw.sync(&locks).await.expect("synced");
+        left = ours(&raw.list_children(&locks).await.expect("listed"));
+        if !left {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        !left,
+        "the waiter's node in `locks` is still there 5 s after the lease's cleanup was refused: \
+         the next acquirer waits behind it until the session ends"
+    );
+
+    drop(waiter);
+    drop(holder);
+    for _ in 0..50 {
+        match raw.delete(&leases, None).await {
             Ok(()) | Err(zk::Error::NoNode) => break,
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
