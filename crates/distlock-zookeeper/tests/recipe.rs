@@ -159,3 +159,30 @@ async fn release_without_handle_finds_our_node_by_owner() {
     assert!(other.release(&cleanup).await.expect("release"));
     assert!(fixture.contenders(&name).await.expect("listed").is_empty());
 }
+
+/// A foreign contender whose name ends in a hyphen and the server's 10-digit sequence
+/// (`x-0000000005`) is ordered by that sequence: the hyphen is part of its prefix, not a
+/// minus sign (a negative sequence is `%010d`, `-000000005`, never a hyphen and ten digits
+/// starting with 0). Created after our holder's node, it is queued behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_name_ending_in_a_hyphen_is_queued_by_its_sequence() {
+    let fixture = ZkFixture::shared().await;
+    let holder = support::connect(fixture.url()).await;
+    let raw = support::raw(fixture.url()).await;
+    let name = unique("foreign-hyphen");
+    let owner = OwnerToken::new();
+    let held = holder
+        .try_acquire(&name, owner, TTL)
+        .await
+        .expect("the holder's attempt");
+    assert!(matches!(held, TryAcquire::Acquired(_)));
+    let planted = plant(&raw, &holder, &name, "x-").await;
+    assert!(sequence(&planted) > 0, "{planted}");
+
+    let state = holder.inspect(&name).await.expect("inspected");
+    assert_eq!(
+        state.owner.as_deref(),
+        Some(owner.to_string().as_str()),
+        "the first contender is the holder, not {planted:?} (created after it)"
+    );
+}
