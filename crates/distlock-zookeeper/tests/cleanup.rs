@@ -152,3 +152,98 @@ async fn a_refused_lease_cleanup_still_deletes_the_locks_node() {
         }
     }
 }
+
+/// A dropped queued acquisition whose `create` reply was lost is cleaned up by its owner's
+/// prefix after a reconnection, and the member reconnected to may lag behind the leader.
+/// Timeline: the waiter's `create` reaches the leader, its reply is lost, and the wait is
+/// dropped; the create commits 5 s later (the followers' acknowledgements are slow); the
+/// client reconnects to a follower whose link from the leader runs 5 s late, so that
+/// follower has not applied the create when the cleanup lists the queue. The cleanup must
+/// still find and delete the node (a `sync` first), not leave it for the whole session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cleanup_after_a_reconnection_to_a_lagging_follower_finds_the_node() {
+    use distlock_testkit::{Direction, FaultProxy, ZooKeeperEnsemble, ZooKeeperOptions};
+    const LAG: Duration = Duration::from_secs(5);
+
+    let options = ZooKeeperOptions {
+        sync_limit: 20,
+        peer_proxies: true,
+        ..ZooKeeperOptions::default()
+    };
+    let ensemble = tokio::task::spawn_blocking(move || {
+        let ensemble = ZooKeeperEnsemble::start_with(options)?;
+        let leader = ensemble.wait_for_leader(Duration::from_secs(30))?;
+        Ok::<_, distlock_testkit::HarnessError>((ensemble, leader))
+    })
+    .await
+    .expect("joined");
+    let (ensemble, leader) = ensemble.expect("the ensemble starts with proxies between its members");
+    let (acking, lagging) = ((leader + 1) % 3, (leader + 2) % 3);
+    let direct = |i: usize| format!("zk://127.0.0.1:{}", ensemble.node(i).port());
+    let to_leader = FaultProxy::start(ensemble.node(leader).addr()).expect("a proxy");
+    let to_lagging = FaultProxy::start(ensemble.node(lagging).addr()).expect("a proxy");
+    to_lagging.refuse(true); // the waiter's session starts on the leader
+    let config = support::config(&format!(
+        "zk://{},{}",
+        to_leader.host_port(),
+        to_lagging.host_port()
+    ))
+    .with_session_timeout(Duration::from_secs(30))
+    .and_then(|c| c.with_operation_timeout(Duration::from_secs(20)))
+    .expect("valid");
+    let waiter = distlock_zookeeper::ZooKeeperLock::connect(config)
+        .await
+        .expect("the waiter connects");
+    let holder = support::connect(&direct(leader)).await;
+    let raw = support::raw(&direct(leader)).await;
+    let name = LockName::new(format!("cleanup-lag-{}", uuid::Uuid::new_v4().simple())).expect("valid");
+    let held = holder
+        .try_acquire(&name, OwnerToken::new(), TTL)
+        .await
+        .expect("attempt");
+    assert!(matches!(held, TryAcquire::Acquired(_)));
+    // Every member has applied all of that before the faults begin.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let link = |from: usize| ensemble.peer_link(from, leader).expect("proxied links");
+    link(acking)
+        .quorum()
+        .set_latency(Direction::ToServer, LAG, Duration::ZERO);
+    link(lagging)
+        .quorum()
+        .set_latency(Direction::ToClient, LAG, Duration::ZERO);
+    to_leader.drop_replies();
+    let owner = OwnerToken::new();
+    let waited = tokio::time::timeout(
+        Duration::from_millis(800),
+        waiter.acquire_queued(&name, owner, TTL, None),
+    )
+    .await;
+    assert!(waited.is_err(), "the waiter's create got no reply");
+    // The connection to the leader breaks; the driver moves to the lagging follower.
+    to_leader.refuse(true);
+    to_leader.reset();
+    to_lagging.refuse(false);
+    tokio::time::sleep(LAG * 2 + Duration::from_secs(2)).await;
+    link(acking).heal();
+    link(lagging).heal();
+
+    let parent = holder.lock_path(&name);
+    let mut left = Vec::new();
+    for _ in 0..100 {
+        raw.sync(&parent).await.expect("synced");
+        left = raw.list_children(&parent).await.expect("listed");
+        left.retain(|c| c.contains(&owner.to_string()));
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        left.is_empty(),
+        "the dropped waiter's node {left:?} is still there: the cleanup listed the queue on a \
+         follower that had not applied its create yet"
+    );
+    assert!(waiter.session_id().is_some(), "the waiter's session lives on");
+    drop((waiter, to_lagging, to_leader));
+}
