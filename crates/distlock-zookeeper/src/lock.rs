@@ -295,10 +295,14 @@ impl fmt::Debug for ZooKeeperLock {
     }
 }
 
+/// The driver's errors by meaning. `Custom` is what a request gets when its connection fails
+/// under it (an I/O error such as a reset): its outcome is unknown and a retry may succeed,
+/// as after `ConnectionLoss`.
 fn map_err(error: zk::Error) -> Error {
     use zk::Error as E;
     match error {
-        E::ConnectionLoss
+        E::Custom(_)
+        | E::ConnectionLoss
         | E::Timeout
         | E::NoHosts
         | E::SessionExpired

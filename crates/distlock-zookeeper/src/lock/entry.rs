@@ -264,7 +264,8 @@ pub(super) enum Cleanup {
     Prefix { parent: String, prefix: String },
 }
 
-/// Deletes nodes we no longer want in the background, one after the other in the given order,
+/// Deletes nodes we no longer want in the background, one after the other in the given order
+/// (a node known only by its owner's prefix: `sync`, `getChildren`, a `delete` per node),
 /// retrying transient failures with backoff (200 ms doubling to 2 s) for at most
 /// [`CLEANUP_ATTEMPTS`] attempts each, and giving up on a node at once on a permanent error
 /// such as `NoAuth`. A node given up on does not stop the ones after it (a semaphore's
@@ -296,7 +297,13 @@ async fn clean_up(client: &zk::Client, cleanup: Cleanup, op_timeout: Duration) -
             match &cleanup {
                 Cleanup::Path(path) => client.delete(path, None).await,
                 Cleanup::Prefix { parent, prefix } => {
-                    // Sent after our `create` on the same session, so it sees its node.
+                    // The `create` may have been applied without our learning it, and the
+                    // session may since have moved to a member that has not applied it yet:
+                    // `sync` first, so the listing sees every write the leader committed.
+                    match client.sync(parent).await {
+                        Err(zk::Error::NoNode) => return Ok(()),
+                        other => other?,
+                    }
                     let children = match client.list_children(parent).await {
                         Err(zk::Error::NoNode) => return Ok(()),
                         other => other?,
