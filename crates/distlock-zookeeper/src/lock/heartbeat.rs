@@ -20,18 +20,19 @@ use zookeeper_client as zk;
 use super::{session_deadline, Inner};
 
 /// Beats for session `epoch`, whose negotiated timeout is `timeout`, every twelfth of it
-/// (a third of the wait below; this replaces the driver's idle pings, which it sends only
+/// (a third of the suspension delay below; this replaces the driver's idle pings, which it sends only
 /// after three eighths of its connection timeout without a request, so the traffic stays about
 /// the same). While the driver is connected to a quorum server:
-/// - a beat answered within a quarter of `timeout` records its send time as the last contact
-///   (moving the session's local deadline) and publishes the session `Connected`;
-/// - with no contact for a quarter of `timeout`, the session is published `Suspended` (the
-///   driver may still be connected, to a member that lost its leader);
+/// - a beat answered before the session's local deadline records its send time as the last
+///   contact (moving the deadline) and publishes the session `Connected`; one beat is out at
+///   a time, so a slow leader slows the beats down rather than piling them up;
+/// - with a beat unanswered for a quarter of `timeout`, the session is published `Suspended`
+///   (the driver may still be connected, to a member that lost its leader);
 /// - at the last contact plus `timeout`, less a tenth of it, the session ends here, whether
 ///   the driver is connected or not.
 ///
-/// Holds the client only for a round trip, so it never keeps a session open; ends with the
-/// session.
+/// Holds the client only while a beat is out (a quarter of `timeout` at most once the
+/// `ZooKeeperLock` is dropped), so it never keeps a session open; ends with the session.
 pub(super) async fn heartbeat(inner: Weak<Inner>, epoch: u64, timeout: Duration) {
     let wait = timeout / 4;
     let period = wait / 3;
@@ -68,31 +69,56 @@ pub(super) async fn heartbeat(inner: Weak<Inner>, epoch: u64, timeout: Duration)
             synced.await?;
             read.await.map(drop)
         };
-        let answered = tokio::time::timeout_at((sent + wait).min(deadline), confirmed).await;
+        tokio::pin!(confirmed);
+        // A slow answer still proves contact at `sent`: it is awaited up to the deadline, and
+        // the locks are suspended meanwhile once it is `wait` late (by then the driver has
+        // given up on a silent connection, so requests sent after the suspension wait for
+        // the next one). Looked at again every `wait`, so a session that ended or a client
+        // dropped is let go.
+        let mut limit = sent + wait;
+        let answered = loop {
+            if let Ok(answered) = tokio::time::timeout_at(limit.min(deadline), &mut confirmed).await {
+                break Some(answered);
+            }
+            if Instant::now() >= deadline || current(&inner, epoch).is_none() {
+                break None;
+            }
+            suspend(&inner, epoch, &client);
+            limit = Instant::now() + wait;
+        };
         let Some(strong) = inner.upgrade() else {
             return;
         };
         // Looked at right before publishing, with no await between: a disconnection the
         // driver reports after this is published after it by the session follower.
-        if client.state() != zk::SessionState::SyncConnected {
-            continue;
-        }
-        if matches!(answered, Ok(Ok(()))) {
+        if matches!(answered, Some(Ok(()))) && client.state() == zk::SessionState::SyncConnected {
             strong.contacted(epoch, sent, timeout);
             strong.set_state(epoch, SessionState::Connected);
         } else if strong
             .last_contact(epoch)
             .is_none_or(|contact| Instant::now() >= contact + wait)
         {
-            if strong.session.borrow().state == SessionState::Connected {
-                tracing::info!(
-                    epoch,
-                    "distlock: the ZooKeeper server answers, but the leader does not confirm; locks suspended"
-                );
-            }
-            strong.set_state(epoch, SessionState::Suspended);
+            suspend(&inner, epoch, &client); // a beat refused while connected
         }
     }
+}
+
+/// Publishes session `epoch` suspended while the driver is still connected: the member
+/// answers, but the leader has not confirmed the session for a quarter of its timeout.
+fn suspend(inner: &Weak<Inner>, epoch: u64, client: &zk::Client) {
+    let Some(inner) = inner.upgrade() else {
+        return;
+    };
+    if client.state() != zk::SessionState::SyncConnected {
+        return; // the session follower handles disconnections
+    }
+    if inner.session.borrow().state == SessionState::Connected {
+        tracing::info!(
+            epoch,
+            "distlock: the ZooKeeper server answers, but the leader does not confirm; locks suspended"
+        );
+    }
+    inner.set_state(epoch, SessionState::Suspended);
 }
 
 /// The client of session `epoch`, while it is the current session.
