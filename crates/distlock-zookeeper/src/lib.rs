@@ -138,7 +138,8 @@
 //! # Ambiguous errors and orphan nodes
 //!
 //! These errors may come after the server applied the operation: [`Error::Unavailable`]
-//! (`ConnectionLoss`, a timeout of the operation bound, `SessionExpired`, `SessionMoved`) from
+//! (`ConnectionLoss`, a connection failing under a request, a timeout of the operation bound,
+//! `SessionExpired`, `SessionMoved`) from
 //! `try_acquire`, `acquire`, `release` and `extend`. A `create` whose reply was lost leaves a
 //! node the client does not know; it is found again by its owner token:
 //! - within the attempt, after `sync` (the reconnection may have reached a follower that has
@@ -146,9 +147,12 @@
 //!   the others deleted, also whenever the queue is listed;
 //! - after a failed attempt, the core's owner-checked cleanup (`release` of a lease with no
 //!   handle) deletes every node carrying that owner token;
+//! - a wait dropped while its `create` was out deletes, in the background, every node with
+//!   its owner's prefix, also after `sync`;
 //! - a release whose `delete` timed out is retried in the background with backoff, a bounded
-//!   number of times, and never on a permanent error such as `NoAuth`; whatever is left goes
-//!   with the session.
+//!   number of times, and never on a permanent error such as `NoAuth`; a node given up on
+//!   does not stop the cleanup of the nodes after it (a semaphore's `locks` node after its
+//!   lease); whatever is left goes with the session.
 //!
 //! [`Error::Unavailable`]: distlock_core::Error::Unavailable
 //!

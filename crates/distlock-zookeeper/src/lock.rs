@@ -40,8 +40,9 @@
 //!   ordered by that sequence: the server draws all of a parent's sequence numbers from one
 //!   counter, so that is the arrival order across recipes. The counter is a signed 32-bit
 //!   integer that wraps to `-2147483648` (formatted `%010d`, so `-000000005` past
-//!   `-999999999`): it is parsed signed and ordered with wrapping arithmetic. Other children
-//!   are ignored.
+//!   `-999999999`): it is parsed signed and ordered with wrapping arithmetic. A hyphen before
+//!   a foreign name's digits is a sign only where `%010d` could have written it (`x-0000000005`
+//!   is sequence 5). Other children are ignored.
 //! - The data of our node is the owner token; `inspect` reports whatever the first
 //!   contender's data is (Curator stores the client's IP address, kazoo its identifier).
 //! - The holder is the contender with the lowest sequence. Its creation zxid (`czxid`, from
