@@ -45,6 +45,14 @@
 //! 2.7.1 and later); without it a kazoo `Lock` ignores our nodes (we still wait for its).
 //! Curator needs nothing more: our names are its protected-mode names.
 //!
+//! One limit: once a name's parent has seen 2^31 children created and deleted without going
+//! away (about 10^9 acquisitions of a lock never left free for the container check), the
+//! server's sequence counter wraps to negative numbers. This crate keeps arrival order
+//! across the wrap; Curator and kazoo compare sequences as text, which puts each newcomer with
+//! a negative sequence ahead of earlier nodes, so they can grant a lock that is held. No
+//! order shared with them is safe there: keep such a lock to one library, or let its parent
+//! go (all contenders gone) before the counter wraps.
+//!
 //! # Semaphores and read-write locks: Curator's recipes
 //!
 //! Both are offered ([`Capabilities::semaphores`](distlock_core::Capabilities::semaphores),
