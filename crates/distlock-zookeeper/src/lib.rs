@@ -116,7 +116,9 @@
 //!   at +3.5 s, the other client in at +4.0 to +4.3 s). The leader hears of a session's
 //!   activity on a follower through the follower's replies to its pings, every half tick, so
 //!   the margin covers the leader's view lagging for session timeouts of at least 5 ticks
-//!   (10 s with the default `tickTime` of 2 s).
+//!   (10 s with the default `tickTime` of 2 s) while beats are answered within a tenth of the
+//!   session timeout (a slower beat leaves a longer gap between the requests the member
+//!   reports).
 //! - **Which session timeout.** Every timing above follows the session timeout the server
 //!   negotiated ([`ZooKeeperLock::negotiated_session_timeout`]: the one asked for, brought
 //!   into `minSessionTimeout..=maxSessionTimeout`, 2 to 20 ticks by default). Safety does not
