@@ -159,7 +159,8 @@ impl AcquireOptions {
 
     /// The longest the watchdog keeps the lock: after this, it stops renewing and the guard's
     /// lost-lock signal fires ([`LossReason::MaxHoldExceeded`](crate::LossReason)); the store
-    /// frees the lock at the end of its TTL. A stuck holder cannot keep a lock forever.
+    /// frees the lock at the end of its TTL, and a session-bound lock (ZooKeeper), which has
+    /// no TTL, is released by the watchdog. A stuck holder cannot keep a lock forever.
     pub const fn max_hold(mut self, max: Duration) -> Self {
         self.max_hold = Some(max);
         self

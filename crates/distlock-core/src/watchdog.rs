@@ -31,6 +31,7 @@ use tokio::runtime::{Handle, Id as RuntimeId};
 use tokio::sync::{watch, Notify, OwnedMutexGuard};
 use tokio::time::Instant;
 
+use crate::cleanup::release_in_background;
 use crate::clock;
 use crate::hold::{Hold, Renewal};
 use crate::{DistributedLock, Lease, LossReason, Session, SessionState};
@@ -285,7 +286,12 @@ async fn run(shared: Arc<Shared>, mut running: Running) {
             for (id, lost) in state.new_lease_watches.drain(..) {
                 lease_watches.push(async move { (id, lost.await) });
             }
-            let due = collect_due(&mut state, now);
+            let (due, past_max_hold) = collect_due(&mut state, now);
+            for lease in past_max_hold {
+                // A lease without a TTL of its own (session-bound) would stay held for as long
+                // as its session lives: it is released, owner-checked, like a dropped guard's.
+                release_in_background(shared.lock.clone(), lease, "the maximum hold time passed");
+            }
             let next = state
                 .timers
                 .peek()
@@ -332,9 +338,11 @@ struct Due {
 }
 
 /// Takes every timer that has come (and, when something is due, those within their
-/// piggyback window), records losses, and returns the holds to renew now.
-fn collect_due(state: &mut State, now: Instant) -> Vec<Due> {
+/// piggyback window), records losses, and returns the holds to renew now, and the leases
+/// without a TTL of their own whose maximum hold time passed (to release).
+fn collect_due(state: &mut State, now: Instant) -> (Vec<Due>, Vec<Lease>) {
     let mut due = Vec::new();
+    let mut past_max_hold = Vec::new();
     let mut later = Vec::new();
     while let Some(&Reverse((at, id))) = state.timers.peek() {
         #[cfg(test)]
@@ -367,6 +375,10 @@ fn collect_due(state: &mut State, now: Instant) -> Vec<Due> {
             tracing::info!(lock = %hold.lease().name(), "distlock: maximum hold time reached, renewal stops");
             hold.lose(LossReason::MaxHoldExceeded);
             state.holds.remove(&id);
+            let lease = hold.lease();
+            if lease.valid_until().is_none() {
+                past_max_hold.push(lease);
+            }
             continue;
         }
         let renew = hold.renew_at().is_some_and(|t| t <= now + window);
@@ -405,7 +417,7 @@ fn collect_due(state: &mut State, now: Instant) -> Vec<Due> {
         state.push_timer(at, id);
     }
     state.shed_dead_timers();
-    due
+    (due, past_max_hold)
 }
 
 /// Renews one batch and records each answer; runs in a task of its own.

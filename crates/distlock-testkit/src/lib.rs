@@ -72,8 +72,8 @@ pub use proxy::{Direction, FaultProxies, FaultProxy, Traffic};
 pub use redis::{RedisOptions, RedisServer};
 pub use redis_cluster::{ClusterRole, RedisCluster, RedisClusterOptions, CLUSTER_MASTERS};
 pub use zookeeper::{
-    four_letter_word, zk_mode, ZkMode, ZooKeeperEnsemble, ZooKeeperNode, ZooKeeperOptions, ZooKeeperServer,
-    ENSEMBLE_SIZE,
+    four_letter_word, zk_mode, PeerLink, ZkMode, ZooKeeperEnsemble, ZooKeeperNode, ZooKeeperOptions,
+    ZooKeeperServer, ENSEMBLE_SIZE,
 };
 
 /// A fresh temporary directory named `distlock-KIND-XXXXXX`.

@@ -17,6 +17,11 @@ use crate::probe::{self, loopback, PROBE_TIMEOUT};
 use crate::process::{delegate_process_controls, find_program, ProcessSpec};
 use crate::{temp_dir, HarnessError, ServerProcess};
 
+mod links;
+
+pub use links::PeerLink;
+use links::PeerLinks;
+
 /// How long `start`/`restart` wait for a server to serve (for an ensemble:
 /// to join a quorum).
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -39,8 +44,16 @@ const CLASSPATH_ENV: &str = "DISTLOCK_TEST_ZOOKEEPER_CLASSPATH";
 #[derive(Debug, Clone)]
 pub struct ZooKeeperOptions {
     /// `tickTime` in ms. Default 500, so session expiry and failure
-    /// detection are quick (`syncLimit` is 5 ticks, `initLimit` 10).
+    /// detection are quick (`initLimit` is 10 ticks).
     pub tick_time_ms: u32,
+    /// `syncLimit` in ticks: how long a follower keeps serving (reads
+    /// included) after it last heard from its leader, and the leader keeps
+    /// a silent follower. Default 5.
+    pub sync_limit: u32,
+    /// An ensemble only: put a [`FaultProxy`](crate::FaultProxy) on every
+    /// link between two members (see [`ZooKeeperEnsemble::cut_off`] and
+    /// [`ZooKeeperEnsemble::peer_link`]). Default off.
+    pub peer_proxies: bool,
     /// `minSessionTimeout` in ms. Default 1000.
     pub min_session_timeout_ms: u32,
     /// `maxSessionTimeout` in ms. Default 60000.
@@ -61,6 +74,8 @@ impl Default for ZooKeeperOptions {
     fn default() -> Self {
         ZooKeeperOptions {
             tick_time_ms: 500,
+            sync_limit: 5,
+            peer_proxies: false,
             min_session_timeout_ms: 1000,
             max_session_timeout_ms: 60_000,
             extra_config: Vec::new(),
@@ -189,6 +204,7 @@ pub const ENSEMBLE_SIZE: usize = 3;
 pub struct ZooKeeperEnsemble {
     // Field order matters: the processes are killed before the directory goes.
     nodes: Vec<ZooKeeperNode>,
+    links: Option<PeerLinks>,
     dir: TempDir,
 }
 
@@ -223,13 +239,21 @@ impl ZooKeeperEnsemble {
                     election_port: free_port()?,
                 });
             }
+            let links = options
+                .peer_proxies
+                .then(|| PeerLinks::start(&peers))
+                .transpose()?;
             // Launch all JVMs first so they start up in parallel.
             let mut nodes = Vec::with_capacity(ENSEMBLE_SIZE);
-            for peer in &peers {
+            for (index, peer) in peers.iter().enumerate() {
                 let node_dir = dir.path().join(format!("node{}", peer.id));
                 fs::create_dir(&node_dir)
                     .map_err(|e| HarnessError::io(format!("creating {}", node_dir.display()), e))?;
-                let spec = launcher.spec(&options, &node_dir, peer.id, peer.client_port, &peers)?;
+                let view = match &links {
+                    Some(links) => links.view_of(index, &peers),
+                    None => peers.clone(),
+                };
+                let spec = launcher.spec(&options, &node_dir, peer.id, peer.client_port, &view)?;
                 nodes.push(ZooKeeperNode {
                     process: ServerProcess::spawn(spec)?,
                     id: peer.id,
@@ -240,8 +264,40 @@ impl ZooKeeperEnsemble {
             for node in &nodes {
                 node.process.wait_ready()?;
             }
-            Ok(ZooKeeperEnsemble { nodes, dir })
+            Ok(ZooKeeperEnsemble { nodes, links, dir })
         })
+    }
+
+    /// The link member `from` reaches member `to` through (indexes, not `myid`s), if the
+    /// ensemble was started with [`ZooKeeperOptions::peer_proxies`].
+    pub fn peer_link(&self, from: usize, to: usize) -> Option<&PeerLink> {
+        self.links.as_ref()?.link(from, to)
+    }
+
+    /// Cuts member `index` off from the other members: every link from and to it black-holed
+    /// (silent, nothing closed). Its clients still reach it; it keeps serving them until its
+    /// `syncLimit` passes without word from the leader.
+    ///
+    /// # Errors
+    /// If the ensemble was not started with [`ZooKeeperOptions::peer_proxies`].
+    pub fn cut_off(&self, index: usize) -> Result<(), HarnessError> {
+        self.links()?.cut_off(index);
+        Ok(())
+    }
+
+    /// Heals every link between members.
+    ///
+    /// # Errors
+    /// If the ensemble was not started with [`ZooKeeperOptions::peer_proxies`].
+    pub fn heal_links(&self) -> Result<(), HarnessError> {
+        self.links()?.heal();
+        Ok(())
+    }
+
+    fn links(&self) -> Result<&PeerLinks, HarnessError> {
+        self.links
+            .as_ref()
+            .ok_or_else(|| HarnessError::Other("the ensemble was started without peer_proxies".to_owned()))
     }
 
     /// The nodes, in id order (index 0 has `myid` 1).
@@ -358,6 +414,7 @@ impl ZooKeeperNode {
 delegate_process_controls!(ZooKeeperNode);
 
 /// One server's place in the ensemble configuration.
+#[derive(Debug, Clone, Copy)]
 struct Peer {
     id: u32,
     client_port: u16,
@@ -398,7 +455,8 @@ impl Launcher {
         let mut cfg = String::new();
         let tick = options.tick_time_ms;
         // Writing to a String cannot fail.
-        let _ = writeln!(cfg, "tickTime={tick}\ninitLimit=10\nsyncLimit=5");
+        let sync = options.sync_limit;
+        let _ = writeln!(cfg, "tickTime={tick}\ninitLimit=10\nsyncLimit={sync}");
         let _ = writeln!(cfg, "dataDir={}", data.display());
         let _ = writeln!(cfg, "clientPort={client_port}\nclientPortAddress=127.0.0.1");
         let _ = writeln!(cfg, "minSessionTimeout={}", options.min_session_timeout_ms);

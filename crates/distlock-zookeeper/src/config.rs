@@ -121,7 +121,10 @@ impl ZooKeeperConfig {
 
     /// The session timeout to ask for (default [`DEFAULT_SESSION_TIMEOUT`]). It bounds how long
     /// a killed holder keeps its locks, and how long a disconnected client waits before it
-    /// declares its locks lost.
+    /// declares its locks lost. The server brings it into its
+    /// `minSessionTimeout..=maxSessionTimeout` (2 to 20 ticks by default); the client follows
+    /// the negotiated one ([`ZooKeeperLock::negotiated_session_timeout`]). See the crate docs
+    /// for the timeouts that are safe against a member cut off from its leader.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] outside 100 ms to 1 hour.
@@ -170,12 +173,13 @@ impl ZooKeeperConfig {
         self.operation_timeout
     }
 
-    /// How long the client goes without hearing from the server before it treats the
-    /// connection as lost and suspends its locks: a quarter of the session timeout. It is set
-    /// explicitly (the driver's own default is two fifths) so that the suspension comes early
-    /// and the session's heartbeat (every third of it) keeps the last contact recent; without
-    /// a recorded contact, a disconnection noticed at `d` is counted back to
-    /// `d - connection_timeout - connection_timeout / 8` (the driver's tick).
+    /// How long the driver goes without hearing from the server before it treats the
+    /// connection as lost and suspends the locks: a quarter of the requested session timeout,
+    /// set explicitly (the driver's own default is two fifths) so that the suspension comes
+    /// early. The driver lowers it to two fifths of the negotiated session timeout when it
+    /// exceeds three fifths of it. The heartbeat works from the negotiated timeout: every
+    /// twelfth of it, and suspends the locks after a quarter of it without the leader's
+    /// confirmation.
     pub fn connection_timeout(&self) -> Duration {
         self.session_timeout / 4
     }

@@ -45,6 +45,14 @@
 //! 2.7.1 and later); without it a kazoo `Lock` ignores our nodes (we still wait for its).
 //! Curator needs nothing more: our names are its protected-mode names.
 //!
+//! One limit: once a name's parent has seen 2^31 children created and deleted without going
+//! away (about 10^9 acquisitions of a lock never left free for the container check), the
+//! server's sequence counter wraps to negative numbers. This crate keeps arrival order
+//! across the wrap; Curator and kazoo compare sequences as text, which puts each newcomer with
+//! a negative sequence ahead of earlier nodes, so they can grant a lock that is held. No
+//! order shared with them is safe there: keep such a lock to one library, or let its parent
+//! go (all contenders gone) before the counter wraps.
+//!
 //! # Semaphores and read-write locks: Curator's recipes
 //!
 //! Both are offered ([`Capabilities::semaphores`](distlock_core::Capabilities::semaphores),
@@ -83,8 +91,10 @@
 //! # Sessions: suspended and lost
 //!
 //! A lock lives as long as the ZooKeeper session that took it; there is no TTL to renew.
-//! - **Suspended**: the connection dropped, or reached only a read-only server, but the
-//!   session may still live on the ensemble.
+//! - **Suspended**: the connection dropped, or reached only a read-only server, or the
+//!   ensemble's leader has not confirmed the session for a quarter of the session timeout
+//!   (the member we are connected to may have lost its leader), but the session may still
+//!   live on the ensemble.
 //!   [`LockGuard::is_suspended`](distlock_core::LockGuard::is_suspended) is true; the lock
 //!   may or may not still be ours, so stop starting work that needs it (`with_lock` stops).
 //!   The client gives up on a silent connection after an explicit connection timeout of a
@@ -92,19 +102,40 @@
 //!   ([`ZooKeeperConfig::connection_timeout`]). Reconnecting to the same session in time
 //!   makes it false again, and the lock was kept.
 //! - **Lost**: the ensemble expired the session, or the session is declared over here before
-//!   the ensemble can expire it: at the last contact with the server plus the session timeout,
+//!   the ensemble can expire it: at the last contact with the leader plus the session timeout,
 //!   less a safety margin of a tenth of it. The last contact is the send time of the last
-//!   request the server answered while we were connected to a quorum member, kept by a
-//!   heartbeat (`exists("/")` every third of the connection timeout, in place of the
-//!   driver's idle pings): the server heard from us no earlier than that, so the lost signal
-//!   fires while the server still holds our nodes, before any other client can be granted
-//!   the lock (measured through a black-holing
-//!   proxy: with a 3 s session, lost at +2.6 s after the cut, the other client in at +3.4 to
-//!   +3.5 s). Every guard
-//!   of that session fires its lost-lock signal with
-//!   [`LossReason::SessionExpired`](distlock_core::LossReason); the next operation opens a
-//!   new session. A held node deleted behind our back fires only its own guard's signal, with
-//!   `NotOwned` (also after its data was changed, for example by Curator's revoker).
+//!   heartbeat the leader confirmed: a `sync` and an `exists("/")` sent together every twelfth
+//!   of the session timeout (one round trip, in place of the driver's idle pings); a member
+//!   answers the `sync` only once the leader has. A read alone proves nothing: a follower cut
+//!   off from its leader keeps answering reads and pings for `syncLimit × tickTime` (10 s with
+//!   the sample configuration) while the leader expires the session. So the lost signal fires
+//!   while the ensemble still holds our nodes, before any other client can be granted the
+//!   lock (measured through a black-holing proxy: with a 3 s session, lost at +2.6 s after the
+//!   cut, the other client in at +3.4 to +3.5 s; on a follower cut off from the other
+//!   members, with a 4 s session and `syncLimit × tickTime` of 10 s: suspended at +1.0 s, lost
+//!   at +3.5 s, the other client in at +4.0 to +4.3 s). The leader hears of a session's
+//!   activity on a follower through the follower's replies to its pings, every half tick, so
+//!   the margin covers the leader's view lagging for session timeouts of at least 5 ticks
+//!   (10 s with the default `tickTime` of 2 s) while beats are answered within a tenth of the
+//!   session timeout (a slower beat leaves a longer gap between the requests the member
+//!   reports).
+//! - **Which session timeout.** Every timing above follows the session timeout the server
+//!   negotiated ([`ZooKeeperLock::negotiated_session_timeout`]: the one asked for, brought
+//!   into `minSessionTimeout..=maxSessionTimeout`, 2 to 20 ticks by default). Safety does not
+//!   depend on `syncLimit × tickTime`; a holder keeps its locks through its member being cut
+//!   off only if 90% of the session timeout exceeds `syncLimit × tickTime` plus a
+//!   reconnection (the member stops serving its clients only then, and the client moves to
+//!   another member of its connect string); otherwise its locks are lost (safely).
+//! - **Maximum hold time.** A session outlives a stuck holder, so past
+//!   [`AcquireOptions::max_hold`](distlock_core::AcquireOptions::max_hold) the guard's
+//!   watchdog deletes the lock's node (the guard reports
+//!   [`LossReason::MaxHoldExceeded`](distlock_core::LossReason)) and the next contender gets
+//!   the lock while the holder's process lives on.
+//!
+//! When the session ends, every guard of that session fires its lost-lock signal with
+//! [`LossReason::SessionExpired`](distlock_core::LossReason); the next operation opens a new
+//! session. A held node deleted behind our back fires only its own guard's signal, with
+//! `NotOwned` (also after its data was changed, for example by Curator's revoker).
 //!
 //! # Round trips
 //!
@@ -117,7 +148,8 @@
 //! # Ambiguous errors and orphan nodes
 //!
 //! These errors may come after the server applied the operation: [`Error::Unavailable`]
-//! (`ConnectionLoss`, a timeout of the operation bound, `SessionExpired`, `SessionMoved`) from
+//! (`ConnectionLoss`, a connection failing under a request, a timeout of the operation bound,
+//! `SessionExpired`, `SessionMoved`) from
 //! `try_acquire`, `acquire`, `release` and `extend`. A `create` whose reply was lost leaves a
 //! node the client does not know; it is found again by its owner token:
 //! - within the attempt, after `sync` (the reconnection may have reached a follower that has
@@ -125,9 +157,12 @@
 //!   the others deleted, also whenever the queue is listed;
 //! - after a failed attempt, the core's owner-checked cleanup (`release` of a lease with no
 //!   handle) deletes every node carrying that owner token;
+//! - a wait dropped while its `create` was out deletes, in the background, every node with
+//!   its owner's prefix, also after `sync`;
 //! - a release whose `delete` timed out is retried in the background with backoff, a bounded
-//!   number of times, and never on a permanent error such as `NoAuth`; whatever is left goes
-//!   with the session.
+//!   number of times, and never on a permanent error such as `NoAuth`; a node given up on
+//!   does not stop the cleanup of the nodes after it (a semaphore's `locks` node after its
+//!   lease); whatever is left goes with the session.
 //!
 //! [`Error::Unavailable`]: distlock_core::Error::Unavailable
 //!

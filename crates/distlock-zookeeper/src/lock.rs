@@ -40,8 +40,9 @@
 //!   ordered by that sequence: the server draws all of a parent's sequence numbers from one
 //!   counter, so that is the arrival order across recipes. The counter is a signed 32-bit
 //!   integer that wraps to `-2147483648` (formatted `%010d`, so `-000000005` past
-//!   `-999999999`): it is parsed signed and ordered with wrapping arithmetic. Other children
-//!   are ignored.
+//!   `-999999999`): it is parsed signed and ordered with wrapping arithmetic. A hyphen before
+//!   a foreign name's digits is a sign only where `%010d` could have written it (`x-0000000005`
+//!   is sequence 5). Other children are ignored.
 //! - The data of our node is the owner token; `inspect` reports whatever the first
 //!   contender's data is (Curator stores the client's IP address, kazoo its identifier).
 //! - The holder is the contender with the lowest sequence. Its creation zxid (`czxid`, from
@@ -58,17 +59,22 @@
 //!
 //! Locks live as long as the ZooKeeper session that created them: there is no TTL, and the
 //! lease's `ttl` is ignored. The session is published to the guards ([`Session`]):
-//! - connection lost: `Suspended` (the guard's `is_suspended()`); the lock may still be held;
+//! - connection lost, or the leader has not confirmed the session (`heartbeat.rs`: a `sync`
+//!   and a read) for a quarter of the negotiated session timeout: `Suspended` (the guard's
+//!   `is_suspended()`); the lock may still be held;
 //! - reconnected within the session timeout: `Connected` again with the same epoch;
 //! - connected only to a read-only server: `Suspended` (it cannot keep the session alive);
-//! - the server expired the session, or the last contact with the server is a session
-//!   timeout ago, less a margin of a tenth of it (so this side says lost before the server
+//! - the server expired the session, or the last contact the leader confirmed is a
+//!   (negotiated) session timeout ago, less a margin of a tenth of it (so this side says lost before the server
 //!   can expire the session and hand the lock to someone else): `Expired`, every guard of
 //!   that session is lost, and the next operation opens a new session with the next epoch.
 //!   That instant is also published as the session's local deadline
 //!   ([`Session::valid_until`]), moved forward by each heartbeat: a guard checks it against
 //!   the clock, so a process that was paused (a long GC, SIGSTOP) past it says lost the moment
 //!   it runs again, before any of its tasks has learnt anything.
+//!
+//! A session outlives a stuck holder: past the guard's maximum hold time the core's watchdog
+//! releases the lease (deletes the node), since no TTL would end it.
 //!
 //! A held node deleted behind our back (by an operator or a buggy client) is noticed through an
 //! `exists` watch set on it right after it is won (in the background, no added latency), and
@@ -96,6 +102,7 @@ use zookeeper_client as zk;
 use crate::ZooKeeperConfig;
 
 mod entry;
+mod heartbeat;
 mod layout;
 mod queue;
 mod rw_lock;
@@ -266,6 +273,14 @@ impl ZooKeeperLock {
             .await
     }
 
+    /// The session timeout the server negotiated for the current session, if one is open: the
+    /// one asked for ([`ZooKeeperConfig::session_timeout`]) brought into the server's
+    /// `minSessionTimeout..=maxSessionTimeout`. The heartbeat, the suspension and the local
+    /// deadline of the session all follow this one.
+    pub fn negotiated_session_timeout(&self) -> Option<Duration> {
+        self.inner.current().map(|conn| conn.client.session_timeout())
+    }
+
     /// The ZooKeeper session id of the current session, if one is open (for logs).
     pub fn session_id(&self) -> Option<i64> {
         self.inner.current().map(|conn| conn.client.session_id().0)
@@ -281,10 +296,14 @@ impl fmt::Debug for ZooKeeperLock {
     }
 }
 
+/// The driver's errors by meaning. `Custom` is what a request gets when its connection fails
+/// under it (an I/O error such as a reset): its outcome is unknown and a retry may succeed,
+/// as after `ConnectionLoss`.
 fn map_err(error: zk::Error) -> Error {
     use zk::Error as E;
     match error {
-        E::ConnectionLoss
+        E::Custom(_)
+        | E::ConnectionLoss
         | E::Timeout
         | E::NoHosts
         | E::SessionExpired
@@ -692,18 +711,16 @@ impl Inner {
                 None => session,
             },
         );
+        // Everything below follows the timeout the server negotiated, not the one asked for.
+        let timeout = conn.client.session_timeout();
         tokio::spawn(follow_session(
             Arc::downgrade(self),
             epoch,
             (initial, states),
-            conn.client.session_timeout(),
-            self.config.connection_timeout(),
+            timeout,
+            driver_connection_timeout(self.config.connection_timeout(), timeout),
         ));
-        tokio::spawn(heartbeat(
-            Arc::downgrade(self),
-            epoch,
-            self.config.connection_timeout(),
-        ));
+        tokio::spawn(heartbeat::heartbeat(Arc::downgrade(self), epoch, timeout));
         Ok(conn)
     }
 
@@ -1016,50 +1033,13 @@ async fn watch_held(inner: Weak<Inner>, client: zk::Client, path: String, epoch:
     }
 }
 
-/// Keeps the last contact of session `epoch` known: every third of the connection timeout,
-/// while connected to a quorum server, an `exists("/")` whose send time is recorded once
-/// answered. (This replaces the driver's idle pings, which it sends only after three eighths
-/// of the connection timeout without a request, so the traffic stays about the same.) Holds
-/// the client only for the round trip, so it never keeps a session open; ends with the
-/// session.
-async fn heartbeat(inner: Weak<Inner>, epoch: u64, connection_timeout: Duration) {
-    let period = connection_timeout / 3;
-    let mut ticks = tokio::time::interval(period);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        let Some(client) = inner.upgrade().and_then(|inner| {
-            if inner.session.borrow().epoch != epoch {
-                return None;
-            }
-            inner.current().filter(|c| c.epoch == epoch).map(|c| c.client)
-        }) else {
-            return;
-        };
-        if client.state() != zk::SessionState::SyncConnected {
-            continue;
-        }
-        let sent = Instant::now();
-        let answered = tokio::time::timeout(connection_timeout, client.check_stat("/")).await;
-        let quorum = client.state() == zk::SessionState::SyncConnected;
-        let timeout = client.session_timeout();
-        drop(client);
-        if let (Ok(Ok(_)), true) = (answered, quorum) {
-            match inner.upgrade() {
-                Some(inner) => inner.contacted(epoch, sent, timeout),
-                None => return,
-            }
-        }
-    }
-}
-
 /// Maps the client's session states onto [`Session`] for epoch `epoch`, and declares the
 /// session expired on our side before the server can expire it.
 ///
-/// The server expires a session `timeout` after it last heard from us, which is no earlier
-/// than our last contact: the send time of the last request it answered while we were
-/// connected to a quorum server (kept by [`heartbeat`] every third of the connection
-/// timeout). Once the connection is lost (noticed by the driver after `connection_timeout`
+/// The server expires a session `timeout` (the negotiated one) after it last heard from us,
+/// which is no earlier than our last contact: the send time of the last request the leader
+/// confirmed (kept by `heartbeat.rs`, which also ends the session while the driver stays
+/// connected to a member that lost its leader). Once the connection is lost (noticed by the driver after `connection_timeout`
 /// of silence, plus one tick) or reaches only a read-only server, the guards are Suspended at
 /// once, and the session ends here at the last contact plus `timeout` minus a safety margin
 /// of a tenth of the session timeout: the guards' lost signals fire while the server still
@@ -1118,6 +1098,18 @@ async fn follow_session(
         if inner.session.borrow().epoch != epoch {
             return; // a newer session took over
         }
+    }
+}
+
+/// How long the driver lets a connection stay silent before it gives up on it: the
+/// `configured` connection timeout, which the driver lowers to two fifths of the negotiated
+/// session `timeout` when it exceeds three fifths of it (when the server negotiated the session
+/// timeout down). Erring low only makes the session end earlier here.
+fn driver_connection_timeout(configured: Duration, timeout: Duration) -> Duration {
+    if configured > timeout * 3 / 5 {
+        timeout * 2 / 5
+    } else {
+        configured
     }
 }
 

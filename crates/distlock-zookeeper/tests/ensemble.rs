@@ -1,7 +1,9 @@
 //! A 3-node ensemble on loopback: locks keep working with one node down (a follower, then the
 //! leader); with two down, operations fail cleanly and held guards are declared lost once the
 //! session timeout has passed; after the restart work resumes, and no lock was granted to a
-//! second holder before the first had been told it lost it.
+//! second holder before the first had been told it lost it. Also: a holder on a follower cut
+//! off from the other members (which still answers its reads) is lost before anyone else gets
+//! the lock.
 
 mod support;
 
@@ -10,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use distlock_core::{AcquireOptions, LockClient, LossReason};
-use distlock_testkit::ZooKeeperEnsemble;
+use distlock_testkit::{ZooKeeperEnsemble, ZooKeeperOptions};
 use distlock_zookeeper::ZooKeeperLock;
 
 const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
@@ -27,9 +29,9 @@ async fn with_ensemble<T: Send + 'static>(
         .expect("joined")
 }
 
-async fn client(url: &str) -> LockClient {
+async fn client(url: &str, session_timeout: Duration) -> LockClient {
     let config = support::config(url)
-        .with_session_timeout(SESSION_TIMEOUT)
+        .with_session_timeout(session_timeout)
         .expect("valid");
     LockClient::new(ZooKeeperLock::connect(config).await.expect("connects"))
 }
@@ -74,7 +76,10 @@ async fn ensemble_survives_one_node_and_fails_cleanly_without_quorum() {
         .expect("the ensemble starts");
     let url = ensemble.url();
     let ensemble: Shared = Arc::new(Mutex::new(ensemble));
-    let (a, b) = (client(&url).await, client(&url).await);
+    let (a, b) = (
+        client(&url, SESSION_TIMEOUT).await,
+        client(&url, SESSION_TIMEOUT).await,
+    );
     let held = a.acquire("ensemble-held").await.expect("acquired");
     let first_token = held.fencing_token().expect("fencing token");
 
@@ -116,7 +121,7 @@ async fn ensemble_survives_one_node_and_fails_cleanly_without_quorum() {
     assert!(b.try_acquire("ensemble-held").await.expect("works").is_none());
 
     // A contender queued behind the holder, retrying through the outage.
-    let c = client(&url).await;
+    let c = client(&url, SESSION_TIMEOUT).await;
     let contender = tokio::spawn(async move {
         let opts = AcquireOptions::new().wait_for(Duration::from_secs(30));
         let guard = eventually("take over", Duration::from_secs(120), || {
@@ -186,4 +191,97 @@ async fn ensemble_survives_one_node_and_fails_cleanly_without_quorum() {
     assert!(taken.release().await.expect("released"));
     work(&a, &b, "ensemble-after").await;
     drop(held);
+}
+
+/// A holder connected to a follower that is cut off from the other two members (every link
+/// between them black-holed; the holder's own connection to the follower intact). Timeline:
+/// the follower keeps answering the holder's reads and pings for `syncLimit × tickTime` (10 s
+/// here) after its last word from the leader, but no longer passes the session's activity on;
+/// the leader expires the session about a session timeout (4 s) after the cut, and another
+/// client, on the two members that still form a quorum, takes the lock. The holder's guard
+/// must say lost before that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_on_a_follower_cut_off_from_its_leader_is_lost_before_another_client_acquires() {
+    const SESSION: Duration = Duration::from_secs(4);
+    let options = ZooKeeperOptions {
+        sync_limit: 20, // 10 s with the harness's 500 ms tick, as the sample configuration's
+        peer_proxies: true,
+        ..ZooKeeperOptions::default()
+    };
+    let ensemble = tokio::task::spawn_blocking(move || {
+        let ensemble = ZooKeeperEnsemble::start_with(options)?;
+        let leader = ensemble.wait_for_leader(Duration::from_secs(30))?;
+        Ok::<_, distlock_testkit::HarnessError>((ensemble, leader))
+    })
+    .await
+    .expect("joined");
+    let (ensemble, leader) = ensemble.expect("the ensemble starts with proxies between its members");
+    let follower = (leader + 1) % 3;
+    let majority: Vec<String> = (0..3)
+        .filter(|i| *i != follower)
+        .map(|i| format!("127.0.0.1:{}", ensemble.node(i).port()))
+        .collect();
+    let holder = client(
+        &format!("zk://127.0.0.1:{}", ensemble.node(follower).port()),
+        SESSION,
+    )
+    .await;
+    let other = client(&format!("zk://{}", majority.join(",")), SESSION).await;
+    let name = format!("follower-cut-{}", uuid::Uuid::new_v4().simple());
+
+    let guard = holder.acquire(name.as_str()).await.expect("the holder acquires");
+    // A while of ordinary traffic (heartbeats) before the cut.
+    tokio::time::sleep(SESSION / 4).await;
+    assert!(!guard.is_lost() && !guard.is_suspended());
+    ensemble.cut_off(follower).expect("the follower is cut off");
+    let cut = Instant::now();
+
+    let suspended = async {
+        let reason = tokio::time::timeout(SESSION * 5, guard.lost_signal().lost_or_suspended()).await;
+        (Instant::now(), reason.ok())
+    };
+    let lost = async {
+        let reason = tokio::time::timeout(SESSION * 5, guard.lost()).await.ok();
+        (Instant::now(), reason)
+    };
+    let acquired = async {
+        let opts = AcquireOptions::new().wait_for(SESSION * 5);
+        let guard = other
+            .acquire_with(name.as_str(), &opts)
+            .await
+            .expect("the other client acquires on the majority side");
+        (Instant::now(), guard)
+    };
+    let ((suspended_at, suspension), (lost_at, reason), (acquired_at, other_guard)) =
+        tokio::join!(suspended, lost, acquired);
+    let t = |at: Instant| at.duration_since(cut);
+    println!(
+        "session timeout {SESSION:?}, follower {follower} cut off (leader {leader}): holder \
+         suspended ({suspension:?}) at +{:?}, lost ({reason:?}) at +{:?}, the other client acquired \
+         at +{:?}",
+        t(suspended_at),
+        t(lost_at),
+        t(acquired_at)
+    );
+    assert!(
+        reason.is_some() && lost_at < acquired_at,
+        "two holders: the other client acquired at +{:?}, while the holder's guard said held until \
+         +{:?} ({reason:?})",
+        t(acquired_at),
+        t(lost_at)
+    );
+    assert_eq!(reason, Some(LossReason::SessionExpired));
+    assert_eq!(
+        suspension,
+        Some(LossReason::SessionSuspended),
+        "suspended before it was lost"
+    );
+    assert!(
+        t(suspended_at) < SESSION / 2,
+        "suspended late: +{:?}",
+        t(suspended_at)
+    );
+    assert!(other_guard.release().await.expect("released"));
+    drop(guard);
+    ensemble.heal_links().expect("healed");
 }

@@ -1,6 +1,7 @@
 //! On standalone servers of their own: a holder process killed with kill -9 (its lock frees at
 //! session expiry, within the session timeout plus a small margin), the guard's states on a
-//! short and a long disconnection, and the cleanup of empty lock parents.
+//! short and a long disconnection, the session timeout the server negotiates, and the cleanup
+//! of empty lock parents.
 
 mod support;
 
@@ -194,6 +195,43 @@ async fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) {
     })
     .await
     .expect("the condition holds in time");
+}
+
+/// A session timeout asked far above the server's `maxSessionTimeout` is negotiated down to
+/// it. Everything that keeps the session known must follow the negotiated timeout: a healthy
+/// holder, on a healthy server, keeps its lock for several negotiated timeouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_timeout_above_the_servers_cap_keeps_healthy_guards() {
+    const CAP: Duration = Duration::from_secs(4);
+    const ASKED: Duration = Duration::from_secs(120);
+    let options = ZooKeeperOptions {
+        max_session_timeout_ms: u32::try_from(CAP.as_millis()).expect("fits"),
+        ..ZooKeeperOptions::default()
+    };
+    let server = tokio::task::spawn_blocking(move || ZooKeeperServer::start_with(options))
+        .await
+        .expect("joined")
+        .expect("a server starts");
+    let config = support::config(&server.url())
+        .with_session_timeout(ASKED)
+        .expect("valid");
+    let backend = ZooKeeperLock::connect(config).await.expect("connects");
+    assert_eq!(backend.negotiated_session_timeout(), Some(CAP));
+    let session = backend.session_id();
+    let client = LockClient::new(backend.clone());
+    let guard = client.acquire("negotiated").await.expect("acquired");
+    let started = Instant::now();
+    while started.elapsed() < CAP * 3 {
+        assert!(
+            !guard.is_lost(),
+            "a healthy guard declared lost {:?} into its hold (asked {ASKED:?}, the server's cap {CAP:?})",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(backend.session_id(), session, "the same session throughout");
+    assert!(guard.release().await.expect("released"), "still ours");
+    drop(server);
 }
 
 /// One-off names leave nothing behind: their parents are container nodes, which the server

@@ -159,3 +159,79 @@ async fn release_without_handle_finds_our_node_by_owner() {
     assert!(other.release(&cleanup).await.expect("release"));
     assert!(fixture.contenders(&name).await.expect("listed").is_empty());
 }
+
+/// A foreign contender whose name ends in a hyphen and the server's 10-digit sequence
+/// (`x-0000000005`) is ordered by that sequence: the hyphen is part of its prefix, not a
+/// minus sign (a negative sequence is `%010d`, `-000000005`, never a hyphen and ten digits
+/// starting with 0). Created after our holder's node, it is queued behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_name_ending_in_a_hyphen_is_queued_by_its_sequence() {
+    let fixture = ZkFixture::shared().await;
+    let holder = support::connect(fixture.url()).await;
+    let raw = support::raw(fixture.url()).await;
+    let name = unique("foreign-hyphen");
+    let owner = OwnerToken::new();
+    let held = holder
+        .try_acquire(&name, owner, TTL)
+        .await
+        .expect("the holder's attempt");
+    assert!(matches!(held, TryAcquire::Acquired(_)));
+    let planted = plant(&raw, &holder, &name, "x-").await;
+    assert!(sequence(&planted) > 0, "{planted}");
+
+    let state = holder.inspect(&name).await.expect("inspected");
+    assert_eq!(
+        state.owner.as_deref(),
+        Some(owner.to_string().as_str()),
+        "the first contender is the holder, not {planted:?} (created after it)"
+    );
+}
+
+/// At the edge of the server's sequence counter (nodes created by name, as the server would
+/// name them around its wrap from 2147483647 to -2147483648): the queue stays in arrival
+/// order. Curator and kazoo compare the sequences as text, which puts every negative
+/// sequence before every positive one and, among negatives, the later before the earlier
+/// (`-2147483647` before `-2147483648`): a newcomer would sort ahead of the holder, a second
+/// holder. Arrival order keeps one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_keeps_arrival_order_across_the_counters_wrap() {
+    let fixture = ZkFixture::shared().await;
+    let lock = support::connect(fixture.url()).await;
+    let raw = support::raw(fixture.url()).await;
+    let name = unique("wrap");
+    let parent = lock.lock_path(&name);
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    raw.mkdir(&parent, &persistent)
+        .await
+        .expect("the parent is created");
+    let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    // In arrival order, as the counter draws them.
+    let arrivals = ["2147483646", "2147483647", "-2147483648", "-2147483647"];
+    for (i, sequence) in arrivals.iter().enumerate() {
+        let child = format!("_c_{}-lock-{sequence}", uuid::Uuid::new_v4());
+        raw.create(
+            &format!("{parent}/{child}"),
+            format!("arrival-{i}").as_bytes(),
+            &ephemeral,
+        )
+        .await
+        .expect("created by name");
+    }
+    for i in 0..arrivals.len() {
+        let state = lock.inspect(&name).await.expect("inspected");
+        assert_eq!(
+            state.owner.as_deref(),
+            Some(format!("arrival-{i}").as_str()),
+            "the holder after {i} releases is arrival {i} (sequence {})",
+            arrivals[i]
+        );
+        let first = fixture.contenders(&name).await.expect("listed");
+        let holder = first
+            .iter()
+            .find(|c| c.ends_with(&format!("-lock-{}", arrivals[i])))
+            .expect("the holder's node is listed");
+        raw.delete(&format!("{parent}/{holder}"), None)
+            .await
+            .expect("released");
+    }
+}

@@ -264,11 +264,14 @@ pub(super) enum Cleanup {
     Prefix { parent: String, prefix: String },
 }
 
-/// Deletes nodes we no longer want in the background, one after the other in the given order,
+/// Deletes nodes we no longer want in the background, one after the other in the given order
+/// (a node known only by its owner's prefix: `sync`, `getChildren`, a `delete` per node),
 /// retrying transient failures with backoff (200 ms doubling to 2 s) for at most
-/// [`CLEANUP_ATTEMPTS`] attempts each, and stopping at once when the session ends (the server
-/// then deletes the nodes anyway) or on a permanent error such as `NoAuth`. Every failure is
-/// logged. Does nothing outside a tokio runtime.
+/// [`CLEANUP_ATTEMPTS`] attempts each, and giving up on a node at once on a permanent error
+/// such as `NoAuth`. A node given up on does not stop the ones after it (a semaphore's
+/// `locks` node left behind would keep every later acquirer waiting); only the session's end
+/// does (the server then deletes the nodes anyway). Every failure is logged. Does nothing
+/// outside a tokio runtime.
 pub(super) fn spawn_cleanup(client: zk::Client, cleanups: Vec<Cleanup>, op_timeout: Duration) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
@@ -282,8 +285,7 @@ pub(super) fn spawn_cleanup(client: zk::Client, cleanups: Vec<Cleanup>, op_timeo
     });
 }
 
-/// One cleanup, retried; `false` if the ones after it should not be tried (the session ended
-/// or the server refuses).
+/// One cleanup, retried; `false` if the ones after it need not be tried (the session ended).
 async fn clean_up(client: &zk::Client, cleanup: Cleanup, op_timeout: Duration) -> bool {
     let what = match &cleanup {
         Cleanup::Path(path) => path.clone(),
@@ -295,7 +297,13 @@ async fn clean_up(client: &zk::Client, cleanup: Cleanup, op_timeout: Duration) -
             match &cleanup {
                 Cleanup::Path(path) => client.delete(path, None).await,
                 Cleanup::Prefix { parent, prefix } => {
-                    // Sent after our `create` on the same session, so it sees its node.
+                    // The `create` may have been applied without our learning it, and the
+                    // session may since have moved to a member that has not applied it yet:
+                    // `sync` first, so the listing sees every write the leader committed.
+                    match client.sync(parent).await {
+                        Err(zk::Error::NoNode) => return Ok(()),
+                        other => other?,
+                    }
                     let children = match client.list_children(parent).await {
                         Err(zk::Error::NoNode) => return Ok(()),
                         other => other?,
@@ -321,12 +329,12 @@ async fn clean_up(client: &zk::Client, cleanup: Cleanup, op_timeout: Duration) -
         }
         if !error.is_transient() {
             tracing::warn!(node = %what, %error, "distlock: cannot delete an unwanted ZooKeeper lock node; it stays until the session ends");
-            return false;
+            return true;
         }
         tracing::info!(node = %what, attempt, %error, "distlock: ZooKeeper cleanup failed; retrying");
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(CLEANUP_MAX_PAUSE);
     }
     tracing::warn!(node = %what, attempts = CLEANUP_ATTEMPTS, "distlock: gave up deleting an unwanted ZooKeeper lock node; it stays until the session ends");
-    false
+    !client.state().is_terminated()
 }

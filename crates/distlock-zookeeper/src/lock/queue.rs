@@ -22,8 +22,9 @@ const HYPHENATED_MARKERS: [&str; 2] = [LOCK_NODE, LEASE_NODE];
 /// non-negative, and after it wraps past 2147483647 a minus sign and nine or ten digits
 /// (`-2147483648`, ..., `-000000001`). After our (and Curator's) `-lock-` and `-lease-` markers
 /// the sequence is everything that follows the marker's last occurrence (its own hyphen is no
-/// sign); on other names (`__READ__`, `__WRIT__`, kazoo's `__lock__`) a hyphen right before the
-/// digits is the sign.
+/// sign); on other names (`__READ__`, `__WRIT__`, kazoo's `__lock__`, foreign names) a hyphen
+/// right before the digits is the sign only where `%010d` could have written it: before nine
+/// digits, or ten not starting with 0 (`x-0000000005` is the prefix `x-` and sequence 5).
 pub(super) fn sequence_of(child: &str) -> Option<i32> {
     let after_marker = HYPHENATED_MARKERS.iter().find_map(|marker| {
         let marker = format!("-{marker}");
@@ -34,7 +35,12 @@ pub(super) fn sequence_of(child: &str) -> Option<i32> {
         None => {
             let digits = child.len() - child.trim_end_matches(|c: char| c.is_ascii_digit()).len();
             let start = child.len() - digits;
-            if child[..start].ends_with('-') {
+            let signed = match digits {
+                9 => true,
+                10 => !child[start..].starts_with('0'),
+                _ => false,
+            };
+            if signed && child[..start].ends_with('-') {
                 &child[start - 1..]
             } else {
                 &child[start..]
@@ -177,6 +183,10 @@ mod tests {
             Some(3)
         );
         assert_eq!(sequence_of("_c_x-__READ__-000000001"), Some(-1));
+        // A foreign prefix ending in a hyphen: `%010d` never writes a sign before ten digits
+        // that start with 0.
+        assert_eq!(sequence_of("x-0000000005"), Some(5));
+        assert_eq!(sequence_of("x-1000000005"), Some(-1_000_000_005));
         assert_eq!(sequence_of(&ours("-00000005")), None);
         assert_eq!(sequence_of(&ours("12345678901")), None);
 
