@@ -254,7 +254,7 @@ fn the_checker_catches_broken_backends() {
             "--backend",
             "sqlite",
             "--duration",
-            "15s",
+            "8s",
             "--seed",
             FIXED_SEED,
             "--broken",
@@ -277,7 +277,7 @@ fn the_checker_catches_broken_backends() {
 fn the_checker_catches_a_lock_never_freed_and_a_waiter_never_woken() {
     for (broken, faults, duration, expected) in [
         // Every release is a no-op and the store holds each grant for an hour.
-        ("never-frees", "holder-kill", "10s", "left-held"),
+        ("never-frees", "holder-kill", "8s", "left-held"),
         // A process that once found a name held never gets it again. A process that had not
         // tried yet may still get it during the first fault (seen), so the run lasts for two.
         ("never-woken", "holder-pause", "20s", "liveness"),
@@ -327,7 +327,7 @@ fn the_checker_catches_broken_semaphores_and_rw_locks() {
         "--permits",
         "2",
         "--duration",
-        "10s",
+        "8s",
         "--seed",
         FIXED_SEED,
         "--broken",
@@ -353,7 +353,7 @@ fn the_checker_catches_broken_semaphores_and_rw_locks() {
         "--primitive",
         "rw",
         "--duration",
-        "10s",
+        "8s",
         "--seed",
         FIXED_SEED,
         "--broken",
