@@ -71,13 +71,47 @@ macro_rules! one_server {
     )*};
 }
 
-one_server!(
-    RedisServer,
-    MemcachedServer,
-    MariaDbServer,
-    PostgresServer,
-    ZooKeeperServer
-);
+one_server!(RedisServer, MemcachedServer, MariaDbServer, ZooKeeperServer);
+
+/// An outage kills the postmaster and then its backends: a backend outlives a killed
+/// postmaster until it notices, and would go on answering its connection meanwhile.
+impl Servers for PostgresServer {
+    fn url(&self) -> String {
+        PostgresServer::url(self)
+    }
+    fn take_away(&mut self) -> Result<(), HarnessError> {
+        let backends = self.pid().map(children).unwrap_or_default();
+        self.process_mut().kill()?;
+        for pid in backends {
+            // A backend that already exited is what we want.
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+        Ok(())
+    }
+    fn bring_back(&mut self) -> Result<(), HarnessError> {
+        revive(self.process_mut())
+    }
+}
+
+/// The processes whose parent is `parent`, from `/proc`.
+fn children(parent: u32) -> Vec<nix::unistd::Pid> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            // `/proc/<pid>/stat`: `pid (comm) state ppid ...`; comm may hold spaces.
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rfind(')')
+                .and_then(|end| stat[end + 1..].split_whitespace().nth(1))
+                .and_then(|ppid| ppid.parse::<u32>().ok());
+            ppid == Some(parent)
+        })
+        .map(nix::unistd::Pid::from_raw)
+        .collect()
+}
 
 /// Independent Redis masters (Redlock): the URLs joined by commas; an outage kills a majority.
 impl Servers for Vec<RedisServer> {
