@@ -52,7 +52,7 @@ pub async fn run(url: &str, args: CheckArgs) -> Result<u8> {
     } else {
         let skipped = reports
             .iter()
-            .filter(|r| matches!(r.outcome, Ok(Outcome::Skipped(_))))
+            .filter(|r| matches!(r.outcome, Ok(Outcome::Skipped(_) | Outcome::Partial(_))))
             .count();
         println!(
             "{} passed, {failed} failed, {skipped} skipped",
@@ -65,7 +65,8 @@ pub async fn run(url: &str, args: CheckArgs) -> Result<u8> {
 fn row(report: &Report) -> Row<'_> {
     let (result, detail) = match &report.outcome {
         Ok(Outcome::Passed) => ("pass", report.notes.join("; ")),
-        Ok(Outcome::Skipped(why)) => ("skip", why.clone()),
+        Ok(Outcome::Skipped(why)) => ("skip", why.to_string()),
+        Ok(Outcome::Partial(why)) => ("partial", why.to_string()),
         Err(message) => ("FAIL", message.lines().next().unwrap_or_default().to_owned()),
     };
     Row {

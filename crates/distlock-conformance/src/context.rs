@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use distlock_core::{Capabilities, DistributedLock, LockClient, LockName};
 
-use crate::Fixture;
+use crate::expect::{Reason, Skip};
+use crate::{Case, Fixture, Needs};
 
 /// What a case runs with.
 #[derive(Clone)]
@@ -14,6 +15,7 @@ pub struct Ctx {
     prefix: String,
     capabilities: Capabilities,
     child_test: Option<String>,
+    needs: Needs,
     notes: Arc<Mutex<Vec<String>>>,
     quiet: bool,
 }
@@ -28,6 +30,7 @@ impl Ctx {
             prefix: format!("dl-{}-{case}-", &run[..12]),
             fixture,
             child_test,
+            needs: Case::named(case).map_or(Needs::Store, |c| c.needs),
             notes: Arc::default(),
             quiet: false,
         }
@@ -52,10 +55,24 @@ impl Ctx {
     }
 
     /// Ends the case as skipped because the backend (or fixture) lacks what it checks.
-    pub fn skip(&self, reason: impl Into<String>) -> crate::Outcome {
-        let reason = reason.into();
-        self.note(format!("skipped by capability: {reason}"));
-        crate::Outcome::Skipped(reason)
+    pub fn skip(&self, reason: Reason, detail: impl Into<String>) -> crate::Outcome {
+        let skip = Skip {
+            reason,
+            detail: detail.into(),
+        };
+        self.note(format!("skipped: {skip}"));
+        crate::Outcome::Skipped(skip)
+    }
+
+    /// Ends the case having run only a part of it: the rest needs what the backend (or
+    /// fixture) lacks.
+    pub fn partial(&self, reason: Reason, detail: impl Into<String>) -> crate::Outcome {
+        let skip = Skip {
+            reason,
+            detail: detail.into(),
+        };
+        self.note(format!("skipped a part: {skip}"));
+        crate::Outcome::Partial(skip)
     }
 
     /// The notes so far.
@@ -71,6 +88,11 @@ impl Ctx {
     /// The fixture, shared.
     pub fn fixture_arc(&self) -> Arc<dyn Fixture> {
         self.fixture.clone()
+    }
+
+    /// What the case declares it needs of the store.
+    pub fn needs(&self) -> Needs {
+        self.needs
     }
 
     /// The backend's capabilities.

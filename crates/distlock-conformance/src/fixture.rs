@@ -28,22 +28,29 @@ pub trait Fixture: Send + Sync + 'static {
     /// Used to prove that nothing is left behind.
     async fn held_count(&self, prefix: &str) -> Result<usize>;
 
-    /// Fault hook: makes the store go away (kill or pause the server). `None` if this fixture
-    /// cannot (for example a server it did not start); the outage case is then skipped.
+    /// Fault hook: makes the store go away (kill or pause the server), for a case that
+    /// declares [`Needs::OwnStore`](crate::Needs::OwnStore). `None` only if this kind of
+    /// fixture has no way to (a live store under `distlock check`): the outage case then
+    /// skips with [`Reason::Outage`](crate::Reason::Outage). A hook that fails panics: a
+    /// fault that did not happen never passes for a skip.
     async fn outage(&self) -> Option<Box<dyn Outage>> {
         None
     }
 
-    /// Environment variables a child process needs to reach the same store, or `None` if the
-    /// store lives in this process (the cross-process case is then skipped).
+    /// Environment variables a child process needs to reach the same store (a server-backed
+    /// fixture's [`Site::child_env`](crate::Site::child_env), never the user's
+    /// `DISTLOCK_TEST_*_URL`), or `None` if the store lives in this process (the
+    /// cross-process cases then skip with [`Reason::ChildEnv`](crate::Reason::ChildEnv)).
     fn child_env(&self) -> Option<Vec<(String, String)>> {
         None
     }
 
     /// Fault hook: a NEW client of the same store whose every connection goes through fresh
     /// fault proxies, one in front of each server of the store (a ZooKeeper ensemble's
-    /// members, Redlock's masters). `None` if the fixture cannot (an embedded or in-process
-    /// store, a live store the suite did not start): the fault cases then skip, saying so.
+    /// members, Redlock's masters), for a case that declares
+    /// [`Needs::FaultProxy`](crate::Needs::FaultProxy). `None` only if the fixture cannot (an
+    /// embedded or in-process store, a live store the suite did not start): the fault cases
+    /// then skip with [`Reason::FaultProxy`](crate::Reason::FaultProxy).
     async fn proxied_backend(&self) -> Option<Result<Proxied>> {
         None
     }

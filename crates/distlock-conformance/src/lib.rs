@@ -1,21 +1,22 @@
 //! One behaviour suite that every distlock backend runs.
 //!
 //! A backend's `tests/conformance.rs` implements [`Fixture`] for its store (a few lines: how
-//! to open a client, how to steal a lock behind a holder's back, how to count held locks, and
-//! optionally how to take the store away) and expands [`conformance_tests!`], which generates
-//! one `#[tokio::test]` per case in [`CASES`]. Cases read the backend's
-//! [`Capabilities`](distlock_core::Capabilities) and skip only what it declares it lacks,
-//! printing `skipped by capability: ...`.
+//! to open a client, how to steal a lock behind a holder's back, how to count held locks; a
+//! [`Site`] gives a server-backed fixture its servers, outage, fault proxies and child
+//! processes) and expands [`conformance_tests!`], which generates one `#[tokio::test]` per
+//! case in [`CASES`]. Cases read the backend's [`Capabilities`](distlock_core::Capabilities)
+//! and skip only what it declares it lacks, naming the [`Reason`]; the backend's test file
+//! lists the skips it expects, and any other skip fails.
 //!
 //! ```ignore
 //! use std::sync::Arc;
-//! use distlock_conformance::{conformance_tests, Fixture};
+//! use distlock_conformance::{conformance_tests, Fixture, Needs};
 //!
-//! async fn fixture() -> Arc<dyn Fixture> {
-//!     Arc::new(MyStoreFixture::start().await)
+//! async fn fixture(needs: Needs) -> Arc<dyn Fixture> {
+//!     Arc::new(MyStoreFixture::start(needs).await)
 //! }
 //!
-//! conformance_tests!(fixture);
+//! conformance_tests!(fixture, backend = "My store", skips = [c29: HandOver]);
 //! ```
 //!
 //! Each case uses a name prefix unique to its run, so runs against a shared store never
@@ -30,19 +31,23 @@ pub mod bench;
 pub mod cases;
 pub mod child;
 mod context;
+mod expect;
 mod fixture;
 mod live;
 mod memory;
 mod observed;
 mod report;
+mod site;
 
 pub use cases::Outcome;
 pub use context::Ctx;
 pub use distlock_testkit::{Direction, FaultProxies, FaultProxy};
+pub use expect::{Expectations, Expected, Extent, Reason, Skip};
 pub use fixture::{Fixture, Outage, Proxied};
 pub use live::LiveFixture;
 pub use memory::MemoryFixture;
 pub use report::{run_cases, Report};
+pub use site::{parent_store, Plan, Servers, Site, STORE_ENV};
 
 /// The longest any case may run before the suite calls it a hang.
 pub const CASE_LIMIT: Duration = Duration::from_secs(300);
@@ -54,15 +59,47 @@ pub struct Case {
     pub name: &'static str,
     /// What it checks, in one line.
     pub summary: &'static str,
+    /// What it needs of the store: a fixture gives every case what it declares here.
+    pub needs: Needs,
     /// Runs it.
     pub run: fn(Ctx) -> BoxFuture<'static, Outcome>,
 }
 
+impl Case {
+    /// The case named `name` (its full name, or its number such as `c12`), if there is one.
+    pub fn named(name: &str) -> Option<&'static Case> {
+        CASES
+            .iter()
+            .find(|c| c.name == name || short_name(c.name) == name)
+    }
+}
+
+/// What a case needs of the store, declared by the case so that a fixture never keeps a list
+/// of case names: a fixture must give each case what it declares, whatever the environment
+/// (a `DISTLOCK_TEST_*_URL` never makes a case skip).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needs {
+    /// Any store: the test binary's shared server or the one a `DISTLOCK_TEST_*_URL` names.
+    Store,
+    /// A store of the case's own, which it takes away ([`Fixture::outage`]): a server the
+    /// fixture started for this case alone.
+    OwnStore,
+    /// Fault proxies between a client and every server of the store
+    /// ([`Fixture::proxied_backend`]); a store whose servers announce their own addresses
+    /// (Redis Cluster) must be one of the case's own, started so that clients stay behind
+    /// the proxies.
+    FaultProxy,
+}
+
 macro_rules! case {
     ($name:ident, $summary:literal) => {
+        case!($name, $summary, Needs::Store)
+    };
+    ($name:ident, $summary:literal, $needs:expr) => {
         Case {
             name: stringify!($name),
             summary: $summary,
+            needs: $needs,
             run: |ctx| Box::pin(cases::$name(ctx)),
         }
     };
@@ -117,7 +154,8 @@ pub const CASES: &[Case] = &[
     ),
     case!(
         c12_store_going_away,
-        "a dead store gives errors in bounded time and fires the lost-lock signal"
+        "a dead store gives errors in bounded time and fires the lost-lock signal",
+        Needs::OwnStore
     ),
     case!(
         c13_dropped_guard_frees_lock,
@@ -150,23 +188,28 @@ pub const CASES: &[Case] = &[
     ),
     case!(
         c21_timed_out_acquire_leaves_nothing,
-        "an acquire whose reply is lost or too slow errs in bounded time and strands nothing"
+        "an acquire whose reply is lost or too slow errs in bounded time and strands nothing",
+        Needs::FaultProxy
     ),
     case!(
         c22_silent_partition_of_a_holder,
-        "a silently partitioned holder hears of the loss before anyone else can acquire"
+        "a silently partitioned holder hears of the loss before anyone else can acquire",
+        Needs::FaultProxy
     ),
     case!(
         c23_slow_store,
-        "a slow store never yields two holders; renewals keep the lock; waits keep deadlines"
+        "a slow store never yields two holders; renewals keep the lock; waits keep deadlines",
+        Needs::FaultProxy
     ),
     case!(
         c24_waiters_survive_resets,
-        "after every connection is reset, a release still wakes waiters by notification"
+        "after every connection is reset, a release still wakes waiters by notification",
+        Needs::FaultProxy
     ),
     case!(
         c25_no_exhaustion_after_timeouts,
-        "20 timeouts against a black hole leave the client healthy for 100 leases"
+        "20 timeouts against a black hole leave the client healthy for 100 leases",
+        Needs::FaultProxy
     ),
     case!(
         c26_paused_holder_knows_it_lost,
@@ -230,11 +273,13 @@ pub const CASES: &[Case] = &[
     ),
     case!(
         c41_timed_out_permit_or_write_leaves_nothing,
-        "a permit or write lock whose reply is lost errs in bounded time and strands nothing"
+        "a permit or write lock whose reply is lost errs in bounded time and strands nothing",
+        Needs::FaultProxy
     ),
     case!(
         c42_silent_partition_of_a_permit_or_rw_holder,
-        "a silently partitioned permit, read or write holder hears of the loss before anyone gets in"
+        "a silently partitioned permit, read or write holder hears of the loss before anyone gets in",
+        Needs::FaultProxy
     ),
     case!(
         c43_wait_cut_off_mid_attempt_leaves_nothing,
@@ -245,23 +290,6 @@ pub const CASES: &[Case] = &[
         "a permit's release wakes one of six waiters of the semaphore, not all, and no wake is lost"
     ),
 ];
-
-tokio::task_local! {
-    static CURRENT_CASE: &'static str;
-}
-
-/// The conformance case whose fixture is being built, when called from a fixture factory run
-/// by [`conformance_tests!`] (for example to give only `c12_store_going_away` a server of its
-/// own to kill, while the other cases share one).
-pub fn current_case() -> Option<&'static str> {
-    CURRENT_CASE.try_with(|case| *case).ok()
-}
-
-/// Runs `future` (a fixture factory) with [`current_case`] set to `case`.
-#[doc(hidden)]
-pub async fn in_case<F: std::future::Future>(case: &'static str, future: F) -> F::Output {
-    CURRENT_CASE.scope(case, future).await
-}
 
 /// Runs the case `name` against `fixture`, failing (panicking) if it fails or runs past
 /// [`CASE_LIMIT`]. `child_test` is the test name of the cross-process entry point.
@@ -288,12 +316,69 @@ pub(crate) fn short_name(name: &str) -> &str {
 }
 
 /// Expands to one `#[tokio::test]` per conformance case for the fixture made by `$factory`
-/// (a path to an `async fn() -> Arc<dyn Fixture>`), plus the child entry point of the
-/// cross-process case. The calling crate needs `tokio` with the `macros` and
-/// `rt-multi-thread` features.
+/// (a path to an `async fn(Needs) -> Arc<dyn Fixture>`, called with what the case declares it
+/// needs), a test `conformance_expected_skips` that prints the backend's one-line summary and
+/// checks the README's row for it, and the child entry point of the cross-process cases.
+///
+/// `backend` names the backend's row of the README's table of expected skips; `skips` lists
+/// the cases expected to skip in full, `partial` those expected to run only a part, each with
+/// its [`Reason`]. A case that skips (in full or in part) while unlisted, or for another
+/// reason, or runs in full while listed, fails. The calling crate needs `tokio` with the
+/// `macros` and `rt-multi-thread` features.
+///
+/// ```ignore
+/// distlock_conformance::conformance_tests!(
+///     support::fixture,
+///     backend = "SQLite",
+///     skips = [c21: FaultProxy, c22: FaultProxy],
+///     partial = [],
+/// );
+/// ```
 #[macro_export]
 macro_rules! conformance_tests {
-    ($factory:path) => {
+    (@cases $factory:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let case = $crate::Case::named(stringify!($case)).expect("a conformance case");
+                let fixture = $factory(case.needs).await;
+                let child = $crate::child::entry_test_name(module_path!());
+                let outcome = $crate::run_case(stringify!($case), fixture, Some(child)).await;
+                println!("{}: {:?}", stringify!($case), outcome);
+                __DISTLOCK_EXPECTED.settle(stringify!($case), &outcome);
+            }
+        )*
+
+        #[test]
+        fn conformance_suite_is_complete() {
+            let generated = [$(stringify!($case)),*];
+            let listed: Vec<&str> = $crate::CASES.iter().map(|c| c.name).collect();
+            assert_eq!(generated.as_slice(), listed.as_slice(), "conformance_tests! and CASES disagree");
+        }
+    };
+    (
+        $factory:path,
+        backend = $backend:literal,
+        skips = [$($skip:ident : $reason:ident),* $(,)?]
+        $(, partial = [$($part:ident : $part_reason:ident),* $(,)?])?
+        $(,)?
+    ) => {
+        const __DISTLOCK_EXPECTED: $crate::Expectations = $crate::Expectations {
+            backend: $backend,
+            skips: &[
+                $($crate::Expected {
+                    case: stringify!($skip),
+                    reason: $crate::Reason::$reason,
+                    extent: $crate::Extent::Whole,
+                },)*
+                $($($crate::Expected {
+                    case: stringify!($part),
+                    reason: $crate::Reason::$part_reason,
+                    extent: $crate::Extent::Part,
+                },)*)?
+            ],
+        };
+
         $crate::conformance_tests!(@cases $factory;
             c01_try_acquire_reports_held,
             c02_release_then_not_owned,
@@ -342,27 +427,14 @@ macro_rules! conformance_tests {
         );
 
         #[test]
-        #[ignore = "entry point of the cross-process case: runs only as its child process"]
-        fn __distlock_child_entry() {
-            $crate::child::entry($factory);
+        fn conformance_expected_skips() {
+            __DISTLOCK_EXPECTED.check(env!("CARGO_MANIFEST_DIR"));
         }
-    };
-    (@cases $factory:path; $($case:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                let fixture = $crate::in_case(stringify!($case), $factory()).await;
-                let child = $crate::child::entry_test_name(module_path!());
-                let outcome = $crate::run_case(stringify!($case), fixture, Some(child)).await;
-                println!("{}: {:?}", stringify!($case), outcome);
-            }
-        )*
 
         #[test]
-        fn conformance_suite_is_complete() {
-            let generated = [$(stringify!($case)),*];
-            let listed: Vec<&str> = $crate::CASES.iter().map(|c| c.name).collect();
-            assert_eq!(generated.as_slice(), listed.as_slice(), "conformance_tests! and CASES disagree");
+        #[ignore = "entry point of the cross-process case: runs only as its child process"]
+        fn __distlock_child_entry() {
+            $crate::child::entry(|| $factory($crate::Needs::Store));
         }
     };
 }

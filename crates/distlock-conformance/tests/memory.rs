@@ -2,10 +2,27 @@
 
 use std::sync::Arc;
 
-use distlock_conformance::{conformance_tests, Fixture, MemoryFixture};
+use distlock_conformance::{conformance_tests, Fixture, MemoryFixture, Needs};
 
-async fn fixture() -> Arc<dyn Fixture> {
+async fn fixture(_needs: Needs) -> Arc<dyn Fixture> {
     Arc::new(MemoryFixture::new())
 }
 
-conformance_tests!(fixture);
+// No other process shares the store, and no network lies between client and store.
+conformance_tests!(
+    fixture,
+    backend = "memory",
+    skips = [
+        c17: CrossProcess,
+        c21: FaultProxy,
+        c22: FaultProxy,
+        c23: FaultProxy,
+        c24: FaultProxy,
+        c25: FaultProxy,
+        c26: CrossProcess,
+        c35: CrossProcess,
+        c41: FaultProxy,
+        c42: FaultProxy,
+        c44: PermitWakeOne,
+    ],
+);

@@ -2,4 +2,10 @@
 
 mod support;
 
-distlock_conformance::conformance_tests!(support::fixture);
+// memcached publishes nothing (waiters poll, so a release wakes every one of them) and has no
+// operation that releases a lock and takes it for the next owner.
+distlock_conformance::conformance_tests!(
+    support::fixture,
+    backend = "memcached",
+    skips = [c24: Notification, c27: WakeOne, c29: HandOver, c44: PermitWakeOne],
+);

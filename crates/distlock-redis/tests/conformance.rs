@@ -2,4 +2,5 @@
 
 mod support;
 
-distlock_conformance::conformance_tests!(support::single);
+// Redis has no operation that releases a lock and takes it for the next owner.
+distlock_conformance::conformance_tests!(support::single, backend = "Redis", skips = [c29: HandOver]);

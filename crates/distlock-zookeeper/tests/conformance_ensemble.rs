@@ -1,15 +1,19 @@
 //! The conformance suite against a real 3-node ZooKeeper ensemble started by the harness
-//! (every client is given all three members). The outage case is skipped: the ensemble is
-//! shared by the binary's cases, and `ensemble.rs` covers losing members.
-
-use std::sync::Arc;
-
-use distlock_conformance::Fixture;
+//! (every client is given all three members). The outage case kills a majority of an
+//! ensemble of its own.
 
 mod support;
 
-async fn fixture() -> Arc<dyn Fixture> {
-    Arc::new(support::ZkFixture::ensemble().await)
-}
-
-distlock_conformance::conformance_tests!(fixture);
+// As on a standalone server (see conformance.rs).
+distlock_conformance::conformance_tests!(
+    support::ensemble_fixture,
+    backend = "ZooKeeper ensemble",
+    skips = [
+        c03: Ttl,
+        c05: Ttl,
+        c19: Ttl,
+        c29: HandOver,
+        c43: StoreQueue,
+        c44: PermitWakeOne,
+    ],
+);

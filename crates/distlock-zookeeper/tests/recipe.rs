@@ -217,18 +217,17 @@ async fn the_queue_keeps_arrival_order_across_the_counters_wrap() {
         .await
         .expect("created by name");
     }
-    for i in 0..arrivals.len() {
+    for (i, sequence) in arrivals.iter().enumerate() {
         let state = lock.inspect(&name).await.expect("inspected");
         assert_eq!(
             state.owner.as_deref(),
             Some(format!("arrival-{i}").as_str()),
-            "the holder after {i} releases is arrival {i} (sequence {})",
-            arrivals[i]
+            "the holder after {i} releases is arrival {i} (sequence {sequence})"
         );
         let first = fixture.contenders(&name).await.expect("listed");
         let holder = first
             .iter()
-            .find(|c| c.ends_with(&format!("-lock-{}", arrivals[i])))
+            .find(|c| c.ends_with(&format!("-lock-{sequence}")))
             .expect("the holder's node is listed");
         raw.delete(&format!("{parent}/{holder}"), None)
             .await

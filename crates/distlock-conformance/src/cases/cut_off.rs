@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::{within, Outcome, LONG_TTL};
+use crate::expect::Reason;
 use crate::observed::Observed;
 use crate::Ctx;
 
@@ -23,7 +24,10 @@ const DELAY: Duration = Duration::from_secs(1);
 pub async fn c43_wait_cut_off_mid_attempt_leaves_nothing(ctx: Ctx) -> Outcome {
     let caps = ctx.caps().clone();
     if caps.fairness == Fairness::Fifo {
-        return ctx.skip("waits go through the store's own queue, whose entry goes with the waiting future");
+        return ctx.skip(
+            Reason::StoreQueue,
+            "waits go through the store's own queue, whose entry goes with the waiting future",
+        );
     }
     let notified = caps.wake_up == WakeUp::Notification;
     // Long pauses: a record left behind outlives every bound below; only its removal ends it
@@ -114,7 +118,10 @@ pub async fn c43_wait_cut_off_mid_attempt_leaves_nothing(ctx: Ctx) -> Outcome {
     }
 
     if checked == 0 {
-        return ctx.skip("the backend polls and has no read-write locks: no record to leave");
+        return ctx.skip(
+            Reason::NoRecord,
+            "the backend polls and has no read-write locks: no record to leave",
+        );
     }
     Outcome::Passed
 }

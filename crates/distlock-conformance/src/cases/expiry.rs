@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use distlock_core::{AcquireOptions, Expiry};
 
 use super::{is_held, take, within, Outcome, LONG_TTL};
+use crate::expect::Reason;
 use crate::Ctx;
 
 /// Case 3: A stale owner never frees or extends someone else's lock: A takes it with a short TTL
@@ -13,7 +14,7 @@ use crate::Ctx;
 /// B still holds it.
 pub async fn c03_stale_owner_cannot_release_or_extend(ctx: Ctx) -> Outcome {
     if ctx.caps().expiry != Expiry::Ttl {
-        return ctx.skip("locks are session-bound, they do not expire by TTL");
+        return ctx.skip(Reason::Ttl, "locks are session-bound, they do not expire by TTL");
     }
     let ttl = ctx.short_ttl();
     let (a, b) = (ctx.backend().await, ctx.client().await);

@@ -10,7 +10,8 @@ use distlock_testkit::{Direction, FaultProxies};
 use futures::future::join_all;
 
 use super::{within, Outcome, LONG_TTL};
-use crate::{Ctx, Proxied};
+use crate::expect::Reason;
+use crate::{Ctx, Needs, Proxied};
 
 /// Slack on top of the operation timeout for "returns within the bound" checks.
 const SLACK: Duration = Duration::from_secs(3);
@@ -19,10 +20,18 @@ const NO_HANG: Duration = Duration::from_secs(60);
 
 /// A client through fault proxies, or the reason to skip.
 async fn proxied(ctx: &Ctx) -> Result<(LockClient, FaultProxies), Outcome> {
+    assert_eq!(
+        ctx.needs(),
+        Needs::FaultProxy,
+        "a case that asks for a fault proxy declares `Needs::FaultProxy`"
+    );
     match ctx.fixture().proxied_backend().await {
         Some(Ok(Proxied { lock, faults })) => Ok((LockClient::from_arc(lock), faults)),
         Some(Err(error)) => panic!("the fixture could not open a client through a fault proxy: {error}"),
-        None => Err(ctx.skip("needs a fault proxy between client and store (not available for this store)")),
+        None => Err(ctx.skip(
+            Reason::FaultProxy,
+            "needs a fault proxy between client and store (not available for this store)",
+        )),
     }
 }
 
@@ -223,7 +232,10 @@ pub async fn c42_silent_partition_of_a_permit_or_rw_holder(ctx: Ctx) -> Outcome 
     .map(|(_, kind)| kind)
     .collect();
     if kinds.is_empty() {
-        return ctx.skip("the backend has neither semaphores nor read-write locks");
+        return ctx.skip(
+            Reason::Primitives,
+            "the backend has neither semaphores nor read-write locks",
+        );
     }
     let (holder, faults) = match proxied(&ctx).await {
         Ok(pair) => pair,
@@ -392,7 +404,10 @@ pub async fn c23_slow_store(ctx: Ctx) -> Outcome {
 /// second when the first winner releases at once.
 pub async fn c24_waiters_survive_resets(ctx: Ctx) -> Outcome {
     if ctx.caps().wake_up != WakeUp::Notification {
-        return ctx.skip("the backend wakes waiters by polling, so there is no notification to lose");
+        return ctx.skip(
+            Reason::Notification,
+            "the backend wakes waiters by polling, so there is no notification to lose",
+        );
     }
     /// A handoff by notification takes milliseconds; a poll would take the safety net's 40 s.
     const PROMPT: Duration = Duration::from_millis(1000);
@@ -525,7 +540,10 @@ pub async fn c25_no_exhaustion_after_timeouts(ctx: Ctx) -> Outcome {
 pub async fn c41_timed_out_permit_or_write_leaves_nothing(ctx: Ctx) -> Outcome {
     let caps = ctx.caps().clone();
     if !caps.offers(Primitive::Semaphore) && !caps.offers(Primitive::RwLock) {
-        return ctx.skip("the backend has neither semaphores nor read-write locks");
+        return ctx.skip(
+            Reason::Primitives,
+            "the backend has neither semaphores nor read-write locks",
+        );
     }
     let op = ctx.fixture().operation_timeout();
     for primitive in [Primitive::Semaphore, Primitive::RwLock] {

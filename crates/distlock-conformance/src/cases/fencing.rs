@@ -3,13 +3,14 @@
 use distlock_core::{AcquireOptions, Fencing};
 
 use super::{take, Outcome, LONG_TTL};
+use crate::expect::Reason;
 use crate::Ctx;
 
 /// Case 8: Fencing tokens strictly increase over successive acquisitions by different clients,
 /// including one that follows an expiry.
 pub async fn c08_fencing_tokens_increase(ctx: Ctx) -> Outcome {
     if ctx.caps().fencing == Fencing::None {
-        return ctx.skip("the backend issues no fencing tokens");
+        return ctx.skip(Reason::Fencing, "the backend issues no fencing tokens");
     }
     let clients = [ctx.client().await, ctx.client().await, ctx.client().await];
     let name = ctx.name("fence");

@@ -9,6 +9,7 @@ use distlock_core::{AcquireOptions, Fencing, LockClient, OwnerToken, WakeUp};
 
 use super::wakeup::handoff_in_process;
 use super::{is_held, take, Outcome, LONG_TTL};
+use crate::expect::Reason;
 use crate::observed::Observed;
 use crate::Ctx;
 
@@ -19,7 +20,10 @@ use crate::Ctx;
 /// process's waiter: it holds it at once, without an attempt of its own.
 pub async fn c29_release_hands_over_to_the_next_owner(ctx: Ctx) -> Outcome {
     if !ctx.caps().hands_over {
-        return ctx.skip("the backend cannot hand a lock over in one operation");
+        return ctx.skip(
+            Reason::HandOver,
+            "the backend cannot hand a lock over in one operation",
+        );
     }
     let raw = ctx.backend().await;
     let fenced = ctx.caps().fencing == Fencing::Monotonic;

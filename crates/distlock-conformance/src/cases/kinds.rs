@@ -7,6 +7,7 @@ use std::time::Duration;
 use distlock_core::{AcquireOptions, Expiry, Lease, LockGuard, LockKind, Primitive};
 
 use super::{within, Outcome, LONG_TTL};
+use crate::expect::Reason;
 use crate::Ctx;
 
 /// Case 39: For a permit, a read hold and the write hold: destroying the hold behind the
@@ -15,7 +16,10 @@ use crate::Ctx;
 pub async fn c39_lost_signal_for_each_primitive(ctx: Ctx) -> Outcome {
     let caps = ctx.caps().clone();
     if !caps.offers(Primitive::Semaphore) && !caps.offers(Primitive::RwLock) {
-        return ctx.skip("the backend has neither semaphores nor read-write locks");
+        return ctx.skip(
+            Reason::Primitives,
+            "the backend has neither semaphores nor read-write locks",
+        );
     }
     let ttl = ctx.short_ttl();
     let raw = ctx.backend().await;
@@ -69,7 +73,10 @@ pub async fn c39_lost_signal_for_each_primitive(ctx: Ctx) -> Outcome {
 pub async fn c40_cancelled_waits_leave_nothing(ctx: Ctx) -> Outcome {
     let caps = ctx.caps().clone();
     if !caps.offers(Primitive::Semaphore) && !caps.offers(Primitive::RwLock) {
-        return ctx.skip("the backend has neither semaphores nor read-write locks");
+        return ctx.skip(
+            Reason::Primitives,
+            "the backend has neither semaphores nor read-write locks",
+        );
     }
     let (holder, waiter) = (ctx.client().await, ctx.client().await);
     let wait = AcquireOptions::new()

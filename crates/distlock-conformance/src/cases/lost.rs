@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use distlock_core::{AcquireOptions, Expiry, LossReason};
 
 use super::{is_held, within, Outcome, LONG_TTL};
+use crate::expect::Reason;
 use crate::Ctx;
 
 /// Case 16: A normal release never fires the lost-lock signal; destroying the hold behind the
@@ -29,7 +30,10 @@ pub async fn c16_lost_lock_signal(ctx: Ctx) -> Outcome {
     assert!(!signal.is_lost());
 
     if !ctx.fixture().can_steal() {
-        return ctx.skip("the fixture cannot steal a lock (the release part passed)");
+        return ctx.partial(
+            Reason::Steal,
+            "the fixture cannot steal a lock (the release part passed)",
+        );
     }
     let name = ctx.name("stolen");
     let guard = client
@@ -100,7 +104,7 @@ pub async fn c18_max_hold_time(ctx: Ctx) -> Outcome {
 /// Case 19: With renewal off, the guard reports the loss when its TTL runs out.
 pub async fn c19_no_renewal_reports_expiry(ctx: Ctx) -> Outcome {
     if ctx.caps().expiry != Expiry::Ttl {
-        return ctx.skip("session-bound locks have no TTL");
+        return ctx.skip(Reason::Ttl, "session-bound locks have no TTL");
     }
     let ttl = ctx.short_ttl();
     let client = ctx.client().await;

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use distlock_core::{DistributedLock, Lease, LockName, OwnerToken, TryAcquire};
 
+use crate::expect::Skip;
+
 mod acquire;
 mod cut_off;
 mod exclusion;
@@ -65,8 +67,11 @@ pub use wakeup::{
 pub enum Outcome {
     /// Every check held.
     Passed,
-    /// The backend declares it lacks what the case checks, or the fixture cannot do it.
-    Skipped(String),
+    /// Nothing ran: the backend declares it lacks what the case checks, or the fixture cannot
+    /// do it.
+    Skipped(Skip),
+    /// A part ran and held; the rest was left out, for the reason given.
+    Partial(Skip),
 }
 
 /// Awaits `fut`, failing the case if it takes longer than `limit`.

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use distlock_core::{AcquireOptions, Error, Expiry, Fencing, LockName};
 
 use super::{is_held, within, Outcome, LONG_TTL};
+use crate::expect::Reason;
 use crate::Ctx;
 
 /// Case 30: A multi-lock is all or none: an attempt that finds one lock of its set held (at
@@ -169,7 +170,7 @@ pub async fn c31_multi_lock_never_deadlocks(ctx: Ctx) -> Outcome {
 /// behind its back, and its release then reports that not every lock was still ours.
 pub async fn c32_multi_lock_lost_signal(ctx: Ctx) -> Outcome {
     if !ctx.fixture().can_steal() {
-        return ctx.skip("the fixture cannot steal a lock");
+        return ctx.skip(Reason::Steal, "the fixture cannot steal a lock");
     }
     let ttl = ctx.short_ttl();
     let client = ctx.client().await;

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 use distlock_core::{AcquireOptions, Expiry};
 
 use super::{within, Outcome};
-use crate::Ctx;
+use crate::expect::Reason;
+use crate::{Ctx, Needs};
 
 /// How long any single operation may take against a dead store before the suite calls it a
 /// hang. Backends' own operation timeouts should be far below this.
@@ -22,9 +23,14 @@ pub async fn c12_store_going_away(ctx: Ctx) -> Outcome {
         .acquire_with(&name, &AcquireOptions::new().ttl(ttl))
         .await
         .expect("acquired");
+    assert_eq!(
+        ctx.needs(),
+        Needs::OwnStore,
+        "a case that takes the store away declares `Needs::OwnStore`"
+    );
     let Some(outage) = ctx.fixture().outage().await else {
         guard.release().await.expect("works");
-        return ctx.skip("the fixture cannot take the store away");
+        return ctx.skip(Reason::Outage, "the fixture cannot take the store away");
     };
     let started = Instant::now();
     let attempt = within(

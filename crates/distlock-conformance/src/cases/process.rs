@@ -11,6 +11,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
 use super::{within, Outcome, LONG_TTL};
+use crate::expect::Reason;
 use crate::{child, Ctx};
 
 /// Case 17: Cross-process: a child process holds the lock; we cannot take it; after it releases on
@@ -171,13 +172,16 @@ pub async fn c26_paused_holder_knows_it_lost(ctx: Ctx) -> Outcome {
 /// fixture's store, and the test name of the child's entry point; or why the case is skipped.
 fn child_setup(ctx: &Ctx) -> Result<(Vec<(String, String)>, String), Outcome> {
     if !ctx.caps().cross_process {
-        return Err(ctx.skip("the backend is in-process only"));
+        return Err(ctx.skip(Reason::CrossProcess, "the backend is in-process only"));
     }
     let Some(env) = ctx.fixture().child_env() else {
-        return Err(ctx.skip("the fixture cannot be reached from a child process"));
+        return Err(ctx.skip(
+            Reason::ChildEnv,
+            "the fixture cannot be reached from a child process",
+        ));
     };
     let Some(test) = ctx.child_test().map(str::to_owned) else {
-        return Err(ctx.skip("no child entry point outside a test binary"));
+        return Err(ctx.skip(Reason::ChildEntry, "no child entry point outside a test binary"));
     };
     Ok((env, test))
 }

@@ -5,13 +5,14 @@ use std::time::Instant;
 use distlock_core::{AcquireOptions, Expiry};
 
 use super::{is_held, take, Outcome, LONG_TTL};
+use crate::expect::Reason;
 use crate::Ctx;
 
 /// Case 5: Extend by the owner keeps the lock past its original TTL; the watchdog keeps a guard
 /// exclusive for at least 3x its TTL.
 pub async fn c05_extend_and_watchdog_keep_lock(ctx: Ctx) -> Outcome {
     if ctx.caps().expiry != Expiry::Ttl {
-        return ctx.skip("locks are session-bound, there is no TTL to extend");
+        return ctx.skip(Reason::Ttl, "locks are session-bound, there is no TTL to extend");
     }
     let ttl = ctx.short_ttl();
     let probe = ctx.backend().await;

@@ -8,12 +8,17 @@ use std::time::{Duration, Instant};
 use distlock_core::{AcquireOptions, Error, Fencing, LockKind, Primitive};
 
 use super::{within, Outcome, LONG_TTL};
+use crate::expect::Reason;
 use crate::Ctx;
 
 /// The skip of a read-write case on a backend without read-write locks.
 pub(crate) fn without_rw_locks(ctx: &Ctx) -> Option<Outcome> {
-    (!ctx.caps().offers(Primitive::RwLock))
-        .then(|| ctx.skip("the backend has no read-write locks (Capabilities::rw_locks is false)"))
+    (!ctx.caps().offers(Primitive::RwLock)).then(|| {
+        ctx.skip(
+            Reason::RwLocks,
+            "the backend has no read-write locks (Capabilities::rw_locks is false)",
+        )
+    })
 }
 
 /// Case 36: Three readers hold a read-write lock at once; a writer cannot get in while one

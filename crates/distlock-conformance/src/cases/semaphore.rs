@@ -11,12 +11,17 @@ use distlock_core::{
 };
 
 use super::{within, Outcome, LONG_TTL};
+use crate::expect::Reason;
 use crate::Ctx;
 
 /// The skip of a semaphore case on a backend without semaphores.
 pub(crate) fn without_semaphores(ctx: &Ctx) -> Option<Outcome> {
-    (!ctx.caps().offers(Primitive::Semaphore))
-        .then(|| ctx.skip("the backend has no semaphores (Capabilities::semaphores is false)"))
+    (!ctx.caps().offers(Primitive::Semaphore)).then(|| {
+        ctx.skip(
+            Reason::Semaphores,
+            "the backend has no semaphores (Capabilities::semaphores is false)",
+        )
+    })
 }
 
 /// One raw attempt at a permit of `name` with `permits` that must succeed.

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use distlock_core::{AcquireOptions, Error};
 
 use super::{within, Outcome, LONG_TTL};
+use crate::expect::Reason;
 use crate::Ctx;
 
 /// Case 6: Acquire with a wait timeout returns `Timeout` close to the deadline while the lock is
@@ -143,7 +144,10 @@ pub async fn c20_with_lock(ctx: Ctx) -> Outcome {
     );
 
     if !ctx.fixture().can_steal() {
-        return ctx.skip("the fixture cannot steal a lock (the normal path passed)");
+        return ctx.partial(
+            Reason::Steal,
+            "the fixture cannot steal a lock (the normal path passed)",
+        );
     }
     let fixture = ctx.fixture_arc();
     let lost_name = ctx.name("with-lost");

@@ -6,12 +6,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock_core::{
-    AcquireOptions, Fairness, FencingToken, LockClient, LockGuard, LockName, Primitive, WakeUp,
-};
+use distlock_core::{AcquireOptions, Fairness, FencingToken, LockClient, LockGuard, LockName, WakeUp};
 use tokio::task::JoinHandle;
 
+use super::semaphore::without_semaphores;
 use super::{within, Outcome, LONG_TTL};
+use crate::expect::Reason;
 use crate::observed::Observed;
 use crate::Ctx;
 
@@ -26,7 +26,10 @@ const WAITERS: usize = 6;
 pub async fn c27_release_wakes_one_waiter(ctx: Ctx) -> Outcome {
     let caps = ctx.caps().clone();
     if caps.wake_up != WakeUp::Notification || !caps.wakes_one {
-        return ctx.skip("the backend wakes every waiter on a release (or polls)");
+        return ctx.skip(
+            Reason::WakeOne,
+            "the backend wakes every waiter on a release (or polls)",
+        );
     }
     one_wake_per_release(ctx, Waited::Lock).await
 }
@@ -34,12 +37,18 @@ pub async fn c27_release_wakes_one_waiter(ctx: Ctx) -> Outcome {
 /// Case 44: With [`Capabilities::permits_wake_one`](distlock_core::Capabilities::permits_wake_one), a permit's release wakes one waiter of
 /// the semaphore: c27 for a semaphore of one permit.
 pub async fn c44_permit_release_wakes_one_waiter(ctx: Ctx) -> Outcome {
+    if let Some(skipped) = without_semaphores(&ctx) {
+        return skipped;
+    }
     let caps = ctx.caps().clone();
-    if caps.wake_up != WakeUp::Notification || !caps.offers(Primitive::Semaphore) || !caps.permits_wake_one {
-        return ctx.skip("a permit's release wakes every waiter of the semaphore (or waiters poll)");
+    if caps.wake_up != WakeUp::Notification || !caps.permits_wake_one {
+        return ctx.skip(
+            Reason::PermitWakeOne,
+            "a permit's release wakes every waiter of the semaphore (or waiters poll)",
+        );
     }
     if caps.fairness == Fairness::Fifo {
-        return ctx.skip("waits go through the store's own queue");
+        return ctx.skip(Reason::StoreQueue, "waits go through the store's own queue");
     }
     one_wake_per_release(ctx, Waited::Permit).await
 }
@@ -145,7 +154,10 @@ pub async fn c28_release_in_process_wakes_a_polling_waiter(ctx: Ctx) -> Outcome 
     let name = ctx.name("local-wake");
     let wakes_itself = probe.watch(&name).await.is_ok_and(|w| w.waiter().is_some());
     if ctx.caps().wake_up == WakeUp::Polling && probe.store_identity().is_none() && !wakes_itself {
-        return ctx.skip("the backend polls and does not name its store, so waiters only poll");
+        return ctx.skip(
+            Reason::LocalWake,
+            "the backend polls and does not name its store, so waiters only poll",
+        );
     }
     let (holder, waiter) = (ctx.client().await, ctx.client().await);
     let long_poll = Duration::from_secs(5);

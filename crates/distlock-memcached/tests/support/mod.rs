@@ -1,9 +1,7 @@
 //! The conformance fixture for memcached, and helpers shared by this crate's tests.
 //!
-//! Servers: cases that leave the server alone share one per test binary; the outage case
-//! (and any test thread whose name is not a case) gets its own, because it kills it. A child
-//! process of the cross-process case reaches the parent's server through
-//! `DISTLOCK_TEST_MEMCACHED_URL`. memcached cannot list keys, so the fixture remembers every
+//! Servers come from a [`Site`]: cases that leave the server alone share the test binary's
+//! (or `DISTLOCK_TEST_MEMCACHED_URL`'s); the outage case gets one of its own. memcached cannot list keys, so the fixture remembers every
 //! name its clients tried and counts held locks by probing those names' items.
 #![allow(dead_code)] // each test binary uses a different part
 
@@ -14,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_conformance::{Fixture, Outage, Proxied};
+use distlock_conformance::{Fixture, Needs, Outage, Plan, Proxied, Site};
 use distlock_core::{
     DistributedLock, Error, Lease, LockKind, LockName, LockState, OwnerToken, Primitive, Result, TryAcquire,
 };
@@ -23,14 +21,6 @@ use distlock_testkit::{shared, MemcachedOptions, MemcachedServer};
 use futures::stream::{self, StreamExt};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-
-/// The conformance case that kills its server.
-const OUTAGE_CASE: &str = "c12_store_going_away";
-
-/// Whether this fixture needs a server of its own: the outage case kills it.
-fn needs_own_server() -> bool {
-    distlock_conformance::current_case().is_none_or(|case| case == OUTAGE_CASE)
-}
 
 /// Starts a server from a blocking thread (the testkit API blocks).
 pub async fn start_server(options: MemcachedOptions) -> MemcachedServer {
@@ -71,50 +61,36 @@ pub async fn raw(addr: &str, command: &str) -> std::io::Result<String> {
     Ok(line.trim_end().to_owned())
 }
 
-/// A server owned by one fixture, killed and restarted by its outage.
-type Owned = Arc<Mutex<MemcachedServer>>;
-
 /// One memcached under test.
 pub struct MemcachedFixture {
-    url: String,
-    own: Option<Owned>,
+    site: Site,
     names: Arc<Mutex<BTreeSet<LockName>>>,
 }
 
-impl MemcachedFixture {
-    /// A fixture on the server at `url`, owning `own` if given.
-    pub fn new(url: String, own: Option<MemcachedServer>) -> Self {
-        Self {
-            url,
-            own: own.map(|s| Arc::new(Mutex::new(s))),
-            names: Arc::default(),
-        }
-    }
-}
-
 /// The conformance fixture factory.
-pub async fn fixture() -> Arc<dyn Fixture> {
-    if let Ok(url) = std::env::var(shared::MEMCACHED_URL_ENV) {
-        return Arc::new(MemcachedFixture::new(url, None));
-    }
-    if needs_own_server() {
-        let server = start_server(MemcachedOptions::default()).await;
-        return Arc::new(MemcachedFixture::new(server.url(), Some(server)));
-    }
-    Arc::new(MemcachedFixture::new(shared_url().await, None))
+pub async fn fixture(needs: Needs) -> Arc<dyn Fixture> {
+    let plan = Plan {
+        start: |_| MemcachedServer::start(),
+        shared: shared::memcached_url,
+        own_for_faults: false,
+    };
+    Arc::new(MemcachedFixture {
+        site: Site::open(needs, plan).await,
+        names: Arc::default(),
+    })
 }
 
 #[async_trait]
 impl Fixture for MemcachedFixture {
     async fn backend(&self) -> Result<Arc<dyn DistributedLock>> {
         Ok(Arc::new(Recorded {
-            inner: lock(&self.url),
+            inner: lock(self.site.url()),
             names: self.names.clone(),
         }))
     }
 
     async fn proxied_backend(&self) -> Option<Result<Proxied>> {
-        let (url, faults) = match distlock_testkit::proxy::through_proxies(&self.url) {
+        let (url, faults) = match self.site.proxied().await {
             Ok(pair) => pair,
             Err(e) => return Some(Err(Error::backend("memcached", e))),
         };
@@ -132,7 +108,7 @@ impl Fixture for MemcachedFixture {
     }
 
     async fn steal(&self, name: &LockName) -> Result<()> {
-        let probe = lock(&self.url);
+        let probe = lock(self.site.url());
         let command = format!("md {}\r\n", probe.lock_key(name));
         let reply = raw(probe.server_of(name), &command)
             .await
@@ -150,7 +126,7 @@ impl Fixture for MemcachedFixture {
                 .cloned()
                 .collect()
         };
-        let probe = lock(&self.url);
+        let probe = lock(self.site.url());
         let states: Vec<Result<LockState>> = stream::iter(names)
             .map(|name| {
                 let probe = probe.clone();
@@ -166,47 +142,17 @@ impl Fixture for MemcachedFixture {
         Ok(held)
     }
 
+    /// `kill -9` of the case's own server (it comes back empty).
     async fn outage(&self) -> Option<Box<dyn Outage>> {
-        let own = self.own.clone()?;
-        let killer = own.clone();
-        tokio::task::spawn_blocking(move || {
-            killer
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .kill()
-                .expect("kill -9");
-        })
-        .await
-        .expect("joined");
-        Some(Box::new(Restart { server: own }))
+        Some(self.site.outage().await)
     }
 
     fn child_env(&self) -> Option<Vec<(String, String)>> {
-        Some(vec![(shared::MEMCACHED_URL_ENV.to_owned(), self.url.clone())])
+        Some(self.site.child_env())
     }
 
     fn short_ttl(&self) -> Duration {
         Duration::from_secs(2)
-    }
-}
-
-/// Restarts the killed server (same port; memcached comes back empty).
-struct Restart {
-    server: Owned,
-}
-
-#[async_trait]
-impl Outage for Restart {
-    async fn restore(self: Box<Self>) {
-        let server = self.server;
-        tokio::task::spawn_blocking(move || {
-            let mut server = server.lock().unwrap_or_else(PoisonError::into_inner);
-            if !server.is_running() {
-                server.restart().expect("restart");
-            }
-        })
-        .await
-        .expect("joined");
     }
 }
 

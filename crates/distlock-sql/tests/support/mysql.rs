@@ -1,55 +1,35 @@
 //! The conformance fixture for MySQL/MariaDB: a `mariadbd` started by distlock-testkit in a
-//! temporary data directory (or the server named by `DISTLOCK_TEST_MYSQL_URL`).
+//! temporary data directory (or the server named by `DISTLOCK_TEST_MYSQL_URL`, for the cases
+//! that leave the store alone).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_conformance::{Fixture, Outage, Proxied};
+use distlock_conformance::{Fixture, Needs, Outage, Plan, Proxied, Site};
 use distlock_core::{DistributedLock, Error, LockName, OwnerToken, Result};
 use distlock_sql::{SqlConfig, SqlLock};
-use distlock_testkit::shared::MYSQL_URL_ENV;
 use distlock_testkit::MariaDbServer;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 
 /// The operation timeout of the fixture's clients: short, so outage cases end quickly.
 pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Which server a fixture uses.
-pub enum Server {
-    /// The test binary's shared server, or the one named by `DISTLOCK_TEST_MYSQL_URL`.
-    Shared,
-    /// A server of its own, which the fixture may kill and restart.
-    Owned,
-}
-
 /// One MariaDB server plus an admin pool for the fault hooks.
 pub struct MySqlFixture {
-    url: String,
-    owned: Option<Arc<Mutex<MariaDbServer>>>,
+    site: Site,
     admin: MySqlPool,
 }
 
 impl MySqlFixture {
-    /// A fixture on the shared server or on a server of its own.
-    pub async fn start(server: Server) -> Self {
-        let env_url = std::env::var(MYSQL_URL_ENV).ok().filter(|u| !u.trim().is_empty());
-        let (url, owned) = match (env_url, server) {
-            (Some(url), _) => (url, None),
-            (None, Server::Shared) => {
-                let url = tokio::task::spawn_blocking(distlock_testkit::shared::mysql_url)
-                    .await
-                    .expect("the starter thread")
-                    .expect("the shared mariadbd starts");
-                (url, None)
-            }
-            (None, Server::Owned) => {
-                let server = tokio::task::spawn_blocking(MariaDbServer::start)
-                    .await
-                    .expect("the starter thread")
-                    .expect("mariadbd starts");
-                (server.url(), Some(Arc::new(Mutex::new(server))))
-            }
+    /// A fixture on the store a case that declares `needs` gets (see [`Site`]).
+    pub async fn start(needs: Needs) -> Self {
+        let plan = Plan {
+            start: |_| MariaDbServer::start(),
+            shared: distlock_testkit::shared::mysql_url,
+            own_for_faults: false,
         };
+        let site = Site::open(needs, plan).await;
+        let url = site.url().to_owned();
         // The first client creates the table.
         client(&url).await.expect("the server answers");
         let admin = MySqlPoolOptions::new()
@@ -57,7 +37,7 @@ impl MySqlFixture {
             .acquire_timeout(Duration::from_secs(10))
             .connect_lazy(&url)
             .expect("a valid URL");
-        Self { url, owned, admin }
+        Self { site, admin }
     }
 }
 
@@ -76,11 +56,11 @@ fn admin_error(e: sqlx::Error) -> Error {
 #[async_trait::async_trait]
 impl Fixture for MySqlFixture {
     async fn backend(&self) -> Result<Arc<dyn DistributedLock>> {
-        Ok(Arc::new(client(&self.url).await?))
+        Ok(Arc::new(client(self.site.url()).await?))
     }
 
     async fn proxied_backend(&self) -> Option<Result<Proxied>> {
-        let (url, faults) = match distlock_testkit::proxy::through_proxies(&self.url) {
+        let (url, faults) = match self.site.proxied().await {
             Ok(pair) => pair,
             Err(e) => return Some(Err(Error::backend("mysql", e))),
         };
@@ -117,32 +97,13 @@ impl Fixture for MySqlFixture {
         Ok(usize::try_from(count).unwrap_or(0))
     }
 
-    /// `kill -9` of the fixture's own mariadbd; restored by restarting it on the same port
-    /// and data directory. `None` on the shared server, which other tests are using.
+    /// `kill -9` of the case's own server; restored by restarting it on the same port and
+    /// data directory.
     async fn outage(&self) -> Option<Box<dyn Outage>> {
-        let server = self.owned.clone()?;
-        let killer = server.clone();
-        tokio::task::spawn_blocking(move || killer.lock().unwrap_or_else(PoisonError::into_inner).kill())
-            .await
-            .ok()?
-            .ok()?;
-        Some(Box::new(KilledServer(server)))
+        Some(self.site.outage().await)
     }
 
     fn child_env(&self) -> Option<Vec<(String, String)>> {
-        Some(vec![(MYSQL_URL_ENV.to_owned(), self.url.clone())])
-    }
-}
-
-struct KilledServer(Arc<Mutex<MariaDbServer>>);
-
-#[async_trait::async_trait]
-impl Outage for KilledServer {
-    async fn restore(self: Box<Self>) {
-        let server = self.0;
-        tokio::task::spawn_blocking(move || server.lock().unwrap_or_else(PoisonError::into_inner).restart())
-            .await
-            .expect("the restarter thread")
-            .expect("mariadbd restarts");
+        Some(self.site.child_env())
     }
 }

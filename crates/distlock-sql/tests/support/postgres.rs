@@ -1,27 +1,19 @@
 //! The conformance fixture for PostgreSQL: a `postgres` started by distlock-testkit in a
-//! temporary directory (or the server named by `DISTLOCK_TEST_POSTGRES_URL`).
+//! temporary directory (or the server named by `DISTLOCK_TEST_POSTGRES_URL`, for the cases
+//! that leave the store alone).
 #![allow(dead_code)] // each test file uses its own part
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_conformance::{Fixture, Outage, Proxied};
+use distlock_conformance::{Fixture, Needs, Outage, Plan, Proxied, Site};
 use distlock_core::{DistributedLock, Error, LockName, OwnerToken, Result};
 use distlock_sql::{SqlConfig, SqlLock};
-use distlock_testkit::shared::POSTGRES_URL_ENV;
 use distlock_testkit::PostgresServer;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 /// The operation timeout of the fixture's clients: short, so outage cases end quickly.
 pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Which server a fixture uses.
-pub enum Server {
-    /// The test binary's shared server, or the one named by `DISTLOCK_TEST_POSTGRES_URL`.
-    Shared,
-    /// A server of its own, which the fixture may kill and restart.
-    Owned,
-}
 
 /// A server of the test's own, started off the runtime's threads.
 pub async fn own_server() -> PostgresServer {
@@ -41,25 +33,20 @@ pub async fn shared_url() -> String {
 
 /// One PostgreSQL server plus an admin pool for the fault hooks.
 pub struct PostgresFixture {
-    url: String,
-    owned: Option<Arc<Mutex<PostgresServer>>>,
+    site: Site,
     admin: PgPool,
 }
 
 impl PostgresFixture {
-    /// A fixture on the shared server or on a server of its own.
-    pub async fn start(server: Server) -> Self {
-        let env_url = std::env::var(POSTGRES_URL_ENV)
-            .ok()
-            .filter(|u| !u.trim().is_empty());
-        let (url, owned) = match (env_url, server) {
-            (Some(url), _) => (url, None),
-            (None, Server::Shared) => (shared_url().await, None),
-            (None, Server::Owned) => {
-                let server = own_server().await;
-                (server.url(), Some(Arc::new(Mutex::new(server))))
-            }
+    /// A fixture on the store a case that declares `needs` gets (see [`Site`]).
+    pub async fn start(needs: Needs) -> Self {
+        let plan = Plan {
+            start: |_| PostgresServer::start(),
+            shared: distlock_testkit::shared::postgres_url,
+            own_for_faults: false,
         };
+        let site = Site::open(needs, plan).await;
+        let url = site.url().to_owned();
         // The first client creates the tables.
         client(&url).await.expect("the server answers");
         let admin = PgPoolOptions::new()
@@ -67,7 +54,7 @@ impl PostgresFixture {
             .acquire_timeout(Duration::from_secs(10))
             .connect_lazy(&url)
             .expect("a valid URL");
-        Self { url, owned, admin }
+        Self { site, admin }
     }
 }
 
@@ -86,11 +73,11 @@ fn admin_error(e: sqlx::Error) -> Error {
 #[async_trait::async_trait]
 impl Fixture for PostgresFixture {
     async fn backend(&self) -> Result<Arc<dyn DistributedLock>> {
-        Ok(Arc::new(client(&self.url).await?))
+        Ok(Arc::new(client(self.site.url()).await?))
     }
 
     async fn proxied_backend(&self) -> Option<Result<Proxied>> {
-        let (url, faults) = match distlock_testkit::proxy::through_proxies(&self.url) {
+        let (url, faults) = match self.site.proxied().await {
             Ok(pair) => pair,
             Err(e) => return Some(Err(Error::backend("postgres", e))),
         };
@@ -126,32 +113,13 @@ impl Fixture for PostgresFixture {
         Ok(usize::try_from(count).unwrap_or(0))
     }
 
-    /// `kill -9` of the fixture's own postmaster; restored by restarting it on the same port
-    /// and data directory. `None` on the shared server, which other tests are using.
+    /// `kill -9` of the case's own server; restored by restarting it on the same port and
+    /// data directory.
     async fn outage(&self) -> Option<Box<dyn Outage>> {
-        let server = self.owned.clone()?;
-        let killer = server.clone();
-        tokio::task::spawn_blocking(move || killer.lock().unwrap_or_else(PoisonError::into_inner).kill())
-            .await
-            .ok()?
-            .ok()?;
-        Some(Box::new(KilledServer(server)))
+        Some(self.site.outage().await)
     }
 
     fn child_env(&self) -> Option<Vec<(String, String)>> {
-        Some(vec![(POSTGRES_URL_ENV.to_owned(), self.url.clone())])
-    }
-}
-
-struct KilledServer(Arc<Mutex<PostgresServer>>);
-
-#[async_trait::async_trait]
-impl Outage for KilledServer {
-    async fn restore(self: Box<Self>) {
-        let server = self.0;
-        tokio::task::spawn_blocking(move || server.lock().unwrap_or_else(PoisonError::into_inner).restart())
-            .await
-            .expect("the restarter thread")
-            .expect("postgres restarts");
+        Some(self.site.child_env())
     }
 }

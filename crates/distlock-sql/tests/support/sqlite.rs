@@ -4,22 +4,19 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_conformance::{Fixture, Outage};
+use distlock_conformance::{parent_store, Fixture, Outage, STORE_ENV};
 use distlock_core::{DistributedLock, Error, LockName, OwnerToken, Result};
 use distlock_sql::SqlConfig;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 use sqlx::{Connection, SqliteConnection};
-
-/// Points a child process at the parent's SQLite file.
-pub const SQLITE_PATH_ENV: &str = "DISTLOCK_TEST_SQLITE_PATH";
 
 /// The operation timeout of the fixture's clients: short, so the outage case ends quickly.
 pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(2);
 
 const NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
 
-/// One SQLite file (in its own temporary directory, or the one named by
-/// [`SQLITE_PATH_ENV`]) plus an admin pool for the fault hooks.
+/// One SQLite file (in its own temporary directory, or the parent's in the child process of
+/// a cross-process case) plus an admin pool for the fault hooks.
 pub struct SqliteFixture {
     path: PathBuf,
     admin: SqlitePool,
@@ -29,7 +26,7 @@ pub struct SqliteFixture {
 impl SqliteFixture {
     /// A fresh file, or the parent's file inside a child process.
     pub async fn start() -> Self {
-        let (path, dir) = match std::env::var_os(SQLITE_PATH_ENV) {
+        let (path, dir) = match parent_store() {
             Some(path) => (PathBuf::from(path), None),
             None => {
                 let dir = tempfile::Builder::new()
@@ -111,14 +108,17 @@ impl Fixture for SqliteFixture {
     async fn outage(&self) -> Option<Box<dyn Outage>> {
         let mut conn = SqliteConnection::connect_with(&SqliteConnectOptions::new().filename(&self.path))
             .await
-            .ok()?;
-        sqlx::query("BEGIN EXCLUSIVE").execute(&mut conn).await.ok()?;
+            .expect("the blocking connection opens");
+        sqlx::query("BEGIN EXCLUSIVE")
+            .execute(&mut conn)
+            .await
+            .expect("the blocking transaction takes the write lock");
         Some(Box::new(WriteLockOutage(conn)))
     }
 
     fn child_env(&self) -> Option<Vec<(String, String)>> {
         Some(vec![(
-            SQLITE_PATH_ENV.to_owned(),
+            STORE_ENV.to_owned(),
             self.path.to_string_lossy().into_owned(),
         )])
     }

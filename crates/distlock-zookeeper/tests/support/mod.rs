@@ -2,13 +2,13 @@
 //! timeouts, and fault hooks that act on the znodes directly.
 #![allow(dead_code)] // each test binary uses its own part of it
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_conformance::{Fixture, Outage, Proxied};
+use distlock_conformance::{Fixture, Needs, Outage, Plan, Proxied, Site};
 use distlock_core::{DistributedLock, Error, LockName, Result};
-use distlock_testkit::{shared, ZooKeeperServer};
+use distlock_testkit::{shared, ZooKeeperEnsemble, ZooKeeperServer};
 use distlock_zookeeper::{ZooKeeperConfig, ZooKeeperLock};
 use zookeeper_client as zk;
 
@@ -40,55 +40,43 @@ pub async fn raw(url: &str) -> zk::Client {
         .expect("the raw client connects")
 }
 
-/// The suite's fixture: the binary's shared server, or one of its own when the store must be
-/// taken away.
+/// The suite's fixture: a standalone server or an ensemble, from a [`Site`].
 pub struct ZkFixture {
-    url: String,
+    site: Site,
     admin: ZooKeeperLock,
     raw: zk::Client,
-    own: Option<Arc<Mutex<ZooKeeperServer>>>,
 }
 
 impl ZkFixture {
     /// Over the shared standalone server (or `$DISTLOCK_TEST_ZOOKEEPER_URL`).
     pub async fn shared() -> Self {
-        let url = shared::zookeeper_url().expect("the shared ZooKeeper starts");
-        Self::over(url, None).await
+        let url = tokio::task::spawn_blocking(shared::zookeeper_url)
+            .await
+            .expect("joined")
+            .expect("the shared ZooKeeper starts");
+        Self::on(Site::at(url)).await
     }
 
-    /// A fixture over the shared 3-node ensemble (never killed by a case).
+    /// Over the test binary's shared 3-node ensemble (never killed by a test).
     pub async fn ensemble() -> Self {
-        // `$DISTLOCK_TEST_ZOOKEEPER_ENSEMBLE_URL` when set: the run's shared ensemble, or the
-        // parent's in a child process of the cross-process case.
         let url = tokio::task::spawn_blocking(shared::zookeeper_ensemble_url)
             .await
             .expect("joined")
             .expect("the shared ZooKeeper ensemble starts");
-        Self::over(url, None).await
+        Self::on(Site::at(url)).await
     }
 
-    /// Over a standalone server of its own, which `outage` may kill.
-    pub async fn own() -> Self {
-        let server = tokio::task::spawn_blocking(ZooKeeperServer::start)
-            .await
-            .expect("joined")
-            .expect("a ZooKeeper server starts");
-        let url = server.url();
-        Self::over(url, Some(Arc::new(Mutex::new(server)))).await
-    }
-
-    async fn over(url: String, own: Option<Arc<Mutex<ZooKeeperServer>>>) -> Self {
+    async fn on(site: Site) -> Self {
         Self {
-            admin: connect(&url).await,
-            raw: raw(&url).await,
-            url,
-            own,
+            admin: connect(site.url()).await,
+            raw: raw(site.url()).await,
+            site,
         }
     }
 
     /// The server's URL.
     pub fn url(&self) -> &str {
-        &self.url
+        self.site.url()
     }
 
     /// The contender nodes of `name`, in queue order.
@@ -105,25 +93,35 @@ impl ZkFixture {
     }
 }
 
-/// The factory `conformance_tests!` calls once per case. The store-outage case gets a server
-/// of its own so that killing it cannot disturb the cases running beside it.
-pub async fn fixture() -> Arc<dyn Fixture> {
-    let outage_case = distlock_conformance::current_case() == Some("c12_store_going_away");
-    if outage_case && std::env::var(shared::ZOOKEEPER_URL_ENV).is_err() {
-        Arc::new(ZkFixture::own().await)
-    } else {
-        Arc::new(ZkFixture::shared().await)
-    }
+/// The conformance factory over a standalone server.
+pub async fn fixture(needs: Needs) -> Arc<dyn Fixture> {
+    let plan = Plan {
+        start: |_| ZooKeeperServer::start(),
+        shared: shared::zookeeper_url,
+        own_for_faults: false,
+    };
+    Arc::new(ZkFixture::on(Site::open(needs, plan).await).await)
+}
+
+/// The conformance factory over a 3-node ensemble (every client is given all three members).
+/// The outage case gets an ensemble of its own and kills a majority of it.
+pub async fn ensemble_fixture(needs: Needs) -> Arc<dyn Fixture> {
+    let plan = Plan {
+        start: |_| ZooKeeperEnsemble::start(),
+        shared: shared::zookeeper_ensemble_url,
+        own_for_faults: false,
+    };
+    Arc::new(ZkFixture::on(Site::open(needs, plan).await).await)
 }
 
 #[async_trait]
 impl Fixture for ZkFixture {
     async fn backend(&self) -> Result<Arc<dyn DistributedLock>> {
-        Ok(Arc::new(ZooKeeperLock::connect(config(&self.url)).await?))
+        Ok(Arc::new(ZooKeeperLock::connect(config(self.url())).await?))
     }
 
     async fn proxied_backend(&self) -> Option<Result<Proxied>> {
-        let (url, faults) = match distlock_testkit::proxy::through_proxies(&self.url) {
+        let (url, faults) = match self.site.proxied().await {
             Ok(pair) => pair,
             Err(e) => return Some(Err(Error::backend("zookeeper", e))),
         };
@@ -182,48 +180,16 @@ impl Fixture for ZkFixture {
         Ok(count)
     }
 
+    /// `kill -9` of the case's own server (or a majority of its own ensemble).
     async fn outage(&self) -> Option<Box<dyn Outage>> {
-        let server = self.own.clone()?;
-        let killed = server.clone();
-        tokio::task::spawn_blocking(move || {
-            killed
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .kill()
-                .expect("kill -9 the server")
-        })
-        .await
-        .expect("joined");
-        Some(Box::new(Killed(server)))
+        Some(self.site.outage().await)
     }
 
     fn child_env(&self) -> Option<Vec<(String, String)>> {
-        // Both: the child opens the same fixture as its parent, single server or ensemble.
-        Some(vec![
-            (shared::ZOOKEEPER_URL_ENV.to_owned(), self.url.clone()),
-            (shared::ZOOKEEPER_ENSEMBLE_URL_ENV.to_owned(), self.url.clone()),
-        ])
+        Some(self.site.child_env())
     }
 
     fn short_ttl(&self) -> Duration {
         Duration::from_millis(500)
-    }
-}
-
-struct Killed(Arc<Mutex<ZooKeeperServer>>);
-
-#[async_trait]
-impl Outage for Killed {
-    async fn restore(self: Box<Self>) {
-        let server = self.0;
-        tokio::task::spawn_blocking(move || {
-            server
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .restart()
-                .expect("the server restarts")
-        })
-        .await
-        .expect("joined");
     }
 }
