@@ -104,6 +104,7 @@ mod kind_scripts;
 mod lock;
 mod node;
 mod redlock;
+mod replica_ack;
 mod scripts;
 mod slots;
 mod subscriber;

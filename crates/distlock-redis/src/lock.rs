@@ -17,6 +17,7 @@ use crate::holds::{self, HoldReply};
 use crate::keys;
 use crate::keys::{KeySpace, LockKeys};
 use crate::node::{self, Node, Nonce, BACKEND};
+use crate::replica_ack::{ReplicaAcks, ScriptCall};
 use crate::scripts::{self, LuaScript};
 use crate::slots::{Master, SlotMap};
 use crate::subscriber::Subscriber;
@@ -218,7 +219,7 @@ struct Inner {
     /// Connections for acquisitions that `WAIT` for replicas, one per acquisition in flight:
     /// `WAIT` blocks its connection, so it must hold up neither releases and renewals on the
     /// shared one nor other acquisitions.
-    acks: Option<AckConnections>,
+    acks: Option<ReplicaAcks>,
     keys: KeySpace,
     config: RedisConfig,
     subscriber: Subscriber,
@@ -252,7 +253,7 @@ impl RedisLock {
         )
         .await?;
         check_eviction_policy(&node, config.require_noeviction).await?;
-        let acks = config.replicas.and_then(|_| AckConnections::new(&config));
+        let acks = ReplicaAcks::new(&config);
         let subscriber = Subscriber::new(
             node.target().clone(),
             node.url().to_owned(),
@@ -464,6 +465,15 @@ impl AcquireCall {
 
     fn keys(&self) -> Vec<&[u8]> {
         self.keys.iter().map(Vec::as_slice).collect()
+    }
+
+    /// The call for an acknowledged pipeline.
+    fn script_call(&self) -> ScriptCall<'_> {
+        ScriptCall {
+            script: self.script,
+            keys: self.keys(),
+            args: self.args(),
+        }
     }
 
     fn args(&self) -> Vec<&[u8]> {
@@ -902,7 +912,13 @@ impl DistributedLock for RedisLock {
         let renewal = self.renewal(lease, ttl)?;
         let sent_at = Instant::now();
         let node = &self.inner.node;
-        let ours = renewal.run(node, node.timeout()).await?;
+        let ours = match self.inner.acks {
+            None => renewal.run(node, node.timeout()).await?,
+            Some(_) => {
+                let reply = self.renew_on_server(std::slice::from_ref(&renewal)).await.pop();
+                reply.unwrap_or_else(|| Err(Error::backend(BACKEND, "no reply for a renewal")))?
+            }
+        };
         Ok(ours.then(|| lease.renewed(ttl, sent_at)))
     }
 
@@ -928,7 +944,7 @@ impl DistributedLock for RedisLock {
         } else if let Target::Cluster(seeds) = node.target() {
             extend_many_in_cluster(node, &self.inner.slots, &seeds.first_host(), &batch).await
         } else {
-            extend_many_on(node, &batch).await
+            self.renew_on_server(&batch).await
         };
         for (slot, reply) in slots.into_iter().zip(replies) {
             let lease = &leases[slot];
@@ -981,10 +997,10 @@ impl DistributedLock for RedisLock {
         let waiting = waiter.map(|(id, stay)| (id, stay_millis(stay)));
         let call = holds::acquire_call(&self.inner.keys, name, kind, &token, ttl_ms, waiting)?;
         let sent_at = Instant::now();
-        let (reply, wait) = self.run_acquire(&call).await?;
+        let (reply, acknowledged) = self.run_acquire(&call).await?;
         match holds::parse_acquire(reply)? {
             HoldReply::Acquired(fencing) => {
-                if !self.acked(wait)? {
+                if !acknowledged {
                     let node = &self.inner.node;
                     let _ = holds::release(node, node.timeout(), &self.inner.keys, name, kind, &token).await;
                     return Err(self.too_few_replicas());
@@ -1104,11 +1120,11 @@ impl RedisLock {
         let keys = self.keys(name);
         let token = owner.to_string();
         let sent_at = Instant::now();
-        let (reply, wait) = self
+        let (reply, acknowledged) = self
             .run_acquire(&AcquireCall::lock(&keys, &token, ttl_ms, waiting))
             .await?;
         let outcome = parse_acquire(reply)?;
-        if matches!(outcome, Acquired::Yes(_)) && !self.acked(wait)? {
+        if matches!(outcome, Acquired::Yes(_)) && !acknowledged {
             // Too few replicas: give the lock back, then report.
             let node = &self.inner.node;
             let _ = release_waking_on(node, node.timeout(), &keys, &token).await;
@@ -1137,86 +1153,61 @@ impl RedisLock {
     }
 
     /// Runs an acquire call: the script's reply, and with
-    /// [`RedisConfig::with_wait_for_replicas`] the reply to its `WAIT`.
-    async fn run_acquire(&self, call: &AcquireCall) -> Result<(Value, Option<Value>)> {
+    /// [`RedisConfig::with_wait_for_replicas`] whether enough replicas acknowledged it (the
+    /// `WAIT` in the same pipeline).
+    async fn run_acquire(&self, call: &AcquireCall) -> Result<(Value, bool)> {
         let node = &self.inner.node;
-        match self.inner.config.replicas {
-            None => Ok((call.run(node, node.timeout()).await?, None)),
-            Some(ack) => self.run_acquire_with_wait(call, ack).await,
-        }
-    }
-
-    /// Whether enough replicas acknowledged a granted hold, by the reply to its `WAIT` (no
-    /// `WAIT`: nothing to wait for).
-    fn acked(&self, wait: Option<Value>) -> Result<bool> {
-        match (wait, self.inner.config.replicas) {
-            (Some(wait), Some(ack)) => Ok(node::int_reply(&wait)? >= i64::from(ack.count)),
-            _ => Ok(true),
-        }
-    }
-
-    fn too_few_replicas(&self) -> Error {
-        let (count, timeout) = self
-            .inner
-            .config
-            .replicas
-            .map(|ack| (ack.count, ack.timeout))
-            .unwrap_or_default();
-        Error::unavailable(
-            BACKEND,
-            format!("fewer than {count} replicas acknowledged the lock within {timeout:?}"),
-        )
-    }
-
-    /// The acquire script and `WAIT count timeout` in one pipeline: both replies.
-    async fn run_acquire_with_wait(
-        &self,
-        call: &AcquireCall,
-        ack: crate::config::ReplicaAck,
-    ) -> Result<(Value, Option<Value>)> {
         let Some(acks) = self.inner.acks.as_ref() else {
-            return Err(Error::backend(
-                BACKEND,
-                "no connections for replica acknowledgements",
-            ));
+            return Ok((call.run(node, node.timeout()).await?, true));
         };
-        let (keys, args) = (call.keys(), call.args());
-        let nonce = Nonce::new();
-        let wait_ms = u64::try_from(ack.timeout.as_millis()).unwrap_or(u64::MAX).max(1);
-        let build = |use_eval: bool| {
-            let mut pipe = redis::pipe();
-            pipe.ignore_errors();
-            pipe.add_command(node::script_cmd(
-                call.script,
-                &keys,
-                &args,
-                self.inner.node.publish(),
-                &nonce,
-                use_eval,
-            ));
-            pipe.cmd("WAIT").arg(ack.count).arg(wait_ms);
-            pipe
-        };
-        // The replicas' delay is part of the round trip.
-        let limit = self.inner.node.timeout() + ack.timeout;
-        let mut replies = acks.pipeline(limit, &build(false)).await?;
-        if matches!(replies.first(), Some(Value::ServerError(e)) if e.code() == "NOSCRIPT") {
-            replies = acks.pipeline(limit, &build(true)).await?;
-        }
-        let [script, wait] = <[Value; 2]>::try_from(replies)
-            .map_err(|r| Error::backend(BACKEND, format!("{} replies to a pipeline of 2", r.len())))?;
-        // The connection is the acquisition's own, and dropped after any timeout, so it never
-        // lags behind; a reply to another request would still be refused.
-        let script = node::open_reply(script, &nonce).ok_or_else(|| {
-            Error::unavailable(
-                BACKEND,
-                "a reply to another request arrived; the outcome is unknown",
-            )
-        })?;
+        let (mut replies, acknowledged) = acks.run(&[call.script_call()]).await?;
+        let script = replies.pop().unwrap_or(Value::Nil);
         if let Value::ServerError(e) = &script {
             return Err(node::map_error(redis::RedisError::from(e.clone())));
         }
-        Ok((script, Some(wait)))
+        Ok((script, acks.enough(acknowledged)))
+    }
+
+    /// The error for an acquisition too few replicas acknowledged.
+    fn too_few_replicas(&self) -> Error {
+        match self.inner.acks.as_ref() {
+            Some(acks) => acks.too_few("the lock", ""),
+            None => Error::backend(BACKEND, "no replica acknowledgement configured"),
+        }
+    }
+
+    /// Runs `batch` on one server: with [`RedisConfig::with_wait_for_replicas`], in one
+    /// pipeline with `WAIT` behind it on an acknowledgement connection, where a renewal the
+    /// master applied but too few replicas acknowledged is an ambiguous
+    /// [`Error::Unavailable`] (a promoted replica would hold the old TTL); else as
+    /// [`extend_many_on`]. One result per renewal, in order.
+    async fn renew_on_server(&self, batch: &[Renewal]) -> Vec<Result<bool>> {
+        let Some(acks) = self.inner.acks.as_ref() else {
+            return extend_many_on(&self.inner.node, batch).await;
+        };
+        let ttls: Vec<String> = batch.iter().map(|r| r.ttl_ms.to_string()).collect();
+        let calls: Vec<ScriptCall<'_>> = batch
+            .iter()
+            .zip(&ttls)
+            .map(|(r, ttl)| ScriptCall {
+                script: r.script,
+                keys: vec![r.key.as_slice()],
+                args: vec![r.owner.as_bytes(), ttl.as_bytes()],
+            })
+            .collect();
+        match acks.run(&calls).await {
+            Ok((replies, acknowledged)) => replies
+                .iter()
+                .map(|reply| {
+                    let ours = node::int_reply(reply)? == 1;
+                    if ours && !acks.enough(acknowledged) {
+                        return Err(acks.too_few("the renewal", "; its outcome is unknown"));
+                    }
+                    Ok(ours)
+                })
+                .collect(),
+            Err(e) => batch.iter().map(|_| Err(e.duplicate())).collect(),
+        }
     }
 }
 
@@ -1226,76 +1217,6 @@ fn stay_millis(stay: Duration) -> u64 {
     u64::try_from(stay.min(MAX_TTL).as_millis())
         .unwrap_or(u64::MAX)
         .max(1)
-}
-
-/// Idle connections for `WAIT`: an acquisition takes one (or opens one) for its pipeline and
-/// gives it back after a clean answer, so concurrent acquisitions wait for their replicas in
-/// parallel. A connection that failed or timed out is dropped, not reused.
-struct AckConnections {
-    client: redis::Client,
-    url: String,
-    connect_timeout: Duration,
-    idle: std::sync::Mutex<Vec<redis::aio::MultiplexedConnection>>,
-}
-
-/// At most this many idle acknowledgement connections are kept.
-const MAX_IDLE_ACK_CONNECTIONS: usize = 16;
-
-impl AckConnections {
-    /// `None` on a cluster (refused by the configuration's validation).
-    fn new(config: &RedisConfig) -> Option<Self> {
-        let Target::Server(client) = &config.target else {
-            return None;
-        };
-        Some(Self {
-            client: client.clone(),
-            url: config.url.clone(),
-            connect_timeout: config.connect_timeout,
-            idle: std::sync::Mutex::default(),
-        })
-    }
-
-    /// Runs `pipe` on a connection of its own, bounded by `limit` (plus connecting if no
-    /// connection is idle).
-    async fn pipeline(&self, limit: Duration, pipe: &redis::Pipeline) -> Result<Vec<Value>> {
-        let idle = self
-            .idle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .pop();
-        let mut conn = match idle {
-            Some(conn) => conn,
-            None => {
-                node::bounded(
-                    self.connect_timeout,
-                    &self.url,
-                    self.client
-                        .get_multiplexed_async_connection_with_config(&ack_connection_config(
-                            self.connect_timeout,
-                        )),
-                )
-                .await?
-            }
-        };
-        let replies = node::bounded(limit, &self.url, pipe.query_async(&mut conn)).await?;
-        let mut idle = self
-            .idle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if idle.len() < MAX_IDLE_ACK_CONNECTIONS {
-            idle.push(conn);
-        }
-        Ok(replies)
-    }
-}
-
-/// An acknowledgement connection's settings: no response timeout of its own (the client
-/// library's default, 500 ms, would cut off a `WAIT` that may last its whole timeout); every
-/// pipeline on it is bounded by [`AckConnections::pipeline`]'s limit instead.
-fn ack_connection_config(connect_timeout: Duration) -> redis::AsyncConnectionConfig {
-    redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(connect_timeout))
-        .set_response_timeout(None)
 }
 
 impl std::fmt::Debug for RedisLock {

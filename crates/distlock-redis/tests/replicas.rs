@@ -187,9 +187,13 @@ async fn renewals_not_acknowledged_by_the_replicas_are_not_successes() {
     let single = lock.extend(&lease, Duration::from_secs(30)).await;
     let single_took = started.elapsed();
     let many = lock.extend_many(std::slice::from_ref(&lease)).await;
-    tokio::task::spawn_blocking(move || replica.resume().expect("SIGCONT"))
-        .await
-        .expect("joined");
+    // The replica is kept (dropping it stops it): it must answer again below.
+    let _replica = tokio::task::spawn_blocking(move || {
+        replica.resume().expect("SIGCONT");
+        replica
+    })
+    .await
+    .expect("joined");
 
     println!("while the replica is paused: extend {single:?} in {single_took:?}; extend_many {many:?}");
     for (what, outcome) in [
@@ -213,9 +217,12 @@ async fn renewals_not_acknowledged_by_the_replicas_are_not_successes() {
     // The replica answers again: renewals are acknowledged.
     let mut renewed = None;
     for _ in 0..20 {
-        if let Ok(Some(lease)) = lock.extend(&lease, Duration::from_secs(30)).await {
-            renewed = Some(lease);
-            break;
+        match lock.extend(&lease, Duration::from_secs(30)).await {
+            Ok(Some(lease)) => {
+                renewed = Some(lease);
+                break;
+            }
+            other => println!("a renewal after the replica resumed: {other:?}"),
         }
     }
     let renewed = renewed.expect("renewals succeed once the replica answers");
