@@ -44,8 +44,10 @@
 //!   connection, see below), and for `LOADING`, `TRYAGAIN`, `MASTERDOWN`, `READONLY`,
 //!   `CLUSTERDOWN` replies (not applied: the script did not run, but the caller cannot tell
 //!   them apart from the others by variant).
-//! - With [`RedisConfig::with_wait_for_replicas`]: "fewer than N replicas acknowledged"
-//!   (the lock was set on the master and released again; a failed release is left to the TTL).
+//! - With [`RedisConfig::with_wait_for_replicas`]: "fewer than N replicas acknowledged the
+//!   lock" (the lock was set on the master and released again; a failed release is left to
+//!   the TTL), and "... acknowledged the renewal" (the master extended the TTL; a replica
+//!   promoted now may hold the old one).
 //! - For [`Redlock`]: "only k of N masters answered" (some masters may hold the key; the
 //!   failed attempt already released what it could, the rest expires with the TTL).
 //!

@@ -30,8 +30,8 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// A distributed lock on one Redis server. Cheap to clone; clones share the connections: one
 /// multiplexed connection for commands (reconnecting by itself), one pub/sub connection opened
 /// with the first wait, and, only with [`RedisConfig::with_wait_for_replicas`], one per
-/// acquisition awaiting its replicas at the same time (`WAIT` blocks its connection; up to 16
-/// are kept idle for reuse).
+/// acquisition or renewal awaiting its replicas at the same time (`WAIT` blocks its
+/// connection; up to 16 are kept idle for reuse).
 ///
 /// # Key layout
 ///
@@ -121,6 +121,7 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// | ... with replicas    | 1 (script and `WAIT` pipelined) + the replicas' delay          |
 /// | `release`, `extend`  | 1 (script), for every kind                                     |
 /// | `extend_many(n)`     | 1 (one pipeline of `n` scripts, kinds mixed)                   |
+/// | ... with replicas    | 1 (the scripts and `WAIT` pipelined) + the replicas' delay     |
 /// | `withdraw`           | 1 (script) for a waiting writer, else 0                        |
 /// | `watch`, `watch_kind`| 0 if the channel is already subscribed, else 1 (+1 to connect) |
 /// | `inspect`, `inspect_holders`, `ping` | 1                                              |
@@ -907,7 +908,9 @@ impl DistributedLock for RedisLock {
     }
 
     /// One round trip: compare-and-`PEXPIRE` (the mutex, the write lock), or a live member's
-    /// expiry moved (a permit, a read lock).
+    /// expiry moved (a permit, a read lock). With replica acknowledgement, the `WAIT` rides in
+    /// the same pipeline; a renewal too few replicas acknowledged is an ambiguous
+    /// [`Error::Unavailable`].
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
         let renewal = self.renewal(lease, ttl)?;
         let sent_at = Instant::now();
@@ -922,7 +925,8 @@ impl DistributedLock for RedisLock {
         Ok(ours.then(|| lease.renewed(ttl, sent_at)))
     }
 
-    /// One round trip for all leases, of any kinds: a pipeline of extend scripts.
+    /// One round trip for all leases, of any kinds: a pipeline of extend scripts (with replica
+    /// acknowledgement, `WAIT` behind them, as for `extend`).
     async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
         let mut batch = Vec::with_capacity(leases.len());
         let mut slots = Vec::with_capacity(leases.len());
