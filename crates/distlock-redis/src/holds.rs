@@ -14,6 +14,7 @@ use crate::keys::{KeySpace, RwLockKeys, SemaphoreKeys};
 use crate::kind_scripts;
 use crate::lock::{AcquireCall, Renewal};
 use crate::node::{self, Node, BACKEND};
+use crate::released::Released;
 use crate::scripts;
 
 /// What an acquire script answered.
@@ -137,7 +138,8 @@ pub(crate) fn parse_acquire(reply: Value) -> Result<HoldReply> {
 }
 
 /// Releases the hold of `kind` of `owner` on `name`, waking the semaphore's first waiter or
-/// announcing it on the object's channel: one round trip. Whether the owner held it (live).
+/// announcing it on the object's channel: one round trip. Whether the owner held it (live),
+/// or, for a request that may have run twice, [`Released::Unknown`].
 pub(crate) async fn release(
     node: &Node,
     limit: Duration,
@@ -145,8 +147,8 @@ pub(crate) async fn release(
     name: &LockName,
     kind: LockKind,
     owner: &str,
-) -> Result<bool> {
-    let released: i64 = match kind {
+) -> Result<Released> {
+    let (released, resent): (i64, bool) = match kind {
         LockKind::Permit { .. } => {
             let SemaphoreKeys {
                 holders,
@@ -154,7 +156,7 @@ pub(crate) async fn release(
                 channel,
                 ..
             } = space.semaphore_keys(name);
-            node.script_within(
+            node.script_sent_within(
                 limit,
                 &kind_scripts::RELEASE_MEMBER,
                 &[&holders, &waiting],
@@ -164,7 +166,7 @@ pub(crate) async fn release(
         }
         LockKind::Read => {
             let RwLockKeys { readers, channel, .. } = space.rw_lock_keys(name);
-            node.script_within(
+            node.script_sent_within(
                 limit,
                 &kind_scripts::RELEASE_MEMBER,
                 &[&readers],
@@ -174,7 +176,7 @@ pub(crate) async fn release(
         }
         LockKind::Write => {
             let RwLockKeys { writer, channel, .. } = space.rw_lock_keys(name);
-            node.script_within(
+            node.script_sent_within(
                 limit,
                 &kind_scripts::RELEASE_WRITE,
                 &[&writer],
@@ -184,7 +186,7 @@ pub(crate) async fn release(
         }
         _ => return Err(not_a_hold_kind()),
     };
-    Ok(released == 1)
+    Ok(Released::from_reply(released, resent))
 }
 
 /// The renewal of the hold of `kind` of `owner` on `name` for `ttl_ms`: a member's expiry

@@ -106,6 +106,7 @@ mod kind_scripts;
 mod lock;
 mod node;
 mod redlock;
+mod released;
 mod replica_ack;
 mod scripts;
 mod slots;

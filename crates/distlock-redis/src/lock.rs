@@ -17,6 +17,7 @@ use crate::holds::{self, HoldReply};
 use crate::keys;
 use crate::keys::{KeySpace, LockKeys};
 use crate::node::{self, Node, Nonce, BACKEND};
+use crate::released::Released;
 use crate::replica_ack::{ReplicaAcks, ScriptCall};
 use crate::scripts::{self, LuaScript};
 use crate::slots::{Master, SlotMap};
@@ -573,22 +574,22 @@ fn parse_acquire(reply: Value) -> Result<Acquired> {
 }
 
 /// Runs the release script that wakes one waiter on `node` (bounded by `limit`): whether our
-/// key was deleted.
+/// key was deleted, or, for a request that may have run twice, [`Released::Unknown`].
 pub(crate) async fn release_waking_on(
     node: &Node,
     limit: Duration,
     keys: &LockKeys,
     owner: &str,
-) -> Result<bool> {
-    let released: i64 = node
-        .script_within(
+) -> Result<Released> {
+    let (released, resent): (i64, bool) = node
+        .script_sent_within(
             limit,
             &scripts::RELEASE_WAKING,
             &[&keys.lock, &keys.waiters],
             &[owner.as_bytes(), &keys.channel],
         )
         .await?;
-    Ok(released == 1)
+    Ok(Released::from_reply(released, resent))
 }
 
 /// Runs the extend script on `node` (bounded by `limit`): whether we still own the key.
@@ -904,7 +905,8 @@ impl DistributedLock for RedisLock {
                 release_waking_on(node, node.timeout(), &self.keys(lease.name()), &owner).await
             }
             kind => holds::release(node, node.timeout(), &self.inner.keys, lease.name(), kind, &owner).await,
-        }
+        }?
+        .for_lease(lease)
     }
 
     /// One round trip: compare-and-`PEXPIRE` (the mutex, the write lock), or a live member's

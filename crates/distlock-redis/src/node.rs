@@ -230,11 +230,28 @@ impl Node {
         keys: &[&[u8]],
         args: &[&[u8]],
     ) -> Result<T> {
+        self.script_sent_within(limit, script, keys, args)
+            .await
+            .map(|(value, _)| value)
+    }
+
+    /// As [`script_within`](Self::script_within), also telling whether this client sent the
+    /// script again after its connection broke, so that it may have run twice: a second run
+    /// sees what the first one did (a release sent again finds its lock gone). On a cluster
+    /// the cluster client also sends a request again after a dropped connection, without
+    /// saying so: that is not seen here.
+    pub(crate) async fn script_sent_within<T: FromRedisValue>(
+        &self,
+        limit: Duration,
+        script: &LuaScript,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+    ) -> Result<(T, bool)> {
         let nonce = Nonce::new();
         let nonce = &nonce;
         let publish = self.publish();
-        let (reply, generation) = self
-            .run_on(limit, |mut conn| async move {
+        let (reply, generation, resent) = self
+            .run_tracked(limit, |mut conn| async move {
                 match script_cmd(script, keys, args, publish, nonce, false)
                     .query_async::<Value>(&mut conn)
                     .await
@@ -249,7 +266,9 @@ impl Node {
             })
             .await?;
         let reply = self.checked(reply, nonce, generation)?;
-        redis::from_redis_value(reply).map_err(|e| with_context(map_error(e.into()), &self.url))
+        let value =
+            redis::from_redis_value(reply).map_err(|e| with_context(map_error(e.into()), &self.url))?;
+        Ok((value, resent))
     }
 
     /// `reply` opened (see [`open_reply`]); a reply to another request means the connection of
@@ -361,13 +380,24 @@ impl Node {
         F: Fn(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
+        self.run_tracked(limit, request)
+            .await
+            .map(|(value, generation, _)| (value, generation))
+    }
+
+    /// As [`run_on`](Self::run_on), also telling whether the request was sent again.
+    async fn run_tracked<T, F, Fut>(&self, limit: Duration, request: F) -> Result<(T, u64, bool)>
+    where
+        F: Fn(Conn) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
         let deadline = tokio::time::Instant::now() + limit;
         let mut retried = false;
         loop {
             let (generation, conn) = self.current(deadline, limit).await?;
             let outcome = tokio::time::timeout_at(deadline, request(conn)).await;
             match outcome {
-                Ok(Ok(value)) => return Ok((value, generation)),
+                Ok(Ok(value)) => return Ok((value, generation, retried)),
                 Ok(Err(e)) if e.is_timeout() => {
                     self.replace(generation);
                     return Err(with_context(map_error(e), &self.url));

@@ -409,7 +409,7 @@ impl Redlock {
             self.inner
                 .nodes
                 .iter()
-                .map(|node| release_waking_on(node, limit, keys, token)),
+                .map(|node| async move { release_waking_on(node, limit, keys, token).await?.strict() }),
         )
         .await;
         tally(replies)
