@@ -57,8 +57,14 @@
 //! A request that fails because its connection was found broken is sent once more on a fresh
 //! connection within the same timeout. Every request is safe to send twice: the acquire
 //! script treats a key already holding the attempt's own (unique) owner token as acquired,
-//! extending is idempotent, and a release sent twice frees the lock once (the second answers
-//! "not held": a release may then report `false` for a lock it did free). A connection whose
+//! extending is idempotent, and a release sent twice frees the lock once. The second run finds
+//! the hold gone (or taken by the waiter the first run woke), so a release sent again that
+//! finds it no longer ours reports an ambiguous
+//! [`Error::Unavailable`](distlock_core::Error::Unavailable) while the lease is still valid
+//! by the local clock, not `false` (`with_lock` then returns the work's output; after the
+//! local deadline it is `false`). On a cluster, the cluster client also sends a request again
+//! after a dropped connection, unseen by this crate: such a release may still report `false`
+//! for a lock it did free. A connection whose
 //! request timed out is replaced (behind a silent partition it may never answer again);
 //! connections use `TCP_NODELAY` and TCP keepalive probes (30 s idle, then every 10 s).
 //!
