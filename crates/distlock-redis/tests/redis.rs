@@ -321,6 +321,38 @@ async fn fencing_tokens_and_inspect() {
     assert_eq!(state.fencing, last, "the counter outlives the hold");
 }
 
+/// An acquire sent again (same owner token: the client resends after a broken connection)
+/// after the lock's fencing counter vanished (a `DEL`, a `FLUSHDB` between the two sends, an
+/// eviction) cannot report the token its first run drew: it must fail, not hand out token 0,
+/// a token below every earlier one, and it must not leave the lock held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_sent_again_after_the_counter_vanished_is_an_error_not_token_zero() {
+    let url = shared_url().await;
+    let lock = connect(&url).await;
+    let name = name("counter-vanished");
+    let owner = OwnerToken::new();
+    let ttl = Duration::from_secs(30);
+    let first = match lock.try_acquire(&name, owner, ttl).await.expect("works") {
+        TryAcquire::Acquired(lease) => lease,
+        held => panic!("held: {held:?}"),
+    };
+    assert!(first.fencing_token().is_some());
+    support::raw_del(&url, &lock.fencing_key(&name))
+        .await
+        .expect("DEL");
+    let again = lock.try_acquire(&name, owner, ttl).await;
+    println!("the same attempt sent again: {again:?}");
+    assert!(
+        matches!(&again, Err(e) if e.is_ambiguous()),
+        "an acquire whose fencing token is unknown must fail: {again:?}"
+    );
+    let state = lock.inspect(&name).await.expect("inspects");
+    assert!(
+        !state.is_held(),
+        "the failed attempt left the lock held: {state:?}"
+    );
+}
+
 /// After `SCRIPT FLUSH` every operation still works: `EVALSHA` falls back to `EVAL`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripts_survive_a_script_flush() {
