@@ -117,7 +117,11 @@ pub(crate) fn parse_acquire(reply: Value) -> Result<HoldReply> {
         .transpose()?
         .unwrap_or(-1);
     match outcome {
-        Some(1) => Ok(HoldReply::Acquired(u64::try_from(n).unwrap_or(0))),
+        Some(1) => u64::try_from(n)
+            .ok()
+            .filter(|&token| token > 0)
+            .map(HoldReply::Acquired)
+            .ok_or_else(crate::lock::no_fencing_token),
         Some(0) => {
             let holder = match u64::try_from(n) {
                 Ok(ms) => Holder::expiring_in(Duration::from_millis(ms)),
@@ -329,4 +333,20 @@ fn remaining(expiry: i64, now: i64) -> Option<Duration> {
     u64::try_from(expiry.saturating_sub(now))
         .ok()
         .map(Duration::from_millis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_without_a_token_is_an_error_not_token_zero() {
+        let granted = |parts: Vec<Value>| parse_acquire(Value::Array(parts));
+        assert!(matches!(
+            granted(vec![Value::Int(1), Value::Int(7)]),
+            Ok(HoldReply::Acquired(7))
+        ));
+        assert!(granted(vec![Value::Int(1)]).is_err());
+        assert!(granted(vec![Value::Int(1), Value::Int(0)]).is_err());
+    }
 }

@@ -553,7 +553,18 @@ pub(crate) async fn release_quietly_on(
     Ok(released == 1)
 }
 
-/// Reads the acquire script's reply.
+/// The error for a grant whose reply carries no fencing token: the lock's counter vanished
+/// (a `DEL`, a flush, an eviction) before the attempt was sent again, which can only report
+/// the counter's value; a token drawn anew could be below earlier ones.
+pub(crate) fn no_fencing_token() -> Error {
+    Error::backend(
+        BACKEND,
+        "the lock was granted without a fencing token (its fencing counter is gone); it was given back",
+    )
+}
+
+/// Reads the acquire script's reply. A grant must carry a token (0 for Redlock, whose
+/// masters keep no counter).
 fn parse_acquire(reply: Value) -> Result<Acquired> {
     let parts: Vec<Value> = redis::from_redis_value(reply).map_err(|e| node::map_error(e.into()))?;
     let mut parts = parts.into_iter();
@@ -564,7 +575,7 @@ fn parse_acquire(reply: Value) -> Result<Acquired> {
         .transpose()?
         .unwrap_or(-1);
     Ok(if won == Some(1) {
-        Acquired::Yes(u64::try_from(n).unwrap_or(0))
+        Acquired::Yes(u64::try_from(n).map_err(|_| no_fencing_token())?)
     } else {
         Acquired::No {
             remaining: u64::try_from(n).ok().map(Duration::from_millis),
@@ -1004,7 +1015,16 @@ impl DistributedLock for RedisLock {
         let call = holds::acquire_call(&self.inner.keys, name, kind, &token, ttl_ms, waiting)?;
         let sent_at = Instant::now();
         let (reply, acknowledged) = self.run_acquire(&call).await?;
-        match holds::parse_acquire(reply)? {
+        let reply = match holds::parse_acquire(reply) {
+            Ok(reply) => reply,
+            Err(e) => {
+                // As for the mutex: give the hold back, then report.
+                let node = &self.inner.node;
+                let _ = holds::release(node, node.timeout(), &self.inner.keys, name, kind, &token).await;
+                return Err(e);
+            }
+        };
+        match reply {
             HoldReply::Acquired(fencing) => {
                 if !acknowledged {
                     let node = &self.inner.node;
@@ -1129,7 +1149,20 @@ impl RedisLock {
         let (reply, acknowledged) = self
             .run_acquire(&AcquireCall::lock(&keys, &token, ttl_ms, waiting))
             .await?;
-        let outcome = parse_acquire(reply)?;
+        let outcome = match parse_acquire(reply) {
+            Ok(Acquired::Yes(0)) => Err(no_fencing_token()),
+            other => other,
+        };
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                // Granted without a token (the counter vanished before the attempt was sent
+                // again), or a reply not understood: give the lock back, then report.
+                let node = &self.inner.node;
+                let _ = release_waking_on(node, node.timeout(), &keys, &token).await;
+                return Err(e);
+            }
+        };
         if matches!(outcome, Acquired::Yes(_)) && !acknowledged {
             // Too few replicas: give the lock back, then report.
             let node = &self.inner.node;
