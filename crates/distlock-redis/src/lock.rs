@@ -185,6 +185,12 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// after a broken connection is granted again with a new token (the first reply never
 /// arrived), still without taking a second permit.
 ///
+/// The mutex's acquisition sent again finds the lock already its own and reports the
+/// counter's value, which its first run drew. If the counter vanished in between (a `DEL`, a
+/// flush, an eviction), no token can be reported that is above the earlier ones: the
+/// attempt gives the lock back and fails with [`Error::Backend`] (ambiguous, as every
+/// `Backend` error: `LockClient` releases by owner token too), never with token 0.
+///
 /// # Eviction
 ///
 /// Lock keys have a TTL, so under any `volatile-*` `maxmemory` policy (the default on several
