@@ -147,6 +147,11 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// - **`extend_many`**: the leases are grouped by the master serving their slot (a slot map
 ///   read by `CLUSTER SLOTS`, kept at most 30 s), one pipeline per master, sent at once; a
 ///   renewal redirected because the map was stale is sent again alone and the map read anew;
+/// - **memory**: the scripts carry a `#!lua` line (see below), which Redis refuses outright
+///   on a master over `maxmemory` unless the script declares `flags=allow-oom`; releases,
+///   renewals, a waiter leaving and inspection declare it (they cannot grow memory), so a full
+///   master under `noeviction` still frees and renews locks, while acquisitions fail with an
+///   `OOM` [`Error::Backend`] until memory is freed;
 /// - **`count_held`** scans every master; [`RedisConfig::with_wait_for_replicas`] is refused
 ///   (its `WAIT` would have to follow each lock's slot), and `maxmemory-policy` is checked on
 ///   one node the client picks (set it on every master).
