@@ -147,7 +147,8 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// - **`extend_many`**: the leases are grouped by the master serving their slot (a slot map
 ///   read by `CLUSTER SLOTS`, kept at most 30 s), one pipeline per master, sent at once; a
 ///   renewal redirected because the map was stale is sent again alone and the map read anew;
-/// - **memory**: the scripts carry a `#!lua` line (see below), which Redis refuses outright
+/// - **memory**: the scripts carry a `#!lua` line (so that a replica redirects them to the
+///   slot's master), and Redis refuses such a script outright
 ///   on a master over `maxmemory` unless the script declares `flags=allow-oom`; releases,
 ///   renewals, a waiter leaving and inspection declare it (they cannot grow memory), so a full
 ///   master under `noeviction` still frees and renews locks, while acquisitions fail with an
