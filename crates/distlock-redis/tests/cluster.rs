@@ -75,6 +75,41 @@ async fn a_silent_subscription_connection_is_replaced_and_its_watches_woken() {
     );
 }
 
+/// One master unreachable (its proxy black-holed) while the watched lock lives on another:
+/// the subscriber's keepalive must not take the whole subscription connection for broken
+/// (its `PING` to every master fails on the unreachable one): watches must neither be woken
+/// at each keepalive though nothing was released, nor miss the release that follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_master_without_subscriptions_leaves_the_others_watched() {
+    let cluster = start_cluster(RedisClusterOptions {
+        proxyable: true,
+        ..RedisClusterOptions::default()
+    })
+    .await;
+    let (url, proxies) = cluster.proxies().expect("proxies");
+    let waiter = lock_at(&url).await;
+    let holder = LockClient::new(lock_at(&cluster.url()).await);
+    let name = name_on(&cluster, 1, "kept-watched");
+    let guard = holder.acquire(name.as_str()).await.expect("acquires");
+    let mut watch = waiter.watch(&name).await.expect("subscribes");
+
+    proxies.0[2].blackhole();
+    // Past a keepalive (5 s without a round, then the operation timeout).
+    let quiet = watch.wait(Duration::from_secs(9)).await;
+    let released = Instant::now();
+    assert!(guard.release().await.expect("releases"));
+    let woke = watch.wait(Duration::from_secs(15)).await;
+    let took = released.elapsed();
+    proxies.0[2].heal();
+    println!("with master 2 unreachable, a watch on master 1: {quiet:?} before the release, {woke:?} {took:?} after it");
+    assert_eq!(quiet, Woke::TimedOut, "woken though the lock was not released");
+    assert_eq!(woke, Woke::Released, "the release was not heard within {took:?}");
+    assert!(
+        took < Duration::from_secs(3),
+        "the release was heard only after {took:?}"
+    );
+}
+
 /// A raw connection to master `i`.
 async fn raw_node(cluster: &RedisCluster, i: usize) -> redis::aio::MultiplexedConnection {
     support::raw(&cluster.nodes()[i].url())
