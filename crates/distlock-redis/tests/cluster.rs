@@ -92,6 +92,19 @@ async fn an_unreachable_master_without_subscriptions_leaves_the_others_watched()
     let name = name_on(&cluster, 1, "kept-watched");
     let guard = holder.acquire(name.as_str()).await.expect("acquires");
     let mut watch = waiter.watch(&name).await.expect("subscribes");
+    // Queued, so that the release wakes this waiter (a release wakes the first queued one).
+    let id = watch.waiter().cloned().expect("a waiter's watch");
+    let attempt = waiter
+        .try_acquire_waiting(
+            &name,
+            OwnerToken::new(),
+            Duration::from_secs(30),
+            &id,
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("answers");
+    assert!(matches!(attempt, TryAcquire::Held(_)), "{attempt:?}");
 
     proxies.0[2].blackhole();
     // Past a keepalive (5 s without a round, then the operation timeout).
