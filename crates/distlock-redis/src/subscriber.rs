@@ -44,8 +44,9 @@
 //! - A connection can also go silent without breaking (a firewall or NAT that forgot it): no
 //!   message, no error, and without a round nothing would notice, leaving waiters to their
 //!   safety net for as long as it lasts. So after [`KEEPALIVE`] without a round the task sends
-//!   `PING` (on a cluster, to every master); without an answer within the operation timeout
-//!   it treats the connection as broken, as above.
+//!   `PING` (on a cluster, to the master of each slot with a watched channel: a master that
+//!   carries no subscription, unreachable, must not take the others' down); without an answer
+//!   within the operation timeout it treats the connection as broken, as above.
 //! - A watch may belong to one waiter ([`watch_as_waiter`](Subscriber::watch_as_waiter)): a
 //!   message `wake:<waiter id>` wakes only that waiter, any other message every watch of the
 //!   channel (a resubscription too). A plain [`watch`](Subscriber::watch) (the read-write locks'
