@@ -12,6 +12,8 @@
 //! [`Redlock`](crate::Redlock) decide what to send.
 
 use std::future::Future;
+
+use futures::future::{BoxFuture, FutureExt, Shared};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -33,7 +35,13 @@ struct Current {
     /// `None`: a cluster connection to open with the next request (opening one is a round
     /// trip to the seeds and one connection per master, so it is not done under the lock).
     conn: Option<Conn>,
+    /// The opening of that connection, shared by every caller that finds it gone, so that
+    /// many callers failing at once open one connection, not one each.
+    opening: Option<Opening>,
 }
+
+/// A cluster connection being opened, awaited by every caller that needs it.
+type Opening = Shared<BoxFuture<'static, std::result::Result<Conn, Arc<Error>>>>;
 
 /// One server's connection manager, or a cluster's connection.
 #[derive(Clone)]
@@ -117,6 +125,7 @@ impl Node {
             conn: Arc::new(Mutex::new(Current {
                 generation: 0,
                 conn: Some(conn),
+                opening: None,
             })),
             timeout,
             connect_timeout,
@@ -140,6 +149,7 @@ impl Node {
             conn: Arc::new(Mutex::new(Current {
                 generation: 0,
                 conn: Some(Conn::Server(conn)),
+                opening: None,
             })),
             timeout,
             connect_timeout,
@@ -419,32 +429,60 @@ impl Node {
     }
 
     /// The connection to use and its generation; a cluster connection that was dropped is
-    /// opened again first, within `deadline`.
+    /// opened again first, within `deadline`: once for every caller waiting for it (the
+    /// opening goes on, bounded by the connect and operation timeouts, if the caller that
+    /// started it gives up first and another still waits).
     async fn current(&self, deadline: tokio::time::Instant, limit: Duration) -> Result<(u64, Conn)> {
-        let generation = {
-            let current = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        let (generation, opening) = {
+            let mut current = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(conn) = &current.conn {
                 return Ok((current.generation, conn.clone()));
             }
-            current.generation
+            let opening = current.opening.get_or_insert_with(|| self.opening()).clone();
+            (current.generation, opening)
         };
-        let opened =
-            match tokio::time::timeout_at(deadline, open(&self.target, self.timeout, self.connect_timeout))
-                .await
-            {
-                Ok(opened) => opened.map_err(|e| with_context(map_error(e), &self.url))?,
-                Err(_) => {
-                    return Err(Error::unavailable(
-                        BACKEND,
-                        format!("{} did not answer within {limit:?}", self.url),
-                    ))
+        let opened = match tokio::time::timeout_at(deadline, opening).await {
+            Ok(Ok(opened)) => opened,
+            Ok(Err(e)) => {
+                // The next caller tries afresh.
+                let mut current = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+                if current.generation == generation {
+                    current.opening = None;
                 }
-            };
+                return Err(e.duplicate());
+            }
+            Err(_) => {
+                return Err(Error::unavailable(
+                    BACKEND,
+                    format!("{} did not answer within {limit:?}", self.url),
+                ))
+            }
+        };
         let mut current = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
         if current.generation == generation && current.conn.is_none() {
             current.conn = Some(opened.clone());
+            current.opening = None;
         }
         Ok((current.generation, current.conn.clone().unwrap_or(opened)))
+    }
+
+    /// Opens the connection to the target, bounded by the connect and operation timeouts.
+    fn opening(&self) -> Opening {
+        let (target, url) = (self.target.clone(), self.url.clone());
+        let (timeout, connect_timeout) = (self.timeout, self.connect_timeout);
+        async move {
+            match tokio::time::timeout(connect_timeout + timeout, open(&target, timeout, connect_timeout))
+                .await
+            {
+                Ok(opened) => opened.map_err(|e| Arc::new(with_context(map_error(e), &url))),
+                Err(_) => Err(Arc::new(Error::unavailable(
+                    BACKEND,
+                    format!("{url} did not answer within {:?}", connect_timeout + timeout),
+                ))),
+            }
+        }
+        .boxed()
+        .shared()
     }
 
     /// Swaps in a fresh connection (connected on first use) for the one of `generation`.
@@ -459,6 +497,7 @@ impl Node {
                 tracing::debug!(url = %self.url, "distlock-redis: a request timed out; reopening the cluster connection");
                 current.generation += 1;
                 current.conn = None;
+                current.opening = None;
                 return;
             }
         };
