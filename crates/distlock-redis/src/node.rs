@@ -101,7 +101,9 @@ impl Publish {
 /// A connection whose request timed out is replaced by a fresh one (connected on first use):
 /// behind a silent partition the old one may never answer again, and neither the client
 /// library nor the kernel (before its keepalive probes give up) would drop it. Requests
-/// already sent on the old connection finish or time out on it.
+/// already sent on the old connection finish or time out on it. On a cluster the whole
+/// cluster connection is opened again (the slot map and every master), once for all the
+/// callers that find it gone.
 #[derive(Clone)]
 pub(crate) struct Node {
     target: Target,
