@@ -349,21 +349,31 @@ impl Redlock {
         let drift = self.inner.config.drift(ttl);
         let (mut won, mut held, mut errors, mut untrusted) = (0, Vec::new(), Vec::new(), 0);
         let mut holders = std::collections::HashMap::<Option<Vec<u8>>, usize>::new();
+        // The masters that may hold our key: those that granted it, and those whose reply
+        // was lost. The others refused it: a failed attempt has nothing to give back there.
+        let mut may_hold = vec![false; replies.len()];
         for (i, reply) in replies.into_iter().enumerate() {
             match reply {
                 Ok((acquired, run_id)) if !self.trusted(i, run_id.as_deref()) => {
                     // A recently restarted master: its answer counts for nobody.
                     untrusted += 1;
-                    if let Acquired::No { remaining, .. } = acquired {
-                        held.push(remaining);
+                    match acquired {
+                        Acquired::No { remaining, .. } => held.push(remaining),
+                        Acquired::Yes(_) => may_hold[i] = true,
                     }
                 }
-                Ok((Acquired::Yes(_), _)) => won += 1,
+                Ok((Acquired::Yes(_), _)) => {
+                    won += 1;
+                    may_hold[i] = true;
+                }
                 Ok((Acquired::No { remaining, holder }, _)) => {
                     held.push(remaining);
                     *holders.entry(holder).or_default() += 1;
                 }
-                Err(e) => errors.push(crate::node::detail(&e)),
+                Err(e) => {
+                    errors.push(crate::node::detail(&e));
+                    may_hold[i] = true;
+                }
             }
         }
         // Masters that failed to answer or restarted recently may hold the lock for anyone.
@@ -378,8 +388,9 @@ impl Redlock {
             ));
         }
         // Failed: give back whatever we got, including on masters whose reply was lost,
-        // without announcing it (the lock is not free for anyone).
-        self.release_all_quietly(&keys, &token).await;
+        // without announcing it (the lock is not free for anyone). Nothing to give back if
+        // every master refused: no second round then.
+        self.release_quietly_where(&may_hold, &keys, &token).await;
         let answered = self.inner.nodes.len() - errors.len();
         if answered < self.quorum() {
             return Err(self.no_majority("acquire", answered, &errors));
@@ -415,14 +426,17 @@ impl Redlock {
         tally(replies)
     }
 
-    /// Releases on every master without announcing it (the cleanup of a failed attempt).
-    async fn release_all_quietly(&self, keys: &LockKeys, token: &str) {
+    /// Releases on the masters `i` with `on[i]`, in parallel, without announcing it (the
+    /// cleanup of a failed attempt): one round trip, none if `on` names no master.
+    async fn release_quietly_where(&self, on: &[bool], keys: &LockKeys, token: &str) {
         let limit = self.inner.config.node_timeout;
         join_all(
             self.inner
                 .nodes
                 .iter()
-                .map(|node| release_quietly_on(node, limit, keys, token)),
+                .zip(on)
+                .filter(|(_, &on)| on)
+                .map(|(node, _)| release_quietly_on(node, limit, keys, token)),
         )
         .await;
     }
