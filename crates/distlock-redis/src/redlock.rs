@@ -84,8 +84,10 @@ const SPLIT_RETRY_MAX: Duration = Duration::from_millis(5);
 ///   Safety comes from the validity check; the timeout only stops a dead master from eating
 ///   the validity. Success needs a majority **and** remaining validity
 ///   `ttl - elapsed - drift > 0` (`drift = 0.01 * ttl + 2 ms` by default); the lease's local
-///   deadline is `sent + ttl - drift`. On failure the lock is released on all masters,
-///   without announcing it. One parallel round trip (two on failure).
+///   deadline is `sent + ttl - drift`. On failure the lock is released, without announcing
+///   it, on the masters that granted it or did not answer. One parallel round trip (two if
+///   a failed attempt got the lock somewhere or lost a reply; one when every master said
+///   "held").
 /// - **release**: compare-and-delete on all masters, one parallel round trip. `true` if a
 ///   majority deleted our key, `false` if a majority did not hold it, an error if too few
 ///   answered to tell.
@@ -536,7 +538,8 @@ impl DistributedLock for Redlock {
             .with_primitives(false, false)
     }
 
-    /// One parallel round trip to all masters (another to release them if it failed).
+    /// One parallel round trip to all masters (another to release where it got the lock, or
+    /// lost a reply, if it failed).
     async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
         self.attempt(name, owner, ttl, None).await
     }
