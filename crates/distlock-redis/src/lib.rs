@@ -51,8 +51,12 @@
 //! - For [`Redlock`]: "only k of N masters answered" (some masters may hold the key; the
 //!   failed attempt already released what it could, the rest expires with the TTL).
 //!
-//! [`Error::Backend`](distlock_core::Error::Backend) errors (a script error, `NOAUTH`, a
-//! wrong reply) are not ambiguous: the script did not run.
+//! [`Error::Backend`](distlock_core::Error::Backend) errors are ambiguous too
+//! ([`Error::is_ambiguous`](distlock_core::Error::is_ambiguous)): many mean the script did not
+//! run (`NOAUTH`, `OOM` at `maxmemory`), but a reply not understood, a grant without a fencing
+//! token (given back at once) or a script error after a first write may follow a write
+//! (Redis does not roll a script back), so `LockClient` cleans up after them by owner token,
+//! as after `Unavailable`.
 //!
 //! A request that fails because its connection was found broken is sent once more on a fresh
 //! connection within the same timeout. Every request is safe to send twice: the acquire

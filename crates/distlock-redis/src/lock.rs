@@ -879,8 +879,9 @@ impl DistributedLock for RedisLock {
         BACKEND
     }
 
-    /// Best-effort fencing, notified waiters (one woken per release of a mutex; every waiter
-    /// of the object for semaphores and read-write locks), semaphores and read-write locks.
+    /// Best-effort fencing, notified waiters (one woken per release of a mutex or of a
+    /// semaphore's permit; every waiter of the object for read-write locks), semaphores and
+    /// read-write locks.
     fn capabilities(&self) -> Capabilities {
         let mut caps = Self::single_instance_capabilities().with_primitives(true, true);
         if self.inner.config.notifications {
@@ -918,8 +919,9 @@ impl DistributedLock for RedisLock {
     }
 
     /// One round trip: for the mutex, compare-and-delete, then wake the first queued waiter,
-    /// if any; for a permit, a read or the write lock, its release script (which announces
-    /// the release to every waiter of the object). By the lease's kind, name and owner alone.
+    /// if any; for a permit, its release script, which wakes the first waiter of the
+    /// semaphore's queue; for a read or the write lock, its release script, which announces
+    /// the release to every waiter of the object. By the lease's kind, name and owner alone.
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let owner = lease.owner().to_string();
         let node = &self.inner.node;
