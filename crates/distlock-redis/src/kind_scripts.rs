@@ -94,7 +94,9 @@ if count < asked or redis.call('ZSCORE', KEYS[1], ARGV[1]) then
 end
 if ARGV[4] ~= '' then
   local stay = tonumber(ARGV[5])
-  redis.call('ZADD', KEYS[3], now_us() + stay * 1000, ARGV[4])
+  local now_micros = now_us()
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_micros)
+  redis.call('ZADD', KEYS[3], now_micros + stay * 1000, ARGV[4])
   if redis.call('PTTL', KEYS[3]) < stay then
     redis.call('PEXPIRE', KEYS[3], stay)
   end

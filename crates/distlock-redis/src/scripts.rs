@@ -163,7 +163,8 @@ end
 pub(crate) use wake_next_fn;
 
 /// Acquire by a waiter: as [`ACQUIRE`], and if the lock is held, queue the waiter (at the
-/// back, for its stay), else take it out of the queue.
+/// back, for its stay, after dropping the entries whose stay ended, so that waiters that died
+/// do not pile up while the lock stays held), else take it out of the queue.
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` fencing counter, `KEYS[3]` waiters; `ARGV[1]` owner token,
 /// `ARGV[2]` TTL in ms, `ARGV[3]` waiter id, `ARGV[4]` stay in ms. Replies as [`ACQUIRE`].
@@ -186,7 +187,9 @@ if holder == ARGV[1] then
   return {1, tonumber(redis.call('GET', KEYS[2]))}
 end
 local stay = tonumber(ARGV[4])
-redis.call('ZADD', KEYS[3], now_us() + stay * 1000, ARGV[3])
+local now = now_us()
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+redis.call('ZADD', KEYS[3], now + stay * 1000, ARGV[3])
 if redis.call('PTTL', KEYS[3]) < stay then
   redis.call('PEXPIRE', KEYS[3], stay)
 end
@@ -283,6 +286,7 @@ if holder == ARGV[1] then
   return {1, 0, run_id}
 end
 local stay = tonumber(ARGV[4])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', tonumber(ARGV[5]) - stay * 1000)
 redis.call('ZADD', KEYS[2], ARGV[5], ARGV[3])
 if redis.call('PTTL', KEYS[2]) < stay then
   redis.call('PEXPIRE', KEYS[2], stay)
