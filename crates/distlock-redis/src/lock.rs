@@ -109,7 +109,8 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// trying), the next waiter is woken in its place. A waiter that dies stays queued until its
 /// stay ends (its longest sleep plus a second: about 3 s with the default poll bounds), and
 /// a release that picks it wakes no one: the others then wake at their next safety-net
-/// re-check. Waiters are not served in arrival order: a newcomer may take a free lock before
+/// re-check. Its entry goes with the next release or the next waiter's attempt after its
+/// stay, so dead waiters do not pile up while a lock stays held. Waiters are not served in arrival order: a newcomer may take a free lock before
 /// the woken waiter's attempt arrives, and a waiter that tried and lost goes to the back.
 ///
 /// # Round trips
