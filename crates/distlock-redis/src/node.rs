@@ -205,22 +205,6 @@ impl Node {
             .await
     }
 
-    /// A pipeline (one round trip), bounded by the operation timeout; each command's reply
-    /// comes back as a [`Value`], errors included, in order.
-    pub(crate) async fn pipeline(&self, pipe: &redis::Pipeline) -> Result<Vec<Value>> {
-        self.pipeline_within(self.timeout, pipe).await
-    }
-
-    /// As [`pipeline`](Self::pipeline), bounded by `limit`.
-    pub(crate) async fn pipeline_within(
-        &self,
-        limit: Duration,
-        pipe: &redis::Pipeline,
-    ) -> Result<Vec<Value>> {
-        self.run(limit, |mut conn| async move { pipe.query_async(&mut conn).await })
-            .await
-    }
-
     /// Runs `script` by `EVALSHA`, falling back to `EVAL` (which also caches it on the
     /// server) on `NOSCRIPT`: one round trip once the server knows it. Bounded by the
     /// operation timeout.

@@ -678,29 +678,32 @@ impl DistributedLock for Redlock {
         Ok(distlock_core::ReleaseWatch::for_waiter(rx, leave, waiter))
     }
 
-    /// Reads every master; the holder is the owner a majority agrees on.
+    /// Reads every master (one parallel round trip: a script reading the owner and its TTL
+    /// at once, a key of another type named `<type>` as on one server); the holder is the
+    /// owner a majority agrees on.
     async fn inspect(&self, name: &LockName) -> Result<LockState> {
         let keys = self.keys(name);
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        pipe.cmd("GET").arg(&keys.lock).cmd("PTTL").arg(&keys.lock);
-        let reads = join_all(self.inner.nodes.iter().map(|node| node.pipeline(&pipe))).await;
+        let limit = self.inner.config.node_timeout;
+        let lock_key: [&[u8]; 1] = [&keys.lock];
+        let reads = join_all(self.inner.nodes.iter().map(|node| {
+            node.script_within::<(Option<Vec<u8>>, i64)>(
+                limit,
+                &crate::scripts::INSPECT_UNFENCED,
+                &lock_key,
+                &[],
+            )
+        }))
+        .await;
         let mut answered = 0;
         let mut owners = std::collections::HashMap::<String, Vec<Option<Duration>>>::new();
-        for read in reads.into_iter().flatten() {
+        for (owner, pttl) in reads.into_iter().flatten() {
             answered += 1;
-            let mut values = read.into_iter();
-            let owner: Option<String> = match values.next() {
-                // Another library's lock type under the name: held by a foreign owner.
-                Some(redis::Value::ServerError(e)) if e.code() == "WRONGTYPE" => Some("<foreign>".to_owned()),
-                v => v.and_then(|v| redis::from_redis_value(v).ok()),
-            };
-            let pttl: Option<i64> = values.next().and_then(|v| redis::from_redis_value(v).ok());
+            // Other clients of the layout may store any bytes as the owner.
             if let Some(owner) = owner {
-                owners.entry(owner).or_default().push(
-                    pttl.and_then(|p| u64::try_from(p).ok())
-                        .map(Duration::from_millis),
-                );
+                owners
+                    .entry(String::from_utf8_lossy(&owner).into_owned())
+                    .or_default()
+                    .push(u64::try_from(pttl).ok().map(Duration::from_millis));
             }
         }
         if answered < self.quorum() {

@@ -339,3 +339,16 @@ return {owner(KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
 ",
     ))
 });
+
+/// Inspect without a fencing counter (Redlock): the holder and its remaining TTL, in one
+/// consistent read.
+///
+/// `KEYS[1]` lock key. Returns `{owner or false, PTTL}`.
+pub(crate) static INSPECT_UNFENCED: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::shrinking(concat!(
+        owner_fn!(),
+        r"
+return {owner(KEYS[1]), redis.call('PTTL', KEYS[1])}
+",
+    ))
+});
