@@ -102,7 +102,7 @@ impl ClusterSeeds {
     }
 }
 
-/// Wait for `count` replicas to acknowledge each acquisition, at most `timeout`.
+/// Wait for `count` replicas to acknowledge each acquisition and renewal, at most `timeout`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ReplicaAck {
     pub(crate) count: u32,
@@ -151,10 +151,15 @@ impl RedisConfig {
         self
     }
 
-    /// After each acquisition, `WAIT` until `count` replicas acknowledged it, at most
-    /// `timeout` (as Redisson's `checkLockSyncedSlaves`); if fewer do, the lock is released
-    /// again and the attempt fails with [`Error::Unavailable`]. It costs no extra round trip
-    /// (the `WAIT` is pipelined behind the acquire script) but the replicas' delay.
+    /// After each acquisition and each renewal (`extend`, and each pipeline of `extend_many`),
+    /// `WAIT` until `count` replicas acknowledged it, at most `timeout` (as Redisson's
+    /// `checkLockSyncedSlaves`). If fewer do, an acquisition's lock is released again and the
+    /// attempt fails with [`Error::Unavailable`]; a renewal fails with [`Error::Unavailable`]
+    /// too, an unknown outcome rather than a success (the master extended the TTL, a promoted
+    /// replica may still hold the old one), so the watchdog retries it and the lost signal
+    /// fires at the local deadline if none is acknowledged. It costs no extra round trip
+    /// (the `WAIT` is pipelined behind the scripts, on a connection of its own) but the
+    /// replicas' delay.
     ///
     /// This **narrows, not closes**, the failover window: replication stays asynchronous, a
     /// replica that acknowledged may still not be the one promoted, and a failover between

@@ -14,6 +14,7 @@ use crate::keys::{KeySpace, RwLockKeys, SemaphoreKeys};
 use crate::kind_scripts;
 use crate::lock::{AcquireCall, Renewal};
 use crate::node::{self, Node, BACKEND};
+use crate::released::Released;
 use crate::scripts;
 
 /// What an acquire script answered.
@@ -116,7 +117,11 @@ pub(crate) fn parse_acquire(reply: Value) -> Result<HoldReply> {
         .transpose()?
         .unwrap_or(-1);
     match outcome {
-        Some(1) => Ok(HoldReply::Acquired(u64::try_from(n).unwrap_or(0))),
+        Some(1) => u64::try_from(n)
+            .ok()
+            .filter(|&token| token > 0)
+            .map(HoldReply::Acquired)
+            .ok_or_else(crate::lock::no_fencing_token),
         Some(0) => {
             let holder = match u64::try_from(n) {
                 Ok(ms) => Holder::expiring_in(Duration::from_millis(ms)),
@@ -137,7 +142,8 @@ pub(crate) fn parse_acquire(reply: Value) -> Result<HoldReply> {
 }
 
 /// Releases the hold of `kind` of `owner` on `name`, waking the semaphore's first waiter or
-/// announcing it on the object's channel: one round trip. Whether the owner held it (live).
+/// announcing it on the object's channel: one round trip. Whether the owner held it (live),
+/// or, for a request that may have run twice, [`Released::Unknown`].
 pub(crate) async fn release(
     node: &Node,
     limit: Duration,
@@ -145,8 +151,8 @@ pub(crate) async fn release(
     name: &LockName,
     kind: LockKind,
     owner: &str,
-) -> Result<bool> {
-    let released: i64 = match kind {
+) -> Result<Released> {
+    let (released, resent): (i64, bool) = match kind {
         LockKind::Permit { .. } => {
             let SemaphoreKeys {
                 holders,
@@ -154,7 +160,7 @@ pub(crate) async fn release(
                 channel,
                 ..
             } = space.semaphore_keys(name);
-            node.script_within(
+            node.script_sent_within(
                 limit,
                 &kind_scripts::RELEASE_MEMBER,
                 &[&holders, &waiting],
@@ -164,7 +170,7 @@ pub(crate) async fn release(
         }
         LockKind::Read => {
             let RwLockKeys { readers, channel, .. } = space.rw_lock_keys(name);
-            node.script_within(
+            node.script_sent_within(
                 limit,
                 &kind_scripts::RELEASE_MEMBER,
                 &[&readers],
@@ -174,7 +180,7 @@ pub(crate) async fn release(
         }
         LockKind::Write => {
             let RwLockKeys { writer, channel, .. } = space.rw_lock_keys(name);
-            node.script_within(
+            node.script_sent_within(
                 limit,
                 &kind_scripts::RELEASE_WRITE,
                 &[&writer],
@@ -184,7 +190,7 @@ pub(crate) async fn release(
         }
         _ => return Err(not_a_hold_kind()),
     };
-    Ok(released == 1)
+    Ok(Released::from_reply(released, resent))
 }
 
 /// The renewal of the hold of `kind` of `owner` on `name` for `ttl_ms`: a member's expiry
@@ -327,4 +333,20 @@ fn remaining(expiry: i64, now: i64) -> Option<Duration> {
     u64::try_from(expiry.saturating_sub(now))
         .ok()
         .map(Duration::from_millis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_without_a_token_is_an_error_not_token_zero() {
+        let granted = |parts: Vec<Value>| parse_acquire(Value::Array(parts));
+        assert!(matches!(
+            granted(vec![Value::Int(1), Value::Int(7)]),
+            Ok(HoldReply::Acquired(7))
+        ));
+        assert!(granted(vec![Value::Int(1)]).is_err());
+        assert!(granted(vec![Value::Int(1), Value::Int(0)]).is_err());
+    }
 }

@@ -94,7 +94,9 @@ if count < asked or redis.call('ZSCORE', KEYS[1], ARGV[1]) then
 end
 if ARGV[4] ~= '' then
   local stay = tonumber(ARGV[5])
-  redis.call('ZADD', KEYS[3], now_us() + stay * 1000, ARGV[4])
+  local now_micros = now_us()
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_micros)
+  redis.call('ZADD', KEYS[3], now_micros + stay * 1000, ARGV[4])
   if redis.call('PTTL', KEYS[3]) < stay then
     redis.call('PEXPIRE', KEYS[3], stay)
   end
@@ -177,7 +179,7 @@ return {0, last_score(KEYS[1]) - now}
 /// token, `ARGV[2]` channel, `ARGV[3]` `next` or `last`. Returns 1 if the owner held a live
 /// member, 0 otherwise (an expired member is removed too).
 pub(crate) static RELEASE_MEMBER: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(concat!(
+    LuaScript::shrinking(concat!(
         hold_fns!(),
         wake_next_fn!(),
         r"
@@ -206,7 +208,7 @@ return 1
 /// `KEYS[1]` holders, `KEYS[2]` state hash, `KEYS[3]` waiters; `ARGV[1]` waiter id,
 /// `ARGV[2]` channel.
 pub(crate) static LEAVE_PERMIT: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(concat!(
+    LuaScript::shrinking(concat!(
         hold_fns!(),
         wake_next_fn!(),
         r"
@@ -227,7 +229,7 @@ return 0
 /// `KEYS[1]` the set; `ARGV[1]` owner token, `ARGV[2]` TTL in ms. Returns 1 if the owner held
 /// a live member, 0 otherwise.
 pub(crate) static EXTEND_MEMBER: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(concat!(
+    LuaScript::shrinking(concat!(
         hold_fns!(),
         r"
 local now = now_ms()
@@ -247,7 +249,7 @@ return 1
 ///
 /// `KEYS[1]` writer; `ARGV[1]` owner token, `ARGV[2]` channel. Returns 1 if deleted.
 pub(crate) static RELEASE_WRITE: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(
+    LuaScript::shrinking(
         r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
@@ -265,7 +267,7 @@ return 0
 /// `KEYS[1]` waiting writers, `KEYS[2]` writer; `ARGV[1]` waiter id, `ARGV[2]` channel.
 /// Returns 1 if the waiter was recorded.
 pub(crate) static WITHDRAW_WRITER: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(concat!(
+    LuaScript::shrinking(concat!(
         hold_fns!(),
         r"
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
@@ -284,7 +286,7 @@ return 1
 /// `KEYS[1]` holders, `KEYS[2]` state hash. Returns `{{owner, expiry, ...}, permits or
 /// false, now}` (expiry and now in ms of the server's clock).
 pub(crate) static INSPECT_SEMAPHORE: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(concat!(
+    LuaScript::shrinking(concat!(
         hold_fns!(),
         r"
 local now = now_ms()
@@ -302,7 +304,7 @@ return {
 /// `KEYS[1]` readers, `KEYS[2]` writer. Returns `{{owner, expiry, ...}, writer or false,
 /// writer's PTTL, now}`.
 pub(crate) static INSPECT_RW_LOCK: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(concat!(
+    LuaScript::shrinking(concat!(
         hold_fns!(),
         r"
 local now = now_ms()

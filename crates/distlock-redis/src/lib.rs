@@ -44,19 +44,31 @@
 //!   connection, see below), and for `LOADING`, `TRYAGAIN`, `MASTERDOWN`, `READONLY`,
 //!   `CLUSTERDOWN` replies (not applied: the script did not run, but the caller cannot tell
 //!   them apart from the others by variant).
-//! - With [`RedisConfig::with_wait_for_replicas`]: "fewer than N replicas acknowledged"
-//!   (the lock was set on the master and released again; a failed release is left to the TTL).
+//! - With [`RedisConfig::with_wait_for_replicas`]: "fewer than N replicas acknowledged the
+//!   lock" (the lock was set on the master and released again; a failed release is left to
+//!   the TTL), and "... acknowledged the renewal" (the master extended the TTL; a replica
+//!   promoted now may hold the old one).
 //! - For [`Redlock`]: "only k of N masters answered" (some masters may hold the key; the
 //!   failed attempt already released what it could, the rest expires with the TTL).
 //!
-//! [`Error::Backend`](distlock_core::Error::Backend) errors (a script error, `NOAUTH`, a
-//! wrong reply) are not ambiguous: the script did not run.
+//! [`Error::Backend`](distlock_core::Error::Backend) errors are ambiguous too
+//! ([`Error::is_ambiguous`](distlock_core::Error::is_ambiguous)): many mean the script did not
+//! run (`NOAUTH`, `OOM` at `maxmemory`), but a reply not understood, a grant without a fencing
+//! token (given back at once) or a script error after a first write may follow a write
+//! (Redis does not roll a script back), so `LockClient` cleans up after them by owner token,
+//! as after `Unavailable`.
 //!
 //! A request that fails because its connection was found broken is sent once more on a fresh
 //! connection within the same timeout. Every request is safe to send twice: the acquire
 //! script treats a key already holding the attempt's own (unique) owner token as acquired,
-//! extending is idempotent, and a release sent twice frees the lock once (the second answers
-//! "not held": a release may then report `false` for a lock it did free). A connection whose
+//! extending is idempotent, and a release sent twice frees the lock once. The second run finds
+//! the hold gone (or taken by the waiter the first run woke), so a release sent again that
+//! finds it no longer ours reports an ambiguous
+//! [`Error::Unavailable`](distlock_core::Error::Unavailable) while the lease is still valid
+//! by the local clock, not `false` (`with_lock` then returns the work's output; after the
+//! local deadline it is `false`). On a cluster, the cluster client also sends a request again
+//! after a dropped connection, unseen by this crate: such a release may still report `false`
+//! for a lock it did free. A connection whose
 //! request timed out is replaced (behind a silent partition it may never answer again);
 //! connections use `TCP_NODELAY` and TCP keepalive probes (30 s idle, then every 10 s).
 //!
@@ -104,6 +116,8 @@ mod kind_scripts;
 mod lock;
 mod node;
 mod redlock;
+mod released;
+mod replica_ack;
 mod scripts;
 mod slots;
 mod subscriber;

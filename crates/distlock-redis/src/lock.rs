@@ -17,6 +17,8 @@ use crate::holds::{self, HoldReply};
 use crate::keys;
 use crate::keys::{KeySpace, LockKeys};
 use crate::node::{self, Node, Nonce, BACKEND};
+use crate::released::Released;
+use crate::replica_ack::{ReplicaAcks, ScriptCall};
 use crate::scripts::{self, LuaScript};
 use crate::slots::{Master, SlotMap};
 use crate::subscriber::Subscriber;
@@ -29,8 +31,8 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// A distributed lock on one Redis server. Cheap to clone; clones share the connections: one
 /// multiplexed connection for commands (reconnecting by itself), one pub/sub connection opened
 /// with the first wait, and, only with [`RedisConfig::with_wait_for_replicas`], one per
-/// acquisition awaiting its replicas at the same time (`WAIT` blocks its connection; up to 16
-/// are kept idle for reuse).
+/// acquisition or renewal awaiting its replicas at the same time (`WAIT` blocks its
+/// connection; up to 16 are kept idle for reuse).
 ///
 /// # Key layout
 ///
@@ -107,7 +109,8 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// trying), the next waiter is woken in its place. A waiter that dies stays queued until its
 /// stay ends (its longest sleep plus a second: about 3 s with the default poll bounds), and
 /// a release that picks it wakes no one: the others then wake at their next safety-net
-/// re-check. Waiters are not served in arrival order: a newcomer may take a free lock before
+/// re-check. Its entry goes with the next release or the next waiter's attempt after its
+/// stay, so dead waiters do not pile up while a lock stays held. Waiters are not served in arrival order: a newcomer may take a free lock before
 /// the woken waiter's attempt arrives, and a waiter that tried and lost goes to the back.
 ///
 /// # Round trips
@@ -120,6 +123,7 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// | ... with replicas    | 1 (script and `WAIT` pipelined) + the replicas' delay          |
 /// | `release`, `extend`  | 1 (script), for every kind                                     |
 /// | `extend_many(n)`     | 1 (one pipeline of `n` scripts, kinds mixed)                   |
+/// | ... with replicas    | 1 (the scripts and `WAIT` pipelined) + the replicas' delay     |
 /// | `withdraw`           | 1 (script) for a waiting writer, else 0                        |
 /// | `watch`, `watch_kind`| 0 if the channel is already subscribed, else 1 (+1 to connect) |
 /// | `inspect`, `inspect_holders`, `ping` | 1                                              |
@@ -144,6 +148,12 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// - **`extend_many`**: the leases are grouped by the master serving their slot (a slot map
 ///   read by `CLUSTER SLOTS`, kept at most 30 s), one pipeline per master, sent at once; a
 ///   renewal redirected because the map was stale is sent again alone and the map read anew;
+/// - **memory**: the scripts carry a `#!lua` line (so that a replica redirects them to the
+///   slot's master), and Redis refuses such a script outright
+///   on a master over `maxmemory` unless the script declares `flags=allow-oom`; releases,
+///   renewals, a waiter leaving and inspection declare it (they cannot grow memory), so a full
+///   master under `noeviction` still frees and renews locks, while acquisitions fail with an
+///   `OOM` [`Error::Backend`] until memory is freed;
 /// - **`count_held`** scans every master; [`RedisConfig::with_wait_for_replicas`] is refused
 ///   (its `WAIT` would have to follow each lock's slot), and `maxmemory-policy` is checked on
 ///   one node the client picks (set it on every master).
@@ -182,6 +192,12 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// after a broken connection is granted again with a new token (the first reply never
 /// arrived), still without taking a second permit.
 ///
+/// The mutex's acquisition sent again finds the lock already its own and reports the
+/// counter's value, which its first run drew. If the counter vanished in between (a `DEL`, a
+/// flush, an eviction), no token can be reported that is above the earlier ones: the
+/// attempt gives the lock back and fails with [`Error::Backend`] (ambiguous, as every
+/// `Backend` error: `LockClient` releases by owner token too), never with token 0.
+///
 /// # Eviction
 ///
 /// Lock keys have a TTL, so under any `volatile-*` `maxmemory` policy (the default on several
@@ -218,7 +234,7 @@ struct Inner {
     /// Connections for acquisitions that `WAIT` for replicas, one per acquisition in flight:
     /// `WAIT` blocks its connection, so it must hold up neither releases and renewals on the
     /// shared one nor other acquisitions.
-    acks: Option<AckConnections>,
+    acks: Option<ReplicaAcks>,
     keys: KeySpace,
     config: RedisConfig,
     subscriber: Subscriber,
@@ -252,7 +268,7 @@ impl RedisLock {
         )
         .await?;
         check_eviction_policy(&node, config.require_noeviction).await?;
-        let acks = config.replicas.and_then(|_| AckConnections::new(&config));
+        let acks = ReplicaAcks::new(&config);
         let subscriber = Subscriber::new(
             node.target().clone(),
             node.url().to_owned(),
@@ -466,6 +482,15 @@ impl AcquireCall {
         self.keys.iter().map(Vec::as_slice).collect()
     }
 
+    /// The call for an acknowledged pipeline.
+    fn script_call(&self) -> ScriptCall<'_> {
+        ScriptCall {
+            script: self.script,
+            keys: self.keys(),
+            args: self.args(),
+        }
+    }
+
     fn args(&self) -> Vec<&[u8]> {
         self.args.iter().map(Vec::as_slice).collect()
     }
@@ -541,7 +566,18 @@ pub(crate) async fn release_quietly_on(
     Ok(released == 1)
 }
 
-/// Reads the acquire script's reply.
+/// The error for a grant whose reply carries no fencing token: the lock's counter vanished
+/// (a `DEL`, a flush, an eviction) before the attempt was sent again, which can only report
+/// the counter's value; a token drawn anew could be below earlier ones.
+pub(crate) fn no_fencing_token() -> Error {
+    Error::backend(
+        BACKEND,
+        "the lock was granted without a fencing token (its fencing counter is gone); it was given back",
+    )
+}
+
+/// Reads the acquire script's reply. A grant must carry a token (0 for Redlock, whose
+/// masters keep no counter).
 fn parse_acquire(reply: Value) -> Result<Acquired> {
     let parts: Vec<Value> = redis::from_redis_value(reply).map_err(|e| node::map_error(e.into()))?;
     let mut parts = parts.into_iter();
@@ -552,7 +588,7 @@ fn parse_acquire(reply: Value) -> Result<Acquired> {
         .transpose()?
         .unwrap_or(-1);
     Ok(if won == Some(1) {
-        Acquired::Yes(u64::try_from(n).unwrap_or(0))
+        Acquired::Yes(u64::try_from(n).map_err(|_| no_fencing_token())?)
     } else {
         Acquired::No {
             remaining: u64::try_from(n).ok().map(Duration::from_millis),
@@ -562,22 +598,22 @@ fn parse_acquire(reply: Value) -> Result<Acquired> {
 }
 
 /// Runs the release script that wakes one waiter on `node` (bounded by `limit`): whether our
-/// key was deleted.
+/// key was deleted, or, for a request that may have run twice, [`Released::Unknown`].
 pub(crate) async fn release_waking_on(
     node: &Node,
     limit: Duration,
     keys: &LockKeys,
     owner: &str,
-) -> Result<bool> {
-    let released: i64 = node
-        .script_within(
+) -> Result<Released> {
+    let (released, resent): (i64, bool) = node
+        .script_sent_within(
             limit,
             &scripts::RELEASE_WAKING,
             &[&keys.lock, &keys.waiters],
             &[owner.as_bytes(), &keys.channel],
         )
         .await?;
-    Ok(released == 1)
+    Ok(Released::from_reply(released, resent))
 }
 
 /// Runs the extend script on `node` (bounded by `limit`): whether we still own the key.
@@ -844,8 +880,9 @@ impl DistributedLock for RedisLock {
         BACKEND
     }
 
-    /// Best-effort fencing, notified waiters (one woken per release of a mutex; every waiter
-    /// of the object for semaphores and read-write locks), semaphores and read-write locks.
+    /// Best-effort fencing, notified waiters (one woken per release of a mutex or of a
+    /// semaphore's permit; every waiter of the object for read-write locks), semaphores and
+    /// read-write locks.
     fn capabilities(&self) -> Capabilities {
         let mut caps = Self::single_instance_capabilities().with_primitives(true, true);
         if self.inner.config.notifications {
@@ -883,8 +920,9 @@ impl DistributedLock for RedisLock {
     }
 
     /// One round trip: for the mutex, compare-and-delete, then wake the first queued waiter,
-    /// if any; for a permit, a read or the write lock, its release script (which announces
-    /// the release to every waiter of the object). By the lease's kind, name and owner alone.
+    /// if any; for a permit, its release script, which wakes the first waiter of the
+    /// semaphore's queue; for a read or the write lock, its release script, which announces
+    /// the release to every waiter of the object. By the lease's kind, name and owner alone.
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let owner = lease.owner().to_string();
         let node = &self.inner.node;
@@ -893,20 +931,30 @@ impl DistributedLock for RedisLock {
                 release_waking_on(node, node.timeout(), &self.keys(lease.name()), &owner).await
             }
             kind => holds::release(node, node.timeout(), &self.inner.keys, lease.name(), kind, &owner).await,
-        }
+        }?
+        .for_lease(lease)
     }
 
     /// One round trip: compare-and-`PEXPIRE` (the mutex, the write lock), or a live member's
-    /// expiry moved (a permit, a read lock).
+    /// expiry moved (a permit, a read lock). With replica acknowledgement, the `WAIT` rides in
+    /// the same pipeline; a renewal too few replicas acknowledged is an ambiguous
+    /// [`Error::Unavailable`].
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
         let renewal = self.renewal(lease, ttl)?;
         let sent_at = Instant::now();
         let node = &self.inner.node;
-        let ours = renewal.run(node, node.timeout()).await?;
+        let ours = match self.inner.acks {
+            None => renewal.run(node, node.timeout()).await?,
+            Some(_) => {
+                let reply = self.renew_on_server(std::slice::from_ref(&renewal)).await.pop();
+                reply.unwrap_or_else(|| Err(Error::backend(BACKEND, "no reply for a renewal")))?
+            }
+        };
         Ok(ours.then(|| lease.renewed(ttl, sent_at)))
     }
 
-    /// One round trip for all leases, of any kinds: a pipeline of extend scripts.
+    /// One round trip for all leases, of any kinds: a pipeline of extend scripts (with replica
+    /// acknowledgement, `WAIT` behind them, as for `extend`).
     async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
         let mut batch = Vec::with_capacity(leases.len());
         let mut slots = Vec::with_capacity(leases.len());
@@ -928,7 +976,7 @@ impl DistributedLock for RedisLock {
         } else if let Target::Cluster(seeds) = node.target() {
             extend_many_in_cluster(node, &self.inner.slots, &seeds.first_host(), &batch).await
         } else {
-            extend_many_on(node, &batch).await
+            self.renew_on_server(&batch).await
         };
         for (slot, reply) in slots.into_iter().zip(replies) {
             let lease = &leases[slot];
@@ -981,10 +1029,19 @@ impl DistributedLock for RedisLock {
         let waiting = waiter.map(|(id, stay)| (id, stay_millis(stay)));
         let call = holds::acquire_call(&self.inner.keys, name, kind, &token, ttl_ms, waiting)?;
         let sent_at = Instant::now();
-        let (reply, wait) = self.run_acquire(&call).await?;
-        match holds::parse_acquire(reply)? {
+        let (reply, acknowledged) = self.run_acquire(&call).await?;
+        let reply = match holds::parse_acquire(reply) {
+            Ok(reply) => reply,
+            Err(e) => {
+                // As for the mutex: give the hold back, then report.
+                let node = &self.inner.node;
+                let _ = holds::release(node, node.timeout(), &self.inner.keys, name, kind, &token).await;
+                return Err(e);
+            }
+        };
+        match reply {
             HoldReply::Acquired(fencing) => {
-                if !self.acked(wait)? {
+                if !acknowledged {
                     let node = &self.inner.node;
                     let _ = holds::release(node, node.timeout(), &self.inner.keys, name, kind, &token).await;
                     return Err(self.too_few_replicas());
@@ -1104,11 +1161,24 @@ impl RedisLock {
         let keys = self.keys(name);
         let token = owner.to_string();
         let sent_at = Instant::now();
-        let (reply, wait) = self
+        let (reply, acknowledged) = self
             .run_acquire(&AcquireCall::lock(&keys, &token, ttl_ms, waiting))
             .await?;
-        let outcome = parse_acquire(reply)?;
-        if matches!(outcome, Acquired::Yes(_)) && !self.acked(wait)? {
+        let outcome = match parse_acquire(reply) {
+            Ok(Acquired::Yes(0)) => Err(no_fencing_token()),
+            other => other,
+        };
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                // Granted without a token (the counter vanished before the attempt was sent
+                // again), or a reply not understood: give the lock back, then report.
+                let node = &self.inner.node;
+                let _ = release_waking_on(node, node.timeout(), &keys, &token).await;
+                return Err(e);
+            }
+        };
+        if matches!(outcome, Acquired::Yes(_)) && !acknowledged {
             // Too few replicas: give the lock back, then report.
             let node = &self.inner.node;
             let _ = release_waking_on(node, node.timeout(), &keys, &token).await;
@@ -1137,86 +1207,61 @@ impl RedisLock {
     }
 
     /// Runs an acquire call: the script's reply, and with
-    /// [`RedisConfig::with_wait_for_replicas`] the reply to its `WAIT`.
-    async fn run_acquire(&self, call: &AcquireCall) -> Result<(Value, Option<Value>)> {
+    /// [`RedisConfig::with_wait_for_replicas`] whether enough replicas acknowledged it (the
+    /// `WAIT` in the same pipeline).
+    async fn run_acquire(&self, call: &AcquireCall) -> Result<(Value, bool)> {
         let node = &self.inner.node;
-        match self.inner.config.replicas {
-            None => Ok((call.run(node, node.timeout()).await?, None)),
-            Some(ack) => self.run_acquire_with_wait(call, ack).await,
-        }
-    }
-
-    /// Whether enough replicas acknowledged a granted hold, by the reply to its `WAIT` (no
-    /// `WAIT`: nothing to wait for).
-    fn acked(&self, wait: Option<Value>) -> Result<bool> {
-        match (wait, self.inner.config.replicas) {
-            (Some(wait), Some(ack)) => Ok(node::int_reply(&wait)? >= i64::from(ack.count)),
-            _ => Ok(true),
-        }
-    }
-
-    fn too_few_replicas(&self) -> Error {
-        let (count, timeout) = self
-            .inner
-            .config
-            .replicas
-            .map(|ack| (ack.count, ack.timeout))
-            .unwrap_or_default();
-        Error::unavailable(
-            BACKEND,
-            format!("fewer than {count} replicas acknowledged the lock within {timeout:?}"),
-        )
-    }
-
-    /// The acquire script and `WAIT count timeout` in one pipeline: both replies.
-    async fn run_acquire_with_wait(
-        &self,
-        call: &AcquireCall,
-        ack: crate::config::ReplicaAck,
-    ) -> Result<(Value, Option<Value>)> {
         let Some(acks) = self.inner.acks.as_ref() else {
-            return Err(Error::backend(
-                BACKEND,
-                "no connections for replica acknowledgements",
-            ));
+            return Ok((call.run(node, node.timeout()).await?, true));
         };
-        let (keys, args) = (call.keys(), call.args());
-        let nonce = Nonce::new();
-        let wait_ms = u64::try_from(ack.timeout.as_millis()).unwrap_or(u64::MAX).max(1);
-        let build = |use_eval: bool| {
-            let mut pipe = redis::pipe();
-            pipe.ignore_errors();
-            pipe.add_command(node::script_cmd(
-                call.script,
-                &keys,
-                &args,
-                self.inner.node.publish(),
-                &nonce,
-                use_eval,
-            ));
-            pipe.cmd("WAIT").arg(ack.count).arg(wait_ms);
-            pipe
-        };
-        // The replicas' delay is part of the round trip.
-        let limit = self.inner.node.timeout() + ack.timeout;
-        let mut replies = acks.pipeline(limit, &build(false)).await?;
-        if matches!(replies.first(), Some(Value::ServerError(e)) if e.code() == "NOSCRIPT") {
-            replies = acks.pipeline(limit, &build(true)).await?;
-        }
-        let [script, wait] = <[Value; 2]>::try_from(replies)
-            .map_err(|r| Error::backend(BACKEND, format!("{} replies to a pipeline of 2", r.len())))?;
-        // The connection is the acquisition's own, and dropped after any timeout, so it never
-        // lags behind; a reply to another request would still be refused.
-        let script = node::open_reply(script, &nonce).ok_or_else(|| {
-            Error::unavailable(
-                BACKEND,
-                "a reply to another request arrived; the outcome is unknown",
-            )
-        })?;
+        let (mut replies, acknowledged) = acks.run(&[call.script_call()]).await?;
+        let script = replies.pop().unwrap_or(Value::Nil);
         if let Value::ServerError(e) = &script {
             return Err(node::map_error(redis::RedisError::from(e.clone())));
         }
-        Ok((script, Some(wait)))
+        Ok((script, acks.enough(acknowledged)))
+    }
+
+    /// The error for an acquisition too few replicas acknowledged.
+    fn too_few_replicas(&self) -> Error {
+        match self.inner.acks.as_ref() {
+            Some(acks) => acks.too_few("the lock", ""),
+            None => Error::backend(BACKEND, "no replica acknowledgement configured"),
+        }
+    }
+
+    /// Runs `batch` on one server: with [`RedisConfig::with_wait_for_replicas`], in one
+    /// pipeline with `WAIT` behind it on an acknowledgement connection, where a renewal the
+    /// master applied but too few replicas acknowledged is an ambiguous
+    /// [`Error::Unavailable`] (a promoted replica would hold the old TTL); else as
+    /// [`extend_many_on`]. One result per renewal, in order.
+    async fn renew_on_server(&self, batch: &[Renewal]) -> Vec<Result<bool>> {
+        let Some(acks) = self.inner.acks.as_ref() else {
+            return extend_many_on(&self.inner.node, batch).await;
+        };
+        let ttls: Vec<String> = batch.iter().map(|r| r.ttl_ms.to_string()).collect();
+        let calls: Vec<ScriptCall<'_>> = batch
+            .iter()
+            .zip(&ttls)
+            .map(|(r, ttl)| ScriptCall {
+                script: r.script,
+                keys: vec![r.key.as_slice()],
+                args: vec![r.owner.as_bytes(), ttl.as_bytes()],
+            })
+            .collect();
+        match acks.run(&calls).await {
+            Ok((replies, acknowledged)) => replies
+                .iter()
+                .map(|reply| {
+                    let ours = node::int_reply(reply)? == 1;
+                    if ours && !acks.enough(acknowledged) {
+                        return Err(acks.too_few("the renewal", "; its outcome is unknown"));
+                    }
+                    Ok(ours)
+                })
+                .collect(),
+            Err(e) => batch.iter().map(|_| Err(e.duplicate())).collect(),
+        }
     }
 }
 
@@ -1226,76 +1271,6 @@ fn stay_millis(stay: Duration) -> u64 {
     u64::try_from(stay.min(MAX_TTL).as_millis())
         .unwrap_or(u64::MAX)
         .max(1)
-}
-
-/// Idle connections for `WAIT`: an acquisition takes one (or opens one) for its pipeline and
-/// gives it back after a clean answer, so concurrent acquisitions wait for their replicas in
-/// parallel. A connection that failed or timed out is dropped, not reused.
-struct AckConnections {
-    client: redis::Client,
-    url: String,
-    connect_timeout: Duration,
-    idle: std::sync::Mutex<Vec<redis::aio::MultiplexedConnection>>,
-}
-
-/// At most this many idle acknowledgement connections are kept.
-const MAX_IDLE_ACK_CONNECTIONS: usize = 16;
-
-impl AckConnections {
-    /// `None` on a cluster (refused by the configuration's validation).
-    fn new(config: &RedisConfig) -> Option<Self> {
-        let Target::Server(client) = &config.target else {
-            return None;
-        };
-        Some(Self {
-            client: client.clone(),
-            url: config.url.clone(),
-            connect_timeout: config.connect_timeout,
-            idle: std::sync::Mutex::default(),
-        })
-    }
-
-    /// Runs `pipe` on a connection of its own, bounded by `limit` (plus connecting if no
-    /// connection is idle).
-    async fn pipeline(&self, limit: Duration, pipe: &redis::Pipeline) -> Result<Vec<Value>> {
-        let idle = self
-            .idle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .pop();
-        let mut conn = match idle {
-            Some(conn) => conn,
-            None => {
-                node::bounded(
-                    self.connect_timeout,
-                    &self.url,
-                    self.client
-                        .get_multiplexed_async_connection_with_config(&ack_connection_config(
-                            self.connect_timeout,
-                        )),
-                )
-                .await?
-            }
-        };
-        let replies = node::bounded(limit, &self.url, pipe.query_async(&mut conn)).await?;
-        let mut idle = self
-            .idle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if idle.len() < MAX_IDLE_ACK_CONNECTIONS {
-            idle.push(conn);
-        }
-        Ok(replies)
-    }
-}
-
-/// An acknowledgement connection's settings: no response timeout of its own (the client
-/// library's default, 500 ms, would cut off a `WAIT` that may last its whole timeout); every
-/// pipeline on it is bounded by [`AckConnections::pipeline`]'s limit instead.
-fn ack_connection_config(connect_timeout: Duration) -> redis::AsyncConnectionConfig {
-    redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(connect_timeout))
-        .set_response_timeout(None)
 }
 
 impl std::fmt::Debug for RedisLock {

@@ -12,6 +12,8 @@
 //! [`Redlock`](crate::Redlock) decide what to send.
 
 use std::future::Future;
+
+use futures::future::{BoxFuture, FutureExt, Shared};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -33,7 +35,13 @@ struct Current {
     /// `None`: a cluster connection to open with the next request (opening one is a round
     /// trip to the seeds and one connection per master, so it is not done under the lock).
     conn: Option<Conn>,
+    /// The opening of that connection, shared by every caller that finds it gone, so that
+    /// many callers failing at once open one connection, not one each.
+    opening: Option<Opening>,
 }
+
+/// A cluster connection being opened, awaited by every caller that needs it.
+type Opening = Shared<BoxFuture<'static, std::result::Result<Conn, Arc<Error>>>>;
 
 /// One server's connection manager, or a cluster's connection.
 #[derive(Clone)]
@@ -93,7 +101,9 @@ impl Publish {
 /// A connection whose request timed out is replaced by a fresh one (connected on first use):
 /// behind a silent partition the old one may never answer again, and neither the client
 /// library nor the kernel (before its keepalive probes give up) would drop it. Requests
-/// already sent on the old connection finish or time out on it.
+/// already sent on the old connection finish or time out on it. On a cluster the whole
+/// cluster connection is opened again (the slot map and every master), once for all the
+/// callers that find it gone.
 #[derive(Clone)]
 pub(crate) struct Node {
     target: Target,
@@ -117,6 +127,7 @@ impl Node {
             conn: Arc::new(Mutex::new(Current {
                 generation: 0,
                 conn: Some(conn),
+                opening: None,
             })),
             timeout,
             connect_timeout,
@@ -140,6 +151,7 @@ impl Node {
             conn: Arc::new(Mutex::new(Current {
                 generation: 0,
                 conn: Some(Conn::Server(conn)),
+                opening: None,
             })),
             timeout,
             connect_timeout,
@@ -193,22 +205,6 @@ impl Node {
             .await
     }
 
-    /// A pipeline (one round trip), bounded by the operation timeout; each command's reply
-    /// comes back as a [`Value`], errors included, in order.
-    pub(crate) async fn pipeline(&self, pipe: &redis::Pipeline) -> Result<Vec<Value>> {
-        self.pipeline_within(self.timeout, pipe).await
-    }
-
-    /// As [`pipeline`](Self::pipeline), bounded by `limit`.
-    pub(crate) async fn pipeline_within(
-        &self,
-        limit: Duration,
-        pipe: &redis::Pipeline,
-    ) -> Result<Vec<Value>> {
-        self.run(limit, |mut conn| async move { pipe.query_async(&mut conn).await })
-            .await
-    }
-
     /// Runs `script` by `EVALSHA`, falling back to `EVAL` (which also caches it on the
     /// server) on `NOSCRIPT`: one round trip once the server knows it. Bounded by the
     /// operation timeout.
@@ -230,11 +226,28 @@ impl Node {
         keys: &[&[u8]],
         args: &[&[u8]],
     ) -> Result<T> {
+        self.script_sent_within(limit, script, keys, args)
+            .await
+            .map(|(value, _)| value)
+    }
+
+    /// As [`script_within`](Self::script_within), also telling whether this client sent the
+    /// script again after its connection broke, so that it may have run twice: a second run
+    /// sees what the first one did (a release sent again finds its lock gone). On a cluster
+    /// the cluster client also sends a request again after a dropped connection, without
+    /// saying so: that is not seen here.
+    pub(crate) async fn script_sent_within<T: FromRedisValue>(
+        &self,
+        limit: Duration,
+        script: &LuaScript,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+    ) -> Result<(T, bool)> {
         let nonce = Nonce::new();
         let nonce = &nonce;
         let publish = self.publish();
-        let (reply, generation) = self
-            .run_on(limit, |mut conn| async move {
+        let (reply, generation, resent) = self
+            .run_tracked(limit, |mut conn| async move {
                 match script_cmd(script, keys, args, publish, nonce, false)
                     .query_async::<Value>(&mut conn)
                     .await
@@ -249,7 +262,9 @@ impl Node {
             })
             .await?;
         let reply = self.checked(reply, nonce, generation)?;
-        redis::from_redis_value(reply).map_err(|e| with_context(map_error(e.into()), &self.url))
+        let value =
+            redis::from_redis_value(reply).map_err(|e| with_context(map_error(e.into()), &self.url))?;
+        Ok((value, resent))
     }
 
     /// `reply` opened (see [`open_reply`]); a reply to another request means the connection of
@@ -361,13 +376,24 @@ impl Node {
         F: Fn(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
+        self.run_tracked(limit, request)
+            .await
+            .map(|(value, generation, _)| (value, generation))
+    }
+
+    /// As [`run_on`](Self::run_on), also telling whether the request was sent again.
+    async fn run_tracked<T, F, Fut>(&self, limit: Duration, request: F) -> Result<(T, u64, bool)>
+    where
+        F: Fn(Conn) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
         let deadline = tokio::time::Instant::now() + limit;
         let mut retried = false;
         loop {
             let (generation, conn) = self.current(deadline, limit).await?;
             let outcome = tokio::time::timeout_at(deadline, request(conn)).await;
             match outcome {
-                Ok(Ok(value)) => return Ok((value, generation)),
+                Ok(Ok(value)) => return Ok((value, generation, retried)),
                 Ok(Err(e)) if e.is_timeout() => {
                     self.replace(generation);
                     return Err(with_context(map_error(e), &self.url));
@@ -389,32 +415,60 @@ impl Node {
     }
 
     /// The connection to use and its generation; a cluster connection that was dropped is
-    /// opened again first, within `deadline`.
+    /// opened again first, within `deadline`: once for every caller waiting for it (the
+    /// opening goes on, bounded by the connect and operation timeouts, if the caller that
+    /// started it gives up first and another still waits).
     async fn current(&self, deadline: tokio::time::Instant, limit: Duration) -> Result<(u64, Conn)> {
-        let generation = {
-            let current = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        let (generation, opening) = {
+            let mut current = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(conn) = &current.conn {
                 return Ok((current.generation, conn.clone()));
             }
-            current.generation
+            let opening = current.opening.get_or_insert_with(|| self.opening()).clone();
+            (current.generation, opening)
         };
-        let opened =
-            match tokio::time::timeout_at(deadline, open(&self.target, self.timeout, self.connect_timeout))
-                .await
-            {
-                Ok(opened) => opened.map_err(|e| with_context(map_error(e), &self.url))?,
-                Err(_) => {
-                    return Err(Error::unavailable(
-                        BACKEND,
-                        format!("{} did not answer within {limit:?}", self.url),
-                    ))
+        let opened = match tokio::time::timeout_at(deadline, opening).await {
+            Ok(Ok(opened)) => opened,
+            Ok(Err(e)) => {
+                // The next caller tries afresh.
+                let mut current = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+                if current.generation == generation {
+                    current.opening = None;
                 }
-            };
+                return Err(e.duplicate());
+            }
+            Err(_) => {
+                return Err(Error::unavailable(
+                    BACKEND,
+                    format!("{} did not answer within {limit:?}", self.url),
+                ))
+            }
+        };
         let mut current = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
         if current.generation == generation && current.conn.is_none() {
             current.conn = Some(opened.clone());
+            current.opening = None;
         }
         Ok((current.generation, current.conn.clone().unwrap_or(opened)))
+    }
+
+    /// Opens the connection to the target, bounded by the connect and operation timeouts.
+    fn opening(&self) -> Opening {
+        let (target, url) = (self.target.clone(), self.url.clone());
+        let (timeout, connect_timeout) = (self.timeout, self.connect_timeout);
+        async move {
+            match tokio::time::timeout(connect_timeout + timeout, open(&target, timeout, connect_timeout))
+                .await
+            {
+                Ok(opened) => opened.map_err(|e| Arc::new(with_context(map_error(e), &url))),
+                Err(_) => Err(Arc::new(Error::unavailable(
+                    BACKEND,
+                    format!("{url} did not answer within {:?}", connect_timeout + timeout),
+                ))),
+            }
+        }
+        .boxed()
+        .shared()
     }
 
     /// Swaps in a fresh connection (connected on first use) for the one of `generation`.
@@ -429,6 +483,7 @@ impl Node {
                 tracing::debug!(url = %self.url, "distlock-redis: a request timed out; reopening the cluster connection");
                 current.generation += 1;
                 current.conn = None;
+                current.opening = None;
                 return;
             }
         };

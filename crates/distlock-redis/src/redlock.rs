@@ -84,8 +84,10 @@ const SPLIT_RETRY_MAX: Duration = Duration::from_millis(5);
 ///   Safety comes from the validity check; the timeout only stops a dead master from eating
 ///   the validity. Success needs a majority **and** remaining validity
 ///   `ttl - elapsed - drift > 0` (`drift = 0.01 * ttl + 2 ms` by default); the lease's local
-///   deadline is `sent + ttl - drift`. On failure the lock is released on all masters,
-///   without announcing it. One parallel round trip (two on failure).
+///   deadline is `sent + ttl - drift`. On failure the lock is released, without announcing
+///   it, on the masters that granted it or did not answer. One parallel round trip (two if
+///   a failed attempt got the lock somewhere or lost a reply; one when every master said
+///   "held").
 /// - **release**: compare-and-delete on all masters, one parallel round trip. `true` if a
 ///   majority deleted our key, `false` if a majority did not hold it, an error if too few
 ///   answered to tell.
@@ -349,21 +351,31 @@ impl Redlock {
         let drift = self.inner.config.drift(ttl);
         let (mut won, mut held, mut errors, mut untrusted) = (0, Vec::new(), Vec::new(), 0);
         let mut holders = std::collections::HashMap::<Option<Vec<u8>>, usize>::new();
+        // The masters that may hold our key: those that granted it, and those whose reply
+        // was lost. The others refused it: a failed attempt has nothing to give back there.
+        let mut may_hold = vec![false; replies.len()];
         for (i, reply) in replies.into_iter().enumerate() {
             match reply {
                 Ok((acquired, run_id)) if !self.trusted(i, run_id.as_deref()) => {
                     // A recently restarted master: its answer counts for nobody.
                     untrusted += 1;
-                    if let Acquired::No { remaining, .. } = acquired {
-                        held.push(remaining);
+                    match acquired {
+                        Acquired::No { remaining, .. } => held.push(remaining),
+                        Acquired::Yes(_) => may_hold[i] = true,
                     }
                 }
-                Ok((Acquired::Yes(_), _)) => won += 1,
+                Ok((Acquired::Yes(_), _)) => {
+                    won += 1;
+                    may_hold[i] = true;
+                }
                 Ok((Acquired::No { remaining, holder }, _)) => {
                     held.push(remaining);
                     *holders.entry(holder).or_default() += 1;
                 }
-                Err(e) => errors.push(crate::node::detail(&e)),
+                Err(e) => {
+                    errors.push(crate::node::detail(&e));
+                    may_hold[i] = true;
+                }
             }
         }
         // Masters that failed to answer or restarted recently may hold the lock for anyone.
@@ -378,8 +390,9 @@ impl Redlock {
             ));
         }
         // Failed: give back whatever we got, including on masters whose reply was lost,
-        // without announcing it (the lock is not free for anyone).
-        self.release_all_quietly(&keys, &token).await;
+        // without announcing it (the lock is not free for anyone). Nothing to give back if
+        // every master refused: no second round then.
+        self.release_quietly_where(&may_hold, &keys, &token).await;
         let answered = self.inner.nodes.len() - errors.len();
         if answered < self.quorum() {
             return Err(self.no_majority("acquire", answered, &errors));
@@ -409,20 +422,23 @@ impl Redlock {
             self.inner
                 .nodes
                 .iter()
-                .map(|node| release_waking_on(node, limit, keys, token)),
+                .map(|node| async move { release_waking_on(node, limit, keys, token).await?.strict() }),
         )
         .await;
         tally(replies)
     }
 
-    /// Releases on every master without announcing it (the cleanup of a failed attempt).
-    async fn release_all_quietly(&self, keys: &LockKeys, token: &str) {
+    /// Releases on the masters `i` with `on[i]`, in parallel, without announcing it (the
+    /// cleanup of a failed attempt): one round trip, none if `on` names no master.
+    async fn release_quietly_where(&self, on: &[bool], keys: &LockKeys, token: &str) {
         let limit = self.inner.config.node_timeout;
         join_all(
             self.inner
                 .nodes
                 .iter()
-                .map(|node| release_quietly_on(node, limit, keys, token)),
+                .zip(on)
+                .filter(|(_, &on)| on)
+                .map(|(node, _)| release_quietly_on(node, limit, keys, token)),
         )
         .await;
     }
@@ -522,7 +538,8 @@ impl DistributedLock for Redlock {
             .with_primitives(false, false)
     }
 
-    /// One parallel round trip to all masters (another to release them if it failed).
+    /// One parallel round trip to all masters (another to release where it got the lock, or
+    /// lost a reply, if it failed).
     async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
         self.attempt(name, owner, ttl, None).await
     }
@@ -661,29 +678,32 @@ impl DistributedLock for Redlock {
         Ok(distlock_core::ReleaseWatch::for_waiter(rx, leave, waiter))
     }
 
-    /// Reads every master; the holder is the owner a majority agrees on.
+    /// Reads every master (one parallel round trip: a script reading the owner and its TTL
+    /// at once, a key of another type named `<type>` as on one server); the holder is the
+    /// owner a majority agrees on.
     async fn inspect(&self, name: &LockName) -> Result<LockState> {
         let keys = self.keys(name);
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        pipe.cmd("GET").arg(&keys.lock).cmd("PTTL").arg(&keys.lock);
-        let reads = join_all(self.inner.nodes.iter().map(|node| node.pipeline(&pipe))).await;
+        let limit = self.inner.config.node_timeout;
+        let lock_key: [&[u8]; 1] = [&keys.lock];
+        let reads = join_all(self.inner.nodes.iter().map(|node| {
+            node.script_within::<(Option<Vec<u8>>, i64)>(
+                limit,
+                &crate::scripts::INSPECT_UNFENCED,
+                &lock_key,
+                &[],
+            )
+        }))
+        .await;
         let mut answered = 0;
         let mut owners = std::collections::HashMap::<String, Vec<Option<Duration>>>::new();
-        for read in reads.into_iter().flatten() {
+        for (owner, pttl) in reads.into_iter().flatten() {
             answered += 1;
-            let mut values = read.into_iter();
-            let owner: Option<String> = match values.next() {
-                // Another library's lock type under the name: held by a foreign owner.
-                Some(redis::Value::ServerError(e)) if e.code() == "WRONGTYPE" => Some("<foreign>".to_owned()),
-                v => v.and_then(|v| redis::from_redis_value(v).ok()),
-            };
-            let pttl: Option<i64> = values.next().and_then(|v| redis::from_redis_value(v).ok());
+            // Other clients of the layout may store any bytes as the owner.
             if let Some(owner) = owner {
-                owners.entry(owner).or_default().push(
-                    pttl.and_then(|p| u64::try_from(p).ok())
-                        .map(Duration::from_millis),
-                );
+                owners
+                    .entry(String::from_utf8_lossy(&owner).into_owned())
+                    .or_default()
+                    .push(u64::try_from(pttl).ok().map(Duration::from_millis));
             }
         }
         if answered < self.quorum() {

@@ -52,6 +52,15 @@ end
 /// Redis 7 treats the script as a write: a replica redirects it (`MOVED`) to the slot's master.
 /// Redis before 7.0 cannot parse the `#!` line, and has no sharded pub/sub either, which the
 /// cluster needs anyway.
+///
+/// A script with a `#!` line is refused outright while the server is over `maxmemory` (under
+/// `noeviction`, the recommended policy), unless it declares `flags=allow-oom`. The scripts
+/// that cannot grow memory (releases, renewals, a waiter leaving, inspection) are built with
+/// [`shrinking`](Self::shrinking) and declare it, so a full master still frees and renews
+/// locks; acquisitions, which add keys, stay refusable. (Without a `#!` line, on one server,
+/// Redis checks each command a script calls instead: the same split follows, since `DEL`,
+/// `PEXPIRE`, `ZREM` and reads are allowed at `maxmemory` and `SET`, `INCR` and `ZADD` are
+/// not.)
 pub(crate) struct LuaScript {
     plain: (String, redis::Script),
     cluster: (String, redis::Script),
@@ -61,13 +70,24 @@ impl LuaScript {
     /// `body` wrapped to take the request's nonce and publish command off the end of `ARGV`
     /// and return `{nonce, reply}` (see the module docs).
     pub(crate) fn new(body: &'static str) -> Self {
+        Self::with_shebang(body, "#!lua")
+    }
+
+    /// As [`new`](Self::new), for a script that cannot grow memory: on a cluster it runs also
+    /// while the server is over `maxmemory` (`flags=allow-oom`). Only for scripts that add no
+    /// key and no member.
+    pub(crate) fn shrinking(body: &'static str) -> Self {
+        Self::with_shebang(body, "#!lua flags=allow-oom")
+    }
+
+    fn with_shebang(body: &'static str, shebang: &str) -> Self {
         let code = format!(
             "local distlock_nonce = table.remove(ARGV)\n\
              local distlock_publish = table.remove(ARGV)\n\
              local function distlock_reply()\n{body}\nend\n\
              return {{distlock_nonce, distlock_reply()}}\n"
         );
-        let cluster = format!("#!lua\n{code}");
+        let cluster = format!("{shebang}\n{code}");
         Self {
             plain: (code.clone(), redis::Script::new(&code)),
             cluster: (cluster.clone(), redis::Script::new(&cluster)),
@@ -143,7 +163,8 @@ end
 pub(crate) use wake_next_fn;
 
 /// Acquire by a waiter: as [`ACQUIRE`], and if the lock is held, queue the waiter (at the
-/// back, for its stay), else take it out of the queue.
+/// back, for its stay, after dropping the entries whose stay ended, so that waiters that died
+/// do not pile up while the lock stays held), else take it out of the queue.
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` fencing counter, `KEYS[3]` waiters; `ARGV[1]` owner token,
 /// `ARGV[2]` TTL in ms, `ARGV[3]` waiter id, `ARGV[4]` stay in ms. Replies as [`ACQUIRE`].
@@ -166,7 +187,9 @@ if holder == ARGV[1] then
   return {1, tonumber(redis.call('GET', KEYS[2]))}
 end
 local stay = tonumber(ARGV[4])
-redis.call('ZADD', KEYS[3], now_us() + stay * 1000, ARGV[3])
+local now = now_us()
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+redis.call('ZADD', KEYS[3], now + stay * 1000, ARGV[3])
 if redis.call('PTTL', KEYS[3]) < stay then
   redis.call('PEXPIRE', KEYS[3], stay)
 end
@@ -181,7 +204,7 @@ return {0, redis.call('PTTL', KEYS[1]), holder}
 /// `KEYS[1]` lock key, `KEYS[2]` waiters; `ARGV[1]` owner token, `ARGV[2]` release channel.
 /// Returns 1 if the key held our token and was deleted, 0 otherwise.
 pub(crate) static RELEASE_WAKING: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(concat!(
+    LuaScript::shrinking(concat!(
         wake_next_fn!(),
         r"
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
@@ -199,7 +222,7 @@ return 0
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` waiters; `ARGV[1]` waiter id, `ARGV[2]` release channel.
 pub(crate) static LEAVE: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(concat!(
+    LuaScript::shrinking(concat!(
         wake_next_fn!(),
         r"
 redis.call('ZREM', KEYS[2], ARGV[1])
@@ -263,6 +286,7 @@ if holder == ARGV[1] then
   return {1, 0, run_id}
 end
 local stay = tonumber(ARGV[4])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', tonumber(ARGV[5]) - stay * 1000)
 redis.call('ZADD', KEYS[2], ARGV[5], ARGV[3])
 if redis.call('PTTL', KEYS[2]) < stay then
   redis.call('PEXPIRE', KEYS[2], stay)
@@ -278,7 +302,7 @@ return {0, redis.call('PTTL', KEYS[1]), holder, run_id}
 ///
 /// `KEYS[1]` lock key; `ARGV[1]` owner token. Returns 1 if deleted, 0 otherwise.
 pub(crate) static RELEASE_QUIET: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(
+    LuaScript::shrinking(
         r"
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
@@ -293,7 +317,7 @@ return 0
 /// `KEYS[1]` lock key; `ARGV[1]` owner token, `ARGV[2]` TTL in ms. Returns 1 if the key held
 /// our token and got the new TTL, 0 otherwise.
 pub(crate) static EXTEND: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(
+    LuaScript::shrinking(
         r"
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -308,10 +332,23 @@ return 0
 /// `KEYS[1]` lock key, `KEYS[2]` fencing counter. Returns `{owner or false, PTTL, counter or
 /// false}`.
 pub(crate) static INSPECT: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(concat!(
+    LuaScript::shrinking(concat!(
         owner_fn!(),
         r"
 return {owner(KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
+",
+    ))
+});
+
+/// Inspect without a fencing counter (Redlock): the holder and its remaining TTL, in one
+/// consistent read.
+///
+/// `KEYS[1]` lock key. Returns `{owner or false, PTTL}`.
+pub(crate) static INSPECT_UNFENCED: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::shrinking(concat!(
+        owner_fn!(),
+        r"
+return {owner(KEYS[1]), redis.call('PTTL', KEYS[1])}
 ",
     ))
 });

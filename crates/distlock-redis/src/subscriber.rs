@@ -44,8 +44,9 @@
 //! - A connection can also go silent without breaking (a firewall or NAT that forgot it): no
 //!   message, no error, and without a round nothing would notice, leaving waiters to their
 //!   safety net for as long as it lasts. So after [`KEEPALIVE`] without a round the task sends
-//!   `PING` (on a cluster, to every master); without an answer within the operation timeout
-//!   it treats the connection as broken, as above.
+//!   `PING` (on a cluster, to the master of each slot with a watched channel: a master that
+//!   carries no subscription, unreachable, must not take the others' down); without an answer
+//!   within the operation timeout it treats the connection as broken, as above.
 //! - A watch may belong to one waiter ([`watch_as_waiter`](Subscriber::watch_as_waiter)): a
 //!   message `wake:<waiter id>` wakes only that waiter, any other message every watch of the
 //!   channel (a resubscription too). A plain [`watch`](Subscriber::watch) (the read-write locks'
@@ -60,7 +61,7 @@ use futures::future::join_all;
 use futures::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::{watch, Notify};
@@ -68,6 +69,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::config::Target;
+use crate::keys;
 use crate::node::{bounded, BACKEND};
 
 /// The longest pause between reconnection attempts.
@@ -110,6 +112,21 @@ struct State {
     channels: HashMap<Vec<u8>, Channel>,
     /// Channels whose last watch went, to unsubscribe unless watched again by then.
     stale: Vec<Vec<u8>>,
+}
+
+impl State {
+    /// One watched channel of each hash slot that has any (on a cluster, a channel's slot is
+    /// the master carrying its subscription).
+    fn one_channel_per_slot(&self) -> Vec<Vec<u8>> {
+        let mut by_slot: Vec<(u16, &Vec<u8>)> = self
+            .channels
+            .keys()
+            .map(|channel| (keys::key_slot(channel), channel))
+            .collect();
+        by_slot.sort_unstable_by_key(|(slot, _)| *slot);
+        by_slot.dedup_by_key(|(slot, _)| *slot);
+        by_slot.into_iter().map(|(_, channel)| channel.clone()).collect()
+    }
 }
 
 /// Where a channel's subscription stands on the live connection.
@@ -199,16 +216,21 @@ impl Sink {
         }
     }
 
-    /// `PING`; on a cluster, to every master, each of which may carry subscriptions.
-    async fn ping(mut self) -> redis::RedisResult<()> {
+    /// `PING`; on a cluster, to the master of each slot in `watched` (one channel per slot
+    /// with a watch), in parallel: those masters carry the subscriptions, and a master that
+    /// carries none, unreachable, must not take the others' for broken.
+    async fn ping(mut self, watched: &[Vec<u8>]) -> redis::RedisResult<()> {
         match &mut self {
             Sink::Server(sink) => sink.ping::<Value>().await.map(drop),
             Sink::Cluster(conn) => {
-                let masters = RoutingInfo::MultiNode((
-                    MultipleNodeRoutingInfo::AllMasters,
-                    Some(ResponsePolicy::AllSucceeded),
-                ));
-                conn.route_command(redis::cmd("PING"), masters).await.map(drop)
+                let pings = watched.iter().map(|channel| {
+                    let mut conn = conn.clone();
+                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                        Route::with_key(channel, SlotAddr::Master),
+                    ));
+                    async move { conn.route_command(redis::cmd("PING"), route).await.map(drop) }
+                });
+                join_all(pings).await.into_iter().collect()
             }
         }
     }
@@ -478,7 +500,8 @@ async fn run(running: Running, target: Target, url: String, timeout: Duration, c
                 () = tokio::time::sleep_until(conn.checked + KEEPALIVE) => {}
             }
             let generation = conn.generation;
-            match tokio::time::timeout(timeout, conn.sink.clone().ping()).await {
+            let watched = shared.state().one_channel_per_slot();
+            match tokio::time::timeout(timeout, conn.sink.clone().ping(&watched)).await {
                 Ok(Ok(())) => {
                     if let Some(conn) = live.as_mut() {
                         conn.checked = Instant::now();

@@ -75,6 +75,107 @@ async fn a_silent_subscription_connection_is_replaced_and_its_watches_woken() {
     );
 }
 
+/// One master unreachable (its proxy black-holed) while the watched lock lives on another:
+/// the subscriber's keepalive must not take the whole subscription connection for broken
+/// (its `PING` to every master fails on the unreachable one): watches must neither be woken
+/// at each keepalive though nothing was released, nor miss the release that follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_master_without_subscriptions_leaves_the_others_watched() {
+    let cluster = start_cluster(RedisClusterOptions {
+        proxyable: true,
+        ..RedisClusterOptions::default()
+    })
+    .await;
+    let (url, proxies) = cluster.proxies().expect("proxies");
+    let waiter = lock_at(&url).await;
+    let holder = LockClient::new(lock_at(&cluster.url()).await);
+    let name = name_on(&cluster, 1, "kept-watched");
+    let guard = holder.acquire(name.as_str()).await.expect("acquires");
+    let mut watch = waiter.watch(&name).await.expect("subscribes");
+    // Queued, so that the release wakes this waiter (a release wakes the first queued one).
+    let id = watch.waiter().cloned().expect("a waiter's watch");
+    let attempt = waiter
+        .try_acquire_waiting(
+            &name,
+            OwnerToken::new(),
+            Duration::from_secs(30),
+            &id,
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("answers");
+    assert!(matches!(attempt, TryAcquire::Held(_)), "{attempt:?}");
+
+    proxies.0[2].blackhole();
+    // Past a keepalive (5 s without a round, then the operation timeout).
+    let quiet = watch.wait(Duration::from_secs(9)).await;
+    let released = Instant::now();
+    assert!(guard.release().await.expect("releases"));
+    let woke = watch.wait(Duration::from_secs(15)).await;
+    let took = released.elapsed();
+    proxies.0[2].heal();
+    println!("with master 2 unreachable, a watch on master 1: {quiet:?} before the release, {woke:?} {took:?} after it");
+    assert_eq!(quiet, Woke::TimedOut, "woken though the lock was not released");
+    assert_eq!(woke, Woke::Released, "the release was not heard within {took:?}");
+    assert!(
+        took < Duration::from_secs(3),
+        "the release was heard only after {took:?}"
+    );
+}
+
+/// Connections master `i` has accepted so far (`INFO stats`).
+async fn connections_received(cluster: &RedisCluster, i: usize) -> u64 {
+    let mut raw = raw_node(cluster, i).await;
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(&mut raw)
+        .await
+        .expect("INFO");
+    info.lines()
+        .find_map(|line| line.strip_prefix("total_connections_received:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("the field is there")
+}
+
+/// Requests to one slow master time out at once in many callers: the cluster connection is
+/// opened again once for all of them, not once per caller that finds it gone (each opening
+/// reads the slot map and connects to every master).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_of_many_callers_reopen_the_cluster_connection_once() {
+    let cluster = start_cluster(RedisClusterOptions {
+        proxyable: true,
+        ..RedisClusterOptions::default()
+    })
+    .await;
+    let (url, proxies) = cluster.proxies().expect("proxies");
+    let lock = lock_at(&url).await;
+    let slow = name_on(&cluster, 1, "slow");
+    let fast = name_on(&cluster, 0, "fast");
+    lock.inspect(&fast).await.expect("answers");
+
+    let k = 8;
+    proxies.0[1].set_latency(
+        distlock_testkit::Direction::ToClient,
+        OPERATION_TIMEOUT * 2,
+        Duration::ZERO,
+    );
+    let timed_out = futures::future::join_all((0..k).map(|_| lock.inspect(&slow))).await;
+    proxies.0[1].heal();
+    assert!(
+        timed_out.iter().all(Result::is_err),
+        "requests to the slow master: {timed_out:?}"
+    );
+    let before = connections_received(&cluster, 0).await;
+    let answered = futures::future::join_all((0..k).map(|_| lock.inspect(&fast))).await;
+    let opened = connections_received(&cluster, 0).await - before - 1;
+    println!("{k} callers after the timeouts opened {opened} connections to master 0");
+    assert!(answered.iter().all(Result::is_ok), "{answered:?}");
+    assert!(
+        opened <= 3,
+        "{k} callers opened {opened} connections to a healthy master after one master's timeouts"
+    );
+}
+
 /// A raw connection to master `i`.
 async fn raw_node(cluster: &RedisCluster, i: usize) -> redis::aio::MultiplexedConnection {
     support::raw(&cluster.nodes()[i].url())

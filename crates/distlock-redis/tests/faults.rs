@@ -241,3 +241,47 @@ async fn a_lost_reply_is_never_taken_for_another_requests_reply() {
         "a renewal of our own lock reported 'not owned' (another request's reply)"
     );
 }
+
+/// A release that ran on the server but whose connection broke before the reply came is sent
+/// once more on a fresh connection; that second run finds the key gone (the first run deleted
+/// it). Work that finished under the lock must not be reported lost for it: `with_lock`
+/// returns the work's output, not `LockLost`, and the lock is free afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_sent_again_that_finds_the_lock_gone_is_not_a_lost_lock() {
+    let server = support::start_server().await;
+    let proxy = std::sync::Arc::new(FaultProxy::start(server.addr()).expect("proxy"));
+    let url = format!("redis://{}", proxy.host_port());
+    let client = LockClient::new(connect(&url, Duration::from_secs(2)).await);
+    let observer = connect(&server.url(), Duration::from_secs(2)).await;
+    let lock = name("release-sent-again");
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(30));
+    // The server learns the release script first: a NOSCRIPT whose reply is dropped would
+    // leave the first send without effect.
+    client
+        .with_lock(name("warm-up").as_str(), &opts, |_| async {})
+        .await
+        .expect("a release on a healthy connection");
+    let outcome = client
+        .with_lock(lock.as_str(), &opts, |_| {
+            let proxy = proxy.clone();
+            async move {
+                // The release that follows runs on the server; its reply is dropped, then the
+                // connection breaks (RST), so the client sends it once more.
+                proxy.drop_replies();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    proxy.heal();
+                    proxy.reset();
+                });
+                "done"
+            }
+        })
+        .await;
+    println!("with_lock: {outcome:?}");
+    assert!(
+        matches!(outcome, Ok("done")),
+        "work that finished under the lock was reported as {outcome:?}"
+    );
+    let state = observer.inspect(&lock).await.expect("inspects");
+    assert!(!state.is_held(), "the lock is left held: {state:?}");
+}

@@ -47,6 +47,11 @@ async fn checks<L: DistributedLock + Clone + 'static>(lock: L, url_for_hash: &[S
     );
     let state = lock.inspect(&lock_name).await.expect("inspects");
     assert!(state.is_held(), "{state:?}");
+    assert_eq!(
+        state.owner.as_deref(),
+        Some("<hash>"),
+        "inspect names the foreign key's type, read with its TTL in one script: {state:?}"
+    );
     let bare = Lease::new(
         lock_name.clone(),
         OwnerToken::new(),

@@ -321,6 +321,105 @@ async fn fencing_tokens_and_inspect() {
     assert_eq!(state.fencing, last, "the counter outlives the hold");
 }
 
+/// An acquire sent again (same owner token: the client resends after a broken connection)
+/// after the lock's fencing counter vanished (a `DEL`, a `FLUSHDB` between the two sends, an
+/// eviction) cannot report the token its first run drew: it must fail, not hand out token 0,
+/// a token below every earlier one, and it must not leave the lock held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_sent_again_after_the_counter_vanished_is_an_error_not_token_zero() {
+    let url = shared_url().await;
+    let lock = connect(&url).await;
+    let name = name("counter-vanished");
+    let owner = OwnerToken::new();
+    let ttl = Duration::from_secs(30);
+    let first = match lock.try_acquire(&name, owner, ttl).await.expect("works") {
+        TryAcquire::Acquired(lease) => lease,
+        held => panic!("held: {held:?}"),
+    };
+    assert!(first.fencing_token().is_some());
+    support::raw_del(&url, &lock.fencing_key(&name))
+        .await
+        .expect("DEL");
+    let again = lock.try_acquire(&name, owner, ttl).await;
+    println!("the same attempt sent again: {again:?}");
+    assert!(
+        matches!(&again, Err(e) if e.is_ambiguous()),
+        "an acquire whose fencing token is unknown must fail: {again:?}"
+    );
+    let state = lock.inspect(&name).await.expect("inspects");
+    assert!(
+        !state.is_held(),
+        "the failed attempt left the lock held: {state:?}"
+    );
+}
+
+/// The number of entries in the waiter queue of the lock `name` (found by `KEYS`, as an
+/// operator would).
+async fn queue_len(url: &str, name: &LockName) -> usize {
+    let mut conn = support::raw(url).await.expect("raw connection");
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
+        .arg(format!("*waiters:{name}"))
+        .query_async(&mut conn)
+        .await
+        .expect("KEYS");
+    let mut len = 0;
+    for key in keys {
+        let n: usize = redis::cmd("ZCARD")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .expect("ZCARD");
+        len += n;
+    }
+    len
+}
+
+/// Waiters that died (their stay ended without a release) leave the queue of a lock held for
+/// long, at the latest when another waiter queues: they do not pile up until a release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_waiters_do_not_pile_up_in_the_queue_of_a_long_held_lock() {
+    let url = shared_url().await;
+    let lock = connect(&url).await;
+    let name = name("long-held");
+    let ttl = Duration::from_secs(30);
+    let _held = take(&lock, &name, ttl).await;
+    // A live waiter keeps the queue's key alive.
+    let first = lock
+        .try_acquire_waiting(
+            &name,
+            OwnerToken::new(),
+            ttl,
+            "alive-first",
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("answers");
+    assert!(matches!(first, TryAcquire::Held(_)), "{first:?}");
+    for i in 0..20 {
+        let attempt = lock
+            .try_acquire_waiting(
+                &name,
+                OwnerToken::new(),
+                ttl,
+                &format!("dead-{i}"),
+                Duration::from_millis(50),
+            )
+            .await
+            .expect("answers");
+        assert!(matches!(attempt, TryAcquire::Held(_)), "{attempt:?}");
+    }
+    // Their stays end; no release comes.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let attempt = lock
+        .try_acquire_waiting(&name, OwnerToken::new(), ttl, "alive", Duration::from_secs(60))
+        .await
+        .expect("answers");
+    assert!(matches!(attempt, TryAcquire::Held(_)), "{attempt:?}");
+    let queued = queue_len(&url, &name).await;
+    println!("queue entries after 20 dead waiters and two live ones: {queued}");
+    assert_eq!(queued, 2, "dead waiters are still queued");
+}
+
 /// After `SCRIPT FLUSH` every operation still works: `EVALSHA` falls back to `EVAL`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripts_survive_a_script_flush() {

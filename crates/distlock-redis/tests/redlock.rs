@@ -226,3 +226,50 @@ async fn a_minority_grant_is_given_back() {
         .expect("GET");
     assert_eq!(left, None, "the third master's grant was released");
 }
+
+/// Scripts master `url` has run so far (`EVALSHA` and `EVAL` calls, `INFO commandstats`).
+async fn scripts_run(url: &str) -> u64 {
+    let mut raw = support::raw(url).await.expect("raw");
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut raw)
+        .await
+        .expect("INFO");
+    info.lines()
+        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
+        .filter_map(|line| {
+            line.split([':', ','])
+                .find_map(|field| field.strip_prefix("calls="))
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// An attempt that every master refuses (the lock is held by someone else) granted nothing
+/// anywhere: it costs one script per master, not a second round to release what it never got.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_refused_by_every_master_runs_no_cleanup_round() {
+    let servers = support::start_servers(3).await;
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let (a, b) = (support::redlock_at(&urls).await, support::redlock_at(&urls).await);
+    let lock = name("refused-everywhere");
+    let ttl = Duration::from_secs(30);
+    let held = a.try_acquire(&lock, OwnerToken::new(), ttl).await.expect("works");
+    assert!(matches!(held, TryAcquire::Acquired(_)), "{held:?}");
+    // The scripts are known to every master, so no EVAL fallback is counted below.
+    let warm = b.try_acquire(&lock, OwnerToken::new(), ttl).await.expect("works");
+    assert!(matches!(warm, TryAcquire::Held(_)), "{warm:?}");
+
+    let mut before = Vec::new();
+    for url in &urls {
+        before.push(scripts_run(url).await);
+    }
+    let refused = b.try_acquire(&lock, OwnerToken::new(), ttl).await.expect("works");
+    assert!(matches!(refused, TryAcquire::Held(_)), "{refused:?}");
+    let mut ran = Vec::new();
+    for (url, before) in urls.iter().zip(before) {
+        ran.push(scripts_run(url).await - before);
+    }
+    println!("scripts per master for an attempt refused everywhere: {ran:?}");
+    assert!(ran.iter().all(|&n| n == 1), "scripts per master: {ran:?}");
+}

@@ -138,3 +138,98 @@ async fn concurrent_acquisitions_wait_for_a_lagging_replica_in_parallel() {
         "a PING waited {ping_took:?}"
     );
 }
+
+/// A lock with replica acknowledgement (1 replica, `ack_timeout`) on `master`, and a lease
+/// acquired while the replica answers.
+async fn lock_with_lease(
+    master: &RedisServer,
+    ack_timeout: Duration,
+) -> (distlock_redis::RedisLock, distlock_core::Lease) {
+    let lock = RedisConfig::from_url(&master.url())
+        .expect("valid")
+        .with_operation_timeout(Duration::from_millis(500))
+        .with_wait_for_replicas(1, ack_timeout)
+        .build()
+        .await
+        .expect("connects");
+    // A replica just synced may take a moment to acknowledge promptly.
+    for _ in 0..20 {
+        if let Ok(TryAcquire::Acquired(lease)) = lock
+            .try_acquire(&name("renewed"), OwnerToken::new(), Duration::from_secs(30))
+            .await
+        {
+            return (lock, lease);
+        }
+    }
+    panic!("the replica never acknowledged an acquisition");
+}
+
+/// Renewals wait for the same replicas as acquisitions: with the replica paused (SIGSTOP), a
+/// renewal the master applied but no replica acknowledged is an unknown outcome
+/// ([`Error::Unavailable`]), not a success, through `extend` and `extend_many` alike; a
+/// promoted replica would hold the old, shorter TTL. Once the replica answers again,
+/// renewals succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_not_acknowledged_by_the_replicas_are_not_successes() {
+    let master = support::start_server().await;
+    let replica = replica_of(&master).await;
+    let ack_timeout = Duration::from_millis(300);
+    let (lock, lease) = lock_with_lease(&master, ack_timeout).await;
+
+    let mut replica = tokio::task::spawn_blocking(move || {
+        let mut replica = replica;
+        replica.pause().expect("SIGSTOP");
+        replica
+    })
+    .await
+    .expect("joined");
+    let started = Instant::now();
+    let single = lock.extend(&lease, Duration::from_secs(30)).await;
+    let single_took = started.elapsed();
+    let many = lock.extend_many(std::slice::from_ref(&lease)).await;
+    // The replica is kept (dropping it stops it): it must answer again below.
+    let _replica = tokio::task::spawn_blocking(move || {
+        replica.resume().expect("SIGCONT");
+        replica
+    })
+    .await
+    .expect("joined");
+
+    println!("while the replica is paused: extend {single:?} in {single_took:?}; extend_many {many:?}");
+    for (what, outcome) in [
+        ("extend", single.map(|l| l.is_some())),
+        ("extend_many", {
+            let [one] = <[_; 1]>::try_from(many).expect("one result");
+            one.map(|l| l.is_some())
+        }),
+    ] {
+        match outcome {
+            Err(Error::Unavailable { source, .. })
+                if source.to_string().contains("replicas acknowledged") => {}
+            other => panic!("{what} while no replica acknowledges must be an unknown outcome: {other:?}"),
+        }
+    }
+    assert!(
+        single_took >= ack_timeout,
+        "the renewal did not wait for the replicas ({single_took:?})"
+    );
+
+    // The replica answers again: renewals are acknowledged.
+    let mut renewed = None;
+    for _ in 0..20 {
+        match lock.extend(&lease, Duration::from_secs(30)).await {
+            Ok(Some(lease)) => {
+                renewed = Some(lease);
+                break;
+            }
+            other => println!("a renewal after the replica resumed: {other:?}"),
+        }
+    }
+    let renewed = renewed.expect("renewals succeed once the replica answers");
+    let [again] =
+        <[_; 1]>::try_from(lock.extend_many(std::slice::from_ref(&renewed)).await).expect("one result");
+    assert!(
+        matches!(again, Ok(Some(_))),
+        "extend_many once the replica answers: {again:?}"
+    );
+}
