@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::io::ErrorKind;
+use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixDatagram as StdDatagram;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,6 +25,8 @@ use distlock_core::ReleaseWatch;
 use sha2::{Digest, Sha256};
 use tokio::net::UnixDatagram;
 use tokio::sync::watch;
+
+use crate::fs::{create_private_dir, private_dir_problem};
 
 /// The waiters of one SQLite database on this host.
 #[derive(Debug)]
@@ -118,12 +121,27 @@ impl HostWaiters {
     }
 }
 
-/// Sends one datagram to the oldest live socket in `dir`, removing the files of dead ones.
+/// Sends one datagram to the oldest live socket in `dir`, removing the sockets of dead ones.
+///
+/// Only a directory that is this user's own (`dir` and the waiters root above it: real
+/// directories, not symlinks, mode 0700) is read, and only sockets in it are sent to or
+/// removed: a send to a writable regular file is refused just like one to a dead socket, and
+/// whoever can write the database's directory could otherwise plant a symlink to someone's
+/// files in place of a waiters directory.
 fn wake_oldest(dir: &Path) {
+    let private = |d: &Path| private_dir_problem(d).is_none();
+    if !dir.parent().is_some_and(private) || !private(dir) {
+        return; // no one waits, or not a directory of ours
+    }
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return; // no one waits
+        return;
     };
-    let mut names: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.file_name())).collect();
+    // The entry's own type: a symlink is not followed.
+    let mut names: Vec<_> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_socket()))
+        .map(|e| e.file_name())
+        .collect();
     if names.is_empty() {
         return;
     }
@@ -136,9 +154,12 @@ fn wake_oldest(dir: &Path) {
         let path = dir.join(name);
         match sender.send_to(b"released", &path) {
             Ok(_) => return,
-            // Nobody listens: its waiter died without cleaning up.
+            // Nobody listens: its waiter died without cleaning up. Removed only if it is still
+            // a socket (not replaced meanwhile).
             Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
-                let _ = std::fs::remove_file(&path);
+                if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket()) {
+                    let _ = std::fs::remove_file(&path);
+                }
             }
             // Gone meanwhile, or not ours to reach (another user's), or its buffer is full:
             // try the next one.
@@ -147,23 +168,25 @@ fn wake_oldest(dir: &Path) {
     }
 }
 
-/// Binds the socket `path` in `dir`, creating `dir` if missing (again, if the last waiter of
-/// another process removed it in between).
+/// Binds the socket `path` in `dir`, creating `dir` and the waiters root above it if missing
+/// (again, if the last waiter of another process removed it in between); refuses a `dir` or
+/// root that is not this user's private directory (see [`create_private_dir`]).
 fn bind(dir: &Path, path: &Path) -> std::io::Result<UnixDatagram> {
+    let private = |d: &Path| {
+        create_private_dir(d)
+            .map_err(|why| std::io::Error::new(ErrorKind::PermissionDenied, format!("{} {why}", d.display())))
+    };
     let mut tries = 0;
     loop {
-        create_private_dir(dir)?;
+        if let Some(root) = dir.parent() {
+            private(root)?;
+        }
+        private(dir)?;
         match UnixDatagram::bind(path) {
             Err(e) if e.kind() == ErrorKind::NotFound && tries < 3 => tries += 1,
             bound => return bound,
         }
     }
-}
-
-/// Creates `dir` (and its parent) readable by this user only, if missing.
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
 }
 
 /// Held by a waiter's watch: stops listening and removes the socket; a waiter that was woken
@@ -206,6 +229,7 @@ mod tests {
         let waiters = HostWaiters::new(&dir.path().join("locks.db"));
         // A socket file nobody listens on, older than everyone: a waiter that died.
         let lock_dir = waiters.dir("k");
+        create_private_dir(&waiters.root).expect("root");
         create_private_dir(&lock_dir).expect("dir");
         let dead = lock_dir.join("00000000000000000000-1-00000000");
         drop(StdDatagram::bind(&dead).expect("bind"));
