@@ -11,6 +11,11 @@
 //! wake on. Waiters keep polling: this only shortens their sleep. Where a socket cannot be
 //! bound (a path longer than Unix sockets allow, a directory of another user), waiters just
 //! poll.
+//!
+//! The database's directory may be writable by other users, so both directories are used only
+//! if they are this user's own (real directories, not symlinks, mode 0700), and a release
+//! removes nothing but sockets: a send to a writable regular file is refused just as one to a
+//! dead waiter's socket.
 
 use std::collections::HashMap;
 use std::io::ErrorKind;
