@@ -197,8 +197,10 @@
 //!   (the statements are prepared when a connection opens; the pool is MySQL's, without
 //!   pings), and the database's `statement_timestamp()` judges every expiry.
 //! - Every session sets `statement_timeout` and `lock_timeout` to
-//!   [`SqlConfig::statement_limit`] in its startup packet (no extra round trip). A session the
-//!   server ended (a restart) is retried on another connection, as a broken one.
+//!   [`SqlConfig::statement_limit`], and `default_transaction_isolation` to READ COMMITTED
+//!   (which the functions' reads after taking a row rely on, whatever the database's or
+//!   role's default), in its startup packet (no extra round trip). A session the server ended
+//!   (a restart) is retried on another connection, as a broken one.
 //! - A name containing NUL is refused ([`Error::InvalidName`](distlock_core::Error::InvalidName)):
 //!   PostgreSQL's text cannot hold it. Table names are at most 63 bytes.
 //! - The backend's user needs `CREATE` on the schema for the tables and the function
