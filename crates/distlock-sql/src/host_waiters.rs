@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use distlock_core::ReleaseWatch;
+use distlock_core::{Primitive, ReleaseWatch};
 use sha2::{Digest, Sha256};
 use tokio::net::UnixDatagram;
 use tokio::sync::watch;
@@ -124,16 +124,46 @@ impl HostWaiters {
     pub(crate) fn released(&self, key: &str) {
         wake_oldest(&self.dir(key));
     }
+
+    /// A hold of the semaphore or read-write lock `object` (see [`object`]) ended: a
+    /// semaphore's frees one permit and wakes the oldest waiter, as a mutex's release; a
+    /// read-write lock's (or a waiting writer's withdrawal) may let several readers in at
+    /// once, so it wakes every waiter on this host.
+    pub(crate) fn released_hold(&self, primitive: Primitive, object: &str) {
+        match primitive {
+            Primitive::RwLock => wake_all(&self.dir(object)),
+            _ => wake_oldest(&self.dir(object)),
+        }
+    }
+}
+
+/// The name under which waiters for `key` of `primitive` meet: the mutex's key itself, else
+/// the primitive's name and the key (the objects of one name are apart from each other).
+pub(crate) fn object(primitive: Primitive, key: &str) -> std::borrow::Cow<'_, str> {
+    match primitive {
+        Primitive::Mutex => key.into(),
+        other => format!("{} {key}", other.as_str()).into(),
+    }
 }
 
 /// Sends one datagram to the oldest live socket in `dir`, removing the sockets of dead ones.
+fn wake_oldest(dir: &Path) {
+    wake(dir, false);
+}
+
+/// Sends one datagram to every live socket in `dir`, removing the sockets of dead ones.
+fn wake_all(dir: &Path) {
+    wake(dir, true);
+}
+
+/// Sends one datagram to the oldest live socket in `dir`, or to every one if `all`.
 ///
 /// Only a directory that is this user's own (`dir` and the waiters root above it: real
 /// directories, not symlinks, mode 0700) is read, and only sockets in it are sent to or
 /// removed: a send to a writable regular file is refused just like one to a dead socket, and
 /// whoever can write the database's directory could otherwise plant a symlink to someone's
 /// files in place of a waiters directory.
-fn wake_oldest(dir: &Path) {
+fn wake(dir: &Path, all: bool) {
     let private = |d: &Path| private_dir_problem(d).is_none();
     if !dir.parent().is_some_and(private) || !private(dir) {
         return; // no one waits, or not a directory of ours
@@ -158,7 +188,8 @@ fn wake_oldest(dir: &Path) {
     for name in names {
         let path = dir.join(name);
         match sender.send_to(b"released", &path) {
-            Ok(_) => return,
+            Ok(_) if !all => return,
+            Ok(_) => {}
             // Nobody listens: its waiter died without cleaning up. Removed only if it is still
             // a socket (not replaced meanwhile).
             Err(e) if e.kind() == ErrorKind::ConnectionRefused => {

@@ -601,7 +601,14 @@ impl DistributedLock for SqlLock {
         ttl: Duration,
         waiter: Option<(&str, Duration)>,
     ) -> Result<TryAcquire> {
-        self.acquire_hold(name, kind, owner, ttl, waiter).await
+        let outcome = self.acquire_hold(name, kind, owner, ttl, waiter).await;
+        #[cfg(feature = "sqlite")]
+        if let (Ok(TryAcquire::Acquired(_)), Some(host), Some((waiter, _))) =
+            (&outcome, &self.inner.host, waiter)
+        {
+            host.won(waiter);
+        }
+        outcome
     }
 
     /// Deletes the waiting writer's record. **1 round trip**; nothing for other kinds.
@@ -615,12 +622,22 @@ impl DistributedLock for SqlLock {
     }
 
     /// PostgreSQL: the releases and withdrawals of the object, as for the mutex's
-    /// [`watch`](Self::watch) (payload `<primitive>:<key>`). Elsewhere a polling watch, which
-    /// `LockClient` wakes on releases in this process.
+    /// [`watch`](Self::watch) (payload `<primitive>:<key>`). SQLite: a release of a permit by
+    /// any process of this host wakes one waiter at once, a release of a read or write lock
+    /// (or a waiting writer's withdrawal) every waiter, as for the mutex (a socket per waiter
+    /// beside the database file). MySQL: a polling watch, which `LockClient` wakes on releases
+    /// in this process.
     async fn watch_kind(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
         #[cfg(feature = "postgres")]
         if let Some(releases) = &self.inner.releases {
             return releases.watch(primitive, &lock_key(name)).await;
+        }
+        #[cfg(feature = "sqlite")]
+        if let Some(host) = &self.inner.host {
+            let key = lock_key(name);
+            if let Some(watch) = host.watch(&crate::host_waiters::object(primitive, &key)) {
+                return Ok(watch);
+            }
         }
         let _ = (name, primitive);
         Ok(ReleaseWatch::polling())

@@ -39,7 +39,10 @@ async fn a_permit_release_wakes_a_waiter_of_another_client() {
         .expect("a permit");
     let waiting_task = tokio::spawn(async move {
         let semaphore = waiter.semaphore("exports", 1).expect("a semaphore");
-        let guard = semaphore.acquire_with(&waiting()).await.expect("the waiter's permit");
+        let guard = semaphore
+            .acquire_with(&waiting())
+            .await
+            .expect("the waiter's permit");
         let at = Instant::now();
         assert!(guard.release().await.expect("released"));
         at
