@@ -125,7 +125,7 @@ impl HostWaiters {
         wake_oldest(&self.dir(key));
     }
 
-    /// A hold of the semaphore or read-write lock `object` (see [`object`]) ended: a
+    /// A hold of the semaphore or read-write lock `object` (its primitive's name, a space and its key) ended: a
     /// semaphore's frees one permit and wakes the oldest waiter, as a mutex's release; a
     /// read-write lock's (or a waiting writer's withdrawal) may let several readers in at
     /// once, so it wakes every waiter on this host.
@@ -134,15 +134,6 @@ impl HostWaiters {
             Primitive::RwLock => wake_all(&self.dir(object)),
             _ => wake_oldest(&self.dir(object)),
         }
-    }
-}
-
-/// The name under which waiters for `key` of `primitive` meet: the mutex's key itself, else
-/// the primitive's name and the key (the objects of one name are apart from each other).
-pub(crate) fn object(primitive: Primitive, key: &str) -> std::borrow::Cow<'_, str> {
-    match primitive {
-        Primitive::Mutex => key.into(),
-        other => format!("{} {key}", other.as_str()).into(),
     }
 }
 

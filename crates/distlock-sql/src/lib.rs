@@ -267,7 +267,10 @@ mod config;
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 mod fs;
 mod holds_sql;
-#[cfg(feature = "sqlite")]
+#[cfg(all(feature = "sqlite", unix))]
+mod host_waiters;
+#[cfg(all(feature = "sqlite", not(unix)))]
+#[path = "host_waiters_none.rs"]
 mod host_waiters;
 mod lock;
 #[cfg(feature = "mysql")]

@@ -635,7 +635,7 @@ impl DistributedLock for SqlLock {
         #[cfg(feature = "sqlite")]
         if let Some(host) = &self.inner.host {
             let key = lock_key(name);
-            if let Some(watch) = host.watch(&crate::host_waiters::object(primitive, &key)) {
+            if let Some(watch) = host.watch(&holds::host_object(primitive, &key)) {
                 return Ok(watch);
             }
         }

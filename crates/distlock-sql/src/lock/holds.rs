@@ -248,7 +248,7 @@ impl SqlLock {
     fn host_released(&self, primitive: Primitive, key: &str) {
         #[cfg(feature = "sqlite")]
         if let Some(host) = &self.inner.host {
-            host.released_hold(primitive, &crate::host_waiters::object(primitive, key));
+            host.released_hold(primitive, &host_object(primitive, key));
         }
         let _ = (primitive, key);
     }
@@ -660,5 +660,16 @@ mod sqlite {
         }
         sqlx::query("COMMIT").execute(&mut *conn).await?;
         Ok(outcome)
+    }
+}
+
+/// SQLite: the name under which a host's waiters for `key` of `primitive` meet (see
+/// `host_waiters`): the mutex's key itself, else the primitive's name, a space and the key
+/// (the objects of one name are apart from each other; a key has no spaces).
+#[cfg(feature = "sqlite")]
+pub(crate) fn host_object(primitive: Primitive, key: &str) -> std::borrow::Cow<'_, str> {
+    match primitive {
+        Primitive::Mutex => key.into(),
+        other => format!("{} {key}", other.as_str()).into(),
     }
 }
