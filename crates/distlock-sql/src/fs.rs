@@ -147,7 +147,7 @@ fn tempfile_in_temp_dir() -> Option<PathBuf> {
 /// another local user could have created it first and would then control the lock file.
 #[cfg(unix)]
 pub(crate) fn ensure_private_dir(dir: &Path) -> Result<()> {
-    create_private_dir(dir).map_err(|why| {
+    create_private_dir(dir).map(drop).map_err(|why| {
         Error::invalid_config(format!(
             "the lock directory {} {why}; remove it, or set XDG_STATE_HOME or HOME, or name a \
              lock file explicitly",
@@ -157,9 +157,9 @@ pub(crate) fn ensure_private_dir(dir: &Path) -> Result<()> {
 }
 
 /// Creates `dir` (its parent must exist) with mode 0700 if missing, then checks it as
-/// [`private_dir_problem`] does; the error says what is wrong with it.
+/// [`check_private_dir`] does; the error says what is wrong with it.
 #[cfg(unix)]
-pub(crate) fn create_private_dir(dir: &Path) -> std::result::Result<(), String> {
+pub(crate) fn create_private_dir(dir: &Path) -> std::result::Result<std::fs::Metadata, String> {
     use std::os::unix::fs::DirBuilderExt;
 
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
@@ -167,38 +167,35 @@ pub(crate) fn create_private_dir(dir: &Path) -> std::result::Result<(), String> 
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(format!("cannot be created: {e}")),
     }
-    private_dir_problem(dir).map_or(Ok(()), Err)
+    check_private_dir(dir)
 }
 
-/// What makes `dir` not a private directory of this user, if anything: missing, not a real
-/// directory (a symlink or a file, which is not followed), owned by another user, or open to
-/// group or others.
+/// `dir`'s own metadata if it is a private directory of this user; else what makes it not
+/// one: missing, not a real directory (a symlink or a file, which is not followed), owned by
+/// another user, or open to group or others.
 #[cfg(unix)]
-pub(crate) fn private_dir_problem(dir: &Path) -> Option<String> {
+pub(crate) fn check_private_dir(dir: &Path) -> std::result::Result<std::fs::Metadata, String> {
     use std::os::unix::fs::MetadataExt;
 
-    let meta = match std::fs::symlink_metadata(dir) {
-        Ok(meta) => meta,
-        Err(e) => return Some(format!("cannot be read: {e}")),
-    };
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("cannot be read: {e}"))?;
     if !meta.file_type().is_dir() {
-        return Some("is not a directory (a symlink or a file)".to_owned());
+        return Err("is not a directory (a symlink or a file)".to_owned());
     }
     let uid = current_uid();
     if uid != Some(meta.uid()) {
-        return Some(format!(
+        return Err(format!(
             "is owned by uid {}, not by this user ({})",
             meta.uid(),
             uid.map_or_else(|| "unknown".to_owned(), |u| u.to_string())
         ));
     }
     if meta.mode() & 0o077 != 0 {
-        return Some(format!(
+        return Err(format!(
             "is open to other users (mode {:o}; it must be 0700)",
             meta.mode() & 0o7777
         ));
     }
-    None
+    Ok(meta)
 }
 
 /// Without Unix permissions there is nothing to check beyond creating the directory.

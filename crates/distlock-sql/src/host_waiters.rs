@@ -9,8 +9,10 @@
 //! socket whose owner still listens; the socket files of waiters that died are removed on the
 //! way (a send to them is refused). A waiter woken that goes away without winning passes the
 //! wake on. Waiters keep polling: this only shortens their sleep. Where a socket cannot be
-//! bound (a path longer than Unix sockets allow, a directory of another user), waiters just
-//! poll.
+//! bound (a directory of another user, a path too long for a socket's address outside Linux), waiters just
+//! poll, and the first failure of a client is logged as a warning. A directory whose path is
+//! too long for a socket's address is reached through a handle of it on Linux (see
+//! [`SocketDir`]).
 //!
 //! The database's directory may be writable by other users, so both directories are used only
 //! if they are this user's own (real directories, not symlinks, mode 0700), and a release
@@ -31,7 +33,11 @@ use sha2::{Digest, Sha256};
 use tokio::net::UnixDatagram;
 use tokio::sync::watch;
 
-use crate::fs::{create_private_dir, private_dir_problem};
+use crate::fs::{check_private_dir, create_private_dir};
+use crate::socket_addr::SocketDir;
+
+/// The longest name of a waiter's socket: `<20 digits>-<pid, up to 10>-<8 hex digits>`.
+const NAME_MAX: usize = 40;
 
 /// The waiters of one SQLite database on this host.
 #[derive(Debug)]
@@ -39,6 +45,8 @@ pub(crate) struct HostWaiters {
     root: PathBuf,
     /// This process's waiters by id, with whether each won its lock.
     waiters: Arc<Mutex<HashMap<Arc<str>, Arc<Flags>>>>,
+    /// Whether a failure to bind was logged already.
+    warned: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -55,6 +63,7 @@ impl HostWaiters {
         Self {
             root: PathBuf::from(root),
             waiters: Arc::default(),
+            warned: AtomicBool::new(false),
         }
     }
 
@@ -73,10 +82,13 @@ impl HostWaiters {
             .map_or(0, |d| d.as_nanos());
         let id: Arc<str> = format!("{nanos:020}-{}-{:08x}", std::process::id(), rand::random::<u32>()).into();
         let path = dir.join(&*id);
-        let socket = match bind(&dir, &path) {
+        let socket = match bind(&dir, &id) {
             Ok(socket) => socket,
             Err(error) => {
-                tracing::debug!(path = %path.display(), %error, "distlock-sql: cannot bind a waiter socket; polling only");
+                // Said once per client: its waiters all fall back to polling alike.
+                if !self.warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(path = %path.display(), %error, "distlock-sql: cannot bind a waiter socket; SQLite waiters of this client poll instead of being woken by releases");
+                }
                 return None;
             }
         };
@@ -155,10 +167,10 @@ fn wake_all(dir: &Path) {
 /// whoever can write the database's directory could otherwise plant a symlink to someone's
 /// files in place of a waiters directory.
 fn wake(dir: &Path, all: bool) {
-    let private = |d: &Path| private_dir_problem(d).is_none();
-    if !dir.parent().is_some_and(private) || !private(dir) {
+    let private = |d: &Path| check_private_dir(d).ok();
+    let (Some(_), Some(checked)) = (dir.parent().and_then(private), private(dir)) else {
         return; // no one waits, or not a directory of ours
-    }
+    };
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -176,9 +188,12 @@ fn wake(dir: &Path, all: bool) {
         return;
     };
     let _ = sender.set_nonblocking(true);
+    let Ok(addresses) = SocketDir::new(dir, NAME_MAX, &checked) else {
+        return;
+    };
     for name in names {
-        let path = dir.join(name);
-        match sender.send_to(b"released", &path) {
+        let path = dir.join(&name);
+        match sender.send_to(b"released", addresses.addr(&name)) {
             Ok(_) if !all => return,
             Ok(_) => {}
             // Nobody listens: its waiter died without cleaning up. Removed only if it is still
@@ -195,10 +210,11 @@ fn wake(dir: &Path, all: bool) {
     }
 }
 
-/// Binds the socket `path` in `dir`, creating `dir` and the waiters root above it if missing
+/// Binds the socket `name` in `dir`, creating `dir` and the waiters root above it if missing
 /// (again, if the last waiter of another process removed it in between); refuses a `dir` or
-/// root that is not this user's private directory (see [`create_private_dir`]).
-fn bind(dir: &Path, path: &Path) -> std::io::Result<UnixDatagram> {
+/// root that is not this user's private directory (see [`create_private_dir`]). A path too
+/// long for a socket's address is reached through a handle of `dir` (see [`SocketDir`]).
+fn bind(dir: &Path, name: &str) -> std::io::Result<UnixDatagram> {
     let private = |d: &Path| {
         create_private_dir(d)
             .map_err(|why| std::io::Error::new(ErrorKind::PermissionDenied, format!("{} {why}", d.display())))
@@ -208,8 +224,9 @@ fn bind(dir: &Path, path: &Path) -> std::io::Result<UnixDatagram> {
         if let Some(root) = dir.parent() {
             private(root)?;
         }
-        private(dir)?;
-        match UnixDatagram::bind(path) {
+        let checked = private(dir)?;
+        let addresses = SocketDir::new(dir, NAME_MAX, &checked)?;
+        match UnixDatagram::bind(addresses.addr(name)) {
             Err(e) if e.kind() == ErrorKind::NotFound && tries < 3 => tries += 1,
             bound => return bound,
         }

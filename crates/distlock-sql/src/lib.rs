@@ -283,6 +283,8 @@ mod pg_releases;
 mod pg_waiters;
 #[cfg(any(feature = "mysql", feature = "postgres"))]
 mod server_pool;
+#[cfg(all(feature = "sqlite", unix))]
+mod socket_addr;
 mod sql;
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 mod waiters_sql;
