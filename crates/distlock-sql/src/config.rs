@@ -79,9 +79,14 @@ impl SqlConfig {
     /// such as `?application_name=jobs`) or `sqlite://path/to/file.db` (relative; `sqlite:///abs/path.db` for an absolute path;
     /// the file and its directory are created if missing).
     ///
-    /// MySQL and PostgreSQL connections are unencrypted: this build has no TLS (no OpenSSL;
-    /// rustls can be added later), so `ssl-mode=required` / `sslmode=require` fails to
-    /// connect; use them over loopback or a private network.
+    /// TLS (rustls, no OpenSSL) is as the URL asks, with sqlx's parameters: MySQL
+    /// `?ssl-mode=verify_identity&ssl-ca=/path/ca.pem` (also `disabled`, `preferred`, the
+    /// default, `required`, `verify_ca`; `ssl-cert` and `ssl-key` for a client certificate),
+    /// PostgreSQL `?sslmode=verify-full&sslrootcert=/path/ca.pem` (also `disable`, `prefer`,
+    /// the default, `require`, `verify-ca`; `sslcert`, `sslkey`). Without a CA file the
+    /// system's roots verify the server. `preferred`/`prefer` and `required`/`require` do not
+    /// verify the server's certificate: use the `verify` modes where the network is not
+    /// trusted.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] for a malformed URL, an unknown scheme, or a scheme whose cargo

@@ -1,7 +1,8 @@
 //! MySQL/MariaDB and PostgreSQL over TLS, asked for in the URL with sqlx's parameters
 //! (`ssl-mode`, `ssl-ca` for MySQL; `sslmode`, `sslrootcert` for PostgreSQL): a lock is taken
-//! and released over a connection the server reports as encrypted. The servers get a
-//! self-signed certificate for 127.0.0.1, made with the `openssl` command.
+//! and released over a connection the server reports as encrypted, and the server's
+//! certificate is verified. The servers get a certificate for 127.0.0.1 signed by a test CA,
+//! made with the `openssl` command.
 #![cfg(all(unix, any(feature = "mysql", feature = "postgres")))]
 
 use std::path::{Path, PathBuf};
@@ -10,35 +11,99 @@ use std::time::Duration;
 use distlock_core::{DistributedLock, LockName, OwnerToken, TryAcquire};
 use distlock_sql::{SqlConfig, SqlLock};
 
-/// A self-signed certificate for `127.0.0.1` and its key, in a directory that `user` (the
-/// server's, when the tests run as root) can read.
+/// A certificate authority, and a certificate it signed for `127.0.0.1` with its key, in a
+/// directory that `user` (the server's, when the tests run as root) can read.
 struct Certificate {
     _dir: tempfile::TempDir,
+    ca: PathBuf,
     cert: PathBuf,
     key: PathBuf,
+}
+
+fn openssl(args: &[&str], dir: &Path) {
+    let made = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("runs openssl (install the openssl package)");
+    assert!(
+        made.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&made.stderr)
+    );
 }
 
 fn certificate(user: Option<&str>) -> Certificate {
     use std::os::unix::fs::PermissionsExt;
 
     let dir = tempfile::tempdir().expect("a temporary directory");
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let cert = dir.path().join("server.crt");
-    let key = dir.path().join("server.key");
-    let made = std::process::Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"])
-        .args(["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("runs openssl (install the openssl package)");
-    assert!(
-        made.status.success(),
-        "openssl: {}",
-        String::from_utf8_lossy(&made.stderr)
+    let at = dir.path();
+    std::fs::set_permissions(at, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    openssl(
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=distlock test CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+        ],
+        at,
     );
+    openssl(
+        &[
+            "req",
+            "-new",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ],
+        at,
+    );
+    std::fs::write(
+        at.join("server.ext"),
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n\
+         extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1\n",
+    )
+    .expect("writes the extensions");
+    openssl(
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+            "-out",
+            "server.crt",
+        ],
+        at,
+    );
+    let (ca, cert, key) = (at.join("ca.crt"), at.join("server.crt"), at.join("server.key"));
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
     if let Some(user) = user.filter(|_| is_root()) {
         let ids = |flag: &str| -> u32 {
@@ -55,7 +120,12 @@ fn certificate(user: Option<&str>) -> Certificate {
             std::os::unix::fs::chown(file, Some(ids("-u")), Some(ids("-g"))).expect("chown");
         }
     }
-    Certificate { _dir: dir, cert, key }
+    Certificate {
+        _dir: dir,
+        ca,
+        cert,
+        key,
+    }
 }
 
 fn is_root() -> bool {
@@ -101,7 +171,7 @@ async fn postgres_over_tls_from_the_url() {
     let url = format!(
         "{}?sslmode=verify-full&sslrootcert={}",
         server.url(),
-        url_path(&certificate.cert)
+        url_path(&certificate.ca)
     );
     let lock = SqlConfig::from_url(&url)
         .expect("a valid URL")
@@ -148,7 +218,7 @@ async fn mysql_over_tls_from_the_url() {
     let url = format!(
         "{}?ssl-mode=verify_identity&ssl-ca={}",
         server.url(),
-        url_path(&certificate.cert)
+        url_path(&certificate.ca)
     );
     let lock = SqlConfig::from_url(&url)
         .expect("a valid URL")
