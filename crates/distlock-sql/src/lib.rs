@@ -51,7 +51,9 @@
 //!   store's name, through `DistributedLock::hand_over`): the waiter holds it without a round
 //!   trip of its own, and no client of the process races it. A SQLite release wakes the oldest
 //!   waiter of the whole host at once, in any process, through a Unix socket per waiter in
-//!   `<database>.waiters/`.
+//!   `<database>.waiters/` (a permit's release likewise; a read or write lock's release every
+//!   waiter of it). Only this user's private directories are used there, and only sockets
+//!   are removed. Without Unix sockets (Windows) SQLite waiters poll.
 //! - The backend creates its tables if missing (idempotently, also when many processes start
 //!   at once). Where a DBA creates tables, turn that off with
 //!   [`SqlConfig::with_create_table`] and give them [`SqlConfig::ddl`]:
