@@ -320,7 +320,11 @@ impl SqlConfig {
     /// ```
     pub fn ddl(&self) -> String {
         let statements = crate::sql::Statements::new(self.dialect(), &self.table);
-        statements.create_tables().join(";\n\n")
+        let mut ddl = statements
+            .create_schema(self.dialect(), &self.table, false)
+            .join(";\n\n");
+        ddl.push_str(";\n");
+        ddl
     }
 
     /// PostgreSQL: the name of the mutex's queue of waiters beside [`table`](Self::table),

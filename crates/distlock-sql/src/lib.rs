@@ -283,6 +283,7 @@ mod pg_pool;
 mod pg_releases;
 #[cfg(feature = "postgres")]
 mod pg_waiters;
+mod schema;
 #[cfg(any(feature = "mysql", feature = "postgres"))]
 mod server_pool;
 #[cfg(all(feature = "sqlite", unix))]

@@ -919,10 +919,13 @@ impl SqlLock {
                 tracing::warn!(%mode, "distlock-sql: SQLite refused WAL mode; locking still works, slower");
             }
         }
+        let table = self.inner.config.table.as_str();
+        let create = self.inner.config.create_table;
+        let ddl = self.inner.sql.create_schema(self.dialect(), table, true);
         #[cfg(feature = "postgres")]
-        if let (Pool::Postgres(pool), true) = (&self.inner.pool, self.inner.config.create_table) {
-            let ddl =
-                crate::pg_pool::ddl_transaction(&self.inner.config.table, &self.inner.sql.create_tables());
+        if let (Pool::Postgres(pool), true) = (&self.inner.pool, create) {
+            let ddl: Vec<&str> = ddl.iter().map(String::as_str).collect();
+            let ddl = crate::pg_pool::ddl_transaction(table, &ddl);
             let ddl = ddl.as_str();
             self.run(
                 pool,
@@ -933,10 +936,10 @@ impl SqlLock {
                 }),
             )
             .await?;
-            return self.ping().await;
         }
-        if self.inner.config.create_table {
-            for ddl in self.inner.sql.create_tables() {
+        if create {
+            for ddl in &ddl {
+                let ddl = ddl.as_str();
                 match &self.inner.pool {
                     #[cfg(feature = "mysql")]
                     Pool::MySql(pool) => {
@@ -964,7 +967,55 @@ impl SqlLock {
                 }
             }
         }
-        self.ping().await
+        // The version check also proves the database answers.
+        let found = self.schema_version().await?;
+        crate::schema::check(found, table, create)
+    }
+
+    /// The recorded schema version (**1 round trip**); `Err` with the database's message
+    /// where it cannot be read (no version table).
+    async fn schema_version(&self) -> Result<std::result::Result<Option<i64>, String>> {
+        let sql = crate::schema::read(self.dialect(), &self.inner.config.table);
+        let sql = sql.as_str();
+        /// A database's refusal (a missing table) is an answer; anything else an error.
+        fn answer(
+            read: Result<Option<i64>, sqlx::Error>,
+        ) -> Result<std::result::Result<Option<i64>, String>, sqlx::Error> {
+            match read {
+                Ok(v) => Ok(Ok(v)),
+                Err(sqlx::Error::Database(db)) => Ok(Err(db.message().to_owned())),
+                Err(e) => Err(e),
+            }
+        }
+        match &self.inner.pool {
+            #[cfg(feature = "mysql")]
+            Pool::MySql(pool) => {
+                self.run(
+                    pool,
+                    "reading the schema version",
+                    on_conn!(c => answer(sqlx::query_scalar(sql).fetch_optional(c.conn()?).await)),
+                )
+                .await
+            }
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => {
+                self.run(
+                    pool,
+                    "reading the schema version",
+                    on_conn!(c => answer(sqlx::query_scalar(sql).fetch_optional(c.conn()?).await)),
+                )
+                .await
+            }
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(pool) => {
+                self.run(
+                    pool,
+                    "reading the schema version",
+                    on_conn!(c => answer(sqlx::query_scalar(sql).fetch_optional(c.conn()?).await)),
+                )
+                .await
+            }
+        }
     }
 
     fn dialect(&self) -> Dialect {
