@@ -1,7 +1,8 @@
 //! `SqlConfig::ddl()` (what `distlock schema` prints) is complete and valid for each dialect:
 //! run by the database's own client on an empty database, it lets a client that may not
 //! create anything (`with_create_table(false)`) start and take a mutex, a permit and a read
-//! lock.
+//! lock. On the servers that client logs in as a user with only the privileges the crate docs
+//! name: `SELECT`, `INSERT`, `UPDATE`, `DELETE` on the tables, `SELECT` on the version table.
 #![cfg(unix)]
 
 use std::time::Duration;
@@ -63,7 +64,20 @@ async fn the_postgres_ddl_is_complete() {
         .expect("a URL")
         .with_create_table(false);
     server.sql(&config.ddl()).expect("psql runs the DDL");
-    let lock = config.build().await.expect("starts on the DBA's schema");
+    server
+        .sql(
+            "CREATE ROLE app LOGIN PASSWORD 'app'; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON distlock_locks, distlock_locks_holds, \
+             distlock_locks_waiters TO app; GRANT SELECT ON distlock_locks_schema TO app",
+        )
+        .expect("a runtime user");
+    let url = format!("postgres://app:app@{}/distlock_test", server.addr());
+    let lock = SqlConfig::from_url(&url)
+        .expect("a URL")
+        .with_create_table(false)
+        .build()
+        .await
+        .expect("starts on the DBA's schema");
     takes_every_kind(&lock).await;
     lock.close().await;
 }
@@ -81,7 +95,21 @@ async fn the_mysql_ddl_is_complete() {
     server
         .sql(&config.ddl())
         .expect("the mariadb client runs the DDL");
-    let lock = config.build().await.expect("starts on the DBA's schema");
+    server
+        .sql(
+            "CREATE USER 'app'@'127.0.0.1' IDENTIFIED BY 'app'; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON distlock_test.distlock_locks TO 'app'@'127.0.0.1'; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON distlock_test.distlock_locks_holds TO 'app'@'127.0.0.1'; \
+             GRANT SELECT ON distlock_test.distlock_locks_schema TO 'app'@'127.0.0.1'",
+        )
+        .expect("a runtime user");
+    let url = format!("mysql://app:app@{}/distlock_test", server.addr());
+    let lock = SqlConfig::from_url(&url)
+        .expect("a URL")
+        .with_create_table(false)
+        .build()
+        .await
+        .expect("starts on the DBA's schema");
     takes_every_kind(&lock).await;
     lock.close().await;
 }
