@@ -17,6 +17,8 @@ pub const DEFAULT_TABLE: &str = "distlock_locks";
 pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
 /// The default size of each client's connection pool.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 8;
+/// How long rows must be idle before a client's automatic purge deletes them: a day.
+pub const DEFAULT_PURGE_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// The longest table name accepted (MySQL's identifier limit).
 const MAX_TABLE_LEN: usize = 64;
 /// The longest table name on PostgreSQL, whose identifiers stop at 63 bytes (longer ones are
@@ -52,6 +54,7 @@ pub struct SqlConfig {
     pub(crate) max_connections: u32,
     pub(crate) create_table: bool,
     pub(crate) notifications: bool,
+    pub(crate) purge_after: Option<Duration>,
 }
 
 /// The database a config points at.
@@ -235,6 +238,7 @@ impl SqlConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             create_table: true,
             notifications: true,
+            purge_after: Some(DEFAULT_PURGE_AFTER),
         }
     }
 
@@ -278,6 +282,24 @@ impl SqlConfig {
     pub fn with_max_connections(mut self, max: u32) -> Self {
         self.max_connections = max.max(1);
         self
+    }
+
+    /// How long the database clock must prove a row idle before the client's automatic purge
+    /// deletes it ([`SqlLock::purge_idle`](crate::SqlLock::purge_idle), a few seconds after
+    /// [`build`](Self::build) and then every hour); default a day, `None` turns the automatic
+    /// purge off (to run `purge_idle` on a schedule of your own). Fencing tokens never go back
+    /// for it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a time under a minute.
+    pub fn with_purge_after(mut self, idle_for: Option<Duration>) -> Result<Self> {
+        if let Some(idle) = idle_for.filter(|d| *d < Duration::from_secs(60)) {
+            return Err(Error::invalid_config(format!(
+                "purging rows idle for {idle:?}: at least a minute, far longer than any statement runs"
+            )));
+        }
+        self.purge_after = idle_for;
+        Ok(self)
     }
 
     /// Whether [`build`](Self::build) runs `CREATE TABLE IF NOT EXISTS` (default `true`). Turn
@@ -446,6 +468,7 @@ impl fmt::Debug for SqlConfig {
             .field("operation_timeout", &self.operation_timeout)
             .field("max_connections", &self.max_connections)
             .field("create_table", &self.create_table)
+            .field("purge_after", &self.purge_after)
             .field("notifications", &self.notifications)
             .finish()
     }

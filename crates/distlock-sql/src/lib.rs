@@ -219,6 +219,7 @@ mod pg_pool;
 mod pg_releases;
 #[cfg(feature = "postgres")]
 mod pg_waiters;
+mod purge_sql;
 mod schema;
 #[cfg(any(feature = "mysql", feature = "postgres"))]
 mod server_pool;
@@ -228,5 +229,7 @@ mod sql;
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 mod waiters_sql;
 
-pub use config::{SqlConfig, DEFAULT_MAX_CONNECTIONS, DEFAULT_OPERATION_TIMEOUT, DEFAULT_TABLE};
+pub use config::{
+    SqlConfig, DEFAULT_MAX_CONNECTIONS, DEFAULT_OPERATION_TIMEOUT, DEFAULT_PURGE_AFTER, DEFAULT_TABLE,
+};
 pub use lock::SqlLock;

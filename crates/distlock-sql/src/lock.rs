@@ -91,6 +91,7 @@ macro_rules! in_transaction {
 }
 
 mod holds;
+mod purge;
 #[cfg(feature = "postgres")]
 mod queue;
 #[cfg(feature = "postgres")]
@@ -894,6 +895,9 @@ impl SqlLock {
             }),
         };
         lock.prepare().await?;
+        if let Some(idle_for) = lock.inner.config.purge_after {
+            purge::spawn_automatic(&lock, idle_for);
+        }
         Ok(lock)
     }
 
