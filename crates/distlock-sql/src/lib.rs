@@ -70,6 +70,10 @@
 //!   (by default granted to everyone); nothing else. A client that creates the schema itself
 //!   needs `CREATE` on the database (MySQL) or schema (PostgreSQL), and on PostgreSQL owns the
 //!   functions it creates.
+//! - Idle rows are purged ([`SqlLock::purge_idle`]; each client does it a few seconds after
+//!   it opens and then hourly, see [`SqlConfig::with_purge_after`]): only what the database
+//!   clock proves idle (a row's version is the clock in µs when it was last taken), so a name
+//!   taken again gets a higher fencing token than before.
 //!
 //! SQLite runs in WAL mode with `synchronous = NORMAL` and a busy timeout of three quarters
 //! of the operation timeout; `database is locked` is retried inside the operation and never
