@@ -96,6 +96,8 @@ mod purge;
 mod queue;
 #[cfg(feature = "postgres")]
 mod renew_many;
+#[cfg(feature = "mysql")]
+mod unreported;
 
 /// How many renewals `extend_many` runs at once where it cannot batch them (as the default).
 const EXTEND_MANY_CONCURRENCY: usize = 32;
@@ -748,7 +750,9 @@ impl SqlLock {
                         let left = Duration::from_micros(id - MYSQL_HELD);
                         return Ok(TryAcquire::Held(Holder::expiring_in(left)));
                     }
-                    id => i64::try_from(id).ok().filter(|&v| v > 0),
+                    // Not reported (won or held alike): the row says which.
+                    0 => return self.unreported_outcome(pool, key, name, owner, ttl, sent).await,
+                    id => i64::try_from(id).ok(),
                 }
             }
             #[cfg(feature = "postgres")]
