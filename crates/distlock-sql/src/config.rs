@@ -83,13 +83,13 @@ impl SqlConfig {
     /// the file and its directory are created if missing).
     ///
     /// TLS (rustls, no OpenSSL) is as the URL asks, with sqlx's parameters: MySQL
-    /// `?ssl-mode=verify_identity&ssl-ca=/path/ca.pem` (also `disabled`, `preferred`, the
-    /// default, `required`, `verify_ca`; `ssl-cert` and `ssl-key` for a client certificate),
+    /// `?ssl-mode=verify_identity&ssl-ca=/path/ca.pem` (also `disabled`, `preferred`,
+    /// `required`, `verify_ca`; `ssl-cert` and `ssl-key` for a client certificate),
     /// PostgreSQL `?sslmode=verify-full&sslrootcert=/path/ca.pem` (also `disable`, `prefer`,
-    /// the default, `require`, `verify-ca`; `sslcert`, `sslkey`). Without a CA file the
-    /// system's roots verify the server. `preferred`/`prefer` and `required`/`require` do not
-    /// verify the server's certificate: use the `verify` modes where the network is not
-    /// trusted.
+    /// `require`, `verify-ca`; `sslcert`, `sslkey`; or `PGSSLMODE`). Without a mode, TLS is
+    /// off (no round trip spent asking for it). Without a CA file the system's roots verify
+    /// the server. `preferred`/`prefer` and `required`/`require` do not verify the server's
+    /// certificate: use the `verify` modes where the network is not trusted.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] for a malformed URL, an unknown scheme, or a scheme whose cargo
@@ -124,8 +124,11 @@ impl SqlConfig {
         }
         let url = format!("mysql:{rest}");
         let redacted = redact_password(&url);
-        let options = sqlx::mysql::MySqlConnectOptions::from_str(&url)
+        let mut options = sqlx::mysql::MySqlConnectOptions::from_str(&url)
             .map_err(|e| Error::invalid_config(format!("bad MySQL URL {redacted}: {e}")))?;
+        if !names_ssl_mode(&url) {
+            options = options.ssl_mode(sqlx::mysql::MySqlSslMode::Disabled);
+        }
         // Expiry is judged with UTC_TIMESTAMP(), so the session time zone does not matter;
         // sqlx sets +00:00 by default, which we keep (a URL may override it).
         Ok(Self::with_target(Target::MySql {
@@ -152,8 +155,12 @@ impl SqlConfig {
         }
         let url = format!("postgres:{rest}");
         let redacted = redact_password(&url);
-        let options = sqlx::postgres::PgConnectOptions::from_str(&url)
+        let mut options = sqlx::postgres::PgConnectOptions::from_str(&url)
             .map_err(|e| Error::invalid_config(format!("bad PostgreSQL URL {redacted}: {e}")))?;
+        let from_env = std::env::var_os("PGSSLMODE").is_some_and(|v| !v.is_empty());
+        if !names_ssl_mode(&url) && !from_env {
+            options = options.ssl_mode(sqlx::postgres::PgSslMode::Disable);
+        }
         Ok(Self::with_target(Target::Postgres {
             options: Box::new(options),
             redacted,
@@ -451,6 +458,20 @@ fn redact_password(url: &str) -> String {
         }
         None => url.to_owned(),
     }
+}
+
+/// Whether the URL's query names a TLS mode (`ssl-mode` or `sslmode`). Without one, TLS is
+/// off, as it was before this crate had TLS: sqlx's own default (`prefer`) would cost every
+/// new PostgreSQL connection a round trip (its `SSLRequest`) even where the server has no TLS,
+/// and a MySQL one a TLS handshake wherever the server offers TLS.
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+fn names_ssl_mode(url: &str) -> bool {
+    url.split_once('?').is_some_and(|(_, query)| {
+        query.split('&').any(|pair| {
+            let key = pair.split_once('=').map_or(pair, |(k, _)| k);
+            key.eq_ignore_ascii_case("sslmode") || key.eq_ignore_ascii_case("ssl-mode")
+        })
+    })
 }
 
 impl fmt::Debug for SqlConfig {
