@@ -7,9 +7,50 @@ use std::time::Duration;
 
 use distlock_core::{Error, Result};
 
-use super::{reusable, Inner, Pool, SqlLock};
+#[cfg(feature = "sqlite")]
+use super::{reusable, Pool};
+use super::{Inner, SqlLock};
+#[cfg(feature = "sqlite")]
 use crate::checkout::Checkout;
+use crate::config::Target;
+#[cfg(feature = "mysql")]
+use crate::mysql_pool::{session_limits, MySqlDial, Session};
+#[cfg(feature = "postgres")]
+use crate::pg_pool::PgDial;
 use crate::purge_sql::{statements, BATCH};
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+use crate::server_pool::Dial;
+
+/// MySQL and PostgreSQL: runs `statements` on the connection of the purge's own (never one of
+/// the pool's, which lock operations need; through a slow network a purge takes a while), each
+/// again while it deletes a whole batch, then closes it.
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+macro_rules! purge_on {
+    ($conn:ident, $statements:ident, $op:ident, $backend:literal) => {{
+        use sqlx::Connection;
+        let mut conn = $conn;
+        let mut purged = 0;
+        let mut outcome = Ok(());
+        'all: for sql in &$statements {
+            for _ in 0..MAX_BATCHES {
+                match within($op, $backend, sqlx::query(sql).execute(&mut conn)).await {
+                    Ok(done) => {
+                        purged += done.rows_affected();
+                        if done.rows_affected() < BATCH {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        outcome = Err(e);
+                        break 'all;
+                    }
+                }
+            }
+        }
+        let _ = tokio::time::timeout($op, conn.close()).await;
+        outcome.map(|()| purged)
+    }};
+}
 
 /// The shortest idle time a purge accepts.
 pub(crate) const MIN_IDLE: Duration = Duration::from_secs(60);
@@ -38,40 +79,52 @@ impl SqlLock {
             )));
         }
         let idle_us = i64::try_from(idle_for.as_micros()).unwrap_or(i64::MAX / 4);
-        let mut purged = 0;
-        for sql in statements(self.dialect(), &self.inner.config.table, idle_us) {
-            for _ in 0..MAX_BATCHES {
-                let deleted = self.purge_batch(&sql).await?;
-                purged += deleted;
-                if deleted < BATCH {
-                    break;
+        let statements = statements(self.dialect(), &self.inner.config.table, idle_us);
+        #[cfg(any(feature = "mysql", feature = "postgres"))]
+        let (op, limit) = (
+            self.inner.config.operation_timeout,
+            self.inner.config.statement_limit(),
+        );
+        match &self.inner.config.target {
+            #[cfg(feature = "mysql")]
+            Target::MySql { options, .. } => {
+                let dial = MySqlDial {
+                    options: (**options).clone(),
+                    session: Session {
+                        limits: session_limits(limit),
+                        warm: Vec::new(),
+                    },
+                };
+                let conn = within(op, "mysql", dial.open()).await?;
+                purge_on!(conn, statements, op, "mysql")
+            }
+            #[cfg(feature = "postgres")]
+            Target::Postgres { options, .. } => {
+                let dial = PgDial::new(options, limit, Vec::new());
+                let conn = within(op, "postgres", dial.open()).await?;
+                purge_on!(conn, statements, op, "postgres")
+            }
+            #[cfg(feature = "sqlite")]
+            Target::Sqlite { .. } => {
+                let mut purged = 0;
+                for sql in &statements {
+                    for _ in 0..MAX_BATCHES {
+                        let deleted = self.purge_batch(sql).await?;
+                        purged += deleted;
+                        if deleted < BATCH {
+                            break;
+                        }
+                    }
                 }
+                Ok(purged)
             }
         }
-        Ok(purged)
     }
 
+    /// SQLite: one batch through the pool (a local file: nothing waits long for it).
+    #[cfg(feature = "sqlite")]
     async fn purge_batch(&self, sql: &str) -> Result<u64> {
         match &self.inner.pool {
-            #[cfg(feature = "mysql")]
-            Pool::MySql(pool) => Ok(self
-                .run(
-                    pool,
-                    "purging idle rows",
-                    on_conn!(c => sqlx::query(sql).execute(c.conn()?).await),
-                )
-                .await?
-                .rows_affected()),
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => Ok(self
-                .run(
-                    pool,
-                    "purging idle rows",
-                    on_conn!(c => sqlx::query(sql).execute(c.conn()?).await),
-                )
-                .await?
-                .rows_affected()),
-            #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => Ok(self
                 .run(
                     pool,
@@ -80,7 +133,26 @@ impl SqlLock {
                 )
                 .await?
                 .rows_affected()),
+            #[allow(unreachable_patterns)] // with only the `sqlite` feature
+            _ => Ok(0),
         }
+    }
+}
+
+/// `future` within `op`, its errors as the backend's.
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+async fn within<T>(
+    op: Duration,
+    backend: &'static str,
+    future: impl std::future::Future<Output = std::result::Result<T, sqlx::Error>>,
+) -> Result<T> {
+    match tokio::time::timeout(op, future).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(Error::unavailable(backend, format!("purging idle rows: {e}"))),
+        Err(_) => Err(Error::unavailable(
+            backend,
+            format!("purging idle rows: no answer within the operation timeout of {op:?}"),
+        )),
     }
 }
 
