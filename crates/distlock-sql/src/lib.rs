@@ -156,6 +156,10 @@
 //! - The acquire upsert is independent of how `ON DUPLICATE KEY UPDATE` orders its
 //!   assignments, so it is correct under MariaDB's `SIMULTANEOUS_ASSIGNMENT` (part of
 //!   `sql_mode=ORACLE`) as under the default; a row with an owner but no expiry counts as free.
+//! - The acquire learns its outcome and token from the OK packet's `last_insert_id`. Where it
+//!   comes back 0 (a MySQL-compatible service or proxy that does not pass
+//!   `LAST_INSERT_ID(expr)` on), the outcome is read from the row by owner (one more round
+//!   trip), never taken for a hold that was the attempt's own.
 //! - Acquire (won or held), release and extend are exactly one round trip each: one
 //!   statement, prepared when a connection opens, and no ping before or after it. An attempt
 //!   at a permit or a side of a read-write lock is one round trip too: one text query
