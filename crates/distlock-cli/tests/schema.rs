@@ -12,9 +12,15 @@ fn prints_the_ddl_of_the_store_and_refuses_other_stores() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let ddl = text(&out.stdout);
     for table in ["\"app_locks\"", "\"app_locks_holds\"", "\"app_locks_schema\""] {
-        assert!(ddl.contains(&format!("CREATE TABLE IF NOT EXISTS {table}")), "{ddl}");
+        assert!(
+            ddl.contains(&format!("CREATE TABLE IF NOT EXISTS {table}")),
+            "{ddl}"
+        );
     }
-    assert!(!dir.path().join("locks.db").exists(), "schema connects to nothing");
+    assert!(
+        !dir.path().join("locks.db").exists(),
+        "schema connects to nothing"
+    );
 
     let pg = run(&mut distlock("postgres://app@db.example/locks", &["schema"]));
     assert!(pg.status.success(), "{}", text(&pg.stderr));
