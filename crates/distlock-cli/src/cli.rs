@@ -73,6 +73,9 @@ pub enum Command {
     Check(CheckArgs),
     /// Measure latency, handoff and throughput of one or more stores side by side.
     Bench(BenchArgs),
+    /// Print the DDL a DBA runs once for a SQL store (mysql://, postgres://, sqlite://),
+    /// for clients that may not create tables.
+    Schema(crate::schema::SchemaArgs),
     /// Print shell completions.
     Completions {
         /// The shell.

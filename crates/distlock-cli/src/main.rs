@@ -9,6 +9,7 @@ mod cli;
 mod exec;
 mod exit;
 mod group;
+mod schema;
 mod status;
 
 use std::process::ExitCode;
@@ -65,6 +66,7 @@ async fn run(cli: Cli) -> u8 {
             };
             bench::run(&urls, args).await
         }
+        Command::Schema(args) => one_url(&cli.url).and_then(|url| schema::run(&url, args)),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "distlock", &mut std::io::stdout());
             Ok(exit::OK)

@@ -17,6 +17,8 @@ pub const DEFAULT_TABLE: &str = "distlock_locks";
 pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
 /// The default size of each client's connection pool.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 8;
+/// How long rows must be idle before a client's automatic purge deletes them: a day.
+pub const DEFAULT_PURGE_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// The longest table name accepted (MySQL's identifier limit).
 const MAX_TABLE_LEN: usize = 64;
 /// The longest table name on PostgreSQL, whose identifiers stop at 63 bytes (longer ones are
@@ -52,6 +54,7 @@ pub struct SqlConfig {
     pub(crate) max_connections: u32,
     pub(crate) create_table: bool,
     pub(crate) notifications: bool,
+    pub(crate) purge_after: Option<Duration>,
 }
 
 /// The database a config points at.
@@ -79,9 +82,14 @@ impl SqlConfig {
     /// such as `?application_name=jobs`) or `sqlite://path/to/file.db` (relative; `sqlite:///abs/path.db` for an absolute path;
     /// the file and its directory are created if missing).
     ///
-    /// MySQL and PostgreSQL connections are unencrypted: this build has no TLS (no OpenSSL;
-    /// rustls can be added later), so `ssl-mode=required` / `sslmode=require` fails to
-    /// connect; use them over loopback or a private network.
+    /// TLS (rustls, no OpenSSL) is as the URL asks, with sqlx's parameters: MySQL
+    /// `?ssl-mode=verify_identity&ssl-ca=/path/ca.pem` (also `disabled`, `preferred`,
+    /// `required`, `verify_ca`; `ssl-cert` and `ssl-key` for a client certificate),
+    /// PostgreSQL `?sslmode=verify-full&sslrootcert=/path/ca.pem` (also `disable`, `prefer`,
+    /// `require`, `verify-ca`; `sslcert`, `sslkey`; or `PGSSLMODE`). Without a mode, TLS is
+    /// off (no round trip spent asking for it). Without a CA file the system's roots verify
+    /// the server. `preferred`/`prefer` and `required`/`require` do not verify the server's
+    /// certificate: use the `verify` modes where the network is not trusted.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] for a malformed URL, an unknown scheme, or a scheme whose cargo
@@ -116,8 +124,11 @@ impl SqlConfig {
         }
         let url = format!("mysql:{rest}");
         let redacted = redact_password(&url);
-        let options = sqlx::mysql::MySqlConnectOptions::from_str(&url)
+        let mut options = sqlx::mysql::MySqlConnectOptions::from_str(&url)
             .map_err(|e| Error::invalid_config(format!("bad MySQL URL {redacted}: {e}")))?;
+        if !names_ssl_mode(&url) {
+            options = options.ssl_mode(sqlx::mysql::MySqlSslMode::Disabled);
+        }
         // Expiry is judged with UTC_TIMESTAMP(), so the session time zone does not matter;
         // sqlx sets +00:00 by default, which we keep (a URL may override it).
         Ok(Self::with_target(Target::MySql {
@@ -144,8 +155,12 @@ impl SqlConfig {
         }
         let url = format!("postgres:{rest}");
         let redacted = redact_password(&url);
-        let options = sqlx::postgres::PgConnectOptions::from_str(&url)
+        let mut options = sqlx::postgres::PgConnectOptions::from_str(&url)
             .map_err(|e| Error::invalid_config(format!("bad PostgreSQL URL {redacted}: {e}")))?;
+        let from_env = std::env::var_os("PGSSLMODE").is_some_and(|v| !v.is_empty());
+        if !names_ssl_mode(&url) && !from_env {
+            options = options.ssl_mode(sqlx::postgres::PgSslMode::Disable);
+        }
         Ok(Self::with_target(Target::Postgres {
             options: Box::new(options),
             redacted,
@@ -230,6 +245,7 @@ impl SqlConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             create_table: true,
             notifications: true,
+            purge_after: Some(DEFAULT_PURGE_AFTER),
         }
     }
 
@@ -275,6 +291,24 @@ impl SqlConfig {
         self
     }
 
+    /// How long the database clock must prove a row idle before the client's automatic purge
+    /// deletes it ([`SqlLock::purge_idle`](crate::SqlLock::purge_idle), a few seconds after
+    /// [`build`](Self::build) and then every hour); default a day, `None` turns the automatic
+    /// purge off (to run `purge_idle` on a schedule of your own). Fencing tokens never go back
+    /// for it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a time under a minute.
+    pub fn with_purge_after(mut self, idle_for: Option<Duration>) -> Result<Self> {
+        if let Some(idle) = idle_for.filter(|d| *d < Duration::from_secs(60)) {
+            return Err(Error::invalid_config(format!(
+                "purging rows idle for {idle:?}: at least a minute, far longer than any statement runs"
+            )));
+        }
+        self.purge_after = idle_for;
+        Ok(self)
+    }
+
     /// Whether [`build`](Self::build) runs `CREATE TABLE IF NOT EXISTS` (default `true`). Turn
     /// it off where a DBA creates the table from [`SqlConfig::ddl`] and the application's
     /// user may not run DDL.
@@ -315,7 +349,11 @@ impl SqlConfig {
     /// ```
     pub fn ddl(&self) -> String {
         let statements = crate::sql::Statements::new(self.dialect(), &self.table);
-        statements.create_tables().join(";\n\n")
+        let mut ddl = statements
+            .create_schema(self.dialect(), &self.table, false)
+            .join(";\n\n");
+        ddl.push_str(";\n");
+        ddl
     }
 
     /// PostgreSQL: the name of the mutex's queue of waiters beside [`table`](Self::table),
@@ -422,6 +460,20 @@ fn redact_password(url: &str) -> String {
     }
 }
 
+/// Whether the URL's query names a TLS mode (`ssl-mode` or `sslmode`). Without one, TLS is
+/// off, as it was before this crate had TLS: sqlx's own default (`prefer`) would cost every
+/// new PostgreSQL connection a round trip (its `SSLRequest`) even where the server has no TLS,
+/// and a MySQL one a TLS handshake wherever the server offers TLS.
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+fn names_ssl_mode(url: &str) -> bool {
+    url.split_once('?').is_some_and(|(_, query)| {
+        query.split('&').any(|pair| {
+            let key = pair.split_once('=').map_or(pair, |(k, _)| k);
+            key.eq_ignore_ascii_case("sslmode") || key.eq_ignore_ascii_case("ssl-mode")
+        })
+    })
+}
+
 impl fmt::Debug for SqlConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut s = f.debug_struct("SqlConfig");
@@ -437,6 +489,7 @@ impl fmt::Debug for SqlConfig {
             .field("operation_timeout", &self.operation_timeout)
             .field("max_connections", &self.max_connections)
             .field("create_table", &self.create_table)
+            .field("purge_after", &self.purge_after)
             .field("notifications", &self.notifications)
             .finish()
     }

@@ -147,42 +147,55 @@ fn tempfile_in_temp_dir() -> Option<PathBuf> {
 /// another local user could have created it first and would then control the lock file.
 #[cfg(unix)]
 pub(crate) fn ensure_private_dir(dir: &Path) -> Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-
-    let refuse = |why: String| {
-        Err(Error::invalid_config(format!(
+    create_private_dir(dir).map(drop).map_err(|why| {
+        Error::invalid_config(format!(
             "the lock directory {} {why}; remove it, or set XDG_STATE_HOME or HOME, or name a \
              lock file explicitly",
             dir.display()
-        )))
-    };
+        ))
+    })
+}
+
+/// Creates `dir` (its parent must exist) with mode 0700 if missing, then checks it as
+/// [`check_private_dir`] does; the error says what is wrong with it.
+#[cfg(unix)]
+pub(crate) fn create_private_dir(dir: &Path) -> std::result::Result<std::fs::Metadata, String> {
+    use std::os::unix::fs::DirBuilderExt;
+
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return refuse(format!("cannot be created: {e}")),
+        Err(e) => return Err(format!("cannot be created: {e}")),
     }
-    let meta = match std::fs::symlink_metadata(dir) {
-        Ok(meta) => meta,
-        Err(e) => return refuse(format!("cannot be read: {e}")),
-    };
+    check_private_dir(dir)
+}
+
+/// `dir`'s own metadata if it is a private directory of this user; else what makes it not
+/// one: missing, not a real directory (a symlink or a file, which is not followed), owned by
+/// another user, or open to group or others.
+#[cfg(unix)]
+pub(crate) fn check_private_dir(dir: &Path) -> std::result::Result<std::fs::Metadata, String> {
+    use std::os::unix::fs::MetadataExt;
+
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("cannot be read: {e}"))?;
     if !meta.file_type().is_dir() {
-        return refuse("is not a directory (a symlink or a file)".to_owned());
+        return Err("is not a directory (a symlink or a file)".to_owned());
     }
     let uid = current_uid();
     if uid != Some(meta.uid()) {
-        return refuse(format!(
+        return Err(format!(
             "is owned by uid {}, not by this user ({})",
             meta.uid(),
             uid.map_or_else(|| "unknown".to_owned(), |u| u.to_string())
         ));
     }
     if meta.mode() & 0o077 != 0 {
-        return refuse(format!(
+        return Err(format!(
             "is open to other users (mode {:o}; it must be 0700)",
             meta.mode() & 0o7777
         ));
     }
-    Ok(())
+    Ok(meta)
 }
 
 /// Without Unix permissions there is nothing to check beyond creating the directory.

@@ -9,21 +9,35 @@
 //! socket whose owner still listens; the socket files of waiters that died are removed on the
 //! way (a send to them is refused). A waiter woken that goes away without winning passes the
 //! wake on. Waiters keep polling: this only shortens their sleep. Where a socket cannot be
-//! bound (a path longer than Unix sockets allow, a directory of another user), waiters just
-//! poll.
+//! bound (a directory of another user, a path too long for a socket's address outside Linux), waiters just
+//! poll, and the first failure of a client is logged as a warning. A directory whose path is
+//! too long for a socket's address is reached through a handle of it on Linux (see
+//! [`SocketDir`]).
+//!
+//! The database's directory may be writable by other users, so both directories are used only
+//! if they are this user's own (real directories, not symlinks, mode 0700), and a release
+//! removes nothing but sockets: a send to a writable regular file is refused just as one to a
+//! dead waiter's socket.
 
 use std::collections::HashMap;
 use std::io::ErrorKind;
+use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixDatagram as StdDatagram;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use distlock_core::ReleaseWatch;
+use distlock_core::{Primitive, ReleaseWatch};
 use sha2::{Digest, Sha256};
 use tokio::net::UnixDatagram;
 use tokio::sync::watch;
+
+use crate::fs::{check_private_dir, create_private_dir};
+use crate::socket_addr::SocketDir;
+
+/// The longest name of a waiter's socket: `<20 digits>-<pid, up to 10>-<8 hex digits>`.
+const NAME_MAX: usize = 40;
 
 /// The waiters of one SQLite database on this host.
 #[derive(Debug)]
@@ -31,6 +45,8 @@ pub(crate) struct HostWaiters {
     root: PathBuf,
     /// This process's waiters by id, with whether each won its lock.
     waiters: Arc<Mutex<HashMap<Arc<str>, Arc<Flags>>>>,
+    /// Whether a failure to bind was logged already.
+    warned: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -47,6 +63,7 @@ impl HostWaiters {
         Self {
             root: PathBuf::from(root),
             waiters: Arc::default(),
+            warned: AtomicBool::new(false),
         }
     }
 
@@ -65,10 +82,13 @@ impl HostWaiters {
             .map_or(0, |d| d.as_nanos());
         let id: Arc<str> = format!("{nanos:020}-{}-{:08x}", std::process::id(), rand::random::<u32>()).into();
         let path = dir.join(&*id);
-        let socket = match bind(&dir, &path) {
+        let socket = match bind(&dir, &id) {
             Ok(socket) => socket,
             Err(error) => {
-                tracing::debug!(path = %path.display(), %error, "distlock-sql: cannot bind a waiter socket; polling only");
+                // Said once per client: its waiters all fall back to polling alike.
+                if !self.warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(path = %path.display(), %error, "distlock-sql: cannot bind a waiter socket; SQLite waiters of this client poll instead of being woken by releases");
+                }
                 return None;
             }
         };
@@ -116,14 +136,50 @@ impl HostWaiters {
     pub(crate) fn released(&self, key: &str) {
         wake_oldest(&self.dir(key));
     }
+
+    /// A hold of the semaphore or read-write lock `object` (its primitive's name, a space and its key) ended: a
+    /// semaphore's frees one permit and wakes the oldest waiter, as a mutex's release; a
+    /// read-write lock's (or a waiting writer's withdrawal) may let several readers in at
+    /// once, so it wakes every waiter on this host.
+    pub(crate) fn released_hold(&self, primitive: Primitive, object: &str) {
+        match primitive {
+            Primitive::RwLock => wake_all(&self.dir(object)),
+            _ => wake_oldest(&self.dir(object)),
+        }
+    }
 }
 
-/// Sends one datagram to the oldest live socket in `dir`, removing the files of dead ones.
+/// Sends one datagram to the oldest live socket in `dir`, removing the sockets of dead ones.
 fn wake_oldest(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return; // no one waits
+    wake(dir, false);
+}
+
+/// Sends one datagram to every live socket in `dir`, removing the sockets of dead ones.
+fn wake_all(dir: &Path) {
+    wake(dir, true);
+}
+
+/// Sends one datagram to the oldest live socket in `dir`, or to every one if `all`.
+///
+/// Only a directory that is this user's own (`dir` and the waiters root above it: real
+/// directories, not symlinks, mode 0700) is read, and only sockets in it are sent to or
+/// removed: a send to a writable regular file is refused just like one to a dead socket, and
+/// whoever can write the database's directory could otherwise plant a symlink to someone's
+/// files in place of a waiters directory.
+fn wake(dir: &Path, all: bool) {
+    let private = |d: &Path| check_private_dir(d).ok();
+    let (Some(_), Some(checked)) = (dir.parent().and_then(private), private(dir)) else {
+        return; // no one waits, or not a directory of ours
     };
-    let mut names: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.file_name())).collect();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    // The entry's own type: a symlink is not followed.
+    let mut names: Vec<_> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_socket()))
+        .map(|e| e.file_name())
+        .collect();
     if names.is_empty() {
         return;
     }
@@ -132,13 +188,20 @@ fn wake_oldest(dir: &Path) {
         return;
     };
     let _ = sender.set_nonblocking(true);
+    let Ok(addresses) = SocketDir::new(dir, NAME_MAX, &checked) else {
+        return;
+    };
     for name in names {
-        let path = dir.join(name);
-        match sender.send_to(b"released", &path) {
-            Ok(_) => return,
-            // Nobody listens: its waiter died without cleaning up.
+        let path = dir.join(&name);
+        match sender.send_to(b"released", addresses.addr(&name)) {
+            Ok(_) if !all => return,
+            Ok(_) => {}
+            // Nobody listens: its waiter died without cleaning up. Removed only if it is still
+            // a socket (not replaced meanwhile).
             Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
-                let _ = std::fs::remove_file(&path);
+                if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket()) {
+                    let _ = std::fs::remove_file(&path);
+                }
             }
             // Gone meanwhile, or not ours to reach (another user's), or its buffer is full:
             // try the next one.
@@ -147,23 +210,27 @@ fn wake_oldest(dir: &Path) {
     }
 }
 
-/// Binds the socket `path` in `dir`, creating `dir` if missing (again, if the last waiter of
-/// another process removed it in between).
-fn bind(dir: &Path, path: &Path) -> std::io::Result<UnixDatagram> {
+/// Binds the socket `name` in `dir`, creating `dir` and the waiters root above it if missing
+/// (again, if the last waiter of another process removed it in between); refuses a `dir` or
+/// root that is not this user's private directory (see [`create_private_dir`]). A path too
+/// long for a socket's address is reached through a handle of `dir` (see [`SocketDir`]).
+fn bind(dir: &Path, name: &str) -> std::io::Result<UnixDatagram> {
+    let private = |d: &Path| {
+        create_private_dir(d)
+            .map_err(|why| std::io::Error::new(ErrorKind::PermissionDenied, format!("{} {why}", d.display())))
+    };
     let mut tries = 0;
     loop {
-        create_private_dir(dir)?;
-        match UnixDatagram::bind(path) {
+        if let Some(root) = dir.parent() {
+            private(root)?;
+        }
+        let checked = private(dir)?;
+        let addresses = SocketDir::new(dir, NAME_MAX, &checked)?;
+        match UnixDatagram::bind(addresses.addr(name)) {
             Err(e) if e.kind() == ErrorKind::NotFound && tries < 3 => tries += 1,
             bound => return bound,
         }
     }
-}
-
-/// Creates `dir` (and its parent) readable by this user only, if missing.
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
 }
 
 /// Held by a waiter's watch: stops listening and removes the socket; a waiter that was woken
@@ -206,6 +273,7 @@ mod tests {
         let waiters = HostWaiters::new(&dir.path().join("locks.db"));
         // A socket file nobody listens on, older than everyone: a waiter that died.
         let lock_dir = waiters.dir("k");
+        create_private_dir(&waiters.root).expect("root");
         create_private_dir(&lock_dir).expect("dir");
         let dead = lock_dir.join("00000000000000000000-1-00000000");
         drop(StdDatagram::bind(&dead).expect("bind"));

@@ -51,85 +51,29 @@
 //!   store's name, through `DistributedLock::hand_over`): the waiter holds it without a round
 //!   trip of its own, and no client of the process races it. A SQLite release wakes the oldest
 //!   waiter of the whole host at once, in any process, through a Unix socket per waiter in
-//!   `<database>.waiters/`.
-//! - The backend creates its tables if missing (idempotently, also when many processes start
-//!   at once). Where a DBA creates tables, turn that off with
-//!   [`SqlConfig::with_create_table`] and give them [`SqlConfig::ddl`]:
-//!
-//! ```sql
-//! -- MySQL / MariaDB
-//! CREATE TABLE IF NOT EXISTS `distlock_locks` (
-//!   lock_key   VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-//!   lock_name  VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-//!   owner      VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL,
-//!   version    BIGINT NOT NULL,
-//!   expires_at DATETIME(6) NULL,
-//!   PRIMARY KEY (lock_key)
-//! ) ENGINE=InnoDB;
-//!
-//! CREATE TABLE IF NOT EXISTS `distlock_locks_holds` (
-//!   primitive  VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-//!   lock_key   VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-//!   holder     VARCHAR(72) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-//!   lock_name  VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-//!   kind       VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-//!   permits    INT UNSIGNED NULL,
-//!   version    BIGINT NOT NULL,
-//!   expires_at DATETIME(6) NULL,
-//!   PRIMARY KEY (primitive, lock_key, holder)
-//! ) ENGINE=InnoDB;
-//!
-//! -- SQLite (expires_at: milliseconds since the Unix epoch)
-//! CREATE TABLE IF NOT EXISTS "distlock_locks" (
-//!   lock_key   TEXT NOT NULL PRIMARY KEY,
-//!   lock_name  TEXT NOT NULL,
-//!   owner      TEXT,
-//!   version    INTEGER NOT NULL,
-//!   expires_at INTEGER
-//! ) WITHOUT ROWID;
-//!
-//! -- PostgreSQL (and the functions of an attempt at a hold, of a release and of a waiter
-//! -- leaving its queue, printed by SqlConfig::ddl)
-//! CREATE TABLE IF NOT EXISTS "distlock_locks" (
-//!   lock_key   VARCHAR(255) COLLATE "C" NOT NULL PRIMARY KEY,
-//!   lock_name  TEXT NOT NULL,
-//!   owner      VARCHAR(64) COLLATE "C",
-//!   version    BIGINT NOT NULL,
-//!   expires_at TIMESTAMPTZ
-//! );
-//!
-//! CREATE TABLE IF NOT EXISTS "distlock_locks_waiters" (
-//!   lock_key   VARCHAR(255) COLLATE "C" NOT NULL,
-//!   waiter     VARCHAR(64) COLLATE "C" NOT NULL,
-//!   queued_at  TIMESTAMPTZ NOT NULL,
-//!   expires_at TIMESTAMPTZ NOT NULL,
-//!   PRIMARY KEY (lock_key, waiter)
-//! );
-//!
-//! CREATE TABLE IF NOT EXISTS "distlock_locks_holds" (
-//!   primitive  VARCHAR(16) COLLATE "C" NOT NULL,
-//!   lock_key   VARCHAR(255) COLLATE "C" NOT NULL,
-//!   holder     VARCHAR(72) COLLATE "C" NOT NULL,
-//!   lock_name  TEXT NOT NULL,
-//!   kind       VARCHAR(8) COLLATE "C" NOT NULL,
-//!   permits    INTEGER,
-//!   version    BIGINT NOT NULL,
-//!   expires_at TIMESTAMPTZ,
-//!   PRIMARY KEY (primitive, lock_key, holder)
-//! );
-//!
-//! CREATE TABLE IF NOT EXISTS "distlock_locks_holds" (
-//!   primitive  TEXT NOT NULL,
-//!   lock_key   TEXT NOT NULL,
-//!   holder     TEXT NOT NULL,
-//!   lock_name  TEXT NOT NULL,
-//!   kind       TEXT NOT NULL,
-//!   permits    INTEGER,
-//!   version    INTEGER NOT NULL,
-//!   expires_at INTEGER,
-//!   PRIMARY KEY (primitive, lock_key, holder)
-//! ) WITHOUT ROWID;
-//! ```
+//!   `<database>.waiters/` (a permit's release likewise; a read or write lock's release every
+//!   waiter of it). Only this user's private directories are used there, and only sockets
+//!   are removed. Without Unix sockets (Windows) SQLite waiters poll.
+//! - The schema is versioned (`<table>_schema`, one row). A client creates what is missing
+//!   (idempotently, also when many processes start at once) and records its version, replaces
+//!   PostgreSQL's functions only where the recorded version is older, refuses to start on a
+//!   newer one (an older client could break the newer clients' functions), and with
+//!   [`SqlConfig::with_create_table`]`(false)` refuses a missing or older schema, saying what
+//!   to run. The DDL of a dialect and table, complete (tables, PostgreSQL's functions, the
+//!   version), is [`SqlConfig::ddl`], printed by `distlock schema --url <url> [--table
+//!   <name>]`; run it with the dialect's own client (`mysql`, `psql`, `sqlite3`).
+//! - What a DBA creates once, and what a runtime user then needs: the lock table, the holds
+//!   table `<table>_holds`, the version table `<table>_schema`, and on PostgreSQL the queue
+//!   `<table>_waiters` and the functions `<table>_holds_try`, `<table>_release` and
+//!   `<table>_leave`. At run time: `SELECT`, `INSERT`, `UPDATE` and `DELETE` on those tables
+//!   (`SELECT` alone on `<table>_schema`) and, on PostgreSQL, `EXECUTE` on the functions
+//!   (by default granted to everyone); nothing else. A client that creates the schema itself
+//!   needs `CREATE` on the database (MySQL) or schema (PostgreSQL), and on PostgreSQL owns the
+//!   functions it creates.
+//! - Idle rows are purged ([`SqlLock::purge_idle`]; each client does it a few seconds after
+//!   it opens and then hourly, see [`SqlConfig::with_purge_after`]): only what the database
+//!   clock proves idle (a row's version is the clock in µs when it was last taken), so a name
+//!   taken again gets a higher fencing token than before.
 //!
 //! SQLite runs in WAL mode with `synchronous = NORMAL` and a busy timeout of three quarters
 //! of the operation timeout; `database is locked` is retried inside the operation and never
@@ -197,21 +141,25 @@
 //!   (the statements are prepared when a connection opens; the pool is MySQL's, without
 //!   pings), and the database's `statement_timestamp()` judges every expiry.
 //! - Every session sets `statement_timeout` and `lock_timeout` to
-//!   [`SqlConfig::statement_limit`] in its startup packet (no extra round trip). A session the
-//!   server ended (a restart) is retried on another connection, as a broken one.
+//!   [`SqlConfig::statement_limit`], and `default_transaction_isolation` to READ COMMITTED
+//!   (which the functions' reads after taking a row rely on, whatever the database's or
+//!   role's default), in its startup packet (no extra round trip). A session the server ended
+//!   (a restart) is retried on another connection, as a broken one.
 //! - A name containing NUL is refused ([`Error::InvalidName`](distlock_core::Error::InvalidName)):
 //!   PostgreSQL's text cannot hold it. Table names are at most 63 bytes.
-//! - The backend's user needs `CREATE` on the schema for the tables and the function
-//!   (`CREATE OR REPLACE FUNCTION` of `<table>_holds_try`, `<table>_release` and
-//!   `<table>_leave`, which also means owning them), or a DBA
-//!   creates them from [`SqlConfig::ddl`] and the backend runs with
-//!   [`SqlConfig::with_create_table`]`(false)`.
+//! - The backend's user needs `CREATE` on the schema for the tables and the functions (see
+//!   the privileges above), or a DBA creates them from [`SqlConfig::ddl`] (`distlock schema`)
+//!   and the backend runs with [`SqlConfig::with_create_table`]`(false)`.
 //!
 //! # MySQL / MariaDB specifics
 //!
 //! - The acquire upsert is independent of how `ON DUPLICATE KEY UPDATE` orders its
 //!   assignments, so it is correct under MariaDB's `SIMULTANEOUS_ASSIGNMENT` (part of
 //!   `sql_mode=ORACLE`) as under the default; a row with an owner but no expiry counts as free.
+//! - The acquire learns its outcome and token from the OK packet's `last_insert_id`. Where it
+//!   comes back 0 (a MySQL-compatible service or proxy that does not pass
+//!   `LAST_INSERT_ID(expr)` on), the outcome is read from the row by owner (one more round
+//!   trip), never taken for a hold that was the attempt's own.
 //! - Acquire (won or held), release and extend are exactly one round trip each: one
 //!   statement, prepared when a connection opens, and no ping before or after it. An attempt
 //!   at a permit or a side of a read-write lock is one round trip too: one text query
@@ -265,7 +213,10 @@ mod config;
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 mod fs;
 mod holds_sql;
-#[cfg(feature = "sqlite")]
+#[cfg(all(feature = "sqlite", unix))]
+mod host_waiters;
+#[cfg(all(feature = "sqlite", not(unix)))]
+#[path = "host_waiters_none.rs"]
 mod host_waiters;
 mod lock;
 #[cfg(feature = "mysql")]
@@ -276,11 +227,17 @@ mod pg_pool;
 mod pg_releases;
 #[cfg(feature = "postgres")]
 mod pg_waiters;
+mod purge_sql;
+mod schema;
 #[cfg(any(feature = "mysql", feature = "postgres"))]
 mod server_pool;
+#[cfg(all(feature = "sqlite", unix))]
+mod socket_addr;
 mod sql;
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 mod waiters_sql;
 
-pub use config::{SqlConfig, DEFAULT_MAX_CONNECTIONS, DEFAULT_OPERATION_TIMEOUT, DEFAULT_TABLE};
+pub use config::{
+    SqlConfig, DEFAULT_MAX_CONNECTIONS, DEFAULT_OPERATION_TIMEOUT, DEFAULT_PURGE_AFTER, DEFAULT_TABLE,
+};
 pub use lock::SqlLock;

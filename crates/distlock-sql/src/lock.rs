@@ -91,10 +91,13 @@ macro_rules! in_transaction {
 }
 
 mod holds;
+mod purge;
 #[cfg(feature = "postgres")]
 mod queue;
 #[cfg(feature = "postgres")]
 mod renew_many;
+#[cfg(feature = "mysql")]
+mod unreported;
 
 /// How many renewals `extend_many` runs at once where it cannot batch them (as the default).
 const EXTEND_MANY_CONCURRENCY: usize = 32;
@@ -601,7 +604,14 @@ impl DistributedLock for SqlLock {
         ttl: Duration,
         waiter: Option<(&str, Duration)>,
     ) -> Result<TryAcquire> {
-        self.acquire_hold(name, kind, owner, ttl, waiter).await
+        let outcome = self.acquire_hold(name, kind, owner, ttl, waiter).await;
+        #[cfg(feature = "sqlite")]
+        if let (Ok(TryAcquire::Acquired(_)), Some(host), Some((waiter, _))) =
+            (&outcome, &self.inner.host, waiter)
+        {
+            host.won(waiter);
+        }
+        outcome
     }
 
     /// Deletes the waiting writer's record. **1 round trip**; nothing for other kinds.
@@ -615,12 +625,22 @@ impl DistributedLock for SqlLock {
     }
 
     /// PostgreSQL: the releases and withdrawals of the object, as for the mutex's
-    /// [`watch`](Self::watch) (payload `<primitive>:<key>`). Elsewhere a polling watch, which
-    /// `LockClient` wakes on releases in this process.
+    /// [`watch`](Self::watch) (payload `<primitive>:<key>`). SQLite: a release of a permit by
+    /// any process of this host wakes one waiter at once, a release of a read or write lock
+    /// (or a waiting writer's withdrawal) every waiter, as for the mutex (a socket per waiter
+    /// beside the database file). MySQL: a polling watch, which `LockClient` wakes on releases
+    /// in this process.
     async fn watch_kind(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
         #[cfg(feature = "postgres")]
         if let Some(releases) = &self.inner.releases {
             return releases.watch(primitive, &lock_key(name)).await;
+        }
+        #[cfg(feature = "sqlite")]
+        if let Some(host) = &self.inner.host {
+            let key = lock_key(name);
+            if let Some(watch) = host.watch(&holds::host_object(primitive, &key)) {
+                return Ok(watch);
+            }
         }
         let _ = (name, primitive);
         Ok(ReleaseWatch::polling())
@@ -730,7 +750,9 @@ impl SqlLock {
                         let left = Duration::from_micros(id - MYSQL_HELD);
                         return Ok(TryAcquire::Held(Holder::expiring_in(left)));
                     }
-                    id => i64::try_from(id).ok().filter(|&v| v > 0),
+                    // Not reported (won or held alike): the row says which.
+                    0 => return self.unreported_outcome(pool, key, name, owner, ttl, sent).await,
+                    id => i64::try_from(id).ok(),
                 }
             }
             #[cfg(feature = "postgres")]
@@ -877,6 +899,9 @@ impl SqlLock {
             }),
         };
         lock.prepare().await?;
+        if let Some(idle_for) = lock.inner.config.purge_after {
+            purge::spawn_automatic(&lock, idle_for);
+        }
         Ok(lock)
     }
 
@@ -902,10 +927,13 @@ impl SqlLock {
                 tracing::warn!(%mode, "distlock-sql: SQLite refused WAL mode; locking still works, slower");
             }
         }
+        let table = self.inner.config.table.as_str();
+        let create = self.inner.config.create_table;
+        let ddl = self.inner.sql.create_schema(self.dialect(), table, true);
         #[cfg(feature = "postgres")]
-        if let (Pool::Postgres(pool), true) = (&self.inner.pool, self.inner.config.create_table) {
-            let ddl =
-                crate::pg_pool::ddl_transaction(&self.inner.config.table, &self.inner.sql.create_tables());
+        if let (Pool::Postgres(pool), true) = (&self.inner.pool, create) {
+            let ddl: Vec<&str> = ddl.iter().map(String::as_str).collect();
+            let ddl = crate::pg_pool::ddl_transaction(table, &ddl);
             let ddl = ddl.as_str();
             self.run(
                 pool,
@@ -916,10 +944,10 @@ impl SqlLock {
                 }),
             )
             .await?;
-            return self.ping().await;
         }
-        if self.inner.config.create_table {
-            for ddl in self.inner.sql.create_tables() {
+        if create {
+            for ddl in &ddl {
+                let ddl = ddl.as_str();
                 match &self.inner.pool {
                     #[cfg(feature = "mysql")]
                     Pool::MySql(pool) => {
@@ -947,7 +975,55 @@ impl SqlLock {
                 }
             }
         }
-        self.ping().await
+        // The version check also proves the database answers.
+        let found = self.schema_version().await?;
+        crate::schema::check(found, table, create)
+    }
+
+    /// The recorded schema version (**1 round trip**); `Err` with the database's message
+    /// where it cannot be read (no version table).
+    async fn schema_version(&self) -> Result<std::result::Result<Option<i64>, String>> {
+        let sql = crate::schema::read(self.dialect(), &self.inner.config.table);
+        let sql = sql.as_str();
+        /// A database's refusal (a missing table) is an answer; anything else an error.
+        fn answer(
+            read: Result<Option<i64>, sqlx::Error>,
+        ) -> Result<std::result::Result<Option<i64>, String>, sqlx::Error> {
+            match read {
+                Ok(v) => Ok(Ok(v)),
+                Err(sqlx::Error::Database(db)) => Ok(Err(db.message().to_owned())),
+                Err(e) => Err(e),
+            }
+        }
+        match &self.inner.pool {
+            #[cfg(feature = "mysql")]
+            Pool::MySql(pool) => {
+                self.run(
+                    pool,
+                    "reading the schema version",
+                    on_conn!(c => answer(sqlx::query_scalar(sql).fetch_optional(c.conn()?).await)),
+                )
+                .await
+            }
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => {
+                self.run(
+                    pool,
+                    "reading the schema version",
+                    on_conn!(c => answer(sqlx::query_scalar(sql).fetch_optional(c.conn()?).await)),
+                )
+                .await
+            }
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(pool) => {
+                self.run(
+                    pool,
+                    "reading the schema version",
+                    on_conn!(c => answer(sqlx::query_scalar(sql).fetch_optional(c.conn()?).await)),
+                )
+                .await
+            }
+        }
     }
 
     fn dialect(&self) -> Dialect {

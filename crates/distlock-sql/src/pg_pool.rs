@@ -56,11 +56,22 @@ impl Dial for PgDial {
 /// would mean "no limit"). A statement blocked by an operator's `SELECT ... FOR UPDATE` or by
 /// DDL therefore fails on the server, changing nothing, before the operation times out on
 /// the client. An `options` parameter of the URL is kept; these are added after it.
+///
+/// Also `default_transaction_isolation` READ COMMITTED, which the functions and statements
+/// rely on whatever the database's or role's default: a release reads the queue of waiters,
+/// and an attempt at a hold counts the holds, in a statement of their own after taking the
+/// lock's row, which sees what committed while they waited for it only under READ COMMITTED
+/// (under REPEATABLE READ or SERIALIZABLE the snapshot is the call's, taken before the wait:
+/// a waiter queued meanwhile would not be woken). Options of the startup packet take
+/// precedence over `ALTER DATABASE` and `ALTER ROLE` settings.
 pub(crate) fn session_options(options: &PgConnectOptions, limit: Duration) -> PgConnectOptions {
     let ms = limit.as_millis().clamp(1, u128::from(u32::MAX)).to_string();
-    options
-        .clone()
-        .options([("statement_timeout", ms.as_str()), ("lock_timeout", ms.as_str())])
+    options.clone().options([
+        ("statement_timeout", ms.as_str()),
+        ("lock_timeout", ms.as_str()),
+        // The space is escaped: options are separated by spaces.
+        ("default_transaction_isolation", "read\\ committed"),
+    ])
 }
 
 /// The tables (and the attempt's function) created in one transaction under an advisory lock

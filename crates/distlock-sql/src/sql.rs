@@ -149,18 +149,33 @@ impl Statements {
         }
     }
 
-    /// Every `CREATE` statement, in the order to run them: the mutex table, then the holds
-    /// table (and on PostgreSQL the function of an attempt at a hold, then the mutex's queue
-    /// of waiters and the functions of a release and of a waiter leaving it).
-    pub(crate) fn create_tables(&self) -> Vec<&str> {
-        let mut all = vec![self.create_table.as_str(), self.holds.create_table.as_str()];
-        let postgres = [
+    /// Every statement that creates the schema of `table`, in the order to run them: the
+    /// mutex table, the holds table, on PostgreSQL the mutex's queue of waiters, the version
+    /// table (`schema.rs`), on PostgreSQL the functions of an attempt at a hold, of a release
+    /// and of a waiter leaving the queue, and last the version's record. With `on_start`, the
+    /// functions are replaced only where the recorded version is older (a client's start);
+    /// without, always (a DBA's script for this version).
+    pub(crate) fn create_schema(&self, dialect: Dialect, table: &str, on_start: bool) -> Vec<String> {
+        let mut all = vec![self.create_table.clone(), self.holds.create_table.clone()];
+        if !self.waiters.create_table.is_empty() {
+            all.push(self.waiters.create_table.clone());
+        }
+        all.push(crate::schema::create_table(dialect, table));
+        let functions: Vec<&str> = [
             &self.holds.create_function,
-            &self.waiters.create_table,
             &self.waiters.create_release,
             &self.waiters.create_leave,
-        ];
-        all.extend(postgres.into_iter().filter(|s| !s.is_empty()).map(String::as_str));
+        ]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .map(String::as_str)
+        .collect();
+        if on_start && !functions.is_empty() {
+            all.push(crate::schema::pg_functions_if_older(table, &functions));
+        } else {
+            all.extend(functions.into_iter().map(str::to_owned));
+        }
+        all.push(crate::schema::record(dialect, table));
         all
     }
 

@@ -75,18 +75,20 @@ async fn custom_table_inspect_and_fencing() {
 async fn without_runtime_ddl_the_table_must_exist() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let config = SqlConfig::sqlite(dir.path().join("locks.db")).with_create_table(false);
-    let lock = config.clone().build().await.expect("opens without DDL");
-    let name = LockName::new("x").expect("valid");
-    let missing = lock
-        .try_acquire(&name, OwnerToken::new(), Duration::from_secs(1))
-        .await;
-    assert!(matches!(missing, Err(Error::Backend { .. })), "{missing:?}");
+    // Refused at once, saying what to run, rather than failing at the first lock.
+    let missing = config.clone().build().await;
+    assert!(
+        matches!(&missing, Err(Error::InvalidConfig { reason }) if reason.contains("distlock schema")),
+        "{missing:?}"
+    );
     // What a DBA would run.
     let admin = SqlConfig::sqlite(dir.path().join("locks.db"))
         .build()
         .await
         .expect("opens");
     drop(admin);
+    let lock = config.build().await.expect("opens on the DBA's schema");
+    let name = LockName::new("x").expect("valid");
     take(&lock, &name, Duration::from_secs(1)).await;
 }
 

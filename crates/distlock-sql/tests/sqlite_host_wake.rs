@@ -4,7 +4,7 @@
 //! The test re-runs its own binary as the holder process (the ignored test `holder`, with
 //! [`HOLDER_ENV`] set), which takes the lock, says `HELD`, holds it for a while, releases it
 //! and prints the release's wall-clock time (both processes read the same clock).
-#![cfg(feature = "sqlite")]
+#![cfg(all(feature = "sqlite", unix))]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -234,8 +234,23 @@ impl SqlLock {
         match broken {
             // As the mutex's release: a broken attempt may have released it.
             Some(error) if affected == 0 => Err(error),
-            _ => Ok(affected > 0),
+            _ => {
+                if affected > 0 {
+                    self.host_released(lease.kind().primitive(), key);
+                }
+                Ok(affected > 0)
+            }
         }
+    }
+
+    /// SQLite: wakes this host's waiters for the object, see
+    /// [`HostWaiters::released_hold`](crate::host_waiters::HostWaiters::released_hold).
+    fn host_released(&self, primitive: Primitive, key: &str) {
+        #[cfg(feature = "sqlite")]
+        if let Some(host) = &self.inner.host {
+            host.released_hold(primitive, &host_object(primitive, key));
+        }
+        let _ = (primitive, key);
     }
 
     /// Extend a hold: move its `expires_at` to the database's now + `ttl` where the owner is
@@ -361,6 +376,8 @@ impl SqlLock {
                 .await?;
             }
         }
+        // Readers it kept out may come in now.
+        self.host_released(Primitive::RwLock, key);
         Ok(())
     }
 
@@ -643,5 +660,16 @@ mod sqlite {
         }
         sqlx::query("COMMIT").execute(&mut *conn).await?;
         Ok(outcome)
+    }
+}
+
+/// SQLite: the name under which a host's waiters for `key` of `primitive` meet (see
+/// `host_waiters`): the mutex's key itself, else the primitive's name, a space and the key
+/// (the objects of one name are apart from each other; a key has no spaces).
+#[cfg(feature = "sqlite")]
+pub(crate) fn host_object(primitive: Primitive, key: &str) -> std::borrow::Cow<'_, str> {
+    match primitive {
+        Primitive::Mutex => key.into(),
+        other => format!("{} {key}", other.as_str()).into(),
     }
 }
