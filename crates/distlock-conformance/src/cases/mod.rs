@@ -24,6 +24,7 @@ mod process;
 mod renewal;
 mod rw_lock;
 mod semaphore;
+mod unknown;
 mod waiting;
 mod wakeup;
 
@@ -56,7 +57,11 @@ pub use rw_lock::{
     c38_rw_lock_exclusion_under_contention,
 };
 pub use semaphore::{c33_semaphore_never_over_admits, c34_semaphore_counts_agree_and_stale_frees_nothing};
-pub use waiting::{c06_wait_timeout_and_handoff, c07_cancelled_acquire_leaves_nothing, c20_with_lock};
+pub use unknown::c47_unknown_acquisition_is_cleaned_up_by_owner;
+pub use waiting::{
+    c06_wait_timeout_and_handoff, c07_cancelled_acquire_leaves_nothing, c20_with_lock,
+    c45_with_lock_never_polls_work_past_the_deadline, c46_zero_wait_is_one_attempt,
+};
 pub use wakeup::{
     c27_release_wakes_one_waiter, c28_release_in_process_wakes_a_polling_waiter,
     c44_permit_release_wakes_one_waiter,
