@@ -37,7 +37,7 @@ pub(crate) struct Observed {
     started: watch::Sender<usize>,
     ended: watch::Sender<usize>,
     fault: Option<Fault>,
-    faulted: AtomicBool,
+    faulted: Arc<AtomicBool>,
 }
 
 impl Observed {
@@ -50,7 +50,7 @@ impl Observed {
             started: watch::channel(0).0,
             ended: watch::channel(0).0,
             fault: None,
-            faulted: AtomicBool::new(false),
+            faulted: Arc::default(),
         }
     }
 
@@ -69,6 +69,11 @@ impl Observed {
             delay,
             ..Self::counting(inner, Arc::default())
         }
+    }
+
+    /// Whether a grant has ended in the fault.
+    pub(crate) fn faulted(&self) -> Arc<AtomicBool> {
+        self.faulted.clone()
     }
 
     /// How many attempts with a waiter have started.

@@ -2,6 +2,8 @@
 //! ambiguous error (a lost reply) or the backend panicked. The client must clean them up by
 //! owner token, so the name is free again long before the TTL or the session would free it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock_core::{AcquireOptions, LockClient, LockName};
@@ -29,7 +31,7 @@ pub async fn c47_unknown_acquisition_is_cleaned_up_by_owner(ctx: Ctx) -> Outcome
 
 /// A single attempt on a free name ends in `fault`.
 async fn one_attempt(ctx: &Ctx, fault: Fault) {
-    let faulty = LockClient::new(Observed::faulty(ctx.backend().await, fault));
+    let (faulty, faulted) = faulty(ctx, fault).await;
     let name = ctx.name(&format!("attempt-{fault:?}"));
     let opts = AcquireOptions::new().ttl(LONG_TTL).no_wait();
     let outcome = within(
@@ -42,6 +44,7 @@ async fn one_attempt(ctx: &Ctx, fault: Fault) {
         outcome.is_err(),
         "an attempt that ended in {fault:?} must fail, got {outcome:?}"
     );
+    assert!(faulted.load(Ordering::SeqCst), "the store granted the attempt");
     freed(ctx, &name, &format!("an attempt that ended in {fault:?}")).await;
     drop(faulty);
 }
@@ -56,7 +59,7 @@ async fn one_wait(ctx: &Ctx, fault: Fault) {
         .acquire_with(&name, &AcquireOptions::new().ttl(LONG_TTL))
         .await
         .expect("acquired");
-    let faulty = LockClient::new(Observed::faulty(ctx.backend().await, fault));
+    let (faulty, faulted) = faulty(ctx, fault).await;
     let waiting = tokio::spawn({
         let (faulty, name) = (faulty.clone(), name.clone());
         async move {
@@ -76,6 +79,7 @@ async fn one_wait(ctx: &Ctx, fault: Fault) {
     )
     .await
     .expect("the waiter task");
+    assert!(faulted.load(Ordering::SeqCst), "the store granted the wait");
     if let Ok(guard) = outcome {
         // The wait went on after the error and won later: only once the unknown grant was
         // freed could it.
@@ -84,6 +88,13 @@ async fn one_wait(ctx: &Ctx, fault: Fault) {
     }
     freed(ctx, &name, &format!("a wait whose grant ended in {fault:?}")).await;
     drop(faulty);
+}
+
+/// A client whose first grant ends in `fault`, and whether it has.
+async fn faulty(ctx: &Ctx, fault: Fault) -> (LockClient, Arc<AtomicBool>) {
+    let observed = Observed::faulty(ctx.backend().await, fault);
+    let faulted = observed.faulted();
+    (LockClient::new(observed), faulted)
 }
 
 /// Fails unless another client can take `name` within [`CLEANED_UP_WITHIN`].
