@@ -301,6 +301,11 @@ pub const CASES: &[Case] = &[
         c47_unknown_acquisition_is_cleaned_up_by_owner,
         "a grant whose reply was lost or whose backend panicked is freed by owner, not at its TTL"
     ),
+    case!(
+        c48_cut_off_holder_frees_nothing_of_the_next,
+        "a holder cut off until its lock is gone (TTL or session end) frees nothing of the next",
+        Needs::FaultProxy
+    ),
 ];
 
 /// Runs the case `name` against `fixture`, failing (panicking) if it fails or runs past
@@ -439,6 +444,7 @@ macro_rules! conformance_tests {
             c45_with_lock_never_polls_work_past_the_deadline,
             c46_zero_wait_is_one_attempt,
             c47_unknown_acquisition_is_cleaned_up_by_owner,
+            c48_cut_off_holder_frees_nothing_of_the_next,
         );
 
         #[test]

@@ -27,5 +27,6 @@ conformance_tests!(
         c41: FaultProxy,
         c42: FaultProxy,
         c44: PermitWakeOne,
+        c48: FaultProxy,
     ],
 );

@@ -24,6 +24,7 @@ mod process;
 mod renewal;
 mod rw_lock;
 mod semaphore;
+mod stale;
 mod unknown;
 mod waiting;
 mod wakeup;
@@ -57,6 +58,7 @@ pub use rw_lock::{
     c38_rw_lock_exclusion_under_contention,
 };
 pub use semaphore::{c33_semaphore_never_over_admits, c34_semaphore_counts_agree_and_stale_frees_nothing};
+pub use stale::c48_cut_off_holder_frees_nothing_of_the_next;
 pub use unknown::c47_unknown_acquisition_is_cleaned_up_by_owner;
 pub use waiting::{
     c06_wait_timeout_and_handoff, c07_cancelled_acquire_leaves_nothing, c20_with_lock,
