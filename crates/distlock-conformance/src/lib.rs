@@ -306,6 +306,10 @@ pub const CASES: &[Case] = &[
         "a holder cut off until its lock is gone (TTL or session end) frees nothing of the next",
         Needs::FaultProxy
     ),
+    case!(
+        c49_waiters_are_served_in_arrival_order,
+        "on a store with a FIFO queue, waiters for a lock or a permit are served in arrival order"
+    ),
 ];
 
 /// Runs the case `name` against `fixture`, failing (panicking) if it fails or runs past
@@ -445,6 +449,7 @@ macro_rules! conformance_tests {
             c46_zero_wait_is_one_attempt,
             c47_unknown_acquisition_is_cleaned_up_by_owner,
             c48_cut_off_holder_frees_nothing_of_the_next,
+            c49_waiters_are_served_in_arrival_order,
         );
 
         #[test]

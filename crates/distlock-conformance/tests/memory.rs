@@ -25,5 +25,6 @@ conformance_tests!(
         c42: FaultProxy,
         c44: PermitWakeOne,
         c48: FaultProxy,
+        c49: NoQueue,
     ],
 );

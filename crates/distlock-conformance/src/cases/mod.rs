@@ -19,6 +19,7 @@ mod input;
 mod kinds;
 mod lost;
 mod multi;
+mod order;
 mod outage;
 mod process;
 mod renewal;
@@ -48,6 +49,7 @@ pub use input::c11_bad_input_is_a_typed_error;
 pub use kinds::{c39_lost_signal_for_each_primitive, c40_cancelled_waits_leave_nothing};
 pub use lost::{c16_lost_lock_signal, c18_max_hold_time, c19_no_renewal_reports_expiry};
 pub use multi::{c30_multi_lock_all_or_none, c31_multi_lock_never_deadlocks, c32_multi_lock_lost_signal};
+pub use order::c49_waiters_are_served_in_arrival_order;
 pub use outage::c12_store_going_away;
 pub use process::{
     c17_cross_process_holder, c26_paused_holder_knows_it_lost, c35_killed_permit_holder_frees_its_permit,
