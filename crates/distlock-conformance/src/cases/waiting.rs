@@ -223,6 +223,9 @@ async fn blocked_work(ctx: Ctx, ran_late: Arc<AtomicBool>) -> (Result<&'static s
     let opts = AcquireOptions::new().ttl(ttl).wait_for(Duration::from_secs(10));
     let blocked = Arc::new(std::sync::Mutex::new(Duration::ZERO));
     let blocked_for = blocked.clone();
+    // A task, not the runtime's own future: the scheduler runs queued tasks one after another
+    // and turns the timer driver only when none is left, so the work is woken by the task it
+    // spawned, not by a timer.
     let outcome = tokio::spawn(async move {
         client
             .with_lock(&ctx.name("blocked"), &opts, move |_lock| async move {
