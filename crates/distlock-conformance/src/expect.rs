@@ -41,6 +41,8 @@ pub enum Reason {
     /// `Capabilities::fairness` is `Fifo`: waits go through the store's own queue, whose
     /// entry goes with the waiting future.
     StoreQueue,
+    /// `Capabilities::fairness` is not `Fifo`: the store keeps no arrival order.
+    NoQueue,
     /// The backend polls and names no store, so only its waiters' polls see a release.
     LocalWake,
     /// The backend polls and has no read-write locks: a cut-off wait has no record to leave.
@@ -60,7 +62,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 18] = [
+    pub const ALL: [Reason; 19] = [
         Reason::Fencing,
         Reason::Ttl,
         Reason::Primitives,
@@ -72,6 +74,7 @@ impl Reason {
         Reason::PermitWakeOne,
         Reason::Notification,
         Reason::StoreQueue,
+        Reason::NoQueue,
         Reason::LocalWake,
         Reason::NoRecord,
         Reason::Outage,

@@ -289,6 +289,27 @@ pub const CASES: &[Case] = &[
         c44_permit_release_wakes_one_waiter,
         "a permit's release wakes one of six waiters of the semaphore, not all, and no wake is lost"
     ),
+    case!(
+        c45_with_lock_never_polls_work_past_the_deadline,
+        "work that blocked its runtime past the deadline never runs on; with_lock says LockLost"
+    ),
+    case!(
+        c46_zero_wait_is_one_attempt,
+        "a wait of zero is exactly one attempt: it takes a free lock, times out on a held one"
+    ),
+    case!(
+        c47_unknown_acquisition_is_cleaned_up_by_owner,
+        "a grant whose reply was lost or whose backend panicked is freed by owner, not at its TTL"
+    ),
+    case!(
+        c48_cut_off_holder_frees_nothing_of_the_next,
+        "a holder cut off until its lock is gone (TTL or session end) frees nothing of the next",
+        Needs::FaultProxy
+    ),
+    case!(
+        c49_waiters_are_served_in_arrival_order,
+        "on a store with a FIFO queue, waiters for a lock or a permit are served in arrival order"
+    ),
 ];
 
 /// Runs the case `name` against `fixture`, failing (panicking) if it fails or runs past
@@ -424,6 +445,11 @@ macro_rules! conformance_tests {
             c42_silent_partition_of_a_permit_or_rw_holder,
             c43_wait_cut_off_mid_attempt_leaves_nothing,
             c44_permit_release_wakes_one_waiter,
+            c45_with_lock_never_polls_work_past_the_deadline,
+            c46_zero_wait_is_one_attempt,
+            c47_unknown_acquisition_is_cleaned_up_by_owner,
+            c48_cut_off_holder_frees_nothing_of_the_next,
+            c49_waiters_are_served_in_arrival_order,
         );
 
         #[test]

@@ -1,22 +1,34 @@
 //! [`Observed`]: a backend that counts the acquisition attempts made through it, and can make
 //! those that carry a waiter (those that may queue the waiter or record it on the store) start
 //! late, so that a case can cut a wait off while such an attempt is under way and know when
-//! the attempt has ended.
+//! the attempt has ended. It can also make the first acquisition the store grants end in a
+//! [`Fault`], so that the grant's outcome is unknown to the client.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    Capabilities, DistributedLock, Lease, LockKind, LockName, LockState, LossReason, OwnerToken, Primitive,
-    ReleaseWatch, Result, Session, TryAcquire,
+    Capabilities, DistributedLock, Error, Lease, LockKind, LockName, LockState, LossReason, OwnerToken,
+    Primitive, ReleaseWatch, Result, Session, TryAcquire,
 };
 use futures::future::BoxFuture;
 use tokio::sync::watch;
 
+/// What becomes of the first acquisition the store grants through [`Observed::faulty`], once
+/// the store has applied it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// The reply is lost: the attempt ends in an ambiguous error ([`Error::is_ambiguous`]).
+    LostReply,
+    /// The backend panics (a bug in it).
+    Panic,
+}
+
 /// Passes everything to `inner`, counting every attempt in `attempts`; each attempt that
-/// carries a waiter waits `delay` first, and `started` and `ended` count those.
+/// carries a waiter waits `delay` first, and `started` and `ended` count those. The first
+/// acquisition granted ends in `fault`, if there is one.
 #[derive(Debug)]
 pub(crate) struct Observed {
     inner: Arc<dyn DistributedLock>,
@@ -24,6 +36,8 @@ pub(crate) struct Observed {
     delay: Duration,
     started: watch::Sender<usize>,
     ended: watch::Sender<usize>,
+    fault: Option<Fault>,
+    faulted: Arc<AtomicBool>,
 }
 
 impl Observed {
@@ -35,6 +49,17 @@ impl Observed {
             delay: Duration::ZERO,
             started: watch::channel(0).0,
             ended: watch::channel(0).0,
+            fault: None,
+            faulted: Arc::default(),
+        }
+    }
+
+    /// Makes the first acquisition the store grants through `inner` (by any method: an
+    /// attempt, with or without a waiter, or a queued wait) end in `fault` once applied.
+    pub(crate) fn faulty(inner: Arc<dyn DistributedLock>, fault: Fault) -> Self {
+        Self {
+            fault: Some(fault),
+            ..Self::counting(inner, Arc::default())
         }
     }
 
@@ -44,6 +69,11 @@ impl Observed {
             delay,
             ..Self::counting(inner, Arc::default())
         }
+    }
+
+    /// Whether a grant has ended in the fault.
+    pub(crate) fn faulted(&self) -> Arc<AtomicBool> {
+        self.faulted.clone()
     }
 
     /// How many attempts with a waiter have started.
@@ -59,6 +89,23 @@ impl Observed {
     /// Counts an attempt without a waiter.
     fn counted(&self) {
         self.attempts.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// `outcome` of an acquisition, or the fault if `won` is the first grant to end in one.
+    fn granted<T>(&self, outcome: Result<T>, won: impl FnOnce(&T) -> bool) -> Result<T> {
+        let Some(fault) = self.fault else {
+            return outcome;
+        };
+        if !outcome.as_ref().is_ok_and(won) || self.faulted.swap(true, Ordering::SeqCst) {
+            return outcome;
+        }
+        match fault {
+            Fault::LostReply => Err(Error::unavailable(
+                self.inner.backend(),
+                "the reply to an acquisition the store applied was lost",
+            )),
+            Fault::Panic => panic!("a backend bug after the store applied an acquisition"),
+        }
     }
 
     /// Runs `attempt`, which carries a waiter, after the delay, counting it.
@@ -86,7 +133,8 @@ impl DistributedLock for Observed {
 
     async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
         self.counted();
-        self.inner.try_acquire(name, owner, ttl).await
+        let outcome = self.inner.try_acquire(name, owner, ttl).await;
+        self.granted(outcome, acquired)
     }
 
     async fn try_acquire_waiting(
@@ -97,8 +145,10 @@ impl DistributedLock for Observed {
         waiter: &str,
         stay: Duration,
     ) -> Result<TryAcquire> {
-        self.late(self.inner.try_acquire_waiting(name, owner, ttl, waiter, stay))
-            .await
+        let outcome = self
+            .late(self.inner.try_acquire_waiting(name, owner, ttl, waiter, stay))
+            .await;
+        self.granted(outcome, acquired)
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -129,7 +179,8 @@ impl DistributedLock for Observed {
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Option<Lease>> {
         self.counted();
-        self.inner.acquire_queued(name, owner, ttl, deadline).await
+        let outcome = self.inner.acquire_queued(name, owner, ttl, deadline).await;
+        self.granted(outcome, Option::is_some)
     }
 
     async fn try_acquire_kind(
@@ -141,13 +192,14 @@ impl DistributedLock for Observed {
         waiter: Option<(&str, Duration)>,
     ) -> Result<TryAcquire> {
         let attempt = self.inner.try_acquire_kind(name, kind, owner, ttl, waiter);
-        match waiter {
+        let outcome = match waiter {
             Some(_) => self.late(attempt).await,
             None => {
                 self.counted();
                 attempt.await
             }
-        }
+        };
+        self.granted(outcome, acquired)
     }
 
     async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
@@ -167,9 +219,11 @@ impl DistributedLock for Observed {
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Option<Lease>> {
         self.counted();
-        self.inner
+        let outcome = self
+            .inner
             .acquire_kind_queued(name, kind, owner, ttl, deadline)
-            .await
+            .await;
+        self.granted(outcome, Option::is_some)
     }
 
     async fn inspect_holders(&self, name: &LockName, primitive: Primitive) -> Result<Vec<LockState>> {
@@ -195,4 +249,9 @@ impl DistributedLock for Observed {
     async fn ping(&self) -> Result<()> {
         self.inner.ping().await
     }
+}
+
+/// Whether an attempt won.
+fn acquired(outcome: &TryAcquire) -> bool {
+    matches!(outcome, TryAcquire::Acquired(_))
 }

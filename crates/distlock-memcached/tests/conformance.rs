@@ -7,5 +7,11 @@ mod support;
 distlock_conformance::conformance_tests!(
     support::fixture,
     backend = "memcached",
-    skips = [c24: Notification, c27: WakeOne, c29: HandOver, c44: PermitWakeOne],
+    skips = [
+        c24: Notification,
+        c27: WakeOne,
+        c29: HandOver,
+        c44: PermitWakeOne,
+        c49: NoQueue,
+    ],
 );

@@ -3,4 +3,11 @@
 mod support;
 
 // Redis has no operation that releases a lock and takes it for the next owner.
-distlock_conformance::conformance_tests!(support::single, backend = "Redis", skips = [c29: HandOver]);
+distlock_conformance::conformance_tests!(
+    support::single,
+    backend = "Redis",
+    skips = [
+        c29: HandOver,
+        c49: NoQueue,
+    ],
+);

@@ -6,4 +6,11 @@
 mod support;
 
 // Redis has no operation that releases a lock and takes it for the next owner.
-distlock_conformance::conformance_tests!(support::cluster, backend = "Redis Cluster", skips = [c29: HandOver]);
+distlock_conformance::conformance_tests!(
+    support::cluster,
+    backend = "Redis Cluster",
+    skips = [
+        c29: HandOver,
+        c49: NoQueue,
+    ],
+);

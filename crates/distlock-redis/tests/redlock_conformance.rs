@@ -23,6 +23,7 @@ mod three {
             c41: Primitives,
             c42: Primitives,
             c44: Semaphores,
+            c49: NoQueue,
         ],
     );
 }
@@ -45,6 +46,7 @@ mod five {
             c41: Primitives,
             c42: Primitives,
             c44: Semaphores,
+            c49: NoQueue,
         ],
     );
 }

@@ -16,4 +16,11 @@ async fn fixture(needs: Needs) -> Arc<dyn Fixture> {
 }
 
 // A permit's release notifies every waiter of the semaphore (NOTIFY has no addressee).
-conformance_tests!(fixture, backend = "PostgreSQL", skips = [c44: PermitWakeOne]);
+conformance_tests!(
+    fixture,
+    backend = "PostgreSQL",
+    skips = [
+        c44: PermitWakeOne,
+        c49: NoQueue,
+    ],
+);

@@ -27,5 +27,7 @@ conformance_tests!(
         c41: FaultProxy,
         c42: FaultProxy,
         c44: PermitWakeOne,
+        c48: FaultProxy,
+        c49: NoQueue,
     ],
 );

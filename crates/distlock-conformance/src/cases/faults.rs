@@ -16,10 +16,10 @@ use crate::{Ctx, Needs, Proxied};
 /// Slack on top of the operation timeout for "returns within the bound" checks.
 const SLACK: Duration = Duration::from_secs(3);
 /// A bound no single step of these cases may exceed (a hang).
-const NO_HANG: Duration = Duration::from_secs(60);
+pub(super) const NO_HANG: Duration = Duration::from_secs(60);
 
 /// A client through fault proxies, or the reason to skip.
-async fn proxied(ctx: &Ctx) -> Result<(LockClient, FaultProxies), Outcome> {
+pub(super) async fn proxied(ctx: &Ctx) -> Result<(LockClient, FaultProxies), Outcome> {
     assert_eq!(
         ctx.needs(),
         Needs::FaultProxy,
@@ -38,7 +38,7 @@ async fn proxied(ctx: &Ctx) -> Result<(LockClient, FaultProxies), Outcome> {
 /// Makes `client` open its connections through the proxies on a healthy network, so that a
 /// fault made afterwards hits the operation under test, not the client's connection setup
 /// (a lazily connecting client would otherwise only time out connecting).
-async fn warm_up(ctx: &Ctx, client: &LockClient, label: &str) {
+pub(super) async fn warm_up(ctx: &Ctx, client: &LockClient, label: &str) {
     let name = ctx.name(&format!("warm-up-{label}"));
     let opts = AcquireOptions::new().ttl(LONG_TTL).no_wait();
     let guard = within(NO_HANG, "a warm-up acquire", client.acquire_with(&name, &opts))

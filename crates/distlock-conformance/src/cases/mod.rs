@@ -19,11 +19,14 @@ mod input;
 mod kinds;
 mod lost;
 mod multi;
+mod order;
 mod outage;
 mod process;
 mod renewal;
 mod rw_lock;
 mod semaphore;
+mod stale;
+mod unknown;
 mod waiting;
 mod wakeup;
 
@@ -46,6 +49,7 @@ pub use input::c11_bad_input_is_a_typed_error;
 pub use kinds::{c39_lost_signal_for_each_primitive, c40_cancelled_waits_leave_nothing};
 pub use lost::{c16_lost_lock_signal, c18_max_hold_time, c19_no_renewal_reports_expiry};
 pub use multi::{c30_multi_lock_all_or_none, c31_multi_lock_never_deadlocks, c32_multi_lock_lost_signal};
+pub use order::c49_waiters_are_served_in_arrival_order;
 pub use outage::c12_store_going_away;
 pub use process::{
     c17_cross_process_holder, c26_paused_holder_knows_it_lost, c35_killed_permit_holder_frees_its_permit,
@@ -56,7 +60,12 @@ pub use rw_lock::{
     c38_rw_lock_exclusion_under_contention,
 };
 pub use semaphore::{c33_semaphore_never_over_admits, c34_semaphore_counts_agree_and_stale_frees_nothing};
-pub use waiting::{c06_wait_timeout_and_handoff, c07_cancelled_acquire_leaves_nothing, c20_with_lock};
+pub use stale::c48_cut_off_holder_frees_nothing_of_the_next;
+pub use unknown::c47_unknown_acquisition_is_cleaned_up_by_owner;
+pub use waiting::{
+    c06_wait_timeout_and_handoff, c07_cancelled_acquire_leaves_nothing, c20_with_lock,
+    c45_with_lock_never_polls_work_past_the_deadline, c46_zero_wait_is_one_attempt,
+};
 pub use wakeup::{
     c27_release_wakes_one_waiter, c28_release_in_process_wakes_a_polling_waiter,
     c44_permit_release_wakes_one_waiter,

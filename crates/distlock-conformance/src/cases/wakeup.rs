@@ -55,7 +55,7 @@ pub async fn c44_permit_release_wakes_one_waiter(ctx: Ctx) -> Outcome {
 
 /// What the waiters of [`one_wake_per_release`] wait for.
 #[derive(Debug, Clone, Copy)]
-enum Waited {
+pub(super) enum Waited {
     /// The lock of a name.
     Lock,
     /// The one permit of a semaphore.
@@ -63,7 +63,7 @@ enum Waited {
 }
 
 impl Waited {
-    async fn take(self, client: &LockClient, name: &LockName, opts: &AcquireOptions) -> LockGuard {
+    pub(super) async fn take(self, client: &LockClient, name: &LockName, opts: &AcquireOptions) -> LockGuard {
         match self {
             Waited::Lock => client.acquire_with(name, opts).await,
             Waited::Permit => {
