@@ -1,0 +1,61 @@
+//! [`ServerRun`]: which run of a server (its run id, new with every restart) a connection
+//! talks to, learned once per connection instead of once per request.
+//!
+//! A TCP connection ends with the server process it was opened to, and its name
+//! (`CLIENT SETNAME`) lives and dies with it. So a name set in the same pipeline as the
+//! `INFO server` that read the run id marks the connection as talking to that run: a later
+//! request pipelined after `CLIENT GETNAME` that finds the name ran on the same run, and one
+//! that finds another name (or none: the connection was reopened, perhaps to a restarted
+//! server) learns the run id again. It owns only that record; [`Node`](crate::node::Node)
+//! sends the requests.
+
+use std::sync::{Mutex, PoisonError};
+
+/// The connection name last set by this client on a server, and that server's run id then.
+#[derive(Debug, Default)]
+pub(crate) struct ServerRun {
+    known: Mutex<Option<Named>>,
+}
+
+#[derive(Debug, Clone)]
+struct Named {
+    name: String,
+    run_id: String,
+}
+
+impl ServerRun {
+    /// The name to look for on the connection, if one was set.
+    pub(crate) fn name(&self) -> Option<String> {
+        self.lock().as_ref().map(|k| k.name.clone())
+    }
+
+    /// The run id of the connection named `name`, if this client named it.
+    pub(crate) fn run_id(&self, name: &[u8]) -> Option<String> {
+        self.lock()
+            .as_ref()
+            .filter(|k| k.name.as_bytes() == name)
+            .map(|k| k.run_id.clone())
+    }
+
+    /// Records that the connection named `name` talks to the run `run_id`.
+    pub(crate) fn record(&self, name: String, run_id: String) {
+        *self.lock() = Some(Named { name, run_id });
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Named>> {
+        self.known.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A connection name no other connection has: this client's, random.
+pub(crate) fn fresh_name() -> String {
+    format!("distlock-{:032x}", rand::random::<u128>())
+}
+
+/// The run id in an `INFO server` reply.
+pub(crate) fn parse_run_id(info: &str) -> Option<String> {
+    info.lines()
+        .find_map(|line| line.trim_end().strip_prefix("run_id:"))
+        .filter(|id| !id.is_empty())
+        .map(str::to_owned)
+}
