@@ -290,7 +290,7 @@ impl Node {
             return Ok((self.script_within(limit, script, keys, args).await?, None));
         }
         let started = tokio::time::Instant::now();
-        if self.run.name().is_some() {
+        if self.run.named() {
             let mut getname = redis::cmd("CLIENT");
             getname.arg("GETNAME");
             let (before, reply) = self.script_after(limit, &[getname], script, keys, args).await?;

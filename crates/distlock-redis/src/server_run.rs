@@ -9,12 +9,18 @@
 //! server) learns the run id again. It owns only that record; [`Node`](crate::node::Node)
 //! sends the requests.
 
+use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};
 
-/// The connection name last set by this client on a server, and that server's run id then.
+/// How many of the names this client set on a server it remembers: concurrent requests on a
+/// new connection each name it, and the name that stays is whichever the server ran last.
+const NAMES_KEPT: usize = 8;
+
+/// The connection names this client set on one server, newest last, each with the run id of
+/// the server when it was set.
 #[derive(Debug, Default)]
 pub(crate) struct ServerRun {
-    known: Mutex<Option<Named>>,
+    known: Mutex<VecDeque<Named>>,
 }
 
 #[derive(Debug, Clone)]
@@ -24,25 +30,29 @@ struct Named {
 }
 
 impl ServerRun {
-    /// The name to look for on the connection, if one was set.
-    pub(crate) fn name(&self) -> Option<String> {
-        self.lock().as_ref().map(|k| k.name.clone())
+    /// Whether this client named a connection to the server yet.
+    pub(crate) fn named(&self) -> bool {
+        !self.lock().is_empty()
     }
 
     /// The run id of the connection named `name`, if this client named it.
     pub(crate) fn run_id(&self, name: &[u8]) -> Option<String> {
         self.lock()
-            .as_ref()
-            .filter(|k| k.name.as_bytes() == name)
+            .iter()
+            .find(|k| k.name.as_bytes() == name)
             .map(|k| k.run_id.clone())
     }
 
     /// Records that the connection named `name` talks to the run `run_id`.
     pub(crate) fn record(&self, name: String, run_id: String) {
-        *self.lock() = Some(Named { name, run_id });
+        let mut known = self.lock();
+        if known.len() == NAMES_KEPT {
+            known.pop_front();
+        }
+        known.push_back(Named { name, run_id });
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Named>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Named>> {
         self.known.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
