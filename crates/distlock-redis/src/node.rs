@@ -104,7 +104,11 @@ impl Publish {
 /// library nor the kernel (before its keepalive probes give up) would drop it. Requests
 /// already sent on the old connection finish or time out on it. On a cluster the whole
 /// cluster connection is opened again (the slot map and every master), once for all the
-/// callers that find it gone.
+/// callers that find it gone: a timeout on one slow master also reconnects the healthy ones.
+/// Reconnecting that master alone is beyond the `redis` crate's cluster connection (1.2): it
+/// offers no call to drop or reconnect one master's connection, and reconnects one by itself
+/// only after finding it dropped (reset, closed); a request that timed out it sends again on
+/// the same connection, which behind a silent partition never answers.
 #[derive(Clone)]
 pub(crate) struct Node {
     target: Target,
