@@ -69,3 +69,33 @@ pub(crate) fn parse_run_id(info: &str) -> Option<String> {
         .filter(|id| !id.is_empty())
         .map(str::to_owned)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_run_id_from_info_server() {
+        let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:3f1c0a9e\r\ntcp_port:6379\r\n";
+        assert_eq!(parse_run_id(info).as_deref(), Some("3f1c0a9e"));
+        assert_eq!(parse_run_id("# Server\r\nrun_id:\r\n"), None);
+        assert_eq!(parse_run_id(""), None);
+    }
+
+    #[test]
+    fn any_recent_name_tells_its_run_and_others_none() {
+        let run = ServerRun::default();
+        assert!(!run.named());
+        for i in 0..NAMES_KEPT + 1 {
+            run.record(format!("n{i}"), format!("r{i}"));
+        }
+        assert_eq!(run.run_id(b"n0"), None, "the oldest name is forgotten");
+        assert_eq!(run.run_id(b"n1").as_deref(), Some("r1"));
+        assert_eq!(
+            run.run_id(format!("n{NAMES_KEPT}").as_bytes()).as_deref(),
+            Some(&*format!("r{NAMES_KEPT}"))
+        );
+        assert_eq!(run.run_id(b"other"), None);
+        assert!(fresh_name() != fresh_name());
+    }
+}
