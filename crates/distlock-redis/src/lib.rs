@@ -119,6 +119,7 @@ mod redlock;
 mod released;
 mod replica_ack;
 mod scripts;
+mod server_run;
 mod slots;
 mod subscriber;
 mod waiters;

@@ -504,8 +504,9 @@ impl AcquireCall {
 
 /// The mutex's acquire script ([`AcquireCall::lock`]) without the fencing counter (Redlock): a
 /// granted lock reports token 0.
-/// Also returns the server's run id, which changes with every restart. A waiter is queued if
-/// the lock is held.
+/// Also returns the server's run id, which changes with every restart (read once per
+/// connection, see [`Node::script_naming_run`]). A waiter is queued if the lock is held. One
+/// round trip (`CLIENT GETNAME` and the script); two on a connection not named yet.
 pub(crate) async fn acquire_unfenced_on(
     node: &Node,
     limit: Duration,
@@ -516,9 +517,9 @@ pub(crate) async fn acquire_unfenced_on(
     queued_until_us: u64,
 ) -> Result<(Acquired, Option<String>)> {
     let ttl_arg = ttl_ms.to_string();
-    let reply: Value = match waiting {
+    let (reply, run_id): (Value, Option<String>) = match waiting {
         None => {
-            node.script_within(
+            node.script_naming_run(
                 limit,
                 &scripts::ACQUIRE_UNFENCED,
                 &[&keys.lock],
@@ -529,7 +530,7 @@ pub(crate) async fn acquire_unfenced_on(
         Some((waiter, stay_ms)) => {
             let stay_arg = stay_ms.to_string();
             let score_arg = queued_until_us.to_string();
-            node.script_within(
+            node.script_naming_run(
                 limit,
                 &scripts::ACQUIRE_UNFENCED_WAITING,
                 &[&keys.lock, &keys.waiters],
@@ -544,12 +545,7 @@ pub(crate) async fn acquire_unfenced_on(
             .await?
         }
     };
-    let mut parts: Vec<Value> = redis::from_redis_value(reply).map_err(|e| node::map_error(e.into()))?;
-    let run_id = parts
-        .pop()
-        .and_then(|v| redis::from_redis_value::<String>(v).ok())
-        .filter(|id| !id.is_empty());
-    Ok((parse_acquire(Value::Array(parts))?, run_id))
+    Ok((parse_acquire(reply)?, run_id))
 }
 
 /// Runs the non-announcing release script on `node` (bounded by `limit`): whether our key

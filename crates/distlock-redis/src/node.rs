@@ -26,6 +26,7 @@ use redis::{ErrorKind, FromRedisValue, RedisError, RedisFuture, ServerErrorKind,
 
 use crate::config::Target;
 use crate::scripts::LuaScript;
+use crate::server_run::{fresh_name, parse_run_id, ServerRun};
 
 pub(crate) const BACKEND: &str = "redis";
 
@@ -103,7 +104,11 @@ impl Publish {
 /// library nor the kernel (before its keepalive probes give up) would drop it. Requests
 /// already sent on the old connection finish or time out on it. On a cluster the whole
 /// cluster connection is opened again (the slot map and every master), once for all the
-/// callers that find it gone.
+/// callers that find it gone: a timeout on one slow master also reconnects the healthy ones.
+/// Reconnecting that master alone is beyond the `redis` crate's cluster connection (1.2): it
+/// offers no call to drop or reconnect one master's connection, and reconnects one by itself
+/// only after finding it dropped (reset, closed); a request that timed out it sends again on
+/// the same connection, which behind a silent partition never answers.
 #[derive(Clone)]
 pub(crate) struct Node {
     target: Target,
@@ -111,6 +116,8 @@ pub(crate) struct Node {
     timeout: Duration,
     connect_timeout: Duration,
     url: String,
+    /// Which run of the server the connection talks to (one server only).
+    run: Arc<ServerRun>,
 }
 
 impl Node {
@@ -132,6 +139,7 @@ impl Node {
             timeout,
             connect_timeout,
             url,
+            run: Arc::default(),
         })
     }
 
@@ -156,6 +164,7 @@ impl Node {
             timeout,
             connect_timeout,
             url,
+            run: Arc::default(),
         })
     }
 
@@ -265,6 +274,103 @@ impl Node {
         let value =
             redis::from_redis_value(reply).map_err(|e| with_context(map_error(e.into()), &self.url))?;
         Ok((value, resent))
+    }
+
+    /// As [`script_within`](Self::script_within) on one server, also naming the run of the
+    /// server that ran it (its run id, new with every restart; see [`ServerRun`]): the script
+    /// is pipelined after `CLIENT GETNAME`, one round trip. On a connection this client has
+    /// not named (its first request, or the connection was reopened, perhaps to a restarted
+    /// server) a second round trip names it, reads `INFO server` and runs the script again on
+    /// it: the scripts sent here must be idempotent for their arguments. `None` on a cluster,
+    /// or if the server did not say.
+    pub(crate) async fn script_naming_run<T: FromRedisValue>(
+        &self,
+        limit: Duration,
+        script: &LuaScript,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+    ) -> Result<(T, Option<String>)> {
+        if self.is_cluster() {
+            return Ok((self.script_within(limit, script, keys, args).await?, None));
+        }
+        let started = tokio::time::Instant::now();
+        if self.run.named() {
+            let mut getname = redis::cmd("CLIENT");
+            getname.arg("GETNAME");
+            let (before, reply) = self.script_after(limit, &[getname], script, keys, args).await?;
+            let run_id = match before.first() {
+                Some(Value::BulkString(name)) => self.run.run_id(name),
+                _ => None,
+            };
+            if let Some(run_id) = run_id {
+                return Ok((self.value(reply)?, Some(run_id)));
+            }
+        }
+        let left = limit.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return Err(Error::unavailable(
+                BACKEND,
+                format!("{} did not answer within {limit:?}", self.url),
+            ));
+        }
+        let name = fresh_name();
+        let mut setname = redis::cmd("CLIENT");
+        setname.arg("SETNAME").arg(&name);
+        let mut info = redis::cmd("INFO");
+        info.arg("server");
+        let (before, reply) = self
+            .script_after(left, &[setname, info], script, keys, args)
+            .await?;
+        let run_id = before
+            .get(1)
+            .and_then(|info| redis::from_redis_value::<String>(info.clone()).ok())
+            .and_then(|info| parse_run_id(&info));
+        if let Some(run_id) = &run_id {
+            self.run.record(name, run_id.clone());
+        }
+        Ok((self.value(reply)?, run_id))
+    }
+
+    /// `before`'s commands and `script` in one pipeline (with the `EVAL` fallback), bounded
+    /// by `limit`: their replies, and the script's opened (see [`checked`](Self::checked)).
+    async fn script_after(
+        &self,
+        limit: Duration,
+        before: &[redis::Cmd],
+        script: &LuaScript,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+    ) -> Result<(Vec<Value>, Value)> {
+        let nonce = Nonce::new();
+        let nonce = &nonce;
+        let publish = self.publish();
+        let pipeline = |use_eval| {
+            let mut pipe = redis::pipe();
+            for cmd in before {
+                pipe.add_command(cmd.clone());
+            }
+            pipe.add_command(script_cmd(script, keys, args, publish, nonce, use_eval));
+            pipe
+        };
+        let (mut replies, generation) = self
+            .run_on(limit, |mut conn| {
+                let (evalsha, eval) = (pipeline(false), pipeline(true));
+                async move {
+                    match evalsha.query_async::<Vec<Value>>(&mut conn).await {
+                        Err(e) if is_noscript(&e) => eval.query_async(&mut conn).await,
+                        other => other,
+                    }
+                }
+            })
+            .await?;
+        let reply = replies
+            .pop()
+            .ok_or_else(|| Error::backend(BACKEND, format!("{}: an empty reply to a pipeline", self.url)))?;
+        Ok((replies, self.checked(reply, nonce, generation)?))
+    }
+
+    fn value<T: FromRedisValue>(&self, reply: Value) -> Result<T> {
+        redis::from_redis_value(reply).map_err(|e| with_context(map_error(e.into()), &self.url))
     }
 
     /// `reply` opened (see [`open_reply`]); a reply to another request means the connection of

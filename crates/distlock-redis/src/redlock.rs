@@ -62,12 +62,21 @@ const SPLIT_RETRY_MAX: Duration = Duration::from_millis(5);
 /// A master that restarts without its last writes (no persistence, RDB snapshots, or AOF
 /// `everysec`) forgets locks it granted and can vote again for a second holder while the
 /// first is valid. The algorithm's remedy is to keep a restarted master out for the maximum
-/// TTL; this client does its part: each acquisition reads every master's run id, and a
-/// master whose run id changed since this client last saw it does not count toward anyone's
-/// majority until [`RedlockConfig::with_restart_quarantine`] has passed (default: the
-/// longer of 60 s and the longest TTL this client used). A client that first meets a master
-/// after its restart cannot know; delay restarts by the maximum TTL, or use AOF
+/// TTL; this client does its part: each acquisition knows the run id of every master that
+/// answered it, and a master whose run id changed since this client last saw it does not
+/// count toward anyone's majority until [`RedlockConfig::with_restart_quarantine`] has passed
+/// (default: the longer of 60 s and the longest TTL this client used). A client that first
+/// meets a master after its restart cannot know; delay restarts by the maximum TTL, or use AOF
 /// `appendfsync always`.
+///
+/// The run id is read once per connection, not per acquisition: a restart ends every
+/// connection, so the pipeline that reads `INFO server` also names the connection
+/// (`CLIENT SETNAME distlock-<random>`), and each acquisition pipelines `CLIENT GETNAME`
+/// before its script. A name this client set tells which run answered; any other name (the
+/// connection was reopened) makes the acquisition read the run id again and run its script
+/// once more, on the same connection. So the masters' ACLs must allow `CLIENT SETNAME` and
+/// `CLIENT GETNAME` besides `INFO`, and a proxy that keeps the client's connection open
+/// across a master's restart would hide the restart: connect to the masters directly.
 ///
 /// # Ambiguous errors
 ///
@@ -87,7 +96,8 @@ const SPLIT_RETRY_MAX: Duration = Duration::from_millis(5);
 ///   deadline is `sent + ttl - drift`. On failure the lock is released, without announcing
 ///   it, on the masters that granted it or did not answer. One parallel round trip (two if
 ///   a failed attempt got the lock somewhere or lost a reply; one when every master said
-///   "held").
+///   "held"), one more on a master whose connection is new (it reads the run id, see
+///   above).
 /// - **release**: compare-and-delete on all masters, one parallel round trip. `true` if a
 ///   majority deleted our key, `false` if a majority did not hold it, an error if too few
 ///   answered to tell.

@@ -234,25 +234,26 @@ return 0
     ))
 });
 
-/// Acquire without a fencing counter (Redlock, whose masters cannot make tokens monotonic),
-/// reporting the server's run id (which changes with every restart) as the last element.
+/// Acquire without a fencing counter (Redlock, whose masters cannot make tokens monotonic).
+/// Idempotent for one owner token (its second run reports the lock acquired). The server's
+/// run id, for Redlock's restart check, is read once per connection, not here (see
+/// [`Node::script_naming_run`](crate::node::Node::script_naming_run)).
 ///
-/// `KEYS[1]` lock key; `ARGV[1]` owner token, `ARGV[2]` TTL in ms. Returns `{1, 0, run id}`
-/// when acquired, else `{0, PTTL of the holder, holder's value, run id}`.
+/// `KEYS[1]` lock key; `ARGV[1]` owner token, `ARGV[2]` TTL in ms. Returns `{1, 0}` when
+/// acquired, else `{0, PTTL of the holder, holder's value}`.
 pub(crate) static ACQUIRE_UNFENCED: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(concat!(
         owner_fn!(),
         r"
-local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, 0, run_id}
+  return {1, 0}
 end
 local holder = owner(KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, 0, run_id}
+  return {1, 0}
 end
-return {0, redis.call('PTTL', KEYS[1]), holder, run_id}
+return {0, redis.call('PTTL', KEYS[1]), holder}
 ",
     ))
 });
@@ -274,16 +275,15 @@ pub(crate) static ACQUIRE_UNFENCED_WAITING: LazyLock<LuaScript> = LazyLock::new(
         owner_fn!(),
         wake_next_fn!(),
         r"
-local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('ZREM', KEYS[2], ARGV[3])
-  return {1, 0, run_id}
+  return {1, 0}
 end
 local holder = owner(KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('ZREM', KEYS[2], ARGV[3])
-  return {1, 0, run_id}
+  return {1, 0}
 end
 local stay = tonumber(ARGV[4])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', tonumber(ARGV[5]) - stay * 1000)
@@ -291,7 +291,7 @@ redis.call('ZADD', KEYS[2], ARGV[5], ARGV[3])
 if redis.call('PTTL', KEYS[2]) < stay then
   redis.call('PEXPIRE', KEYS[2], stay)
 end
-return {0, redis.call('PTTL', KEYS[1]), holder, run_id}
+return {0, redis.call('PTTL', KEYS[1]), holder}
 ",
     ))
 });

@@ -273,3 +273,66 @@ async fn an_attempt_refused_by_every_master_runs_no_cleanup_round() {
     println!("scripts per master for an attempt refused everywhere: {ran:?}");
     assert!(ran.iter().all(|&n| n == 1), "scripts per master: {ran:?}");
 }
+
+/// `INFO` calls master `url` has answered so far (`INFO commandstats`, which counts itself
+/// once the reading is done).
+async fn info_calls(url: &str) -> u64 {
+    let mut raw = support::raw(url).await.expect("raw");
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut raw)
+        .await
+        .expect("INFO");
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_info:"))
+        .and_then(|stats| {
+            stats
+                .split(',')
+                .find_map(|field| field.strip_prefix("calls="))
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// A master's run id (the restart check) is read once per connection, not by every
+/// acquisition: twenty acquisitions on warm connections cost no `INFO` call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquisitions_on_a_warm_connection_read_no_server_info() {
+    let servers = support::start_servers(3).await;
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let redlock = support::redlock_at(&urls).await;
+    let lock = name("no-info");
+    let ttl = Duration::from_secs(10);
+    let warm = redlock
+        .try_acquire(&lock, OwnerToken::new(), ttl)
+        .await
+        .expect("works");
+    let TryAcquire::Acquired(lease) = warm else {
+        panic!("warm-up: {warm:?}")
+    };
+    assert!(redlock.release(&lease).await.expect("releases"));
+
+    let mut before = Vec::new();
+    for url in &urls {
+        before.push(info_calls(url).await);
+    }
+    let started = Instant::now();
+    for _ in 0..20 {
+        let attempt = redlock
+            .try_acquire(&lock, OwnerToken::new(), ttl)
+            .await
+            .expect("works");
+        let TryAcquire::Acquired(lease) = attempt else {
+            panic!("{attempt:?}")
+        };
+        assert!(redlock.release(&lease).await.expect("releases"));
+    }
+    println!("20 acquisitions and releases in {:?}", started.elapsed());
+    let mut calls = Vec::new();
+    for (url, before) in urls.iter().zip(before) {
+        // One of them is the reading of `before` itself.
+        calls.push(info_calls(url).await - before - 1);
+    }
+    println!("INFO calls per master for 20 acquisitions: {calls:?}");
+    assert!(calls.iter().all(|&n| n == 0), "INFO calls per master: {calls:?}");
+}
