@@ -970,3 +970,54 @@ async fn after_a_failover_renewals_and_releases_reach_the_promoted_master() {
     assert!(batched.release(&a).await.expect("answered"));
     drop(cluster);
 }
+
+/// A release that ran on its master but whose reply was lost and whose connection then broke
+/// is sent again by the cluster client itself, unseen by us; that second run finds the key
+/// gone (the first run deleted it). Work that finished under the lock must not be reported
+/// lost for it: `with_lock` returns the work's output, not `LockLost`, and the lock is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_the_cluster_client_sent_again_is_not_a_lost_lock() {
+    let cluster = start_cluster(RedisClusterOptions {
+        proxyable: true,
+        ..RedisClusterOptions::default()
+    })
+    .await;
+    let (url, proxies) = cluster.proxies().expect("proxies");
+    let proxies = Arc::new(proxies);
+    let client = LockClient::new(lock_at(&url).await);
+    let observer = lock_at(&cluster.url()).await;
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(30));
+    for master in 0..3 {
+        let name = name_on(&cluster, master, "resent-release");
+        // The master learns the release script first: a NOSCRIPT whose reply is dropped
+        // would leave the first send without effect.
+        let warm = name_on(&cluster, master, "warm-up");
+        client
+            .with_lock(warm.as_str(), &opts, |_| async {})
+            .await
+            .expect("a release on a healthy connection");
+        let outcome = client
+            .with_lock(name.as_str(), &opts, |_| {
+                let proxies = proxies.clone();
+                async move {
+                    // The release that follows runs on the master; its reply is dropped,
+                    // then the connection breaks (RST), and the cluster client sends it again.
+                    proxies.drop_replies();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                        proxies.heal();
+                        proxies.reset();
+                    });
+                    "done"
+                }
+            })
+            .await;
+        println!("with_lock on master {master}: {outcome:?}");
+        assert!(
+            matches!(outcome, Ok("done")),
+            "work that finished under the lock on master {master} was reported as {outcome:?}"
+        );
+        let state = observer.inspect(&name).await.expect("inspects");
+        assert!(!state.is_held(), "the lock is left held: {state:?}");
+    }
+}
