@@ -1021,3 +1021,56 @@ async fn a_release_the_cluster_client_sent_again_is_not_a_lost_lock() {
         assert!(!state.is_held(), "the lock is left held: {state:?}");
     }
 }
+
+/// As above for every kind of hold (a permit, a read lock, the write lock, the mutex): a
+/// release the cluster client sent again after its reply was lost reports the hold released,
+/// and a later release of the same lease (a new request) reports it not ours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_of_every_kind_the_cluster_client_sent_again_report_released() {
+    let cluster = start_cluster(RedisClusterOptions {
+        proxyable: true,
+        ..RedisClusterOptions::default()
+    })
+    .await;
+    let (url, proxies) = cluster.proxies().expect("proxies");
+    let proxies = Arc::new(proxies);
+    let lock = lock_at(&url).await;
+    let ttl = Duration::from_secs(30);
+    for kind in [
+        LockKind::Permit { permits: 1 },
+        LockKind::Read,
+        LockKind::Write,
+        LockKind::Exclusive,
+    ] {
+        let name = name_on(&cluster, 2, "resent-kind");
+        for round in ["warm-up", "resent"] {
+            let TryAcquire::Acquired(lease) = lock
+                .try_acquire_kind(&name, kind, OwnerToken::new(), ttl, None)
+                .await
+                .expect("acquire")
+            else {
+                panic!("a fresh {kind:?} is held");
+            };
+            if round == "resent" {
+                proxies.drop_replies();
+                let proxies = proxies.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    proxies.heal();
+                    proxies.reset();
+                });
+            }
+            let released = lock.release(&lease).await;
+            println!("{kind:?} {round}: {released:?}");
+            assert!(
+                matches!(released, Ok(true)),
+                "{kind:?} ({round}): the release reported {released:?}"
+            );
+            let again = lock.release(&lease).await;
+            assert!(
+                matches!(again, Ok(false)),
+                "{kind:?} ({round}): a second release reported {again:?}"
+            );
+        }
+    }
+}
