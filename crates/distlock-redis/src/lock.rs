@@ -15,9 +15,9 @@ use tokio::time::Instant;
 use crate::config::{RedisConfig, Target};
 use crate::holds::{self, HoldReply};
 use crate::keys;
-use crate::keys::{KeySpace, LockKeys};
+use crate::keys::{release_marker, KeySpace, LockKeys};
 use crate::node::{self, Node, Nonce, BACKEND};
-use crate::released::Released;
+use crate::released::{self, Released};
 use crate::replica_ack::{ReplicaAcks, ScriptCall};
 use crate::scripts::{self, LuaScript};
 use crate::slots::{Master, SlotMap};
@@ -594,19 +594,22 @@ fn parse_acquire(reply: Value) -> Result<Acquired> {
 }
 
 /// Runs the release script that wakes one waiter on `node` (bounded by `limit`): whether our
-/// key was deleted, or, for a request that may have run twice, [`Released::Unknown`].
+/// key was deleted (by this run, or on a cluster by an earlier run of the same request, as its
+/// release marker tells), or, for a request this client sent twice, [`Released::Unknown`].
 pub(crate) async fn release_waking_on(
     node: &Node,
     limit: Duration,
     keys: &LockKeys,
     owner: &str,
 ) -> Result<Released> {
+    let marker = release_marker(&keys.lock, owner);
+    let marker_ttl = released::marker_ttl_arg(node, limit);
     let (released, resent): (i64, bool) = node
         .script_sent_within(
             limit,
             &scripts::RELEASE_WAKING,
-            &[&keys.lock, &keys.waiters],
-            &[owner.as_bytes(), &keys.channel],
+            &[&keys.lock, &keys.waiters, &marker],
+            &[owner.as_bytes(), &keys.channel, marker_ttl.as_bytes()],
         )
         .await?;
     Ok(Released::from_reply(released, resent))
