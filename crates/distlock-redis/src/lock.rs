@@ -154,6 +154,16 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 ///   renewals, a waiter leaving and inspection declare it (they cannot grow memory), so a full
 ///   master under `noeviction` still frees and renews locks, while acquisitions fail with an
 ///   `OOM` [`Error::Backend`] until memory is freed;
+/// - **releases sent again**: the cluster client sends a request again after a dropped
+///   connection, unseen by this crate, and a second run of a release finds the hold gone (or
+///   taken by the waiter the first run woke). A release that deletes its hold therefore also
+///   writes, in the same script and slot, a release marker holding its request's nonce under
+///   a key of its owner token (`{<slot tag>}\xFFreleased:<owner>:<prefix><name>`, `PX` four
+///   operation timeouts, at least 1 s); a run that finds the hold not ours but that marker
+///   reports `true`. Only a release that found the hold ours writes one, and only the same
+///   request reads it as its own: a stale holder whose lock was taken by another, and a
+///   second release of a released lease, still get `false`. One server writes no marker
+///   (its client sees its own resends);
 /// - **`count_held`** scans every master; [`RedisConfig::with_wait_for_replicas`] is refused
 ///   (its `WAIT` would have to follow each lock's slot), and `maxmemory-policy` is checked on
 ///   one node the client picks (set it on every master).

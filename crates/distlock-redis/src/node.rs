@@ -244,7 +244,8 @@ impl Node {
     /// script again after its connection broke, so that it may have run twice: a second run
     /// sees what the first one did (a release sent again finds its lock gone). On a cluster
     /// the cluster client also sends a request again after a dropped connection, without
-    /// saying so: that is not seen here.
+    /// saying so: that is not seen here (the release scripts' marker answers it, see
+    /// [`released`](crate::released)).
     pub(crate) async fn script_sent_within<T: FromRedisValue>(
         &self,
         limit: Duration,
