@@ -10,11 +10,11 @@ use std::time::Duration;
 use distlock_core::{Error, Holder, LockKind, LockName, LockState, Primitive, Result};
 use redis::Value;
 
-use crate::keys::{KeySpace, RwLockKeys, SemaphoreKeys};
+use crate::keys::{release_marker, KeySpace, RwLockKeys, SemaphoreKeys};
 use crate::kind_scripts;
 use crate::lock::{AcquireCall, Renewal};
 use crate::node::{self, Node, BACKEND};
-use crate::released::Released;
+use crate::released::{self, Released};
 use crate::scripts;
 
 /// What an acquire script answered.
@@ -152,6 +152,9 @@ pub(crate) async fn release(
     kind: LockKind,
     owner: &str,
 ) -> Result<Released> {
+    let marker = release_marker(&space.lock_key(name.as_str()), owner);
+    let marker_ttl = released::marker_ttl_arg(node, limit);
+    let marker_ttl = marker_ttl.as_bytes();
     let (released, resent): (i64, bool) = match kind {
         LockKind::Permit { .. } => {
             let SemaphoreKeys {
@@ -163,18 +166,24 @@ pub(crate) async fn release(
             node.script_sent_within(
                 limit,
                 &kind_scripts::RELEASE_MEMBER,
-                &[&holders, &waiting],
-                &[owner.as_bytes(), &channel, b"next"],
+                &[&holders, &waiting, &marker],
+                &[owner.as_bytes(), &channel, b"next", marker_ttl],
             )
             .await?
         }
         LockKind::Read => {
-            let RwLockKeys { readers, channel, .. } = space.rw_lock_keys(name);
+            let RwLockKeys {
+                readers,
+                waiting,
+                channel,
+                ..
+            } = space.rw_lock_keys(name);
+            // KEYS[2] goes unused for readers: any key of the object's slot will do.
             node.script_sent_within(
                 limit,
                 &kind_scripts::RELEASE_MEMBER,
-                &[&readers],
-                &[owner.as_bytes(), &channel, b"last"],
+                &[&readers, &waiting, &marker],
+                &[owner.as_bytes(), &channel, b"last", marker_ttl],
             )
             .await?
         }
@@ -183,8 +192,8 @@ pub(crate) async fn release(
             node.script_sent_within(
                 limit,
                 &kind_scripts::RELEASE_WRITE,
-                &[&writer],
-                &[owner.as_bytes(), &channel],
+                &[&writer, &marker],
+                &[owner.as_bytes(), &channel, marker_ttl],
             )
             .await?
         }

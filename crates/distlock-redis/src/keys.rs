@@ -10,6 +10,7 @@
 //! | fencing counter | `{<slot tag>}` `0xFF` `fence:` `<lock key>`    | integer (`INCR`), no TTL         |
 //! | waiters         | `{<slot tag>}` `0xFF` `waiters:` `<lock key>`  | sorted set, `PX` the longest stay |
 //! | release channel | `distlock:released:<lock key>`                | pub/sub channel, not a key       |
+//! | release marker  | `{<slot tag>}` `0xFF` `released:` `<owner>` `:` `<lock key>` | string = the release's nonce, `PX` a few timeouts; cluster only |
 //!
 //! On a Redis Cluster every channel is preceded by the lock key's `{<slot tag>}` `0xFF`
 //! (`{<slot tag>}` `0xFF` `distlock:released:<lock key>`, and so on), so it hashes to the
@@ -55,6 +56,11 @@
 //! - The **queue of waiters** uses the counter's layout with `waiters:` for `fence:`, so it
 //!   shares the lock key's slot too and no lock key can equal it. It lives only while someone
 //!   waits (its TTL is the longest stay in it).
+//! - The **release marker** (Redis Cluster only) records that a release request (its nonce)
+//!   of `<owner>` (a hyphenated UUID, 36 bytes, so the layout is unambiguous) deleted its
+//!   hold of any kind on this name: the cluster client may send a request again unseen, and
+//!   the second run reads it (see [`released`](crate::released)). One per owner token, so
+//!   another owner's marker is never read; it expires after a few operation timeouts.
 //! - The release channel is in pub/sub's own namespace and carries the full lock key, so it
 //!   is unique per lock.
 //!
@@ -73,6 +79,7 @@ const READERS_MARK: &[u8] = b"rw-readers:";
 const WRITER_MARK: &[u8] = b"rw-writer:";
 const WAITING_WRITERS_MARK: &[u8] = b"rw-waiting:";
 const RW_FENCE_MARK: &[u8] = b"rw-fence:";
+const RELEASED_MARK: &[u8] = b"released:";
 const CHANNEL_PREFIX: &[u8] = b"distlock:released:";
 const SEMAPHORE_CHANNEL_PREFIX: &[u8] = b"distlock:semaphore-released:";
 const RW_LOCK_CHANNEL_PREFIX: &[u8] = b"distlock:rw-lock-released:";
@@ -222,6 +229,19 @@ fn derived_keys(lock_key: &[u8]) -> (Vec<u8>, Vec<u8>) {
     )
 }
 
+/// The release marker of `owner` on the objects of `lock_key` (see the module docs), in the
+/// lock key's slot.
+pub(crate) fn release_marker(lock_key: &[u8], owner: &str) -> Vec<u8> {
+    [
+        &derived_head(lock_key),
+        RELEASED_MARK,
+        owner.as_bytes(),
+        b":",
+        lock_key,
+    ]
+    .concat()
+}
+
 /// `{<slot tag>}` `0xFF`: the start of every key derived from `lock_key`.
 fn derived_head(lock_key: &[u8]) -> Vec<u8> {
     let hashed = hash_input(lock_key);
@@ -365,6 +385,9 @@ mod tests {
             assert_ne!(m.channel, s.channel);
             assert_ne!(m.channel, r.channel);
             assert_ne!(s.channel, r.channel);
+            let marker = release_marker(&m.lock, "0e3f6a8e-4f5e-4c2b-9d7a-1b2c3d4e5f60");
+            assert_eq!(key_slot(&marker), key_slot(&m.lock), "{name:?}");
+            assert!(keys.iter().all(|k| **k != marker), "{name:?}");
         }
     }
 
@@ -404,6 +427,7 @@ mod tests {
             WRITER_MARK,
             WAITING_WRITERS_MARK,
             RW_FENCE_MARK,
+            RELEASED_MARK,
         ];
         for (i, a) in marks.iter().enumerate() {
             for (j, b) in marks.iter().enumerate() {

@@ -18,14 +18,15 @@
 //!
 //! An acquisition sent twice (the connection broke after the request left) finds its own
 //! owner token live and is granted again with a fresh token: it never takes a second permit.
-//! Release and extend are idempotent.
+//! Release and extend are idempotent; on a cluster a release run again reports what its
+//! first run did by its release marker (see [`released`](crate::released)).
 //!
 //! Each script touches only keys passed in `KEYS`, all in one hash slot (see
 //! [`keys`](crate::keys)).
 
 use std::sync::LazyLock;
 
-use crate::scripts::{wake_next_fn, LuaScript};
+use crate::scripts::{release_marker_fns, wake_next_fn, LuaScript};
 
 /// Lua helpers of the hold scripts: `now_ms()`, the server's clock in ms; `live(set, now)`,
 /// which drops the expired members of `set` and counts the rest; `first_score(set)` and
@@ -175,16 +176,22 @@ return {0, last_score(KEYS[1]) - now}
 /// channel only when no live reader is left (a reader's release can only let a writer in,
 /// and only the last one does).
 ///
-/// `KEYS[1]` the set, `KEYS[2]` the semaphore's waiters (readers: unused); `ARGV[1]` owner
-/// token, `ARGV[2]` channel, `ARGV[3]` `next` or `last`. Returns 1 if the owner held a live
-/// member, 0 otherwise (an expired member is removed too).
+/// `KEYS[1]` the set, `KEYS[2]` the semaphore's waiters (readers: unused), `KEYS[3]` the
+/// release marker; `ARGV[1]` owner token, `ARGV[2]` channel, `ARGV[3]` `next` or `last`,
+/// `ARGV[4]` the marker's TTL in ms (`0`: no marker). Returns 1 if the owner held a live
+/// member (then the marker is written), or held none but its marker says an earlier run of
+/// this same request removed it; 0 otherwise (an expired member is removed too).
 pub(crate) static RELEASE_MEMBER: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::shrinking(concat!(
         hold_fns!(),
         wake_next_fn!(),
+        release_marker_fns!(),
         r"
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not score then
+  if released_before(KEYS[3], ARGV[4]) then
+    return 1
+  end
   return 0
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
@@ -192,6 +199,7 @@ local now = now_ms()
 if tonumber(score) <= now then
   return 0
 end
+mark_released(KEYS[3], ARGV[4])
 if ARGV[3] == 'next' then
   wake_next(KEYS[2], ARGV[2])
 elseif live(KEYS[1], now) == 0 then
@@ -247,18 +255,25 @@ return 1
 /// Release the write lock: compare-and-delete, then announce it (readers and writers may come
 /// in now).
 ///
-/// `KEYS[1]` writer; `ARGV[1]` owner token, `ARGV[2]` channel. Returns 1 if deleted.
+/// `KEYS[1]` writer, `KEYS[2]` release marker; `ARGV[1]` owner token, `ARGV[2]` channel,
+/// `ARGV[3]` the marker's TTL in ms (`0`: no marker). Returns 1 if deleted (then the marker is
+/// written), or if the marker says an earlier run of this same request deleted it; 0 otherwise.
 pub(crate) static RELEASE_WRITE: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::shrinking(
+    LuaScript::shrinking(concat!(
+        release_marker_fns!(),
         r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
+  mark_released(KEYS[2], ARGV[3])
   redis.call(distlock_publish, ARGV[2], 'released')
+  return 1
+end
+if released_before(KEYS[2], ARGV[3]) then
   return 1
 end
 return 0
 ",
-    )
+    ))
 });
 
 /// A waiting writer withdraws: its record goes; if that leaves no live waiting writer and no

@@ -67,8 +67,10 @@
 //! [`Error::Unavailable`](distlock_core::Error::Unavailable) while the lease is still valid
 //! by the local clock, not `false` (`with_lock` then returns the work's output; after the
 //! local deadline it is `false`). On a cluster, the cluster client also sends a request again
-//! after a dropped connection, unseen by this crate: such a release may still report `false`
-//! for a lock it did free. A connection whose
+//! after a dropped connection, unseen by this crate: there a release that deletes its hold
+//! also writes a release marker of its request, for a few operation timeouts, and a second
+//! run of that request that finds the hold gone reports `true` (see [`RedisLock`]'s cluster
+//! notes). A connection whose
 //! request timed out is replaced (behind a silent partition it may never answer again);
 //! connections use `TCP_NODELAY` and TCP keepalive probes (30 s idle, then every 10 s).
 //!

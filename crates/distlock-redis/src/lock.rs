@@ -15,9 +15,9 @@ use tokio::time::Instant;
 use crate::config::{RedisConfig, Target};
 use crate::holds::{self, HoldReply};
 use crate::keys;
-use crate::keys::{KeySpace, LockKeys};
+use crate::keys::{release_marker, KeySpace, LockKeys};
 use crate::node::{self, Node, Nonce, BACKEND};
-use crate::released::Released;
+use crate::released::{self, Released};
 use crate::replica_ack::{ReplicaAcks, ScriptCall};
 use crate::scripts::{self, LuaScript};
 use crate::slots::{Master, SlotMap};
@@ -154,6 +154,16 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 ///   renewals, a waiter leaving and inspection declare it (they cannot grow memory), so a full
 ///   master under `noeviction` still frees and renews locks, while acquisitions fail with an
 ///   `OOM` [`Error::Backend`] until memory is freed;
+/// - **releases sent again**: the cluster client sends a request again after a dropped
+///   connection, unseen by this crate, and a second run of a release finds the hold gone (or
+///   taken by the waiter the first run woke). A release that deletes its hold therefore also
+///   writes, in the same script and slot, a release marker holding its request's nonce under
+///   a key of its owner token (`{<slot tag>}\xFFreleased:<owner>:<prefix><name>`, `PX` four
+///   operation timeouts, at least 1 s); a run that finds the hold not ours but that marker
+///   reports `true`. Only a release that found the hold ours writes one, and only the same
+///   request reads it as its own: a stale holder whose lock was taken by another, and a
+///   second release of a released lease, still get `false`. One server writes no marker
+///   (its client sees its own resends);
 /// - **`count_held`** scans every master; [`RedisConfig::with_wait_for_replicas`] is refused
 ///   (its `WAIT` would have to follow each lock's slot), and `maxmemory-policy` is checked on
 ///   one node the client picks (set it on every master).
@@ -594,19 +604,22 @@ fn parse_acquire(reply: Value) -> Result<Acquired> {
 }
 
 /// Runs the release script that wakes one waiter on `node` (bounded by `limit`): whether our
-/// key was deleted, or, for a request that may have run twice, [`Released::Unknown`].
+/// key was deleted (by this run, or on a cluster by an earlier run of the same request, as its
+/// release marker tells), or, for a request this client sent twice, [`Released::Unknown`].
 pub(crate) async fn release_waking_on(
     node: &Node,
     limit: Duration,
     keys: &LockKeys,
     owner: &str,
 ) -> Result<Released> {
+    let marker = release_marker(&keys.lock, owner);
+    let marker_ttl = released::marker_ttl_arg(node, limit);
     let (released, resent): (i64, bool) = node
         .script_sent_within(
             limit,
             &scripts::RELEASE_WAKING,
-            &[&keys.lock, &keys.waiters],
-            &[owner.as_bytes(), &keys.channel],
+            &[&keys.lock, &keys.waiters, &marker],
+            &[owner.as_bytes(), &keys.channel, marker_ttl.as_bytes()],
         )
         .await?;
     Ok(Released::from_reply(released, resent))

@@ -15,7 +15,7 @@ use std::future::Future;
 
 use futures::future::{BoxFuture, FutureExt, Shared};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
 use distlock_core::{Error, Result};
@@ -244,7 +244,8 @@ impl Node {
     /// script again after its connection broke, so that it may have run twice: a second run
     /// sees what the first one did (a release sent again finds its lock gone). On a cluster
     /// the cluster client also sends a request again after a dropped connection, without
-    /// saying so: that is not seen here.
+    /// saying so: that is not seen here (the release scripts' marker answers it, see
+    /// [`released`](crate::released)).
     pub(crate) async fn script_sent_within<T: FromRedisValue>(
         &self,
         limit: Duration,
@@ -635,13 +636,15 @@ fn manager_config(timeout: Duration, connect_timeout: Duration) -> ConnectionMan
         .set_max_delay(Duration::from_millis(200))
 }
 
-/// A request's nonce: unique in this process; every script returns it beside its reply.
+/// A request's nonce: unique in this process, and counted from a random start so that two
+/// processes' nonces meet only by chance (a cluster's release marker holds one, see
+/// [`released`](crate::released)); every script returns it beside its reply.
 #[derive(Debug, Clone)]
 pub(crate) struct Nonce(String);
 
 impl Nonce {
     pub(crate) fn new() -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
+        static NEXT: LazyLock<AtomicU64> = LazyLock::new(|| AtomicU64::new(rand::random()));
         Self(format!("{:x}", NEXT.fetch_add(1, Ordering::Relaxed)))
     }
 }

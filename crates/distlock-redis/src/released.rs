@@ -4,13 +4,40 @@
 //! [`Node`](crate::node::Node), and a second run sees what the first did: the key gone, or
 //! already taken by a waiter the first run woke. Its "not ours" then says nothing about
 //! whether the lock was still ours when the first run came. This module owns that reading;
-//! the scripts and their round trips belong to the callers. (On a cluster, the cluster
-//! client's own resends after a dropped connection are not seen, and their "not ours" is
-//! taken as it comes.)
+//! the scripts and their round trips belong to the callers.
+//!
+//! On a cluster the cluster client also sends a request again after a dropped connection,
+//! unseen by us. There a release that deletes its hold also writes a release marker
+//! (`{<slot tag>}` `0xFF` `released:` `<owner>` `:` `<lock key>`, see [`keys`](crate::keys))
+//! holding the request's nonce, in the same script, for a few operation timeouts
+//! ([`marker_ttl_arg`]); a run of that same request that finds the hold not ours but the
+//! marker reports it released, as its first run did. The marker is written only by a release
+//! that found the hold ours, and answers only the same request of the same owner token: a
+//! stale holder, whose lock expired and was taken by another, finds no marker of its own and
+//! is told "not ours", and a second release of a released lease (a new request) is told "not
+//! ours" too. On one server the resend is seen, and releases stay as they were (no marker,
+//! so no write a full server would refuse inside a script without `flags=allow-oom`).
+
+use std::time::Duration;
 
 use distlock_core::{Error, Lease, Result};
 
-use crate::node::BACKEND;
+use crate::node::{Node, BACKEND};
+
+/// How long a release marker outlives its release: the cluster client's resends of a request
+/// all run within the request's bound `limit`; a few of them leave room for one that waited
+/// in a socket buffer.
+const MARKER_LIFETIMES: u32 = 4;
+
+/// The release marker's TTL in ms as a script argument: a few of `limit` on a cluster, `0`
+/// (no marker) on one server.
+pub(crate) fn marker_ttl_arg(node: &Node, limit: Duration) -> String {
+    if !node.is_cluster() {
+        return "0".to_owned();
+    }
+    let ttl = (limit * MARKER_LIFETIMES).max(Duration::from_secs(1));
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).to_string()
+}
 
 /// A release's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

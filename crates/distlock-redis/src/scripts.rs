@@ -57,7 +57,9 @@ end
 /// `noeviction`, the recommended policy), unless it declares `flags=allow-oom`. The scripts
 /// that cannot grow memory (releases, renewals, a waiter leaving, inspection) are built with
 /// [`shrinking`](Self::shrinking) and declare it, so a full master still frees and renews
-/// locks; acquisitions, which add keys, stay refusable. (Without a `#!` line, on one server,
+/// locks; acquisitions, which add keys, stay refusable. (A release on a cluster writes a small
+/// release marker that expires within seconds, and only when it deleted a hold: it frees
+/// about as much as it adds.) (Without a `#!` line, on one server,
 /// Redis checks each command a script calls instead: the same split follows, since `DEL`,
 /// `PEXPIRE`, `ZREM` and reads are allowed at `maxmemory` and `SET`, `INCR` and `ZADD` are
 /// not.)
@@ -75,7 +77,7 @@ impl LuaScript {
 
     /// As [`new`](Self::new), for a script that cannot grow memory: on a cluster it runs also
     /// while the server is over `maxmemory` (`flags=allow-oom`). Only for scripts that add no
-    /// key and no member.
+    /// key and no member (but a release's short-lived marker, written as it deletes a hold).
     pub(crate) fn shrinking(body: &'static str) -> Self {
         Self::with_shebang(body, "#!lua flags=allow-oom")
     }
@@ -111,6 +113,29 @@ impl LuaScript {
         self.form(cluster).1.get_hash()
     }
 }
+
+/// Lua functions of the release scripts for the release marker (see
+/// [`released`](crate::released)): `mark_released(marker, ttl)` records, for `ttl` ms, that
+/// this request (its nonce) deleted the hold; `released_before(marker, ttl)` tells whether
+/// this same request did so in an earlier run (sent again by the cluster client), so that it
+/// reports what its first run did. Another release, also by the same owner, has another
+/// nonce and is not answered by the marker. A `ttl` of `0` (one server, whose client sees its
+/// own resends) turns both off.
+macro_rules! release_marker_fns {
+    () => {
+        r"
+local function mark_released(marker, ttl)
+  if ttl ~= '0' then
+    redis.call('SET', marker, distlock_nonce, 'PX', ttl)
+  end
+end
+local function released_before(marker, ttl)
+  return ttl ~= '0' and redis.call('GET', marker) == distlock_nonce
+end
+"
+    };
+}
+pub(crate) use release_marker_fns;
 
 /// Acquire: `SET lock token NX PX ttl`; on success `INCR` the fencing counter.
 ///
@@ -201,15 +226,22 @@ return {0, redis.call('PTTL', KEYS[1]), holder}
 /// Release that wakes one waiter: compare-and-delete, then wake the first waiter in the
 /// queue (see `wake_next`).
 ///
-/// `KEYS[1]` lock key, `KEYS[2]` waiters; `ARGV[1]` owner token, `ARGV[2]` release channel.
-/// Returns 1 if the key held our token and was deleted, 0 otherwise.
+/// `KEYS[1]` lock key, `KEYS[2]` waiters, `KEYS[3]` release marker; `ARGV[1]` owner token,
+/// `ARGV[2]` release channel, `ARGV[3]` the marker's TTL in ms (`0`: no marker). Returns 1 if
+/// the key held our token and was deleted (then the marker is written), or if it did not but
+/// its marker says an earlier run of this same request deleted it; 0 otherwise.
 pub(crate) static RELEASE_WAKING: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::shrinking(concat!(
         wake_next_fn!(),
+        release_marker_fns!(),
         r"
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
+  mark_released(KEYS[3], ARGV[3])
   wake_next(KEYS[2], ARGV[2])
+  return 1
+end
+if released_before(KEYS[3], ARGV[3]) then
   return 1
 end
 return 0

@@ -970,3 +970,107 @@ async fn after_a_failover_renewals_and_releases_reach_the_promoted_master() {
     assert!(batched.release(&a).await.expect("answered"));
     drop(cluster);
 }
+
+/// A release that ran on its master but whose reply was lost and whose connection then broke
+/// is sent again by the cluster client itself, unseen by us; that second run finds the key
+/// gone (the first run deleted it). Work that finished under the lock must not be reported
+/// lost for it: `with_lock` returns the work's output, not `LockLost`, and the lock is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_the_cluster_client_sent_again_is_not_a_lost_lock() {
+    let cluster = start_cluster(RedisClusterOptions {
+        proxyable: true,
+        ..RedisClusterOptions::default()
+    })
+    .await;
+    let (url, proxies) = cluster.proxies().expect("proxies");
+    let proxies = Arc::new(proxies);
+    let client = LockClient::new(lock_at(&url).await);
+    let observer = lock_at(&cluster.url()).await;
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(30));
+    for master in 0..3 {
+        let name = name_on(&cluster, master, "resent-release");
+        // The master learns the release script first: a NOSCRIPT whose reply is dropped
+        // would leave the first send without effect.
+        let warm = name_on(&cluster, master, "warm-up");
+        client
+            .with_lock(warm.as_str(), &opts, |_| async {})
+            .await
+            .expect("a release on a healthy connection");
+        let outcome = client
+            .with_lock(name.as_str(), &opts, |_| {
+                let proxies = proxies.clone();
+                async move {
+                    // The release that follows runs on the master; its reply is dropped,
+                    // then the connection breaks (RST), and the cluster client sends it again.
+                    proxies.drop_replies();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                        proxies.heal();
+                        proxies.reset();
+                    });
+                    "done"
+                }
+            })
+            .await;
+        println!("with_lock on master {master}: {outcome:?}");
+        assert!(
+            matches!(outcome, Ok("done")),
+            "work that finished under the lock on master {master} was reported as {outcome:?}"
+        );
+        let state = observer.inspect(&name).await.expect("inspects");
+        assert!(!state.is_held(), "the lock is left held: {state:?}");
+    }
+}
+
+/// As above for every kind of hold (a permit, a read lock, the write lock, the mutex): a
+/// release the cluster client sent again after its reply was lost reports the hold released,
+/// and a later release of the same lease (a new request) reports it not ours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_of_every_kind_the_cluster_client_sent_again_report_released() {
+    let cluster = start_cluster(RedisClusterOptions {
+        proxyable: true,
+        ..RedisClusterOptions::default()
+    })
+    .await;
+    let (url, proxies) = cluster.proxies().expect("proxies");
+    let proxies = Arc::new(proxies);
+    let lock = lock_at(&url).await;
+    let ttl = Duration::from_secs(30);
+    for kind in [
+        LockKind::Permit { permits: 1 },
+        LockKind::Read,
+        LockKind::Write,
+        LockKind::Exclusive,
+    ] {
+        let name = name_on(&cluster, 2, "resent-kind");
+        for round in ["warm-up", "resent"] {
+            let TryAcquire::Acquired(lease) = lock
+                .try_acquire_kind(&name, kind, OwnerToken::new(), ttl, None)
+                .await
+                .expect("acquire")
+            else {
+                panic!("a fresh {kind:?} is held");
+            };
+            if round == "resent" {
+                proxies.drop_replies();
+                let proxies = proxies.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    proxies.heal();
+                    proxies.reset();
+                });
+            }
+            let released = lock.release(&lease).await;
+            println!("{kind:?} {round}: {released:?}");
+            assert!(
+                matches!(released, Ok(true)),
+                "{kind:?} ({round}): the release reported {released:?}"
+            );
+            let again = lock.release(&lease).await;
+            assert!(
+                matches!(again, Ok(false)),
+                "{kind:?} ({round}): a second release reported {again:?}"
+            );
+        }
+    }
+}
