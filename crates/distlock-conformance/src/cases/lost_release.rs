@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use distlock_core::{AcquireOptions, LockClient, LockGuard, LockName, Primitive, Result};
 use distlock_testkit::FaultProxies;
+use tokio::task::JoinHandle;
 
 use super::faults::{proxied, warm_up, NO_HANG};
 use super::{within, Outcome, LONG_TTL};
@@ -52,7 +53,7 @@ pub async fn c50_release_whose_reply_is_lost_is_not_not_owned(ctx: Ctx) -> Outco
             .unwrap_or_else(|e| panic!("{primitive}: acquiring on a healthy network failed: {e}"));
         faults.drop_replies();
         let release = tokio::spawn(guard.release());
-        applied(&ctx, &faults, primitive, &name).await;
+        applied(&ctx, &faults, primitive, &name, &release).await;
         let released = within(NO_HANG, "the release returns", release)
             .await
             .expect("joined");
@@ -89,7 +90,7 @@ pub async fn c50_release_whose_reply_is_lost_is_not_not_owned(ctx: Ctx) -> Outco
             .expect("the work started");
         faults.drop_replies();
         finish_tx.send(()).expect("the work is waiting");
-        applied(&ctx, &faults, primitive, &name).await;
+        applied(&ctx, &faults, primitive, &name, &run).await;
         let output = within(NO_HANG, "with_lock returns", run).await.expect("joined");
         ctx.note(format!(
             "{primitive}: with_lock whose release reply was lost: {output:?}"
@@ -126,14 +127,21 @@ fn take<'a>(
 }
 
 /// Waits until a direct client finds `name` free (the release reached the store although
-/// its reply was lost), then heals the network and resets every connection, so that a client
-/// that re-sends does so now, on a new connection.
-async fn applied(ctx: &Ctx, faults: &FaultProxies, primitive: Primitive, name: &LockName) {
+/// its reply was lost) or the release has returned (a release of several round trips stops
+/// at its first lost reply), then heals the network and resets every connection, so that a
+/// client that re-sends does so now, on a new connection.
+async fn applied<T>(
+    ctx: &Ctx,
+    faults: &FaultProxies,
+    primitive: Primitive,
+    name: &LockName,
+    release: &JoinHandle<T>,
+) {
     let direct = ctx.client().await;
     let probe = AcquireOptions::new().ttl(LONG_TTL).no_wait();
     let mut last = None;
     let reached = tokio::time::timeout(NO_HANG, async {
-        loop {
+        while !release.is_finished() {
             match take(&direct, primitive, name, &probe).await {
                 Ok(guard) => {
                     guard.release().await.expect("the probe's release works");
@@ -157,10 +165,15 @@ async fn applied(ctx: &Ctx, faults: &FaultProxies, primitive: Primitive, name: &
     faults.reset();
 }
 
-/// Another client takes `name` in one attempt.
+/// Another client takes `name` at once, or within a few operation timeouts where the
+/// release ended before it reached the store and its background retry frees it after the
+/// heal (never at the TTL).
 async fn free_at_once(ctx: &Ctx, primitive: Primitive, name: &LockName) {
     let other = ctx.client().await;
-    let opts = AcquireOptions::new().ttl(LONG_TTL).no_wait();
+    let op = ctx.fixture().operation_timeout();
+    let opts = AcquireOptions::new()
+        .ttl(LONG_TTL)
+        .wait_for(op * 3 + Duration::from_secs(3));
     let guard = within(
         NO_HANG,
         "another client's acquire",
