@@ -1,7 +1,6 @@
 //! A release whose reply is lost: the store freed the lock, the client never heard it. Owns
 //! case 50; the proxy, warm-up and hang bound come from the fault cases.
 
-use std::future::Future;
 use std::time::Duration;
 
 use distlock_core::{AcquireOptions, LockClient, LockGuard, LockName, Primitive, Result};
@@ -112,17 +111,15 @@ pub async fn c50_release_whose_reply_is_lost_is_not_not_owned(ctx: Ctx) -> Outco
 }
 
 /// One acquisition of a lock or of a one-permit semaphore's permit.
-fn take<'a>(
-    client: &'a LockClient,
+async fn take(
+    client: &LockClient,
     primitive: Primitive,
-    name: &'a LockName,
-    opts: &'a AcquireOptions,
-) -> impl Future<Output = Result<LockGuard>> + 'a {
-    async move {
-        match primitive {
-            Primitive::Semaphore => client.semaphore(name, 1)?.acquire_with(opts).await,
-            _ => client.acquire_with(name, opts).await,
-        }
+    name: &LockName,
+    opts: &AcquireOptions,
+) -> Result<LockGuard> {
+    match primitive {
+        Primitive::Semaphore => client.semaphore(name, 1)?.acquire_with(opts).await,
+        _ => client.acquire_with(name, opts).await,
     }
 }
 
