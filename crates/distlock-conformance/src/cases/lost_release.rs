@@ -13,9 +13,11 @@ use crate::expect::Reason;
 use crate::Ctx;
 
 /// Case 50: A release whose reply is lost, while the lease is still valid, is never reported
-/// as "not ours": the request reached the store and freed the lock, so once the proxy heals
-/// and resets the connections (a client that re-sends does so on a new one), the release
-/// answers `Ok(true)` or an ambiguous error, never `Ok(false)`, and the name is free at once.
+/// as "not ours": once the store has freed the lock (or the release has returned), the proxy
+/// heals and resets the connections (a client that re-sends does so on a new one), and the
+/// release answers `Ok(true)` or an ambiguous error, never `Ok(false)`; the name is then free
+/// to another client (at once, or after the background retry of a release that stopped
+/// before it reached the store).
 /// Under the same fault, `with_lock` (and `with_permit`) returns the output of work that
 /// finished under the lock, not `LockLost`. The same for a one-permit semaphore's permit.
 pub async fn c50_release_whose_reply_is_lost_is_not_not_owned(ctx: Ctx) -> Outcome {
