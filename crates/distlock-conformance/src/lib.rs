@@ -310,6 +310,11 @@ pub const CASES: &[Case] = &[
         c49_waiters_are_served_in_arrival_order,
         "on a store with a FIFO queue, waiters for a lock or a permit are served in arrival order"
     ),
+    case!(
+        c50_release_whose_reply_is_lost_is_not_not_owned,
+        "a release whose reply is lost is never \"not ours\"; with_lock returns the work's output",
+        Needs::FaultProxy
+    ),
 ];
 
 /// Runs the case `name` against `fixture`, failing (panicking) if it fails or runs past
@@ -450,6 +455,7 @@ macro_rules! conformance_tests {
             c47_unknown_acquisition_is_cleaned_up_by_owner,
             c48_cut_off_holder_frees_nothing_of_the_next,
             c49_waiters_are_served_in_arrival_order,
+            c50_release_whose_reply_is_lost_is_not_not_owned,
         );
 
         #[test]

@@ -26,5 +26,6 @@ conformance_tests!(
         c44: PermitWakeOne,
         c48: FaultProxy,
         c49: NoQueue,
+        c50: FaultProxy,
     ],
 );

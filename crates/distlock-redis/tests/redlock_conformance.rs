@@ -25,6 +25,7 @@ mod three {
             c44: Semaphores,
             c49: NoQueue,
         ],
+        partial = [c50: Semaphores],
     );
 }
 
@@ -48,5 +49,6 @@ mod five {
             c44: Semaphores,
             c49: NoQueue,
         ],
+        partial = [c50: Semaphores],
     );
 }

@@ -29,5 +29,6 @@ conformance_tests!(
         c44: PermitWakeOne,
         c48: FaultProxy,
         c49: NoQueue,
+        c50: FaultProxy,
     ],
 );
