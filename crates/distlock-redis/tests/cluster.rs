@@ -176,6 +176,61 @@ async fn timeouts_of_many_callers_reopen_the_cluster_connection_once() {
     );
 }
 
+/// A request to one master that is slow (slower than the operation timeout, on every
+/// connection) times out: a fresh connection's `PING` to that master times out too, so the
+/// master itself is slow, not our connection, and the connections to the healthy masters are
+/// not opened again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_on_a_slow_master_leaves_the_healthy_masters_connections_alone() {
+    let cluster = start_cluster(RedisClusterOptions {
+        proxyable: true,
+        ..RedisClusterOptions::default()
+    })
+    .await;
+    let (url, proxies) = cluster.proxies().expect("proxies");
+    let lock = lock_at(&url).await;
+    let slow = name_on(&cluster, 1, "slow");
+    let fast = [name_on(&cluster, 0, "fast"), name_on(&cluster, 2, "fast")];
+    for name in &fast {
+        lock.inspect(name).await.expect("answers");
+    }
+
+    proxies.0[1].set_latency(
+        distlock_testkit::Direction::ToClient,
+        OPERATION_TIMEOUT * 4,
+        Duration::ZERO,
+    );
+    let timed_out = futures::future::join_all((0..4).map(|_| lock.inspect(&slow))).await;
+    assert!(
+        timed_out.iter().all(Result::is_err),
+        "requests to the slow master: {timed_out:?}"
+    );
+    // Whatever the client does about the timeout (a probe of the master takes at most the
+    // connect and operation timeouts) happens while the master is still slow.
+    tokio::time::sleep(OPERATION_TIMEOUT * 3).await;
+    let before = [
+        connections_received(&cluster, 0).await,
+        connections_received(&cluster, 2).await,
+    ];
+    for _ in 0..3 {
+        for name in &fast {
+            lock.inspect(name).await.expect("a healthy master answers");
+        }
+    }
+    // Each count includes its own raw connection.
+    let opened = [
+        connections_received(&cluster, 0).await - before[0] - 1,
+        connections_received(&cluster, 2).await - before[1] - 1,
+    ];
+    proxies.0[1].heal();
+    println!("connections opened to the healthy masters 0 and 2 after the timeouts: {opened:?}");
+    assert_eq!(
+        opened,
+        [0, 0],
+        "a timeout on a slow master reopened the connections to the healthy masters"
+    );
+}
+
 /// A raw connection to master `i`.
 async fn raw_node(cluster: &RedisCluster, i: usize) -> redis::aio::MultiplexedConnection {
     support::raw(&cluster.nodes()[i].url())
