@@ -74,6 +74,25 @@ impl ClusterSeeds {
         }
     }
 
+    /// How to reach the node at `host:port` alone, with the seeds' credentials and TLS
+    /// settings; `None` if the seeds are not reached over TCP.
+    pub(crate) fn node(&self, host: &str, port: u16) -> Option<redis::ConnectionInfo> {
+        let seed = self.nodes.first()?;
+        let addr = match seed.addr() {
+            redis::ConnectionAddr::Tcp(..) => redis::ConnectionAddr::Tcp(host.to_owned(), port),
+            redis::ConnectionAddr::TcpTls {
+                insecure, tls_params, ..
+            } => redis::ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => return None,
+        };
+        Some(seed.clone().set_addr(addr))
+    }
+
     /// A cluster client of these seeds: responses bounded by `timeout`, connecting by
     /// `connect_timeout`, few retries of redirects (every call is bounded by our own timeouts
     /// anyway) with a 1 ms first pause (with the client's 10 ms, 1-2% of the operations on a

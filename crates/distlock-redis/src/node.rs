@@ -25,8 +25,10 @@ use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::{ErrorKind, FromRedisValue, RedisError, RedisFuture, ServerErrorKind, Value};
 
 use crate::config::Target;
+use crate::keys::key_slot;
 use crate::scripts::LuaScript;
 use crate::server_run::{fresh_name, parse_run_id, ServerRun};
+use crate::slots::{self, Master};
 
 pub(crate) const BACKEND: &str = "redis";
 
@@ -39,10 +41,32 @@ struct Current {
     /// The opening of that connection, shared by every caller that finds it gone, so that
     /// many callers failing at once open one connection, not one each.
     opening: Option<Opening>,
+    /// On a cluster: which master served which slots when the connection was opened (`None`
+    /// if `CLUSTER SLOTS` did not answer then), to find the master a timed-out request went to.
+    masters: Option<Masters>,
+    /// Whether a master is being probed after a timeout (one probe for every caller).
+    probing: bool,
 }
 
+/// `(first slot, last slot, master)`, as `CLUSTER SLOTS` lists them.
+type Masters = Arc<Vec<(u16, u16, Master)>>;
+
+/// A connection opened, with its cluster's masters.
+type Opened = (Conn, Option<Masters>);
+
 /// A cluster connection being opened, awaited by every caller that needs it.
-type Opening = Shared<BoxFuture<'static, std::result::Result<Conn, Arc<Error>>>>;
+type Opening = Shared<BoxFuture<'static, std::result::Result<Opened, Arc<Error>>>>;
+
+/// Where a request goes, so that a master that timed out can be probed alone.
+#[derive(Debug, Clone)]
+enum At {
+    /// Wherever the cluster client routes it (or one server).
+    Unknown,
+    /// The master of this hash slot.
+    Slot(u16),
+    /// The node at this host and port.
+    Address(String, u16),
+}
 
 /// One server's connection manager, or a cluster's connection.
 #[derive(Clone)]
@@ -104,11 +128,19 @@ impl Publish {
 /// library nor the kernel (before its keepalive probes give up) would drop it. Requests
 /// already sent on the old connection finish or time out on it. On a cluster the whole
 /// cluster connection is opened again (the slot map and every master), once for all the
-/// callers that find it gone: a timeout on one slow master also reconnects the healthy ones.
-/// Reconnecting that master alone is beyond the `redis` crate's cluster connection (1.2): it
-/// offers no call to drop or reconnect one master's connection, and reconnects one by itself
-/// only after finding it dropped (reset, closed); a request that timed out it sends again on
-/// the same connection, which behind a silent partition never answers.
+/// callers that find it gone. Reconnecting one master alone is beyond the `redis` crate's
+/// cluster connection (1.2): it offers no call to drop or reconnect one master's connection,
+/// and reconnects one by itself only after finding it dropped (reset, closed); a request that
+/// timed out it sends again on the same connection, which behind a silent partition never
+/// answers. So before reopening, the master the request went to (by its key's slot, as
+/// `CLUSTER SLOTS` said when the connection was opened) is probed: a `PING` on a fresh
+/// connection of its own, bounded by the connect and operation timeouts, one probe at a time
+/// for all callers. If the probe answers (or fails at once: refused, reset), the old
+/// connection is the broken one and the cluster connection is reopened; if it times out too,
+/// the master itself is slow or cut off, reopening every master's connection would not help
+/// (and would wait for that master), and nothing is reopened: the cluster client's own
+/// failover handling and later requests take it from there. A request whose master is not
+/// known (no slot map, a command routed by the cluster client) reopens at once.
 #[derive(Clone)]
 pub(crate) struct Node {
     target: Target,
@@ -128,13 +160,15 @@ impl Node {
         timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<Self> {
-        let conn = bounded(connect_timeout, &url, open(&target, timeout, connect_timeout)).await?;
+        let (conn, masters) = bounded(connect_timeout, &url, open(&target, timeout, connect_timeout)).await?;
         Ok(Self {
             target,
             conn: Arc::new(Mutex::new(Current {
                 generation: 0,
                 conn: Some(conn),
                 opening: None,
+                masters,
+                probing: false,
             })),
             timeout,
             connect_timeout,
@@ -160,6 +194,8 @@ impl Node {
                 generation: 0,
                 conn: Some(Conn::Server(conn)),
                 opening: None,
+                masters: None,
+                probing: false,
             })),
             timeout,
             connect_timeout,
@@ -256,8 +292,9 @@ impl Node {
         let nonce = Nonce::new();
         let nonce = &nonce;
         let publish = self.publish();
+        let at = keys.first().map_or(At::Unknown, |key| At::Slot(key_slot(key)));
         let (reply, generation, resent) = self
-            .run_tracked(limit, |mut conn| async move {
+            .run_tracked(limit, at, |mut conn| async move {
                 match script_cmd(script, keys, args, publish, nonce, false)
                     .query_async::<Value>(&mut conn)
                     .await
@@ -411,7 +448,8 @@ impl Node {
         port: u16,
         pipe: &redis::Pipeline,
     ) -> Result<(Option<Vec<Value>>, u64)> {
-        self.run_on(self.timeout, |conn| async move {
+        let at = At::Address(host.to_owned(), port);
+        self.run_tracked(self.timeout, at, |conn| async move {
             match conn {
                 Conn::Cluster(mut conn) => {
                     let route = SingleNodeRoutingInfo::ByAddress {
@@ -434,6 +472,7 @@ impl Node {
             }
         })
         .await
+        .map(|(value, generation, _)| (value, generation))
     }
 
     /// On a cluster: one command to the master at `host:port` (a `SCAN` of that node, say).
@@ -443,8 +482,9 @@ impl Node {
         port: u16,
         cmd: &redis::Cmd,
     ) -> Result<T> {
+        let at = At::Address(host.to_owned(), port);
         let value = self
-            .run(self.timeout, |conn| async move {
+            .run_tracked(self.timeout, at, |conn| async move {
                 match conn {
                     Conn::Cluster(mut conn) => {
                         let route = redis::cluster_routing::RoutingInfo::SingleNode(
@@ -458,7 +498,8 @@ impl Node {
                     mut conn => cmd.query_async(&mut conn).await,
                 }
             })
-            .await?;
+            .await?
+            .0;
         redis::from_redis_value(value).map_err(|e| with_context(map_error(e.into()), &self.url))
     }
 
@@ -483,13 +524,14 @@ impl Node {
         F: Fn(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        self.run_tracked(limit, request)
+        self.run_tracked(limit, At::Unknown, request)
             .await
             .map(|(value, generation, _)| (value, generation))
     }
 
     /// As [`run_on`](Self::run_on), also telling whether the request was sent again.
-    async fn run_tracked<T, F, Fut>(&self, limit: Duration, request: F) -> Result<(T, u64, bool)>
+    /// `at`: where the request goes (see [`timed_out`](Self::timed_out)).
+    async fn run_tracked<T, F, Fut>(&self, limit: Duration, at: At, request: F) -> Result<(T, u64, bool)>
     where
         F: Fn(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
@@ -502,7 +544,7 @@ impl Node {
             match outcome {
                 Ok(Ok(value)) => return Ok((value, generation, retried)),
                 Ok(Err(e)) if e.is_timeout() => {
-                    self.replace(generation);
+                    self.timed_out(generation, &at);
                     return Err(with_context(map_error(e), &self.url));
                 }
                 Ok(Err(e)) if !retried && (e.is_connection_dropped() || e.is_io_error()) => {
@@ -511,7 +553,7 @@ impl Node {
                 }
                 Ok(Err(e)) => return Err(with_context(map_error(e), &self.url)),
                 Err(_) => {
-                    self.replace(generation);
+                    self.timed_out(generation, &at);
                     return Err(Error::unavailable(
                         BACKEND,
                         format!("{} did not answer within {limit:?}", self.url),
@@ -551,10 +593,12 @@ impl Node {
                 ))
             }
         };
+        let (opened, masters) = opened;
         let mut current = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
         if current.generation == generation && current.conn.is_none() {
             current.conn = Some(opened.clone());
             current.opening = None;
+            current.masters = masters;
         }
         Ok((current.generation, current.conn.clone().unwrap_or(opened)))
     }
@@ -578,6 +622,79 @@ impl Node {
         .shared()
     }
 
+    /// A request to `at` on the connection of `generation` timed out. On one server the
+    /// connection is replaced; on a cluster the request's master is probed first, once for all
+    /// callers (see [`Node`]), and the connection reopened only if the probe does not time out.
+    fn timed_out(&self, generation: u64, at: &At) {
+        let Target::Cluster(seeds) = &self.target else {
+            return self.replace(generation);
+        };
+        let master = {
+            let mut current = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+            if current.generation != generation {
+                return; // already replaced
+            }
+            let master = match at {
+                At::Unknown => None,
+                At::Address(host, port) => Some((host.clone(), *port)),
+                At::Slot(slot) => current.masters.as_ref().and_then(|masters| {
+                    masters
+                        .iter()
+                        .find(|(first, last, _)| (first..=last).contains(&slot))
+                        .map(|(_, _, master)| (master.0.clone(), master.1))
+                }),
+            };
+            let probe =
+                master.and_then(|(host, port)| seeds.node(&host, port).map(|info| (host, port, info)));
+            if probe.is_some() {
+                if current.probing {
+                    return; // another caller's probe decides
+                }
+                current.probing = true;
+            }
+            probe
+        };
+        let Some((host, port, info)) = master else {
+            return self.replace(generation);
+        };
+        let node = self.clone();
+        tokio::spawn(async move {
+            let answered = node.probe(info).await;
+            node.conn.lock().unwrap_or_else(PoisonError::into_inner).probing = false;
+            if answered {
+                node.replace(generation);
+            } else {
+                tracing::debug!(url = %node.url, %host, port, "distlock-redis: a master timed out on a fresh connection too; keeping the cluster connection");
+            }
+        });
+    }
+
+    /// Whether the node `info` names is reachable: `false` if a `PING` on a fresh connection of
+    /// its own (connected within the connect timeout) gets no reply within the operation
+    /// timeout; `true` if it answers, or fails at once (refused, reset: not a slow node, but
+    /// one no longer there, which a new slot map may route around).
+    async fn probe(&self, info: redis::ConnectionInfo) -> bool {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.timeout));
+        let ping = async {
+            let client = redis::Client::open(info)?;
+            let mut conn = tokio::time::timeout(
+                self.connect_timeout,
+                client.get_multiplexed_async_connection_with_config(&config),
+            )
+            .await
+            .map_err(|_| RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))??;
+            tokio::time::timeout(self.timeout, redis::cmd("PING").query_async::<Value>(&mut conn))
+                .await
+                .map_err(|_| RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))?
+        };
+        match ping.await {
+            Ok(_) => true,
+            Err(e) => !e.is_timeout(),
+        }
+    }
+
     /// Swaps in a fresh connection (connected on first use) for the one of `generation`.
     fn replace(&self, generation: u64) {
         let mut current = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
@@ -591,6 +708,7 @@ impl Node {
                 current.generation += 1;
                 current.conn = None;
                 current.opening = None;
+                current.probing = false;
                 return;
             }
         };
@@ -609,18 +727,30 @@ impl Node {
 }
 
 /// Opens the connection to `target`: a connection manager, or a cluster connection (which
-/// reads the slot map from the seeds and connects to every master).
-async fn open(target: &Target, timeout: Duration, connect_timeout: Duration) -> redis::RedisResult<Conn> {
+/// reads the slot map from the seeds and connects to every master), then reads which master
+/// serves which slots (`CLUSTER SLOTS`, one round trip; `None` if it fails).
+async fn open(target: &Target, timeout: Duration, connect_timeout: Duration) -> redis::RedisResult<Opened> {
     match target {
         Target::Server(client) => {
             let config = manager_config(timeout, connect_timeout);
-            Ok(Conn::Server(
-                ConnectionManager::new_with_config(client.clone(), config).await?,
+            Ok((
+                Conn::Server(ConnectionManager::new_with_config(client.clone(), config).await?),
+                None,
             ))
         }
         Target::Cluster(seeds) => {
             let client = seeds.client(timeout, connect_timeout, None)?;
-            Ok(Conn::Cluster(client.get_async_connection().await?))
+            let mut conn = client.get_async_connection().await?;
+            let masters = tokio::time::timeout(
+                timeout,
+                redis::cmd("CLUSTER").arg("SLOTS").query_async::<Value>(&mut conn),
+            )
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .and_then(|reply| slots::parse(reply, &seeds.first_host()).ok())
+            .map(Arc::new);
+            Ok((Conn::Cluster(conn), masters))
         }
     }
 }

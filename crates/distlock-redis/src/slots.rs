@@ -100,6 +100,12 @@ async fn read(node: &Node, answering_host: &str) -> Result<Vec<(u16, u16, Master
     let mut cmd = redis::cmd("CLUSTER");
     cmd.arg("SLOTS");
     let reply: Value = node.query(&cmd).await?;
+    parse(reply, answering_host)
+}
+
+/// A `CLUSTER SLOTS` reply as `(first slot, last slot, master)` ranges (`answering_host`: see
+/// [`SlotMap::masters_of`]).
+pub(crate) fn parse(reply: Value, answering_host: &str) -> Result<Vec<(u16, u16, Master)>> {
     let bad = |what: &str| Error::backend(BACKEND, format!("an unexpected CLUSTER SLOTS reply ({what})"));
     let Value::Array(entries) = reply else {
         return Err(bad("not an array"));

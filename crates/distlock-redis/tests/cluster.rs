@@ -138,8 +138,8 @@ async fn connections_received(cluster: &RedisCluster, i: usize) -> u64 {
 }
 
 /// Requests to one slow master time out at once in many callers: the cluster connection is
-/// opened again once for all of them, not once per caller that finds it gone (each opening
-/// reads the slot map and connects to every master).
+/// opened again at most once for all of them (after one probe of that master), not once per
+/// caller that finds it gone (each opening reads the slot map and connects to every master).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeouts_of_many_callers_reopen_the_cluster_connection_once() {
     let cluster = start_cluster(RedisClusterOptions {
@@ -229,6 +229,41 @@ async fn a_timeout_on_a_slow_master_leaves_the_healthy_masters_connections_alone
         [0, 0],
         "a timeout on a slow master reopened the connections to the healthy masters"
     );
+}
+
+/// The network forgets the client's open connections (a NAT that lost its table): a request
+/// times out, a fresh connection to its master answers, so the cluster connection is opened
+/// again and later requests are answered on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_on_a_silent_connection_to_a_live_master_reopens_the_cluster_connection() {
+    let cluster = start_cluster(RedisClusterOptions {
+        proxyable: true,
+        ..RedisClusterOptions::default()
+    })
+    .await;
+    let (url, proxies) = cluster.proxies().expect("proxies");
+    let lock = lock_at(&url).await;
+    let name = name_on(&cluster, 1, "silent");
+    lock.inspect(&name).await.expect("answers");
+
+    proxies.silence_open();
+    let timed_out = lock.inspect(&name).await;
+    assert!(
+        timed_out.is_err(),
+        "a request on a silent connection: {timed_out:?}"
+    );
+    let started = Instant::now();
+    let answered = loop {
+        match lock.inspect(&name).await {
+            Ok(_) => break started.elapsed(),
+            Err(e) if started.elapsed() < Duration::from_secs(20) => {
+                println!("not yet: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("the silent connection was never replaced: {e}"),
+        }
+    };
+    println!("answered on a reopened connection {answered:?} after the timeout");
 }
 
 /// A raw connection to master `i`.
