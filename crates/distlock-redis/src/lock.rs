@@ -174,6 +174,10 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// learns of it at its next renewal (the lost signal fires then), and a fencing counter may go
 /// back with it. A killed master without a replica fails its slots' operations with
 /// [`Error::Unavailable`] (bounded by the operation timeout) while the other masters go on.
+/// After a request times out, a `PING` on a fresh connection to its master decides: if it
+/// answers, the old connection was the broken one and the cluster connection is opened again
+/// (once for all callers); if it times out too, the master is slow or cut off and the
+/// connections to the healthy masters are left alone.
 /// How often promotions lose a lock, and for how long two clients overlap, is for the torture
 /// harness to measure; the tests of this crate check that a slot migration and a killed master
 /// never grant a lock twice among the masters that stay.
