@@ -1,0 +1,121 @@
+//! A server stopped (SIGSTOP) while locks are held. memcached's clock is refreshed by a
+//! one-second timer in its main thread, which does not run while the process is stopped; after
+//! SIGCONT a worker thread can process a command queued during the stop before that timer
+//! fires, with the clock of before the stop. A renewal sent during the stop then gives its
+//! item an expiry counted from the stop's start, not from when the renewal was sent: no
+//! lease may count its deadline from that send.
+
+mod support;
+
+use std::time::Duration;
+
+use distlock_core::{DistributedLock, Lease, LockName, OwnerToken, TryAcquire};
+use distlock_memcached::{MemcachedConfig, MemcachedLock};
+use distlock_testkit::{MemcachedOptions, MemcachedServer};
+use futures::future::join_all;
+use tokio::time::Instant;
+
+/// Locks renewed at once during the stop, each on its own connection: the race between the
+/// server's timer and its workers is run this many times per stop.
+const LOCKS: usize = 16;
+/// The TTL of each acquisition and renewal.
+const TTL: Duration = Duration::from_secs(5);
+/// How long the server is stopped before the renewals are sent (within the leases' TTL, as
+/// a watchdog would send them), and after.
+const STOPPED_BEFORE: Duration = Duration::from_secs(4);
+const STOPPED_AFTER: Duration = Duration::from_secs(2);
+
+/// A client whose requests outlast the stop.
+fn patient(url: &str) -> MemcachedLock {
+    MemcachedConfig::from_url(url)
+        .expect("valid URL")
+        .with_operation_timeout(Duration::from_secs(20))
+        .with_connect_timeout(Duration::from_secs(20))
+        .with_max_connections(LOCKS)
+        .build()
+        .expect("valid config")
+}
+
+async fn blocking(server: MemcachedServer, what: fn(&mut MemcachedServer)) -> MemcachedServer {
+    tokio::task::spawn_blocking(move || {
+        let mut server = server;
+        what(&mut server);
+        server
+    })
+    .await
+    .expect("joined")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_queued_while_the_server_is_stopped_never_outlives_its_item() {
+    let server = support::start_server(MemcachedOptions::default()).await;
+    let url = server.url();
+    let (holder, rival) = (patient(&url), support::lock(&url));
+    let names: Vec<LockName> = (0..LOCKS)
+        .map(|i| LockName::new(format!("paused-{i}")).expect("valid"))
+        .collect();
+    // Taken at once, so the holder opens one connection per lock before the stop.
+    let leases: Vec<Lease> = join_all(
+        names
+            .iter()
+            .map(|name| holder.try_acquire(name, OwnerToken::new(), TTL)),
+    )
+    .await
+    .into_iter()
+    .map(|outcome| match outcome.expect("works") {
+        TryAcquire::Acquired(lease) => lease,
+        TryAcquire::Held(h) => panic!("free names: {h:?}"),
+    })
+    .collect();
+
+    let server = blocking(server, |s| s.pause().expect("SIGSTOP")).await;
+    let stopped_at = Instant::now();
+    tokio::time::sleep(STOPPED_BEFORE).await;
+    assert!(
+        leases.iter().all(|lease| !lease.remaining().unwrap_or_default().is_zero()),
+        "the renewals must go out while the leases are valid (the machine is too slow)"
+    );
+    // Renewals sent during the stop; each waits in its connection's socket until SIGCONT.
+    let renewals = tokio::spawn({
+        let holder = holder.clone();
+        let leases = leases.clone();
+        async move { join_all(leases.iter().map(|lease| holder.extend(lease, TTL))).await }
+    });
+    tokio::time::sleep(STOPPED_AFTER).await;
+    let server = blocking(server, |s| s.resume().expect("SIGCONT")).await;
+    let resumed_at = Instant::now();
+    let renewed: Vec<Option<Lease>> = renewals
+        .await
+        .expect("joined")
+        .into_iter()
+        .map(|outcome| outcome.expect("the renewal gets an answer after the stop"))
+        .collect();
+    println!(
+        "stopped {:?}; {} of {LOCKS} renewals reported renewed",
+        resumed_at - stopped_at,
+        renewed.iter().flatten().count()
+    );
+
+    // Past the server's next clock tick, every item the server still keeps is live by its
+    // clock; a lock the rival can take must not be one its holder still believes it holds.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut violations = Vec::new();
+    for (name, lease) in names.iter().zip(&renewed) {
+        let Some(lease) = lease else { continue };
+        let attempt = rival
+            .try_acquire(name, OwnerToken::new(), Duration::from_secs(30))
+            .await
+            .expect("works");
+        let left = lease.remaining().unwrap_or_default();
+        if let TryAcquire::Acquired(_) = attempt {
+            if !left.is_zero() {
+                violations.push(format!("{name}: taken while its holder had {left:?} left"));
+            }
+        }
+    }
+    drop(server);
+    assert!(
+        violations.is_empty(),
+        "a renewal processed with the server's clock of before the stop outlived its item: {violations:?}"
+    );
+}
