@@ -2,8 +2,8 @@
 //! one-second timer in its main thread, which does not run while the process is stopped; after
 //! SIGCONT a worker thread can process a command queued during the stop before that timer
 //! fires, with the clock of before the stop. A renewal sent during the stop then gives its
-//! item an expiry counted from the stop's start, not from when the renewal was sent: no
-//! lease may count its deadline from that send.
+//! item an expiry counted from the stop's start, not from when the renewal was sent; so does
+//! an acquisition's. No lease may count its deadline from such a send alone.
 
 mod support;
 
@@ -117,5 +117,67 @@ async fn a_renewal_queued_while_the_server_is_stopped_never_outlives_its_item() 
     assert!(
         violations.is_empty(),
         "a renewal processed with the server's clock of before the stop outlived its item: {violations:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_queued_while_the_server_is_stopped_never_outlives_its_item() {
+    let server = support::start_server(MemcachedOptions::default()).await;
+    let url = server.url();
+    let (holder, rival) = (patient(&url), support::lock(&url));
+    let names: Vec<LockName> = (0..LOCKS)
+        .map(|i| LockName::new(format!("paused-acquire-{i}")).expect("valid"))
+        .collect();
+    // One connection per lock before the stop (the names are free again at once).
+    for outcome in join_all(names.iter().map(|name| holder.inspect(name))).await {
+        outcome.expect("works");
+    }
+
+    let server = blocking(server, |s| s.pause().expect("SIGSTOP")).await;
+    tokio::time::sleep(STOPPED_BEFORE).await;
+    let attempts = tokio::spawn({
+        let holder = holder.clone();
+        let names = names.clone();
+        async move {
+            join_all(
+                names
+                    .iter()
+                    .map(|name| holder.try_acquire(name, OwnerToken::new(), TTL)),
+            )
+            .await
+        }
+    });
+    tokio::time::sleep(STOPPED_AFTER).await;
+    let server = blocking(server, |s| s.resume().expect("SIGCONT")).await;
+    let granted: Vec<Option<Lease>> = attempts
+        .await
+        .expect("joined")
+        .into_iter()
+        .map(|outcome| match outcome.expect("the attempt gets an answer after the stop") {
+            TryAcquire::Acquired(lease) => Some(lease),
+            TryAcquire::Held(_) => None,
+        })
+        .collect();
+    println!("{} of {LOCKS} acquisitions granted", granted.iter().flatten().count());
+
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut violations = Vec::new();
+    for (name, lease) in names.iter().zip(&granted) {
+        let Some(lease) = lease else { continue };
+        let attempt = rival
+            .try_acquire(name, OwnerToken::new(), Duration::from_secs(30))
+            .await
+            .expect("works");
+        let left = lease.remaining().unwrap_or_default();
+        if let TryAcquire::Acquired(_) = attempt {
+            if !left.is_zero() {
+                violations.push(format!("{name}: taken while its holder had {left:?} left"));
+            }
+        }
+    }
+    drop(server);
+    assert!(
+        violations.is_empty(),
+        "an acquisition processed with the server's clock of before the stop outlived its item: {violations:?}"
     );
 }
