@@ -9,7 +9,7 @@ mod support;
 
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Lease, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, Lease, LockKind, LockName, OwnerToken, TryAcquire};
 use distlock_memcached::{MemcachedConfig, MemcachedLock};
 use distlock_testkit::{MemcachedOptions, MemcachedServer};
 use futures::future::join_all;
@@ -179,5 +179,70 @@ async fn an_acquisition_queued_while_the_server_is_stopped_never_outlives_its_it
     assert!(
         violations.is_empty(),
         "an acquisition processed with the server's clock of before the stop outlived its item: {violations:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_renewed_while_the_server_is_stopped_never_outlives_its_hold() {
+    let server = support::start_server(MemcachedOptions::default()).await;
+    let url = server.url();
+    let (holder, rival) = (patient(&url), support::lock(&url));
+    let names: Vec<LockName> = (0..LOCKS)
+        .map(|i| LockName::new(format!("paused-permit-{i}")).expect("valid"))
+        .collect();
+    let one = LockKind::Permit { permits: 1 };
+    let leases: Vec<Lease> = join_all(
+        names
+            .iter()
+            .map(|name| holder.try_acquire_kind(name, one, OwnerToken::new(), TTL, None)),
+    )
+    .await
+    .into_iter()
+    .map(|outcome| match outcome.expect("works") {
+        TryAcquire::Acquired(lease) => lease,
+        TryAcquire::Held(h) => panic!("free semaphores: {h:?}"),
+    })
+    .collect();
+
+    let server = blocking(server, |s| s.pause().expect("SIGSTOP")).await;
+    tokio::time::sleep(STOPPED_BEFORE).await;
+    assert!(
+        leases.iter().all(|lease| !lease.remaining().unwrap_or_default().is_zero()),
+        "the renewals must go out while the leases are valid (the machine is too slow)"
+    );
+    let renewals = tokio::spawn({
+        let holder = holder.clone();
+        let leases = leases.clone();
+        async move { join_all(leases.iter().map(|lease| holder.extend(lease, TTL))).await }
+    });
+    tokio::time::sleep(STOPPED_AFTER).await;
+    let server = blocking(server, |s| s.resume().expect("SIGCONT")).await;
+    let renewed: Vec<Option<Lease>> = renewals
+        .await
+        .expect("joined")
+        .into_iter()
+        .map(|outcome| outcome.expect("the renewal gets an answer after the stop"))
+        .collect();
+    println!("{} of {LOCKS} permits reported renewed", renewed.iter().flatten().count());
+
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut violations = Vec::new();
+    for (name, lease) in names.iter().zip(&renewed) {
+        let Some(lease) = lease else { continue };
+        let attempt = rival
+            .try_acquire_kind(name, one, OwnerToken::new(), Duration::from_secs(30), None)
+            .await
+            .expect("works");
+        let left = lease.remaining().unwrap_or_default();
+        if let TryAcquire::Acquired(_) = attempt {
+            if !left.is_zero() {
+                violations.push(format!("{name}: a second permit while its holder had {left:?} left"));
+            }
+        }
+    }
+    drop(server);
+    assert!(
+        violations.is_empty(),
+        "a permit renewed with the server's clock of before the stop outlived its hold: {violations:?}"
     );
 }
