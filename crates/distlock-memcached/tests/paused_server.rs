@@ -72,7 +72,9 @@ async fn a_renewal_queued_while_the_server_is_stopped_never_outlives_its_item() 
     let stopped_at = Instant::now();
     tokio::time::sleep(STOPPED_BEFORE).await;
     assert!(
-        leases.iter().all(|lease| !lease.remaining().unwrap_or_default().is_zero()),
+        leases
+            .iter()
+            .all(|lease| !lease.remaining().unwrap_or_default().is_zero()),
         "the renewals must go out while the leases are valid (the machine is too slow)"
     );
     // Renewals sent during the stop; each waits in its connection's socket until SIGCONT.
@@ -153,12 +155,17 @@ async fn an_acquisition_queued_while_the_server_is_stopped_never_outlives_its_it
         .await
         .expect("joined")
         .into_iter()
-        .map(|outcome| match outcome.expect("the attempt gets an answer after the stop") {
-            TryAcquire::Acquired(lease) => Some(lease),
-            TryAcquire::Held(_) => None,
-        })
+        .map(
+            |outcome| match outcome.expect("the attempt gets an answer after the stop") {
+                TryAcquire::Acquired(lease) => Some(lease),
+                TryAcquire::Held(_) => None,
+            },
+        )
         .collect();
-    println!("{} of {LOCKS} acquisitions granted", granted.iter().flatten().count());
+    println!(
+        "{} of {LOCKS} acquisitions granted",
+        granted.iter().flatten().count()
+    );
 
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let mut violations = Vec::new();
@@ -207,7 +214,9 @@ async fn a_permit_renewed_while_the_server_is_stopped_never_outlives_its_hold() 
     let server = blocking(server, |s| s.pause().expect("SIGSTOP")).await;
     tokio::time::sleep(STOPPED_BEFORE).await;
     assert!(
-        leases.iter().all(|lease| !lease.remaining().unwrap_or_default().is_zero()),
+        leases
+            .iter()
+            .all(|lease| !lease.remaining().unwrap_or_default().is_zero()),
         "the renewals must go out while the leases are valid (the machine is too slow)"
     );
     let renewals = tokio::spawn({
@@ -223,7 +232,10 @@ async fn a_permit_renewed_while_the_server_is_stopped_never_outlives_its_hold() 
         .into_iter()
         .map(|outcome| outcome.expect("the renewal gets an answer after the stop"))
         .collect();
-    println!("{} of {LOCKS} permits reported renewed", renewed.iter().flatten().count());
+    println!(
+        "{} of {LOCKS} permits reported renewed",
+        renewed.iter().flatten().count()
+    );
 
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let mut violations = Vec::new();
@@ -236,7 +248,9 @@ async fn a_permit_renewed_while_the_server_is_stopped_never_outlives_its_hold() 
         let left = lease.remaining().unwrap_or_default();
         if let TryAcquire::Acquired(_) = attempt {
             if !left.is_zero() {
-                violations.push(format!("{name}: a second permit while its holder had {left:?} left"));
+                violations.push(format!(
+                    "{name}: a second permit while its holder had {left:?} left"
+                ));
             }
         }
     }
