@@ -60,6 +60,7 @@ mod keys;
 mod lock;
 mod pool;
 mod server_version;
+mod stopped_server;
 mod wire;
 
 pub use config::{

@@ -34,6 +34,7 @@ use tokio::time::Instant;
 use crate::config::MemcachedConfig;
 use crate::keys::{self, Keys};
 use crate::pool::Server;
+use crate::stopped_server;
 use crate::wire::{Batch, Code, Epoch, Reply, WireError};
 
 pub(crate) const BACKEND: &str = "memcached";
@@ -673,11 +674,21 @@ impl MemcachedLock {
     // ---------------------------------------------------------------------------------------
     // Extend
 
-    /// `cas <lock> 0 <ttl+1> <len> <cas>` with our owner token on the lease's server
+    /// `cas <lock> 0 <ttl+2> <len> <cas>` with our owner token on the lease's server
     /// process: rewrites the item with the new expiry only if it is still the one we wrote,
     /// pipelined with `mg <lock> c v` to learn the new CAS. **1 round trip**; 2 in the
-    /// lost-renewal-reply case (the pipelined read already shows whether the item is ours).
+    /// lost-renewal-reply case (the pipelined read already shows whether the item is ours),
+    /// and 1 more after a slow reply (see [`reaffirm`](Self::reaffirm)).
     async fn extend_once(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
+        let sent_at = Instant::now();
+        match self.rewrite_lock_item(lease, ttl).await? {
+            Some(renewed) if stopped_server::was_slow(sent_at) => self.reaffirm(renewed).await,
+            outcome => Ok(outcome),
+        }
+    }
+
+    /// The renewal of [`extend_once`](Self::extend_once), without the follow-up of a slow one.
+    async fn rewrite_lock_item(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
         let mut handle = Handle::of(lease)?;
         let (lease_ttl, expiry) = ttl_on_server(ttl)?;
         let at = self.locate(lease.name());
@@ -702,9 +713,25 @@ impl MemcachedLock {
         Ok(None)
     }
 
+    /// After a renewal whose reply was slow (it may have been processed with the clock of
+    /// before a stop of the server, see `stopped_server.rs`): waits for the server's clock to
+    /// catch up, then renews `renewed` once more, so that the item's expiry counts from a
+    /// current clock. The lease keeps the deadline of the slow renewal (counted from its
+    /// send time), with the follow-up's CAS. **1 round trip.** `None` if the item is no
+    /// longer ours: it expired by the refreshed clock, the loss the follow-up is there to see.
+    async fn reaffirm(&self, renewed: Lease) -> Result<Option<Lease>> {
+        tokio::time::sleep(stopped_server::CLOCK_CATCH_UP).await;
+        let again = self.rewrite_lock_item(&renewed, renewed.ttl()).await?;
+        Ok(again.map(|again| match again.handle() {
+            Some(handle) => renewed.clone().with_handle(handle),
+            None => renewed,
+        }))
+    }
+
     /// The watchdog's batch renewal: per server, up to 64 leases' `cas` + `mg` pairs in one
     /// pipeline, the pipelines of all servers and chunks in flight at once. **1 round trip
-    /// per server and 64 leases**; a lease in the lost-renewal-reply case is retried alone.
+    /// per server and 64 leases**; a lease in the lost-renewal-reply case is retried alone,
+    /// and after a slow reply each renewed lease is renewed once more alone ([`reaffirm`](Self::reaffirm)).
     async fn extend_all(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
         let mut groups: Vec<Vec<usize>> = vec![Vec::new(); self.inner.servers.len()];
         for (i, lease) in leases.iter().enumerate() {
@@ -803,7 +830,16 @@ impl MemcachedLock {
                 outcomes[pos] = renewal_outcome(server, lease, *handle, *lease_ttl, sent_at, &stored, &item);
             }
         }
-        outcomes
+        if !stopped_server::was_slow(sent_at) {
+            return outcomes;
+        }
+        join_all(outcomes.into_iter().map(|outcome| async move {
+            match outcome {
+                Ok(Renewal::Done(Some(renewed))) => self.reaffirm(renewed).await.map(Renewal::Done),
+                other => other,
+            }
+        }))
+        .await
     }
 
     // ---------------------------------------------------------------------------------------

@@ -1,0 +1,45 @@
+//! A server that was stopped (SIGSTOP, a frozen VM or container) while our request waited.
+//!
+//! memcached's clock (`current_time`) is refreshed only by a once-a-second timer in its main
+//! thread (`clock_handler` in `memcached.c`). While the process is stopped that timer cannot
+//! run, and after it resumes, worker threads process requests that queued up during the stop
+//! before the main thread has refreshed the clock (4 to 16 of 16 in two runs of
+//! `tests/paused_server.rs`). Such a request sees the clock of before the stop, so an expiry it
+//! sets is counted from the stop's start, not from when the request was sent: an item renewed
+//! (or added) that way expires up to the stop's length before the lease's deadline.
+//!
+//! The thaw cannot be seen in the reply, but a request that waited out a stop was slow:
+//! its reply took at least as long as the part of the stop after it was sent. So a renewal
+//! whose reply took longer than [`PROMPT_REPLY`] is repeated after [`CLOCK_CATCH_UP`]: the
+//! server's main thread runs its overdue timer as soon as it runs again, so the repeat sets
+//! the expiry from a current clock, and the lease's deadline (counted from the first
+//! renewal's send time, as always) is covered; if the refreshed clock has already ended the
+//! item, the repeat finds it gone and the renewal reports the lock lost. A slow reply costs
+//! one more round trip; a prompt one nothing. A winning acquisition is covered by its
+//! second round trip (the `cas` recording its fencing token), which rewrites the item with the
+//! same expiry once the `add`'s reply has come back: by then the clock had caught up in every
+//! run of `tests/paused_server.rs`.
+//!
+//! What remains: a request sent less than [`PROMPT_REPLY`] before the server resumes is
+//! answered promptly and may still have met the clock of before the stop.
+//!
+//! This module owns only the rule and its two constants; the operations call it.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// A reply slower than this may have waited out a stop of the server, and the request may
+/// have been processed with the server's clock of before the stop.
+pub(crate) const PROMPT_REPLY: Duration = Duration::from_millis(100);
+
+/// How long to wait after a slow reply before the follow-up write: time for the server's main
+/// thread to run its overdue clock timer after a stop (well under a millisecond on an idle
+/// machine).
+pub(crate) const CLOCK_CATCH_UP: Duration = Duration::from_millis(20);
+
+/// True if the reply to a request sent at `sent_at` (and just read) came too late to trust the
+/// server's clock when it was processed.
+pub(crate) fn was_slow(sent_at: Instant) -> bool {
+    sent_at.elapsed() > PROMPT_REPLY
+}
