@@ -16,7 +16,9 @@
 //! `expires - t`, in whole seconds, and a hold recorded until second `u` is over once that
 //! clock reaches `u`. A hold is recorded until the read's second plus the TTL rounded up plus
 //! the mutex's two seconds of slack, so, as for the mutex, the server never ends it before the
-//! lease's local deadline (the read is sent before the server reads its clock).
+//! lease's local deadline (the read is sent before the server reads its clock). A read whose
+//! reply was slow may have waited out a stop of the server and met its clock of before the
+//! stop; it is made again once the clock has caught up (`stopped_server.rs`).
 //!
 //! Absolute expiries are why these primitives stop working in mid-December 2037: memcached
 //! 1.6 reads expiry times as signed 32-bit numbers, so an absolute time past 2038-01-19 wraps.

@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use crate::holders_item::{Item, MAX_VALUE_LEN};
 use crate::lock::{fence_seed, refused, unexpected, MemcachedLock, BACKEND, SERVER_MAX_RELATIVE_SECS};
 use crate::pool::Server;
+use crate::stopped_server;
 use crate::wire::{Batch, Code, Reply};
 
 /// The most exchanges one operation makes before it gives up on a contended item (reads
@@ -85,7 +86,9 @@ impl MemcachedLock {
     /// since the first, nor after [`MAX_EXCHANGES`]. `decide` gets the job's index and the
     /// pruned item with the read it came from, or `None` if the item does not exist (when
     /// `create`, a missing item is created empty instead and decided on once it exists).
-    /// `Ok(None)`: that job's writes kept losing their races until then.
+    /// `Ok(None)`: that job's writes kept losing their races until then. A read whose reply
+    /// took longer than `stopped_server::PROMPT_REPLY` may carry the server's clock of before
+    /// a stop: it is made again after a short pause (once per call, 1 more round trip).
     pub(crate) async fn update<T, F>(
         &self,
         server: &Server,
@@ -105,6 +108,8 @@ impl MemcachedLock {
         let started = Instant::now();
         let budget = self.config().operation_timeout();
         let mut lost_rounds = 0u32;
+        // Reads made again because their reply was slow (`stopped_server.rs`): at most one.
+        let mut slow_rereads = 1u32;
         for exchange in 0..MAX_EXCHANGES {
             let open: Vec<usize> = (0..keys.len()).filter(|&i| results[i].is_none()).collect();
             if open.is_empty() || (exchange > 0 && started.elapsed() >= budget) {
@@ -117,6 +122,16 @@ impl MemcachedLock {
                 }
                 let sent_at = Instant::now();
                 match self.exchange_any(server, &batch).await {
+                    // The clock it brought may be of before a stop of the server: read again
+                    // once it has caught up (once per operation).
+                    Ok((_, replies))
+                        if replies.len() == open.len()
+                            && slow_rereads > 0
+                            && stopped_server::was_slow(sent_at) =>
+                    {
+                        slow_rereads -= 1;
+                        tokio::time::sleep(stopped_server::CLOCK_CATCH_UP).await;
+                    }
                     Ok((at, replies)) if replies.len() == open.len() => {
                         for (&i, reply) in open.iter().zip(replies) {
                             seen[i] = Some((reply, sent_at));
@@ -227,6 +242,17 @@ impl MemcachedLock {
                     tokio::time::sleep(backoff(lost_rounds - 1)).await;
                     epoch = None; // what came back is stale after the pause
                 }
+            }
+            // What came back may carry a clock of before a stop of the server: read it again
+            // once that clock has caught up.
+            if epoch.is_some()
+                && slow_rereads > 0
+                && seen.iter().any(Option::is_some)
+                && stopped_server::was_slow(sent_at)
+            {
+                slow_rereads -= 1;
+                tokio::time::sleep(stopped_server::CLOCK_CATCH_UP).await;
+                epoch = None;
             }
         }
         results.into_iter().map(|r| r.unwrap_or(Ok(None))).collect()

@@ -20,6 +20,11 @@
 //! same expiry once the `add`'s reply has come back: by then the clock had caught up in every
 //! run of `tests/paused_server.rs`.
 //!
+//! A semaphore's or read-write lock's operation reads the server's clock (`holders.rs`) and
+//! records each hold until that clock's second plus the TTL and the slack: a read whose reply
+//! was slow is made again after [`CLOCK_CATCH_UP`] (once per operation), and the hold is
+//! recorded from the second read's clock, the lease's deadline from its send time.
+//!
 //! What remains: a request sent less than [`PROMPT_REPLY`] before the server resumes is
 //! answered promptly and may still have met the clock of before the stop.
 //!
