@@ -19,7 +19,8 @@
 //!   eviction under memory pressure, silently frees locks. A held guard notices at its next
 //!   renewal and fires its lost-lock signal, and no stale holder can ever release or extend
 //!   a newer holder's lock, but between the loss and that renewal two holders can overlap.
-//!   Fencing tokens are [`Fencing::BestEffort`](distlock_core::Fencing::BestEffort). Use a
+//!   A server process stopped for seconds (SIGSTOP, a paused VM) can, rarely, end a lock
+//!   early: see "A stopped server" on [`MemcachedLock`]. Fencing tokens are [`Fencing::BestEffort`](distlock_core::Fencing::BestEffort). Use a
 //!   dedicated instance started with `-M -o no_slab_reassign`, and delay restarts by the
 //!   longest TTL. A server started with `-C` (CAS disabled), memcached before 1.6.13 (its
 //!   `md ... C<cas>` does not honour the CAS), a server that is not memcached, and an address

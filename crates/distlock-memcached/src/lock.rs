@@ -89,7 +89,9 @@ pub const MAX_TTL: Duration = Duration::from_secs(SERVER_MAX_RELATIVE_SECS - EXP
 /// rare cases: the CAS changed and the item still holds our owner token, which happens when
 /// an earlier renewal was applied but its reply was lost (a timeout); extend then takes the
 /// new CAS and retries once, still CAS-guarded, and release falls back to the owner-checked
-/// one, as it does when the connection reaches the server under another identity.
+/// one, as it does when the connection reaches the server under another identity. A renewal
+/// (mutex) or a read (semaphore, read-write lock) whose reply took longer than 100 ms costs
+/// one more round trip, after a 20 ms pause: see "A stopped server" below.
 ///
 /// The item-creating writes are the classic `add` and `cas` commands, not meta `ms`: when
 /// memcached 1.6 cannot allocate the new item (a full server started with `-M`), `ms`
@@ -144,6 +146,20 @@ pub const MAX_TTL: Duration = Duration::from_secs(SERVER_MAX_RELATIVE_SECS - EXP
 ///   `items_never_expire_before_the_local_deadline_on_a_lagging_server_clock`. The server
 ///   frees an abandoned lock between TTL and TTL + 2 s after it was set. TTLs run from 1 s
 ///   to 30 days minus 2 s (longer ones would be read as absolute times).
+/// - **A stopped server** (SIGSTOP, a frozen VM or container). memcached's clock timer runs
+///   in its main thread and does not run while the process is stopped; once it runs again,
+///   its workers answer the requests that queued up during the stop before that timer has
+///   refreshed the clock, so those requests see the clock of before the stop and an expiry
+///   they set ends early, by up to the stop's length. A request that waited out a stop is
+///   answered late, so a mutex renewal whose reply took longer than 100 ms is repeated after
+///   20 ms, when the clock has caught up (the lease keeps the first renewal's deadline; a
+///   repeat that finds the item gone, because the refreshed clock ended it, reports the lock
+///   lost), and a semaphore's or read-write lock's read of its item is made again in the
+///   same case. A winning acquisition's second round trip rewrites its item once the `add`
+///   has been answered, which covers the acquisition. **Not covered:** a request sent less
+///   than 100 ms before the server resumes is answered promptly and can still meet the old
+///   clock, so, rarely, that lock can end early, by up to the stop's length, while its holder
+///   believes it holds it. Tested in `tests/paused_server.rs`.
 /// - **Several servers**: each name lives on exactly one server (rendezvous hashing); there
 ///   is no replication, so losing a server loses (frees) the locks on it. There is no
 ///   failover either: while a server is down, its names fail with [`Error::Unavailable`],
@@ -247,6 +263,8 @@ pub const MAX_TTL: Duration = Duration::from_secs(SERVER_MAX_RELATIVE_SECS - EXP
 /// - With `-M`, also start it with **`-o no_slab_reassign`**: the slab rebalancer (on by
 ///   default in 1.6) moves memory between slab classes, and an item it cannot move to a
 ///   new page is evicted, locks included, even under `-M`.
+/// - Run it where its process is **never stopped** for long (no SIGSTOP from job control or a
+///   debugger, no VM or container paused for seconds): see "A stopped server" above.
 /// - After a crash, **delay the restart by the longest TTL in use**: every old holder's
 ///   renewals fail meanwhile, so each has seen its loss before the locks can be taken again.
 /// - Treat fencing tokens as a second line of defence only. For locks that must survive a
