@@ -48,6 +48,19 @@ async fn blocking(server: MemcachedServer, what: fn(&mut MemcachedServer)) -> Me
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_queued_while_the_server_is_stopped_never_outlives_its_item() {
+    renew_during_a_stop(false).await;
+}
+
+/// The watchdog's way: leases renewed in pipelined batches (`extend_many`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_renewals_queued_while_the_server_is_stopped_never_outlives_its_items() {
+    renew_during_a_stop(true).await;
+}
+
+/// Holds [`LOCKS`] locks, stops the server, renews them (one by one, or in one batch) during
+/// the stop, resumes it, and checks that no lock reported renewed can be taken while its
+/// holder still believes it holds it.
+async fn renew_during_a_stop(batched: bool) {
     let server = support::start_server(MemcachedOptions::default()).await;
     let url = server.url();
     let (holder, rival) = (patient(&url), support::lock(&url));
@@ -81,7 +94,18 @@ async fn a_renewal_queued_while_the_server_is_stopped_never_outlives_its_item() 
     let renewals = tokio::spawn({
         let holder = holder.clone();
         let leases = leases.clone();
-        async move { join_all(leases.iter().map(|lease| holder.extend(lease, TTL))).await }
+        async move {
+            match batched {
+                // Several batches, on as many connections: each runs the race with the
+                // server's timer once.
+                true => join_all(leases.chunks(2).map(|batch| holder.extend_many(batch)))
+                    .await
+                    .into_iter()
+                    .flatten()
+                    .collect(),
+                false => join_all(leases.iter().map(|lease| holder.extend(lease, TTL))).await,
+            }
+        }
     });
     tokio::time::sleep(STOPPED_AFTER).await;
     let server = blocking(server, |s| s.resume().expect("SIGCONT")).await;
