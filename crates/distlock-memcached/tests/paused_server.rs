@@ -13,6 +13,8 @@ use distlock_core::{DistributedLock, Lease, LockKind, LockName, OwnerToken, TryA
 use distlock_memcached::{MemcachedConfig, MemcachedLock};
 use distlock_testkit::{MemcachedOptions, MemcachedServer};
 use futures::future::join_all;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 /// Locks renewed at once during the stop, each on its own connection: the race between the
@@ -275,5 +277,77 @@ async fn a_permit_renewed_while_the_server_is_stopped_never_outlives_its_hold() 
     assert!(
         violations.is_empty(),
         "a permit renewed with the server's clock of before the stop outlived its hold: {violations:?}"
+    );
+}
+
+/// The server's count of `cas` commands that wrote (renewals, and acquisitions' second round
+/// trips).
+async fn cas_hits(addr: &str) -> u64 {
+    let mut stream = BufReader::new(TcpStream::connect(addr).await.expect("connects"));
+    stream.get_mut().write_all(b"stats\r\n").await.expect("writes");
+    let mut line = String::new();
+    loop {
+        line.clear();
+        stream.read_line(&mut line).await.expect("reads");
+        assert!(
+            !line.starts_with("END") && !line.is_empty(),
+            "no cas_hits in stats"
+        );
+        if let Some(value) = line.strip_prefix("STAT cas_hits ") {
+            return value.trim().parse().expect("a number");
+        }
+    }
+}
+
+/// Only the server's part of a round trip can hide a stop: a renewal that first waited for a
+/// connection (here, thousands at once on one) is not repeated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_that_waited_for_a_connection_is_not_repeated() {
+    const MANY: usize = 20_000;
+    let server = support::start_server(MemcachedOptions::default()).await;
+    let one_connection = MemcachedConfig::from_url(&server.url())
+        .expect("valid URL")
+        .with_operation_timeout(Duration::from_secs(60))
+        .with_max_connections(1)
+        .build()
+        .expect("valid config");
+    let ttl = Duration::from_secs(60);
+    let leases: Vec<Lease> = join_all((0..MANY).map(|i| {
+        let lock = &one_connection;
+        async move {
+            let name = LockName::new(format!("queued-{i}")).expect("valid");
+            match lock
+                .try_acquire(&name, OwnerToken::new(), ttl)
+                .await
+                .expect("works")
+            {
+                TryAcquire::Acquired(lease) => lease,
+                TryAcquire::Held(h) => panic!("free names: {h:?}"),
+            }
+        }
+    }))
+    .await;
+
+    let addr = server.addr().to_string();
+    let before = cas_hits(&addr).await;
+    let started = Instant::now();
+    let renewed = join_all(leases.iter().map(|lease| one_connection.extend(lease, ttl))).await;
+    let took = started.elapsed();
+    let after = cas_hits(&addr).await;
+    assert!(
+        renewed.iter().all(|r| matches!(r, Ok(Some(_)))),
+        "every renewal succeeds: {:?}",
+        renewed.iter().find(|r| !matches!(r, Ok(Some(_))))
+    );
+    assert!(
+        took > Duration::from_millis(300),
+        "the renewals took {took:?}: too fast for the last ones to wait long for the connection"
+    );
+    assert_eq!(
+        after - before,
+        MANY as u64,
+        "{MANY} renewals in {took:?} wrote {} times: renewals that only waited for a connection \
+         were repeated",
+        after - before
     );
 }
