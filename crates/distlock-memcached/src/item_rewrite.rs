@@ -121,25 +121,29 @@ impl MemcachedLock {
                     batch.get(&keys[i], "c t v");
                 }
                 let sent_at = Instant::now();
-                match self.exchange_any(server, &batch).await {
+                match self.exchange_timed(server, &batch, None).await {
                     // The clock it brought may be of before a stop of the server: read again
                     // once it has caught up (once per operation).
-                    Ok((_, replies))
+                    Ok(Some((_, replies, written_at)))
                         if replies.len() == open.len()
                             && slow_rereads > 0
-                            && stopped_server::was_slow(sent_at) =>
+                            && stopped_server::was_slow(written_at) =>
                     {
                         slow_rereads -= 1;
                         tokio::time::sleep(stopped_server::CLOCK_CATCH_UP).await;
                     }
-                    Ok((at, replies)) if replies.len() == open.len() => {
+                    Ok(Some((at, replies, _))) if replies.len() == open.len() => {
                         for (&i, reply) in open.iter().zip(replies) {
                             seen[i] = Some((reply, sent_at));
                         }
                         epoch = Some(at);
                     }
-                    Ok((_, replies)) => {
+                    Ok(Some((_, replies, _))) => {
                         let e = unexpected(server, "one reply per read", &replies);
+                        settle_all(&mut results, &open, &e);
+                    }
+                    Ok(None) => {
+                        let e = Error::backend(BACKEND, "an unbound exchange was refused");
                         settle_all(&mut results, &open, &e);
                     }
                     Err(e) => settle_all(&mut results, &open, &e),
@@ -182,9 +186,11 @@ impl MemcachedLock {
                 continue;
             }
             let sent_at = Instant::now();
-            let replies = match self.exchange(server, &batch, Some(bound)).await {
-                Ok(Some((_, replies))) if replies.len() == 2 * sent.len() => replies,
-                Ok(Some((_, replies))) => {
+            let (replies, written_at) = match self.exchange_timed(server, &batch, Some(bound)).await {
+                Ok(Some((_, replies, written_at))) if replies.len() == 2 * sent.len() => {
+                    (replies, written_at)
+                }
+                Ok(Some((_, replies, _))) => {
                     let e = unexpected(server, "two replies per write", &replies);
                     let sent: Vec<usize> = sent.iter().map(|(i, _)| *i).collect();
                     settle_all(&mut results, &sent, &e);
@@ -248,7 +254,7 @@ impl MemcachedLock {
             if epoch.is_some()
                 && slow_rereads > 0
                 && seen.iter().any(Option::is_some)
-                && stopped_server::was_slow(sent_at)
+                && stopped_server::was_slow(written_at)
             {
                 slow_rereads -= 1;
                 tokio::time::sleep(stopped_server::CLOCK_CATCH_UP).await;

@@ -430,22 +430,37 @@ impl MemcachedLock {
         batch: &Batch,
         bound_to: Option<Epoch>,
     ) -> Result<Option<(Epoch, Vec<Reply>)>> {
-        let (epoch, replies) = self
+        let exchanged = self.exchange_timed(server, batch, bound_to).await?;
+        Ok(exchanged.map(|(epoch, replies, _)| (epoch, replies)))
+    }
+
+    /// [`exchange`](Self::exchange), also returning when the server's part of the round trip
+    /// began (after any wait for a free connection slot, before opening or checking a
+    /// connection and writing the batch): how long the replies took from then is what
+    /// `stopped_server.rs` judges.
+    pub(crate) async fn exchange_timed(
+        &self,
+        server: &Server,
+        batch: &Batch,
+        bound_to: Option<Epoch>,
+    ) -> Result<Option<(Epoch, Vec<Reply>, Instant)>> {
+        let (epoch, sent) = self
             .exchange_with(server, |epoch| {
                 bound_to.is_none_or(|bound| bound == epoch).then_some(batch)
             })
             .await?;
-        Ok(replies.map(|replies| (epoch, replies)))
+        Ok(sent.map(|(replies, written_at)| (epoch, replies, written_at)))
     }
 
     /// The general form of [`exchange`](Self::exchange): `build` sees which server process
     /// the connection reaches before anything is sent, and returns the batch to send, or
-    /// `None` to send nothing.
+    /// `None` to send nothing. With the replies comes when the server's part began (see
+    /// [`exchange_timed`](Self::exchange_timed)).
     async fn exchange_with<'b>(
         &self,
         server: &Server,
         build: impl FnOnce(Epoch) -> Option<&'b Batch>,
-    ) -> Result<(Epoch, Option<Vec<Reply>>)> {
+    ) -> Result<(Epoch, Option<(Vec<Reply>, Instant)>)> {
         let limit = self.inner.config.operation_timeout();
         let work = async {
             let mut checkout = server.checkout().await?;
@@ -454,12 +469,13 @@ impl MemcachedLock {
                 checkout.put_back();
                 return Ok((epoch, None));
             };
+            let written_at = checkout.granted_at();
             let replies = checkout.conn().exchange(batch).await?;
             // A refused command may leave its data block unread: do not reuse that stream.
             if !replies.iter().any(|r| matches!(r.code, Code::Refused(_))) {
                 checkout.put_back();
             }
-            Ok::<_, WireError>((epoch, Some(replies)))
+            Ok::<_, WireError>((epoch, Some((replies, written_at))))
         };
         match tokio::time::timeout(limit, work).await {
             Ok(Ok(outcome)) => Ok(outcome),
@@ -698,15 +714,15 @@ impl MemcachedLock {
     /// lost-renewal-reply case (the pipelined read already shows whether the item is ours),
     /// and 1 more after a slow reply (see [`reaffirm`](Self::reaffirm)).
     async fn extend_once(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
-        let sent_at = Instant::now();
         match self.rewrite_lock_item(lease, ttl).await? {
-            Some(renewed) if stopped_server::was_slow(sent_at) => self.reaffirm(renewed).await,
-            outcome => Ok(outcome),
+            Some((renewed, true)) => self.reaffirm(renewed).await,
+            outcome => Ok(outcome.map(|(renewed, _)| renewed)),
         }
     }
 
-    /// The renewal of [`extend_once`](Self::extend_once), without the follow-up of a slow one.
-    async fn rewrite_lock_item(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
+    /// The renewal of [`extend_once`](Self::extend_once), without the follow-up of a slow one:
+    /// the renewed lease, and whether the reply to the write that renewed it was slow.
+    async fn rewrite_lock_item(&self, lease: &Lease, ttl: Duration) -> Result<Option<(Lease, bool)>> {
         let mut handle = Handle::of(lease)?;
         let (lease_ttl, expiry) = ttl_on_server(ttl)?;
         let at = self.locate(lease.name());
@@ -716,14 +732,18 @@ impl MemcachedLock {
             batch.replace_if_cas(&at.lock_key, value.as_bytes(), expiry, handle.cas);
             batch.get(&at.lock_key, "c v");
             let sent_at = Instant::now();
-            let Some((_, replies)) = self.exchange(at.server, &batch, Some(handle.epoch)).await? else {
+            let Some((_, replies, written_at)) =
+                self.exchange_timed(at.server, &batch, Some(handle.epoch)).await?
+            else {
                 return Ok(None);
             };
             let [stored, item] = replies.as_slice() else {
                 return Err(unexpected(at.server, "two replies", &replies));
             };
             match renewal_outcome(at.server, lease, handle, lease_ttl, sent_at, stored, item)? {
-                Renewal::Done(outcome) => return Ok(outcome),
+                Renewal::Done(outcome) => {
+                    return Ok(outcome.map(|renewed| (renewed, stopped_server::was_slow(written_at))))
+                }
                 Renewal::RetryWith(cas) if attempt == 0 => handle.cas = cas,
                 Renewal::RetryWith(_) => return Ok(None),
             }
@@ -740,7 +760,7 @@ impl MemcachedLock {
     async fn reaffirm(&self, renewed: Lease) -> Result<Option<Lease>> {
         tokio::time::sleep(stopped_server::CLOCK_CATCH_UP).await;
         let again = self.rewrite_lock_item(&renewed, renewed.ttl()).await?;
-        Ok(again.map(|again| match again.handle() {
+        Ok(again.map(|(again, _)| match again.handle() {
             Some(handle) => renewed.clone().with_handle(handle),
             None => renewed,
         }))
@@ -821,8 +841,9 @@ impl MemcachedLock {
                 (!sent.is_empty()).then_some(&batch)
             })
             .await;
-        let mut replies = match exchanged {
-            Ok((_, replies)) => replies.unwrap_or_default().into_iter(),
+        let (mut replies, written_at) = match exchanged {
+            Ok((_, Some((replies, written_at)))) => (replies.into_iter(), Some(written_at)),
+            Ok((_, None)) => (Vec::new().into_iter(), None),
             Err(e) => {
                 return prepared
                     .into_iter()
@@ -848,7 +869,7 @@ impl MemcachedLock {
                 outcomes[pos] = renewal_outcome(server, lease, *handle, *lease_ttl, sent_at, &stored, &item);
             }
         }
-        if !stopped_server::was_slow(sent_at) {
+        if !written_at.is_some_and(stopped_server::was_slow) {
             return outcomes;
         }
         join_all(outcomes.into_iter().map(|outcome| async move {

@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 use crate::wire::{Conn, Epoch, WireError};
 
@@ -46,6 +47,9 @@ pub(crate) struct Checkout<'a> {
     server: &'a Server,
     conn: Conn,
     _slot: OwnedSemaphorePermit,
+    /// When the wait for a free slot ended: what follows (opening or checking a connection,
+    /// the exchange) is the server's part of a round trip.
+    granted_at: Instant,
 }
 
 impl Server {
@@ -76,6 +80,7 @@ impl Server {
             .acquire_owned()
             .await
             .map_err(|_| WireError::Protocol("the connection pool is closed".to_owned()))?;
+        let granted_at = Instant::now();
         loop {
             if let Some(why) = self.split.get() {
                 return Err(WireError::Unusable(why.clone()));
@@ -93,6 +98,7 @@ impl Server {
                 server: self,
                 conn,
                 _slot: slot,
+                granted_at,
             });
         }
     }
@@ -180,6 +186,12 @@ async fn still_holds(conn: &mut Conn, identity: Epoch) -> bool {
 impl Checkout<'_> {
     pub(crate) fn conn(&mut self) -> &mut Conn {
         &mut self.conn
+    }
+
+    /// When this checkout stopped waiting for a free slot (before any connection was opened
+    /// or checked for it).
+    pub(crate) fn granted_at(&self) -> Instant {
+        self.granted_at
     }
 
     /// Returns the connection to the pool (only after a complete, clean exchange).

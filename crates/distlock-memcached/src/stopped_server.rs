@@ -48,8 +48,10 @@ pub(crate) const PROMPT_REPLY: Duration = Duration::from_millis(100);
 /// machine).
 pub(crate) const CLOCK_CATCH_UP: Duration = Duration::from_millis(20);
 
-/// True if the reply to a request sent at `sent_at` (and just read) came too late to trust the
-/// server's clock when it was processed.
-pub(crate) fn was_slow(sent_at: Instant) -> bool {
-    sent_at.elapsed() > PROMPT_REPLY
+/// True if replies just read came too late to trust the server's clock when it processed
+/// the batch: `written_at` is when the server's part of the round trip began (after any wait
+/// for a free connection slot, which no stop of the server explains, but before opening or
+/// checking the connection, whose requests a stopped server holds up too).
+pub(crate) fn was_slow(written_at: Instant) -> bool {
+    written_at.elapsed() > PROMPT_REPLY
 }
