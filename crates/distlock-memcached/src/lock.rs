@@ -91,7 +91,8 @@ pub const MAX_TTL: Duration = Duration::from_secs(SERVER_MAX_RELATIVE_SECS - EXP
 /// new CAS and retries once, still CAS-guarded, and release falls back to the owner-checked
 /// one, as it does when the connection reaches the server under another identity. A renewal
 /// (mutex) or a read (semaphore, read-write lock) whose reply took longer than 100 ms costs
-/// one more round trip, after a 20 ms pause: see "A stopped server" below.
+/// one more round trip, after a 50 ms pause (a winning acquisition whose `add` was slow waits
+/// 50 ms before its second round trip): see "A stopped server" below.
 ///
 /// The item-creating writes are the classic `add` and `cas` commands, not meta `ms`: when
 /// memcached 1.6 cannot allocate the new item (a full server started with `-M`), `ms`
@@ -151,15 +152,18 @@ pub const MAX_TTL: Duration = Duration::from_secs(SERVER_MAX_RELATIVE_SECS - EXP
 ///   its workers answer the requests that queued up during the stop before that timer has
 ///   refreshed the clock, so those requests see the clock of before the stop and an expiry
 ///   they set ends early, by up to the stop's length. A request that waited out a stop is
-///   answered late, so a mutex renewal whose reply took longer than 100 ms is repeated after
-///   20 ms, when the clock has caught up (the lease keeps the first renewal's deadline; a
-///   repeat that finds the item gone, because the refreshed clock ended it, reports the lock
-///   lost), and a semaphore's or read-write lock's read of its item is made again in the
-///   same case. A winning acquisition's second round trip rewrites its item once the `add`
-///   has been answered, which covers the acquisition. **Not covered:** a request sent less
-///   than 100 ms before the server resumes is answered promptly and can still meet the old
-///   clock, so, rarely, that lock can end early, by up to the stop's length, while its holder
-///   believes it holds it. Tested in `tests/paused_server.rs`.
+///   answered late (the time spent waiting for a free pooled connection does not count), so a
+///   mutex renewal whose reply took longer than 100 ms is repeated after 50 ms, when the
+///   clock has caught up (the lease keeps the first renewal's deadline; a repeat that finds
+///   the item gone, because the refreshed clock ended it, reports the lock lost), and a
+///   semaphore's or read-write lock's read of its item is made again in the same case. A
+///   winning acquisition's second round trip rewrites its item after the `add` was answered
+///   (50 ms after, if that answer was slow), which covers the acquisition. **Not covered:**
+///   a request sent less than 100 ms before the server resumes is answered promptly and can
+///   still meet the old clock, and so can a repeat if the server's main thread is starved of
+///   CPU for longer than the pause; then, rarely, that lock can end early, by up to the
+///   stop's length, while its holder believes it holds it. Tested in
+///   `tests/paused_server.rs`.
 /// - **Several servers**: each name lives on exactly one server (rendezvous hashing); there
 ///   is no replication, so losing a server loses (frees) the locks on it. There is no
 ///   failover either: while a server is down, its names fail with [`Error::Unavailable`],
@@ -521,7 +525,9 @@ impl MemcachedLock {
         batch.get(&at.lock_key, "c t v");
         batch.incr_or_seed(&at.fence_key, fence_seed(), COUNTER_TTL_SECS);
         let sent_at = Instant::now();
-        let (epoch, replies) = self.exchange_any(at.server, &batch).await?;
+        let Some((epoch, replies, written_at)) = self.exchange_timed(at.server, &batch, None).await? else {
+            return Err(Error::backend(BACKEND, "an unbound exchange was refused"));
+        };
         let [added, item, fenced] = replies.as_slice() else {
             return Err(unexpected(at.server, "three replies", &replies));
         };
@@ -560,6 +566,11 @@ impl MemcachedLock {
         let lease = Lease::new(name.clone(), owner, lease_ttl, sent_at)
             .with_fencing(FencingToken::new(token))
             .with_handle(handle.encode());
+        // The second round trip sets the expiry again: after a slow add, once the server's
+        // clock has caught up with a stop the add may have waited out.
+        if stopped_server::was_slow(written_at) {
+            tokio::time::sleep(stopped_server::CLOCK_CATCH_UP).await;
+        }
         self.record_token(&at, lease, handle, expiry).await
     }
 
