@@ -1,4 +1,4 @@
-//! Checks the guide (`docs/src`, an mdBook) and the README as text: every relative link and
+//! Checks the guide (`docs/src`, an mdBook), the README and the crates' READMEs as text: every relative link and
 //! `#anchor` resolves, every page is in `SUMMARY.md`, and every code block is checked by
 //! something.
 //!
@@ -48,10 +48,17 @@ fn guide_pages() -> Vec<PathBuf> {
     pages
 }
 
-/// Every page checked: the guide's and the README.
+/// Every page checked: the guide's, the README and the crates' READMEs.
 fn all_pages() -> Vec<PathBuf> {
     let mut pages = guide_pages();
     pages.push(root().join("README.md"));
+    let mut crates: Vec<PathBuf> = std::fs::read_dir(root().join("crates"))
+        .expect("the crates directory")
+        .map(|e| e.expect("a directory entry").path().join("README.md"))
+        .filter(|p| p.is_file())
+        .collect();
+    crates.sort();
+    pages.extend(crates);
     pages
 }
 
