@@ -11,7 +11,9 @@
 //!   compares with what `distlock schema` prints;
 //! - `sh`: only in the README, only the two commands (`.ci/run` runs `scripts/test-all`, and
 //!   `tests/examples.rs` runs the quickstart);
-//! - `text`: samples, not run (commands against hosts of the reader's, output, DDL grants).
+//! - `text`: samples, not run (commands against hosts of the reader's, output, DDL grants);
+//!   the `distlock` command lines among them are parsed by the command itself
+//!   (`crates/distlock-cli/tests/guide_commands.rs`).
 
 use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};
