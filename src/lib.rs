@@ -15,7 +15,7 @@
 //! | `zookeeper` | ZooKeeper 3.5+: FIFO waiters, session-bound locks | [`zookeeper::ZooKeeperLock`] |
 //!
 //! The `metrics` feature records lock metrics through the `metrics` facade (`metrics` module,
-//! listed there and in the README); the `blocking` feature adds a blocking client for
+//! listed there and in the guide); the `blocking` feature adds a blocking client for
 //! synchronous programs (`blocking` module).
 //!
 //! ```
@@ -73,3 +73,9 @@ pub use distlock_zookeeper as zookeeper;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The guide's Rust examples (`docs/src`, an mdBook), compiled and run as doctests; each page
+/// with a Rust block is listed here (`tests/guide.rs` checks that none is missing).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/src/choosing.md")]
+struct GuideChoosingDoctests;

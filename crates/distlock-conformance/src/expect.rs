@@ -5,7 +5,8 @@
 //! an [`Expectations`]. A case that skips while unlisted (or for another reason), or runs in
 //! full while listed, fails its test. Every skip is written to stderr past the test harness's
 //! capture, and the binary's `conformance_expected_skips` test prints the backend's one-line
-//! summary and checks the backend's row of the README's table of expected skips.
+//! summary and checks the backend's row of the guide's table of expected skips
+//! (`docs/src/conformance.md`).
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -15,7 +16,7 @@ use std::path::{Path, PathBuf};
 use crate::{short_name, Outcome, CASES};
 
 /// Why a case skips, all of it or a part: what the backend's capabilities exclude, or a
-/// fault hook its fixture lacks. The README's table names each by its variant.
+/// fault hook its fixture lacks. The guide's table names each by its variant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Reason {
     /// `Capabilities::fencing` is `None`: no fencing tokens.
@@ -137,14 +138,14 @@ impl fmt::Display for Expected {
 /// A backend's expected skips, as its test file lists them.
 #[derive(Debug, Clone, Copy)]
 pub struct Expectations {
-    /// The backend's name in the README's table.
+    /// The backend's name in the guide's table.
     pub backend: &'static str,
     /// The cases it skips, in full or in part.
     pub skips: &'static [Expected],
 }
 
-/// The heading of the README's table of expected skips.
-const README_HEADER: &str = "| backend | expected skips |";
+/// The heading of the guide's table of expected skips.
+const TABLE_HEADER: &str = "| backend | expected skips |";
 
 impl Expectations {
     fn listed(&self, name: &str) -> Option<&Expected> {
@@ -194,9 +195,9 @@ impl Expectations {
         }
     }
 
-    /// Checks the list itself (known cases, each once) and the README's row for the backend,
+    /// Checks the list itself (known cases, each once) and the guide's row for the backend,
     /// and prints the backend's one-line summary on stderr. `manifest_dir` is the calling
-    /// crate's, from which the workspace's README is found.
+    /// crate's, from which the workspace's guide is found.
     pub fn check(&self, manifest_dir: &str) {
         let mut seen = BTreeSet::new();
         for entry in self.skips {
@@ -223,32 +224,32 @@ impl Expectations {
             CASES.len() - self.skips.len(),
             self.row()
         );
-        let readme = readme(Path::new(manifest_dir));
+        let page = skips_page(Path::new(manifest_dir));
         let text =
-            std::fs::read_to_string(&readme).unwrap_or_else(|e| panic!("reading {}: {e}", readme.display()));
+            std::fs::read_to_string(&page).unwrap_or_else(|e| panic!("reading {}: {e}", page.display()));
         let expected = self.row();
-        match readme_row(&text, self.backend) {
+        match table_row(&text, self.backend) {
             Some(Ok(row)) => {
                 let mut listed: Vec<Expected> = self.skips.to_vec();
                 listed.sort();
                 assert_eq!(
                     row,
                     listed,
-                    "the README's row for {} disagrees with its test file's list; the row should read:\n\
+                    "the guide's row for {} (docs/src/conformance.md) disagrees with its test file's list; the row should read:\n\
                      | {} | {expected} |",
                     self.backend,
                     self.backend
                 );
             }
-            Some(Err(e)) => panic!("the README's row for {}: {e}", self.backend),
+            Some(Err(e)) => panic!("the guide's row for {} (docs/src/conformance.md): {e}", self.backend),
             None => panic!(
-                "the README's table of expected skips ({README_HEADER}) has no row for {}; add:\n| {} | {expected} |",
+                "the guide's table of expected skips ({TABLE_HEADER}, docs/src/conformance.md) has no row for {}; add:\n| {} | {expected} |",
                 self.backend, self.backend
             ),
         }
     }
 
-    /// The list as the README's row shows it: sorted, comma-separated, `none` when empty.
+    /// The list as the guide's row shows it: sorted, comma-separated, `none` when empty.
     pub fn row(&self) -> String {
         let mut skips: Vec<Expected> = self.skips.to_vec();
         skips.sort();
@@ -263,17 +264,20 @@ impl Expectations {
     }
 }
 
-/// The workspace's README.md: in the nearest ancestor of `dir` that holds `Cargo.lock`.
-fn readme(dir: &Path) -> PathBuf {
+/// The guide's page with the table, `docs/src/conformance.md` of the workspace: the nearest
+/// ancestor of `dir` that holds `Cargo.lock`.
+fn skips_page(dir: &Path) -> PathBuf {
     dir.ancestors()
         .find(|d| d.join("Cargo.lock").is_file())
         .unwrap_or(dir)
-        .join("README.md")
+        .join("docs")
+        .join("src")
+        .join("conformance.md")
 }
 
-/// The expected skips in the README's row for `backend`, sorted; `None` if it has none.
-fn readme_row(text: &str, backend: &str) -> Option<Result<Vec<Expected>, String>> {
-    let table = text.split(README_HEADER).nth(1)?;
+/// The expected skips in the table's row for `backend`, sorted; `None` if it has none.
+fn table_row(text: &str, backend: &str) -> Option<Result<Vec<Expected>, String>> {
+    let table = text.split(TABLE_HEADER).nth(1)?;
     let row = table
         .lines()
         .skip(2)
@@ -365,17 +369,17 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_row_is_parsed_and_compared() {
+    fn the_table_row_is_parsed_and_compared() {
         let text = format!(
-            "{README_HEADER}\n|---|---|\n| other | none |\n| test | c29 HandOver, c16 Steal (part) |\n\nmore"
+            "{TABLE_HEADER}\n|---|---|\n| other | none |\n| test | c29 HandOver, c16 Steal (part) |\n\nmore"
         );
         let mut listed = LIST.skips.to_vec();
         listed.sort();
-        assert_eq!(readme_row(&text, "test"), Some(Ok(listed)));
-        assert_eq!(readme_row(&text, "other"), Some(Ok(Vec::new())));
-        assert_eq!(readme_row(&text, "absent"), None);
+        assert_eq!(table_row(&text, "test"), Some(Ok(listed)));
+        assert_eq!(table_row(&text, "other"), Some(Ok(Vec::new())));
+        assert_eq!(table_row(&text, "absent"), None);
         assert_eq!(LIST.row(), "c16 Steal (part), c29 HandOver");
-        let bad = format!("{README_HEADER}\n|---|---|\n| test | c29 Handover |\n");
-        assert!(matches!(readme_row(&bad, "test"), Some(Err(_))));
+        let bad = format!("{TABLE_HEADER}\n|---|---|\n| test | c29 Handover |\n");
+        assert!(matches!(table_row(&bad, "test"), Some(Err(_))));
     }
 }

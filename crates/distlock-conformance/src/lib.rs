@@ -344,9 +344,10 @@ pub(crate) fn short_name(name: &str) -> &str {
 /// Expands to one `#[tokio::test]` per conformance case for the fixture made by `$factory`
 /// (a path to an `async fn(Needs) -> Arc<dyn Fixture>`, called with what the case declares it
 /// needs), a test `conformance_expected_skips` that prints the backend's one-line summary and
-/// checks the README's row for it, and the child entry point of the cross-process cases.
+/// checks the guide's row for it (`docs/src/conformance.md`), and the child entry point of
+/// the cross-process cases.
 ///
-/// `backend` names the backend's row of the README's table of expected skips; `skips` lists
+/// `backend` names the backend's row of the guide's table of expected skips; `skips` lists
 /// the cases expected to skip in full, `partial` those expected to run only a part, each with
 /// its [`Reason`]. A case that skips (in full or in part) while unlisted, or for another
 /// reason, or runs in full while listed, fails. The calling crate needs `tokio` with the

@@ -34,10 +34,12 @@ use distlock_core::{
 };
 use futures::future::join_all;
 
+use crate::expiry::{ttl_on_server, EXPIRY_SLACK_SECS};
 use crate::holders_item::{self, Admission, Item, Refusal, Side, MAX_HOLDERS};
 use crate::item_rewrite::{Decision, Read, ITEM_LIFETIME_SECS};
-use crate::lock::{ttl_on_server, MemcachedLock, BACKEND, EXPIRY_SLACK_SECS, EXTEND_BATCH};
+use crate::lock::{MemcachedLock, BACKEND};
 use crate::pool::Server;
+use crate::renewal::EXTEND_BATCH;
 
 /// The error past [`MAX_HOLDERS`].
 const TOO_MANY_HOLDERS: &str =

@@ -18,8 +18,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use distlock_core::{Error, Result};
 use tokio::time::Instant;
 
+use crate::exchange::{refused, unexpected};
+use crate::expiry::{fence_seed, SERVER_MAX_RELATIVE_SECS};
 use crate::holders_item::{Item, MAX_VALUE_LEN};
-use crate::lock::{fence_seed, refused, unexpected, MemcachedLock, BACKEND, SERVER_MAX_RELATIVE_SECS};
+use crate::lock::{MemcachedLock, BACKEND};
 use crate::pool::Server;
 use crate::stopped_server;
 use crate::wire::{Batch, Code, Reply};

@@ -54,12 +54,16 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod config;
+mod exchange;
+mod expiry;
 mod holders;
 mod holders_item;
 mod item_rewrite;
 mod keys;
 mod lock;
+mod mutex;
 mod pool;
+mod renewal;
 mod server_version;
 mod stopped_server;
 mod wire;
@@ -68,4 +72,5 @@ pub use config::{
     MemcachedConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_NAMESPACE,
     DEFAULT_OPERATION_TIMEOUT, DEFAULT_PORT, URL_ENV,
 };
-pub use lock::{MemcachedLock, MAX_TTL, MIN_TTL};
+pub use expiry::{MAX_TTL, MIN_TTL};
+pub use lock::MemcachedLock;

@@ -2,7 +2,7 @@
 //!
 //! This module owns framing only: encoding `add` / `cas` / `md` / `mg` / `ma` / `mn` requests, reading
 //! their replies, and learning which server *process* a connection talks to (its
-//! [`Epoch`]). It may not decide ownership; `lock.rs` does.
+//! [`Epoch`]). It may not decide ownership; `mutex.rs`, `renewal.rs` and `holders.rs` do.
 //!
 //! Why our own few hundred lines instead of the `memcache` crate's async meta client: a CAS
 //! value only identifies an item within one server process. memcached restarts its CAS

@@ -10,7 +10,7 @@
 //! ```
 //!
 //! Without `--url`, the binary starts a `redis-server` of its own on a free loopback port. It
-//! prints the table as Markdown, ready for the README.
+//! prints the table as Markdown, ready for the guide (docs/src/benchmarks.md).
 //!
 //! This crate is a workspace of its own, with its own lock file: rslock 0.10 needs redis 1.8,
 //! and in the main workspace that would raise the redis version locked for distlock-redis too.

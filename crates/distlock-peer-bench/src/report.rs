@@ -1,4 +1,4 @@
-//! The table of a run, as Markdown (ready for the README), with the ratios to the floors.
+//! The table of a run, as Markdown (ready for the guide), with the ratios to the floors.
 
 use std::fmt::Write as _;
 use std::time::Duration;

@@ -31,9 +31,8 @@ use futures::future::join_all;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use super::entry::QueueEntry;
 use super::layout::{object_path, protected_prefix, READ_NODE, WRITE_NODE};
-use super::queue::{is_write, queue, Line};
+use super::queue::{is_write, queue, Line, QueueEntry};
 use super::{map_err, Inner};
 
 impl Inner {

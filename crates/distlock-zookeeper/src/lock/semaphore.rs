@@ -40,12 +40,10 @@ use futures::future::join_all;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use super::entry::QueueEntry;
 use super::layout::{
     object_path, owner_in, protected_prefix, semaphore_leases, semaphore_locks, LEASE_NODE, LOCK_NODE,
 };
-use super::queue::{queue, sequence_of, Line};
-use super::waiting::vanished;
+use super::queue::{queue, sequence_of, vanished, Line, QueueEntry};
 use super::{map_err, Conn, Inner};
 
 /// What a lease node's data starts with; the permit count follows.

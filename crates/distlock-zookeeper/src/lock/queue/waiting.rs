@@ -9,11 +9,11 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use super::entry::{Node, QueueEntry};
-use super::queue::{queue, Line, Verdict};
-use super::{map_err, Conn, Inner, BACKEND};
+use super::order::{queue, Line, Verdict};
+use crate::lock::{map_err, Conn, Inner, BACKEND};
 
 /// The error for our node missing from its queue's listing.
-pub(super) fn vanished() -> Error {
+pub(in crate::lock) fn vanished() -> Error {
     Error::backend(
         BACKEND,
         "our queue node vanished (deleted behind our back, or the session ended)",
@@ -32,7 +32,7 @@ impl Inner {
     /// a newcomer would not hold (0 with `listed`): no node is created, no sequence number
     /// burned; 3 when it would (`getChildren`, `create2`, `getChildren`), +1 `delete` if
     /// another contender got in first.
-    pub(super) async fn take_once(
+    pub(in crate::lock) async fn take_once(
         &self,
         conn: &Conn,
         entry: &mut QueueEntry,
@@ -94,7 +94,7 @@ impl Inner {
     /// # Cancel safety
     /// Cancel safe: `entry` stays armed until the caller disarms it, so a drop at any await
     /// deletes our node in the background.
-    pub(super) async fn wait_in_line(
+    pub(in crate::lock) async fn wait_in_line(
         &self,
         conn: &Conn,
         entry: &mut QueueEntry,
@@ -155,7 +155,7 @@ impl Inner {
     ///
     /// # Errors
     /// [`Error::Unavailable`] if the session ends meanwhile (it no longer keeps `conn`'s epoch).
-    pub(super) async fn await_change(
+    pub(in crate::lock) async fn await_change(
         &self,
         watcher: zk::OneshotWatcher,
         session: &mut tokio::sync::watch::Receiver<distlock_core::Session>,

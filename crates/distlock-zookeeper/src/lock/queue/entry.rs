@@ -1,46 +1,41 @@
 //! [`QueueEntry`]: our node in one queue (a mutex's, a read-write lock's, a semaphore's
-//! `locks` or `leases`) while an acquisition runs, and the background cleanup of a node we no
-//! longer want. Owns creating the node (and its missing parents) and deleting it; knows
-//! nothing about who holds.
+//! `locks` or `leases`) while an acquisition runs. Owns creating the node (and its missing
+//! parents) and deleting it, now or, when dropped armed, through the background cleanup
+//! (`cleanup.rs`); knows nothing about who holds.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use distlock_core::{Error, Result};
+use distlock_core::{Error, LockName, OwnerToken, Result};
 use zookeeper_client as zk;
 
-use super::queue::queue;
-use super::{map_err, timed_out, Conn, Inner, BACKEND};
-
-/// The first pause between a background cleanup's attempts (doubled after each).
-const CLEANUP_RETRY: Duration = Duration::from_millis(200);
-/// The longest pause between a background cleanup's attempts.
-const CLEANUP_MAX_PAUSE: Duration = Duration::from_secs(2);
-/// How many times a background cleanup tries before it gives up (and logs it).
-const CLEANUP_ATTEMPTS: u32 = 10;
+use super::cleanup::{ignore_no_node, spawn_cleanup, Cleanup};
+use super::order::queue;
+use crate::lock::layout::{lock_path, protected_prefix, LOCK_NODE};
+use crate::lock::{map_err, Conn, Inner, BACKEND};
 
 /// A created contender node.
 #[derive(Clone)]
-pub(super) struct Node {
-    pub(super) path: String,
-    pub(super) child: String,
-    pub(super) czxid: i64,
+pub(in crate::lock) struct Node {
+    pub(in crate::lock) path: String,
+    pub(in crate::lock) child: String,
+    pub(in crate::lock) czxid: i64,
 }
 
 /// Our place in a queue while an acquisition runs. Dropped while armed (an error, a timeout,
 /// a cancelled future), it deletes our node in the background, or, if `create` may have been
 /// applied without our learning the name, every child carrying our protected prefix; then the
 /// same for the entry it was [`chain`](Self::chain)ed to, in that order.
-pub(super) struct QueueEntry {
+pub(in crate::lock) struct QueueEntry {
     client: zk::Client,
-    pub(super) parent: String,
-    pub(super) prefix: String,
+    pub(in crate::lock) parent: String,
+    pub(in crate::lock) prefix: String,
     root: String,
     op_timeout: Duration,
     containers: bool,
-    pub(super) created: Option<String>,
-    pub(super) sent: bool,
+    pub(in crate::lock) created: Option<String>,
+    pub(in crate::lock) sent: bool,
     armed: bool,
     /// An entry cleaned up after this one (a semaphore's `locks` node after its lease, so the
     /// next acquirer never counts our lease once it may add its own).
@@ -50,7 +45,7 @@ pub(super) struct QueueEntry {
 
 impl QueueEntry {
     /// An entry for our node named `prefix` + sequence under `parent`.
-    pub(super) fn at(inner: &Arc<Inner>, conn: &Conn, parent: String, prefix: String) -> Self {
+    pub(in crate::lock) fn at(inner: &Arc<Inner>, conn: &Conn, parent: String, prefix: String) -> Self {
         Self {
             client: conn.client.clone(),
             parent,
@@ -66,8 +61,23 @@ impl QueueEntry {
         }
     }
 
+    /// Our place in the mutex `name`'s queue.
+    pub(in crate::lock) fn mutex(
+        inner: &Arc<Inner>,
+        conn: &Conn,
+        name: &LockName,
+        owner: OwnerToken,
+    ) -> Self {
+        Self::at(
+            inner,
+            conn,
+            lock_path(inner.config.root(), name),
+            protected_prefix(owner, LOCK_NODE),
+        )
+    }
+
     /// This entry, with `next` cleaned up after it if it is dropped armed.
-    pub(super) fn chain(mut self, next: QueueEntry) -> Self {
+    pub(in crate::lock) fn chain(mut self, next: QueueEntry) -> Self {
         self.then = Some(Box::new(next));
         self
     }
@@ -76,7 +86,7 @@ impl QueueEntry {
     /// parent (and any missing level up to the root) when missing; after a connection loss,
     /// finds our node by its protected prefix instead of creating a second one (Curator's
     /// protection mode).
-    pub(super) async fn create(&mut self, data: &[u8]) -> Result<Node> {
+    pub(in crate::lock) async fn create(&mut self, data: &[u8]) -> Result<Node> {
         let prefix_path = format!("{}/{}", self.parent, self.prefix);
         let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
         let mut attempts = 0;
@@ -179,7 +189,7 @@ impl QueueEntry {
     }
 
     /// Deletes our node now (1 round trip) and disarms.
-    pub(super) async fn leave(&mut self) -> Result<()> {
+    pub(in crate::lock) async fn leave(&mut self) -> Result<()> {
         if let Some(path) = &self.created {
             self.client.delete(path, None).await.or_else(ignore_no_node)?;
         }
@@ -189,7 +199,7 @@ impl QueueEntry {
 
     /// Deletes our node, then the chained entry's, in one round trip (both requests sent at
     /// once, applied in order), and disarms both.
-    pub(super) async fn leave_all(&mut self) -> Result<()> {
+    pub(in crate::lock) async fn leave_all(&mut self) -> Result<()> {
         let ours = self.created.as_deref().map(|path| self.client.delete(path, None));
         let next = self
             .then
@@ -211,7 +221,7 @@ impl QueueEntry {
 
     /// Leaves the chained entry (its node deleted now, 1 round trip; if that fails or is cut
     /// short, in the background); this entry stays as it is.
-    pub(super) async fn leave_chained(&mut self) {
+    pub(in crate::lock) async fn leave_chained(&mut self) {
         if let Some(mut next) = self.then.take() {
             if let Err(error) = next.leave().await {
                 tracing::debug!(%error, "distlock: deleting a ZooKeeper queue node failed; retrying in the background");
@@ -219,7 +229,7 @@ impl QueueEntry {
         }
     }
 
-    pub(super) fn disarm(&mut self) {
+    pub(in crate::lock) fn disarm(&mut self) {
         self.armed = false;
     }
 
@@ -249,92 +259,4 @@ impl Drop for QueueEntry {
             spawn_cleanup(self.client.clone(), cleanups, self.op_timeout);
         }
     }
-}
-
-pub(super) fn ignore_no_node(error: zk::Error) -> Result<()> {
-    match error {
-        zk::Error::NoNode => Ok(()),
-        other => Err(map_err(other)),
-    }
-}
-
-/// A node (or the nodes of a protected prefix) to delete in the background.
-pub(super) enum Cleanup {
-    Path(String),
-    Prefix { parent: String, prefix: String },
-}
-
-/// Deletes nodes we no longer want in the background, one after the other in the given order
-/// (a node known only by its owner's prefix: `sync`, `getChildren`, a `delete` per node),
-/// retrying transient failures with backoff (200 ms doubling to 2 s) for at most
-/// [`CLEANUP_ATTEMPTS`] attempts each, and giving up on a node at once on a permanent error
-/// such as `NoAuth`. A node given up on does not stop the ones after it (a semaphore's
-/// `locks` node left behind would keep every later acquirer waiting); only the session's end
-/// does (the server then deletes the nodes anyway). Every failure is logged. Does nothing
-/// outside a tokio runtime.
-pub(super) fn spawn_cleanup(client: zk::Client, cleanups: Vec<Cleanup>, op_timeout: Duration) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    runtime.spawn(async move {
-        for cleanup in cleanups {
-            if !clean_up(&client, cleanup, op_timeout).await {
-                return;
-            }
-        }
-    });
-}
-
-/// One cleanup, retried; `false` if the ones after it need not be tried (the session ended).
-async fn clean_up(client: &zk::Client, cleanup: Cleanup, op_timeout: Duration) -> bool {
-    let what = match &cleanup {
-        Cleanup::Path(path) => path.clone(),
-        Cleanup::Prefix { parent, prefix } => format!("{parent}/{prefix}*"),
-    };
-    let mut pause = CLEANUP_RETRY;
-    for attempt in 1..=CLEANUP_ATTEMPTS {
-        let attempt_result = async {
-            match &cleanup {
-                Cleanup::Path(path) => client.delete(path, None).await,
-                Cleanup::Prefix { parent, prefix } => {
-                    // The `create` may have been applied without our learning it, and the
-                    // session may since have moved to a member that has not applied it yet:
-                    // `sync` first, so the listing sees every write the leader committed.
-                    match client.sync(parent).await {
-                        Err(zk::Error::NoNode) => return Ok(()),
-                        other => other?,
-                    }
-                    let children = match client.list_children(parent).await {
-                        Err(zk::Error::NoNode) => return Ok(()),
-                        other => other?,
-                    };
-                    for child in children.iter().filter(|c| c.starts_with(prefix.as_str())) {
-                        match client.delete(&format!("{parent}/{child}"), None).await {
-                            Ok(()) | Err(zk::Error::NoNode) => {}
-                            Err(e) => return Err(e),
-                        }
-                    }
-                    Ok(())
-                }
-            }
-        };
-        let error = match tokio::time::timeout(op_timeout, attempt_result).await {
-            Ok(Ok(()) | Err(zk::Error::NoNode)) => return true,
-            Ok(Err(error)) => map_err(error),
-            Err(_) => timed_out("ZooKeeper cleanup", op_timeout),
-        };
-        if client.state().is_terminated() {
-            tracing::debug!(node = %what, "distlock: ZooKeeper session ended; the server deletes the node");
-            return false;
-        }
-        if !error.is_transient() {
-            tracing::warn!(node = %what, %error, "distlock: cannot delete an unwanted ZooKeeper lock node; it stays until the session ends");
-            return true;
-        }
-        tracing::info!(node = %what, attempt, %error, "distlock: ZooKeeper cleanup failed; retrying");
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(CLEANUP_MAX_PAUSE);
-    }
-    tracing::warn!(node = %what, attempts = CLEANUP_ATTEMPTS, "distlock: gave up deleting an unwanted ZooKeeper lock node; it stays until the session ends");
-    !client.state().is_terminated()
 }

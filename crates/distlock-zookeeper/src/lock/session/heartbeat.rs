@@ -17,7 +17,8 @@ use distlock_core::SessionState;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use super::{session_deadline, Inner};
+use super::session_deadline;
+use crate::lock::Inner;
 
 /// Beats for session `epoch`, whose negotiated timeout is `timeout`, every twelfth of it
 /// (a third of the suspension delay below; this replaces the driver's idle pings, which it sends only

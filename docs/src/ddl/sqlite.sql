@@ -1,0 +1,26 @@
+CREATE TABLE IF NOT EXISTS "distlock_locks" (
+  lock_key   TEXT NOT NULL PRIMARY KEY,
+  lock_name  TEXT NOT NULL,
+  owner      TEXT,
+  version    INTEGER NOT NULL,
+  expires_at INTEGER
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS "distlock_locks_holds" (
+  primitive  TEXT NOT NULL,
+  lock_key   TEXT NOT NULL,
+  holder     TEXT NOT NULL,
+  lock_name  TEXT NOT NULL,
+  kind       TEXT NOT NULL,
+  permits    INTEGER,
+  version    INTEGER NOT NULL,
+  expires_at INTEGER,
+  PRIMARY KEY (primitive, lock_key, holder)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS "distlock_locks_schema" (
+  id      INTEGER NOT NULL PRIMARY KEY CHECK (id = 1),
+  version INTEGER NOT NULL
+);
+
+INSERT INTO "distlock_locks_schema" (id, version) VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET version = MAX(version, excluded.version);
