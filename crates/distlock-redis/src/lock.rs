@@ -12,14 +12,16 @@ use distlock_core::{
 use redis::Value;
 use tokio::time::Instant;
 
+use crate::acquire::{self, no_fencing_token, AcquireCall, AcquireReply};
 use crate::config::{RedisConfig, Target};
 use crate::holds::{self, HoldReply};
 use crate::keys;
-use crate::keys::{release_marker, KeySpace, LockKeys};
+use crate::keys::{KeySpace, LockKeys};
+// The scripts, under the name the trait's implementation below reads them by.
+use crate::lua::{self as scripts, LuaScript};
 use crate::node::{self, Node, Nonce, BACKEND};
-use crate::released::{self, Released};
+use crate::release::release_waking_on;
 use crate::replica_ack::{ReplicaAcks, ScriptCall};
-use crate::scripts::{self, LuaScript};
 use crate::slots::{Master, SlotMap};
 use crate::subscriber::Subscriber;
 use crate::waiters::{Waiters, Waiting};
@@ -446,187 +448,6 @@ pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64> {
     }
     let ms = u64::try_from(ttl.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
     Ok(ms.max(1))
-}
-
-/// What one node said to the acquire script.
-pub(crate) enum Acquired {
-    Yes(u64),
-    /// Held by someone else (this value), for this long if the holder set a TTL.
-    No {
-        remaining: Option<Duration>,
-        holder: Option<Vec<u8>>,
-    },
-}
-
-/// An acquire script with its keys and arguments: for the mutex [`scripts::ACQUIRE`], or
-/// [`scripts::ACQUIRE_WAITING`] for a waiter; for other holds, see [`holds::acquire_call`].
-pub(crate) struct AcquireCall {
-    script: &'static LuaScript,
-    keys: Vec<Vec<u8>>,
-    args: Vec<Vec<u8>>,
-}
-
-impl AcquireCall {
-    pub(crate) fn new(script: &'static LuaScript, keys: Vec<Vec<u8>>, args: Vec<Vec<u8>>) -> Self {
-        Self { script, keys, args }
-    }
-
-    /// The mutex's acquire call.
-    fn lock(keys: &LockKeys, owner: &str, ttl_ms: u64, waiting: Waiting<'_>) -> Self {
-        let mut args = vec![owner.as_bytes().to_vec(), ttl_ms.to_string().into_bytes()];
-        match waiting {
-            None => Self::new(
-                &scripts::ACQUIRE,
-                vec![keys.lock.clone(), keys.fence.clone()],
-                args,
-            ),
-            Some((waiter, stay_ms)) => {
-                args.push(waiter.as_bytes().to_vec());
-                args.push(stay_ms.to_string().into_bytes());
-                Self::new(
-                    &scripts::ACQUIRE_WAITING,
-                    vec![keys.lock.clone(), keys.fence.clone(), keys.waiters.clone()],
-                    args,
-                )
-            }
-        }
-    }
-
-    fn keys(&self) -> Vec<&[u8]> {
-        self.keys.iter().map(Vec::as_slice).collect()
-    }
-
-    /// The call for an acknowledged pipeline.
-    fn script_call(&self) -> ScriptCall<'_> {
-        ScriptCall {
-            script: self.script,
-            keys: self.keys(),
-            args: self.args(),
-        }
-    }
-
-    fn args(&self) -> Vec<&[u8]> {
-        self.args.iter().map(Vec::as_slice).collect()
-    }
-
-    /// Runs the call on `node`, bounded by `limit`: the script's reply.
-    async fn run(&self, node: &Node, limit: Duration) -> Result<Value> {
-        node.script_within(limit, self.script, &self.keys(), &self.args())
-            .await
-    }
-}
-
-/// The mutex's acquire script ([`AcquireCall::lock`]) without the fencing counter (Redlock): a
-/// granted lock reports token 0.
-/// Also returns the server's run id, which changes with every restart (read once per
-/// connection, see [`Node::script_naming_run`]). A waiter is queued if the lock is held. One
-/// round trip (`CLIENT GETNAME` and the script); two on a connection not named yet.
-pub(crate) async fn acquire_unfenced_on(
-    node: &Node,
-    limit: Duration,
-    keys: &LockKeys,
-    owner: &str,
-    ttl_ms: u64,
-    waiting: Waiting<'_>,
-    queued_until_us: u64,
-) -> Result<(Acquired, Option<String>)> {
-    let ttl_arg = ttl_ms.to_string();
-    let (reply, run_id): (Value, Option<String>) = match waiting {
-        None => {
-            node.script_naming_run(
-                limit,
-                &scripts::ACQUIRE_UNFENCED,
-                &[&keys.lock],
-                &[owner.as_bytes(), ttl_arg.as_bytes()],
-            )
-            .await?
-        }
-        Some((waiter, stay_ms)) => {
-            let stay_arg = stay_ms.to_string();
-            let score_arg = queued_until_us.to_string();
-            node.script_naming_run(
-                limit,
-                &scripts::ACQUIRE_UNFENCED_WAITING,
-                &[&keys.lock, &keys.waiters],
-                &[
-                    owner.as_bytes(),
-                    ttl_arg.as_bytes(),
-                    waiter.as_bytes(),
-                    stay_arg.as_bytes(),
-                    score_arg.as_bytes(),
-                ],
-            )
-            .await?
-        }
-    };
-    Ok((parse_acquire(reply)?, run_id))
-}
-
-/// Runs the non-announcing release script on `node` (bounded by `limit`): whether our key
-/// was deleted.
-pub(crate) async fn release_quietly_on(
-    node: &Node,
-    limit: Duration,
-    keys: &LockKeys,
-    owner: &str,
-) -> Result<bool> {
-    let released: i64 = node
-        .script_within(limit, &scripts::RELEASE_QUIET, &[&keys.lock], &[owner.as_bytes()])
-        .await?;
-    Ok(released == 1)
-}
-
-/// The error for a grant whose reply carries no fencing token: the lock's counter vanished
-/// (a `DEL`, a flush, an eviction) before the attempt was sent again, which can only report
-/// the counter's value; a token drawn anew could be below earlier ones.
-pub(crate) fn no_fencing_token() -> Error {
-    Error::backend(
-        BACKEND,
-        "the lock was granted without a fencing token (its fencing counter is gone); it was given back",
-    )
-}
-
-/// Reads the acquire script's reply. A grant must carry a token (0 for Redlock, whose
-/// masters keep no counter).
-fn parse_acquire(reply: Value) -> Result<Acquired> {
-    let parts: Vec<Value> = redis::from_redis_value(reply).map_err(|e| node::map_error(e.into()))?;
-    let mut parts = parts.into_iter();
-    let won = parts.next().map(|v| node::int_reply(&v)).transpose()?;
-    let n = parts
-        .next()
-        .map(|v| node::int_reply(&v))
-        .transpose()?
-        .unwrap_or(-1);
-    Ok(if won == Some(1) {
-        Acquired::Yes(u64::try_from(n).map_err(|_| no_fencing_token())?)
-    } else {
-        Acquired::No {
-            remaining: u64::try_from(n).ok().map(Duration::from_millis),
-            holder: parts.next().and_then(|v| redis::from_redis_value(v).ok()),
-        }
-    })
-}
-
-/// Runs the release script that wakes one waiter on `node` (bounded by `limit`): whether our
-/// key was deleted (by this run, or on a cluster by an earlier run of the same request, as its
-/// release marker tells), or, for a request this client sent twice, [`Released::Unknown`].
-pub(crate) async fn release_waking_on(
-    node: &Node,
-    limit: Duration,
-    keys: &LockKeys,
-    owner: &str,
-) -> Result<Released> {
-    let marker = release_marker(&keys.lock, owner);
-    let marker_ttl = released::marker_ttl_arg(node, limit);
-    let (released, resent): (i64, bool) = node
-        .script_sent_within(
-            limit,
-            &scripts::RELEASE_WAKING,
-            &[&keys.lock, &keys.waiters, &marker],
-            &[owner.as_bytes(), &keys.channel, marker_ttl.as_bytes()],
-        )
-        .await?;
-    Ok(Released::from_reply(released, resent))
 }
 
 /// Runs the extend script on `node` (bounded by `limit`): whether we still own the key.
@@ -1175,10 +996,14 @@ impl RedisLock {
         let token = owner.to_string();
         let sent_at = Instant::now();
         let (reply, acknowledged) = self
-            .run_acquire(&AcquireCall::lock(&keys, &token, ttl_ms, waiting))
+            .run_acquire(&AcquireCall::mutex(&keys, &token, ttl_ms, true, waiting, None))
             .await?;
-        let outcome = match parse_acquire(reply) {
-            Ok(Acquired::Yes(0)) => Err(no_fencing_token()),
+        let outcome = match acquire::parse(reply) {
+            Ok(AcquireReply::Acquired(0)) => Err(no_fencing_token()),
+            Ok(AcquireReply::PermitsMismatch(_)) => Err(Error::backend(
+                BACKEND,
+                "unexpected acquire reply for a mutex: a permit count",
+            )),
             other => other,
         };
         let outcome = match outcome {
@@ -1191,21 +1016,21 @@ impl RedisLock {
                 return Err(e);
             }
         };
-        if matches!(outcome, Acquired::Yes(_)) && !acknowledged {
+        if matches!(outcome, AcquireReply::Acquired(_)) && !acknowledged {
             // Too few replicas: give the lock back, then report.
             let node = &self.inner.node;
             let _ = release_waking_on(node, node.timeout(), &keys, &token).await;
             return Err(self.too_few_replicas());
         }
         Ok(match outcome {
-            Acquired::Yes(fencing) => TryAcquire::Acquired(
+            AcquireReply::Acquired(fencing) => TryAcquire::Acquired(
                 Lease::new(name.clone(), owner, ttl, sent_at).with_fencing(FencingToken::new(fencing)),
             ),
-            Acquired::No {
+            AcquireReply::Held {
                 remaining: Some(remaining),
                 ..
             } => TryAcquire::Held(Holder::expiring_in(remaining)),
-            Acquired::No { remaining: None, .. } => TryAcquire::Held(Holder::unknown()),
+            _ => TryAcquire::Held(Holder::unknown()),
         })
     }
 

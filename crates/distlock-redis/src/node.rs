@@ -26,7 +26,7 @@ use redis::{ErrorKind, FromRedisValue, RedisError, RedisFuture, ServerErrorKind,
 
 use crate::config::Target;
 use crate::keys::key_slot;
-use crate::scripts::LuaScript;
+use crate::lua::LuaScript;
 use crate::server_run::{fresh_name, parse_run_id, ServerRun};
 use crate::slots::{self, Master};
 
