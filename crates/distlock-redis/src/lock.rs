@@ -1,31 +1,44 @@
-//! [`RedisLock`]: the lock on one Redis server. Its type docs give the key layout, the round
-//! trips of each operation and what its fencing tokens promise.
+//! [`RedisLock`]: the lock on one Redis server or one Redis Cluster: the type, its
+//! constructor and its [`DistributedLock`] implementation. Its type docs give the key layout,
+//! the round trips of each operation and what its fencing tokens promise.
+//!
+//! The operations the implementation calls live in modules of their own: [`operations`] (the
+//! mutex's attempt), [`renew`] (renewals, alone and batched), [`replicas`] (`WAIT` for
+//! replicas), [`admin`] (key counts, the eviction policy check); the scripts' calls in
+//! [`acquire`](crate::acquire), [`release`](crate::release) and [`holds`](crate::holds).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    Capabilities, DistributedLock, Error, Fencing, FencingToken, Holder, Lease, LockKind, LockName,
-    LockState, OwnerToken, Primitive, ReleaseWatch, Result, TryAcquire, WakeUp,
+    Capabilities, DistributedLock, Error, Fencing, FencingToken, Lease, LockKind, LockName, LockState,
+    OwnerToken, Primitive, ReleaseWatch, Result, TryAcquire, WakeUp,
 };
-use redis::Value;
 use tokio::time::Instant;
 
-use crate::acquire::{self, no_fencing_token, AcquireCall, AcquireReply};
 use crate::config::{RedisConfig, Target};
 use crate::holds::{self, HoldReply};
-use crate::keys;
 use crate::keys::{KeySpace, LockKeys};
 // The scripts, under the name the trait's implementation below reads them by.
-use crate::lua::{self as scripts, LuaScript};
-use crate::node::{self, Node, Nonce, BACKEND};
+use crate::lua as scripts;
+use crate::node::{Node, BACKEND};
 use crate::release::release_waking_on;
-use crate::replica_ack::{ReplicaAcks, ScriptCall};
-use crate::slots::{Master, SlotMap};
+use crate::replica_ack::ReplicaAcks;
+use crate::slots::SlotMap;
 use crate::subscriber::Subscriber;
-use crate::waiters::{Waiters, Waiting};
-use futures::future::join_all;
+use crate::waiters::Waiters;
+
+mod admin;
+mod operations;
+mod renew;
+mod replicas;
+
+pub(crate) use admin::{check_eviction_policy, scan_keys};
+use operations::stay_millis;
+pub(crate) use operations::ttl_millis;
+use renew::extend_many_in_cluster;
+pub(crate) use renew::{extend_many_on, extend_on, Renewal};
 
 /// The longest TTL accepted (30 days), as [`Capabilities::new`] declares.
 const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -351,361 +364,12 @@ impl RedisLock {
     pub(crate) fn keys(&self, name: &LockName) -> LockKeys {
         self.inner.keys.keys(name)
     }
-
-    /// How many lock keys whose names start with `name_prefix` exist now (a `SCAN`, for tests
-    /// and status pages; fencing counters are not counted). On a cluster, every master that
-    /// `CLUSTER SLOTS` lists is scanned: a node that has not yet heard which slots a new
-    /// master serves leaves that master out.
-    ///
-    /// # Errors
-    /// Store errors.
-    pub async fn count_held(&self, name_prefix: &str) -> Result<usize> {
-        let pattern = self.inner.keys.scan_pattern(name_prefix);
-        let node = &self.inner.node;
-        let Target::Cluster(seeds) = node.target() else {
-            return scan_count(node, &pattern, None).await;
-        };
-        let masters = self.inner.slots.masters(node, &seeds.first_host()).await?;
-        let mut held = 0;
-        for master in &masters {
-            held += scan_count(node, &pattern, Some(master)).await?;
-        }
-        Ok(held)
-    }
-
     /// The [`Capabilities`] of a single Redis server.
     pub fn single_instance_capabilities() -> Capabilities {
         Capabilities::new(Fencing::BestEffort, WakeUp::Notification)
             .with_ttl_granularity(Duration::from_millis(1))
             .with_ttl_range(Duration::from_millis(1), MAX_TTL)
     }
-}
-
-/// Reads `maxmemory-policy` and warns (or, with `refuse`, fails) unless it is `noeviction`:
-/// an evicted lock key is a freed lock. One round trip; on a cluster, one to each master (and
-/// one for `CLUSTER SLOTS`), since a lock on any master's slots could be evicted there.
-pub(crate) async fn check_eviction_policy(node: &Node, refuse: bool) -> Result<()> {
-    let Target::Cluster(seeds) = node.target() else {
-        return check_policy_at(node, None, refuse).await;
-    };
-    for master in SlotMap::default().masters(node, &seeds.first_host()).await? {
-        check_policy_at(node, Some(&master), refuse).await?;
-    }
-    Ok(())
-}
-
-/// [`check_eviction_policy`] of one server, or on a cluster of the master `at`.
-async fn check_policy_at(node: &Node, at: Option<&Master>, refuse: bool) -> Result<()> {
-    let mut cmd = redis::cmd("CONFIG");
-    cmd.arg("GET").arg("maxmemory-policy");
-    let (reply, server) = match at {
-        Some(master) => (
-            node.query_at::<Vec<String>>(&master.0, master.1, &cmd).await,
-            format!("{} (master {}:{})", node.url(), master.0, master.1),
-        ),
-        None => (node.query::<Vec<String>>(&cmd).await, node.url().to_owned()),
-    };
-    let policy = match reply {
-        Ok(reply) => reply.get(1).cloned(),
-        Err(Error::Unavailable { source, .. }) => return Err(Error::unavailable(BACKEND, source)),
-        Err(e) => {
-            let reason = node::detail(&e);
-            if refuse {
-                return Err(Error::invalid_config(format!(
-                    "{server}: cannot read maxmemory-policy ({reason}); refusing, as configured, since it may evict lock keys"
-                )));
-            }
-            tracing::warn!(
-                url = %server,
-                error = %reason,
-                "distlock-redis: cannot read maxmemory-policy: if it is not noeviction, Redis may evict lock keys and free held locks"
-            );
-            return Ok(());
-        }
-    };
-    match policy.as_deref() {
-        Some("noeviction") => Ok(()),
-        Some(policy) if refuse => Err(Error::invalid_config(format!(
-            "{server}: maxmemory-policy is {policy}: Redis may evict lock keys and free held locks; set it to noeviction"
-        ))),
-        policy => {
-            tracing::warn!(
-                url = %server,
-                policy = policy.unwrap_or("unknown"),
-                "distlock-redis: maxmemory-policy is not noeviction: when memory runs out Redis EVICTS LOCK KEYS, freeing held locks (another client can acquire while the holder still works); set maxmemory-policy noeviction"
-            );
-            Ok(())
-        }
-    }
-}
-
-/// The TTL in whole milliseconds (rounded up), or an error past [`MAX_TTL`].
-pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64> {
-    if ttl > MAX_TTL {
-        return Err(Error::invalid_options(format!(
-            "a TTL of {ttl:?} is longer than the {MAX_TTL:?} Redis locks accept"
-        )));
-    }
-    let ms = u64::try_from(ttl.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
-    Ok(ms.max(1))
-}
-
-/// Runs the extend script on `node` (bounded by `limit`): whether we still own the key.
-pub(crate) async fn extend_on(
-    node: &Node,
-    limit: Duration,
-    keys: &LockKeys,
-    owner: &str,
-    ttl_ms: u64,
-) -> Result<bool> {
-    let ttl_arg = ttl_ms.to_string();
-    let extended: i64 = node
-        .script_within(
-            limit,
-            &scripts::EXTEND,
-            &[&keys.lock],
-            &[owner.as_bytes(), ttl_arg.as_bytes()],
-        )
-        .await?;
-    Ok(extended == 1)
-}
-
-/// One renewal: an extend script (`KEYS[1]` the hold's key; `ARGV[1]` owner token, `ARGV[2]`
-/// TTL in ms, replying 1 if renewed), for [`extend_many_on`]. The mutex's and the writer's is
-/// [`scripts::EXTEND`] (compare-and-`PEXPIRE`); a permit's and a reader's moves its member's
-/// expiry (see [`holds::renewal`]).
-pub(crate) struct Renewal {
-    script: &'static LuaScript,
-    key: Vec<u8>,
-    owner: String,
-    ttl_ms: u64,
-}
-
-impl Renewal {
-    pub(crate) fn new(script: &'static LuaScript, key: Vec<u8>, owner: String, ttl_ms: u64) -> Self {
-        Self {
-            script,
-            key,
-            owner,
-            ttl_ms,
-        }
-    }
-
-    /// The renewal of a mutex.
-    pub(crate) fn lock(keys: &LockKeys, owner: String, ttl_ms: u64) -> Self {
-        Self::new(&scripts::EXTEND, keys.lock.clone(), owner, ttl_ms)
-    }
-
-    /// Runs it alone on `node` (bounded by `limit`): whether the hold is still ours.
-    async fn run(&self, node: &Node, limit: Duration) -> Result<bool> {
-        let ttl_arg = self.ttl_ms.to_string();
-        let extended: i64 = node
-            .script_within(
-                limit,
-                self.script,
-                &[&self.key],
-                &[self.owner.as_bytes(), ttl_arg.as_bytes()],
-            )
-            .await?;
-        Ok(extended == 1)
-    }
-}
-
-/// Runs many renewals on `node` in one pipeline of `EVALSHA`s (a second one with `EVAL` only
-/// if the server did not know a script). One result per renewal, in order.
-pub(crate) async fn extend_many_on(node: &Node, batch: &[Renewal]) -> Vec<Result<bool>> {
-    let batch: Vec<&Renewal> = batch.iter().collect();
-    extend_pipeline(node, &batch, None)
-        .await
-        .into_iter()
-        .map(|r| {
-            r.and_then(|ours| ours.ok_or_else(|| Error::unavailable(BACKEND, "a renewal was redirected")))
-        })
-        .collect()
-}
-
-/// On a cluster: renewals grouped by the master serving each one's slot (by the cached
-/// [`SlotMap`]), one pipeline per master, the pipelines at once; a renewal that comes back
-/// `MOVED` or `ASK` (the map was stale: a slot moved), or whose master's pipeline failed (a
-/// failover: the map names a master that is gone), is sent again alone through the routed
-/// path, whose client follows the redirect or finds the slot's new master, and the map is read
-/// again next time. One round trip per master in the usual case (plus one for `CLUSTER SLOTS`
-/// every 30 s).
-async fn extend_many_in_cluster(
-    node: &Node,
-    map: &SlotMap,
-    answering_host: &str,
-    batch: &[Renewal],
-) -> Vec<Result<bool>> {
-    let slots: Vec<u16> = batch.iter().map(|r| keys::key_slot(&r.key)).collect();
-    let masters = map
-        .masters_of(node, answering_host, &slots)
-        .await
-        .unwrap_or_else(|_| vec![None; batch.len()]);
-    let mut groups: Vec<(Option<Master>, Vec<usize>)> = Vec::new();
-    for (i, master) in masters.into_iter().enumerate() {
-        match groups.iter_mut().find(|(m, _)| *m == master) {
-            Some((_, members)) => members.push(i),
-            None => groups.push((master, vec![i])),
-        }
-    }
-    let runs = groups.iter().map(|(master, members)| async move {
-        let subset: Vec<&Renewal> = members.iter().map(|&i| &batch[i]).collect();
-        match master {
-            Some(master) => extend_pipeline(node, &subset, Some(master)).await,
-            None => {
-                join_all(
-                    subset
-                        .iter()
-                        .map(|r| async move { r.run(node, node.timeout()).await.map(Some) }),
-                )
-                .await
-            }
-        }
-    });
-    let outcomes = join_all(runs).await;
-    let mut results: Vec<Option<Result<Option<bool>>>> = (0..batch.len()).map(|_| None).collect();
-    for ((_, members), outcome) in groups.iter().zip(outcomes) {
-        for (&i, result) in members.iter().zip(outcome) {
-            results[i] = Some(result);
-        }
-    }
-    // Sent again alone through the routed path: renewals redirected by their master, and
-    // those whose master's pipeline failed (after a failover the map names a master that is
-    // gone: the cluster client, asked by slot, finds where the slot lives now).
-    let sent_to_master: Vec<bool> = {
-        let mut by_index = vec![false; batch.len()];
-        for (master, members) in &groups {
-            for &i in members {
-                by_index[i] = master.is_some();
-            }
-        }
-        by_index
-    };
-    let redirected: Vec<usize> = (0..batch.len())
-        .filter(|&i| match &results[i] {
-            Some(Ok(None)) => true,
-            Some(Err(_)) => sent_to_master[i],
-            _ => false,
-        })
-        .collect();
-    if !redirected.is_empty() {
-        map.forget();
-        let again = join_all(redirected.iter().map(|&i| batch[i].run(node, node.timeout()))).await;
-        for (&i, result) in redirected.iter().zip(again) {
-            results[i] = Some(result.map(Some));
-        }
-    }
-    results
-        .into_iter()
-        .map(|r| match r {
-            Some(Ok(Some(ours))) => Ok(ours),
-            Some(Err(e)) => Err(e),
-            _ => Err(Error::backend(BACKEND, "no reply for a renewal")),
-        })
-        .collect()
-}
-
-/// One pipeline of renewals on `node` (to the master `at` on a cluster, else as routed):
-/// per renewal whether it is still ours, or `None` if the master redirected it (`MOVED`,
-/// `ASK`).
-async fn extend_pipeline(node: &Node, batch: &[&Renewal], at: Option<&Master>) -> Vec<Result<Option<bool>>> {
-    let nonces: Vec<Nonce> = batch.iter().map(|_| Nonce::new()).collect();
-    let publish = node.publish();
-    let build = |use_eval: bool| {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for (renewal, nonce) in batch.iter().zip(&nonces) {
-            let ttl_arg = renewal.ttl_ms.to_string();
-            let keys_arg: [&[u8]; 1] = [&renewal.key];
-            let args: [&[u8]; 2] = [renewal.owner.as_bytes(), ttl_arg.as_bytes()];
-            pipe.add_command(node::script_cmd(
-                renewal.script,
-                &keys_arg,
-                &args,
-                publish,
-                nonce,
-                use_eval,
-            ));
-        }
-        pipe
-    };
-    let send = |pipe: redis::Pipeline| async move {
-        match at {
-            Some(master) => node.pipeline_to(&master.0, master.1, &pipe).await,
-            None => node
-                .pipeline_on(&pipe)
-                .await
-                .map(|(values, generation)| (Some(values), generation)),
-        }
-    };
-    let replies = send(build(false)).await;
-    if matches!(replies, Ok((None, _))) {
-        return batch.iter().map(|_| Ok(None)).collect();
-    }
-    let mut replies = replies.map(|(values, generation)| (values.unwrap_or_default(), generation));
-    let unknown_script = matches!(&replies, Ok((values, _)) if values.iter().any(|v| matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")));
-    if unknown_script {
-        replies = match send(build(true)).await {
-            Ok((None, _)) => return batch.iter().map(|_| Ok(None)).collect(),
-            other => other.map(|(values, generation)| (values.unwrap_or_default(), generation)),
-        };
-    }
-    match replies {
-        Ok((values, generation)) if values.len() == batch.len() => values
-            .into_iter()
-            .zip(&nonces)
-            .map(|(v, nonce)| {
-                if matches!(&v, Value::ServerError(e) if matches!(e.code(), "MOVED" | "ASK")) {
-                    return Ok(None);
-                }
-                let v = node.checked(v, nonce, generation)?;
-                node::int_reply(&v).map(|n| Some(n == 1))
-            })
-            .collect(),
-        Ok((values, _)) => batch
-            .iter()
-            .map(|_| {
-                Err(Error::backend(
-                    BACKEND,
-                    format!("{} replies to a pipeline of {}", values.len(), batch.len()),
-                ))
-            })
-            .collect(),
-        Err(e) => batch.iter().map(|_| Err(e.duplicate())).collect(),
-    }
-}
-
-/// `SCAN`s `node` for keys matching `pattern`, counting only lock keys (UTF-8).
-pub(crate) async fn scan_keys(node: &Node, pattern: &[u8]) -> Result<Vec<Vec<u8>>> {
-    scan_keys_at(node, pattern, None).await
-}
-
-/// As [`scan_keys`]; on a cluster, of the master `at`.
-async fn scan_keys_at(node: &Node, pattern: &[u8], at: Option<&Master>) -> Result<Vec<Vec<u8>>> {
-    let mut cursor: u64 = 0;
-    let mut found = Vec::new();
-    loop {
-        let mut cmd = redis::cmd("SCAN");
-        cmd.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(1000);
-        let (next, keys): (u64, Vec<Vec<u8>>) = match at {
-            Some(master) => node.query_at(&master.0, master.1, &cmd).await?,
-            None => node.query(&cmd).await?,
-        };
-        found.extend(keys.into_iter().filter(|k| std::str::from_utf8(k).is_ok()));
-        if next == 0 {
-            return Ok(found);
-        }
-        cursor = next;
-    }
-}
-
-/// `SCAN`s one server, or on a cluster the master `at`, counting lock keys once each.
-async fn scan_count(node: &Node, pattern: &[u8], at: Option<&Master>) -> Result<usize> {
-    let mut keys = scan_keys_at(node, pattern, at).await?;
-    keys.sort();
-    keys.dedup(); // SCAN may return a key twice
-    Ok(keys.len())
 }
 
 #[async_trait]
@@ -980,135 +644,6 @@ impl DistributedLock for RedisLock {
             Err(Error::backend(BACKEND, format!("PING answered {pong:?}")))
         }
     }
-}
-
-impl RedisLock {
-    /// One attempt, queueing `waiting`'s waiter if the lock is held.
-    async fn attempt(
-        &self,
-        name: &LockName,
-        owner: OwnerToken,
-        ttl: Duration,
-        waiting: Waiting<'_>,
-    ) -> Result<TryAcquire> {
-        let ttl_ms = ttl_millis(ttl)?;
-        let keys = self.keys(name);
-        let token = owner.to_string();
-        let sent_at = Instant::now();
-        let (reply, acknowledged) = self
-            .run_acquire(&AcquireCall::mutex(&keys, &token, ttl_ms, true, waiting, None))
-            .await?;
-        let outcome = match acquire::parse(reply) {
-            Ok(AcquireReply::Acquired(0)) => Err(no_fencing_token()),
-            Ok(AcquireReply::PermitsMismatch(_)) => Err(Error::backend(
-                BACKEND,
-                "unexpected acquire reply for a mutex: a permit count",
-            )),
-            other => other,
-        };
-        let outcome = match outcome {
-            Ok(outcome) => outcome,
-            Err(e) => {
-                // Granted without a token (the counter vanished before the attempt was sent
-                // again), or a reply not understood: give the lock back, then report.
-                let node = &self.inner.node;
-                let _ = release_waking_on(node, node.timeout(), &keys, &token).await;
-                return Err(e);
-            }
-        };
-        if matches!(outcome, AcquireReply::Acquired(_)) && !acknowledged {
-            // Too few replicas: give the lock back, then report.
-            let node = &self.inner.node;
-            let _ = release_waking_on(node, node.timeout(), &keys, &token).await;
-            return Err(self.too_few_replicas());
-        }
-        Ok(match outcome {
-            AcquireReply::Acquired(fencing) => TryAcquire::Acquired(
-                Lease::new(name.clone(), owner, ttl, sent_at).with_fencing(FencingToken::new(fencing)),
-            ),
-            AcquireReply::Held {
-                remaining: Some(remaining),
-                ..
-            } => TryAcquire::Held(Holder::expiring_in(remaining)),
-            _ => TryAcquire::Held(Holder::unknown()),
-        })
-    }
-
-    /// What renews `lease` for `ttl`, by its kind.
-    fn renewal(&self, lease: &Lease, ttl: Duration) -> Result<Renewal> {
-        let ttl_ms = ttl_millis(ttl)?;
-        let owner = lease.owner().to_string();
-        match lease.kind() {
-            LockKind::Exclusive => Ok(Renewal::lock(&self.keys(lease.name()), owner, ttl_ms)),
-            kind => holds::renewal(&self.inner.keys, lease.name(), kind, owner, ttl_ms),
-        }
-    }
-
-    /// Runs an acquire call: the script's reply, and with
-    /// [`RedisConfig::with_wait_for_replicas`] whether enough replicas acknowledged it (the
-    /// `WAIT` in the same pipeline).
-    async fn run_acquire(&self, call: &AcquireCall) -> Result<(Value, bool)> {
-        let node = &self.inner.node;
-        let Some(acks) = self.inner.acks.as_ref() else {
-            return Ok((call.run(node, node.timeout()).await?, true));
-        };
-        let (mut replies, acknowledged) = acks.run(&[call.script_call()]).await?;
-        let script = replies.pop().unwrap_or(Value::Nil);
-        if let Value::ServerError(e) = &script {
-            return Err(node::map_error(redis::RedisError::from(e.clone())));
-        }
-        Ok((script, acks.enough(acknowledged)))
-    }
-
-    /// The error for an acquisition too few replicas acknowledged.
-    fn too_few_replicas(&self) -> Error {
-        match self.inner.acks.as_ref() {
-            Some(acks) => acks.too_few("the lock", ""),
-            None => Error::backend(BACKEND, "no replica acknowledgement configured"),
-        }
-    }
-
-    /// Runs `batch` on one server: with [`RedisConfig::with_wait_for_replicas`], in one
-    /// pipeline with `WAIT` behind it on an acknowledgement connection, where a renewal the
-    /// master applied but too few replicas acknowledged is an ambiguous
-    /// [`Error::Unavailable`] (a promoted replica would hold the old TTL); else as
-    /// [`extend_many_on`]. One result per renewal, in order.
-    async fn renew_on_server(&self, batch: &[Renewal]) -> Vec<Result<bool>> {
-        let Some(acks) = self.inner.acks.as_ref() else {
-            return extend_many_on(&self.inner.node, batch).await;
-        };
-        let ttls: Vec<String> = batch.iter().map(|r| r.ttl_ms.to_string()).collect();
-        let calls: Vec<ScriptCall<'_>> = batch
-            .iter()
-            .zip(&ttls)
-            .map(|(r, ttl)| ScriptCall {
-                script: r.script,
-                keys: vec![r.key.as_slice()],
-                args: vec![r.owner.as_bytes(), ttl.as_bytes()],
-            })
-            .collect();
-        match acks.run(&calls).await {
-            Ok((replies, acknowledged)) => replies
-                .iter()
-                .map(|reply| {
-                    let ours = node::int_reply(reply)? == 1;
-                    if ours && !acks.enough(acknowledged) {
-                        return Err(acks.too_few("the renewal", "; its outcome is unknown"));
-                    }
-                    Ok(ours)
-                })
-                .collect(),
-            Err(e) => batch.iter().map(|_| Err(e.duplicate())).collect(),
-        }
-    }
-}
-
-/// A waiter's stay in whole ms, at most [`MAX_TTL`] (its record's score must stay a number the
-/// server keeps exactly).
-fn stay_millis(stay: Duration) -> u64 {
-    u64::try_from(stay.min(MAX_TTL).as_millis())
-        .unwrap_or(u64::MAX)
-        .max(1)
 }
 
 impl std::fmt::Debug for RedisLock {
