@@ -68,9 +68,9 @@ pub(crate) struct LuaScript {
 }
 
 impl LuaScript {
-    /// `parts` (helper functions first, then the script's body) joined and wrapped to take the
-    /// request's nonce and publish command off the end of `ARGV` and return `{nonce, reply}`
-    /// (see the module docs).
+    /// `parts` (helper functions first, then the script's body) joined, without comment and
+    /// blank lines, and wrapped to take the request's nonce and publish command off the end of
+    /// `ARGV` and return `{nonce, reply}` (see the module docs).
     fn new(parts: &[&str]) -> Self {
         Self::with_shebang(parts, "#!lua")
     }
@@ -83,7 +83,14 @@ impl LuaScript {
     }
 
     fn with_shebang(parts: &[&str], shebang: &str) -> Self {
-        let body = parts.join("\n");
+        // Comment lines and blank lines stay in the files: an `EVAL` (the first run on a
+        // server) need not carry them.
+        let body = parts
+            .iter()
+            .flat_map(|part| part.lines())
+            .filter(|line| !line.trim().is_empty() && !line.trim_start().starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n");
         let code = format!(
             "local distlock_nonce = table.remove(ARGV)\n\
              local distlock_publish = table.remove(ARGV)\n\
