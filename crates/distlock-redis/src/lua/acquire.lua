@@ -16,80 +16,54 @@
 -- Replies {1, fencing token} acquired; {0, ms until a hold could free or -1, holder's
 -- owner or nothing} held; {2, stored permits} for a semaphore whose live holders use
 -- another count (nothing changed).
+--
+-- Each kind's code is a branch of its own, and the helpers it needs ('--! name' lines, see
+-- lua/mod.rs) are defined inside it, where it needs them: Lua makes a closure of every
+-- function definition it runs, on every call, so a path defines only what it calls.
 local kind, owner, ttl = ARGV[1], ARGV[2], ARGV[3]
 local fenced = ARGV[4] == '1'
 local waiter, stay, client_score = ARGV[5] or '', ARGV[6], ARGV[7] or ''
 local first_after_holds = fenced and 3 or 2
 local queue, writer_key = KEYS[first_after_holds], KEYS[first_after_holds + 1]
 
--- A new fencing token: the counter's next value (0 unfenced).
-local function draw_token()
-  if not fenced then
-    return 0
-  end
-  if kind == 'permit' then
-    return redis.call('HINCRBY', KEYS[2], 'fence', 1)
-  end
-  return redis.call('INCR', KEYS[2])
-end
-
--- The waiter (if any) leaves the queue: its attempt won.
-local function leave_queue()
-  if waiter ~= '' then
-    redis.call('ZREM', queue, waiter)
-  end
-end
-
--- The waiter joins the queue at the back, for its stay, after the entries whose stay ended
--- are dropped (so that waiters that died do not pile up while the lock stays held); the
--- queue expires with the longest stay in it. Scored by the server's clock, or by the
--- client's (Redlock: one attempt reaches its masters in parallel, and waiters' attempts
--- arrive in different orders at different masters; with the client's score every master
--- orders its queue alike, and a release wakes the same waiter on all of them).
-local function enqueue()
-  local stay_ms = tonumber(stay)
-  local now, score
-  if client_score ~= '' then
-    now = tonumber(client_score) - stay_ms * 1000
-    score = client_score
-  else
-    now = now_us()
-    score = now + stay_ms * 1000
-  end
-  redis.call('ZREMRANGEBYSCORE', queue, '-inf', now)
-  redis.call('ZADD', queue, score, waiter)
-  if redis.call('PTTL', queue) < stay_ms then
-    redis.call('PEXPIRE', queue, stay_ms)
-  end
-end
-
--- SET NX PX; a key already holding this owner token (the same attempt sent again after a
--- broken connection: tokens are unique per attempt) is ours: its TTL is reset and the
--- counter's current value, which the first run drew, is the token.
-local function mutex()
+if kind == 'mutex' then
+  -- SET NX PX; a key already holding this owner token (the same attempt sent again after
+  -- a broken connection: tokens are unique per attempt) is ours: its TTL is reset and the
+  -- counter's current value, which the first run drew, is the token.
   if redis.call('SET', KEYS[1], owner, 'NX', 'PX', ttl) then
-    leave_queue()
-    return {1, draw_token()}
+    if waiter ~= '' then
+      redis.call('ZREM', queue, waiter)
+    end
+    if not fenced then
+      return {1, 0}
+    end
+    return {1, redis.call('INCR', KEYS[2])}
   end
+  --! holder
   local holder = holder_of(KEYS[1])
   if holder == owner then
     redis.call('PEXPIRE', KEYS[1], ttl)
-    leave_queue()
+    if waiter ~= '' then
+      redis.call('ZREM', queue, waiter)
+    end
     if not fenced then
       return {1, 0}
     end
     return {1, tonumber(redis.call('GET', KEYS[2]))}
   end
   if waiter ~= '' then
-    enqueue()
+    --! now_us
+    --! enqueue
+    enqueue(queue, waiter, stay, client_score)
   end
   return {0, redis.call('PTTL', KEYS[1]), holder}
 end
 
--- Drop expired holders; refuse if live holders were admitted with another count; admit if
--- fewer than the permits are live (or this owner is: the same attempt sent again), else
--- queue the waiter and report the earliest expiry.
-local function permit()
+if kind == 'permit' then
+  -- Drop expired holders; refuse if live holders were admitted with another count; admit
+  -- if fewer than the permits are live (or this owner is: the same attempt sent again),
+  -- else queue the waiter and report the earliest expiry.
+  --! holds
   local now = now_ms()
   local count = live(KEYS[1], now)
   local asked = tonumber(ARGV[8])
@@ -103,18 +77,23 @@ local function permit()
     redis.call('ZADD', KEYS[1], now + tonumber(ttl), owner)
     redis.call('HSET', KEYS[2], 'permits', asked)
     expire_with_last(KEYS[1])
-    leave_queue()
-    return {1, draw_token()}
+    if waiter ~= '' then
+      redis.call('ZREM', queue, waiter)
+    end
+    return {1, redis.call('HINCRBY', KEYS[2], 'fence', 1)}
   end
   if waiter ~= '' then
-    enqueue()
+    --! now_us
+    --! enqueue
+    enqueue(queue, waiter, stay, '')
   end
   return {0, first_score(KEYS[1]) - now}
 end
 
--- Refused while a writer holds (its PTTL and owner) or a live waiting writer is recorded
--- (when the last record ends); else the reader joins.
-local function read()
+if kind == 'read' then
+  -- Refused while a writer holds (its PTTL and owner) or a live waiting writer is
+  -- recorded (when the last record ends); else the reader joins.
+  --! holds
   local now = now_ms()
   live(KEYS[1], now)
   if not redis.call('ZSCORE', KEYS[1], owner) then
@@ -128,21 +107,25 @@ local function read()
   end
   redis.call('ZADD', KEYS[1], now + tonumber(ttl), owner)
   expire_with_last(KEYS[1])
-  return {1, draw_token()}
+  return {1, redis.call('INCR', KEYS[2])}
 end
 
--- Won if no reader and no writer is live (or this owner is the writer); else the waiter is
--- recorded as waiting until now + its stay (a record scored in ms that keeps new readers
--- out, not a queue), and the writer's PTTL and owner, or the last reader's expiry, reported.
-local function write()
+if kind == 'write' then
+  -- Won if no reader and no writer is live (or this owner is the writer); else the waiter
+  -- is recorded as waiting until now + its stay (a record scored in ms that keeps new
+  -- readers out, not a queue), and the writer's PTTL and owner, or the last reader's
+  -- expiry, reported.
+  --! holds
   local now = now_ms()
   local readers = live(KEYS[1], now)
   live(queue, now)
   local writer = redis.call('GET', writer_key)
   if writer == owner or (not writer and readers == 0) then
     redis.call('SET', writer_key, owner, 'PX', ttl)
-    leave_queue()
-    return {1, draw_token()}
+    if waiter ~= '' then
+      redis.call('ZREM', queue, waiter)
+    end
+    return {1, redis.call('INCR', KEYS[2])}
   end
   if waiter ~= '' then
     redis.call('ZADD', queue, now + tonumber(stay), waiter)
@@ -154,13 +137,4 @@ local function write()
   return {0, last_score(KEYS[1]) - now}
 end
 
-if kind == 'mutex' then
-  return mutex()
-elseif kind == 'permit' then
-  return permit()
-elseif kind == 'read' then
-  return read()
-elseif kind == 'write' then
-  return write()
-end
 return redis.error_reply('distlock: unknown kind of hold ' .. tostring(kind))

@@ -2,6 +2,7 @@
 -- (ZADD XX), and the set expires with its last member.
 -- KEYS[1] the set; ARGV[1] owner token, ARGV[2] TTL in ms. Returns 1 if the owner held a
 -- live member, 0 otherwise.
+--! holds
 local now = now_ms()
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not score or tonumber(score) <= now then

@@ -30,16 +30,48 @@
 
 use std::sync::LazyLock;
 
-/// `holder_of(key)`: the holder of a mutex's key, `<type>` for a key of another type.
-const HOLDER: &str = include_str!("holder.lua");
-/// `now_us()` and `wake_next(waiters, channel)`, for the queues of waiters.
-const QUEUE: &str = include_str!("queue.lua");
-/// `now_ms()`, `live`, `first_score`, `last_score`, `expire_with_last`, for the holds that
-/// are members of a sorted set.
-const HOLDS: &str = include_str!("holds.lua");
-/// `mark_released(marker, ttl)` and `released_before(marker, ttl)` (see
-/// [`released`](crate::released)).
-const RELEASE_MARKER: &str = include_str!("release_marker.lua");
+/// The helpers a script takes in by a `--! name` line, defined where that line stands: Lua
+/// makes a closure of every function definition it runs, on every call, so a script defines
+/// a helper in the branch that calls it, not up front for every path. `wake_next` and
+/// `enqueue` need `now_us` before them.
+const FRAGMENTS: [(&str, &str); 7] = [
+    // `holder_of(key)`: the holder of a mutex's key, `<type>` for a key of another type.
+    ("holder", include_str!("holder.lua")),
+    // `now_us()`: the server's clock in µs, which scores the queues of waiters.
+    ("now_us", include_str!("now_us.lua")),
+    // `wake_next(waiters, channel)`: wakes the first waiter of a queue.
+    ("wake_next", include_str!("wake_next.lua")),
+    // `enqueue(queue, waiter, stay, client_score)`: the one queue insert.
+    ("enqueue", include_str!("enqueue.lua")),
+    // `now_ms`, `live`, `first_score`, `last_score`, `expire_with_last`: the holds that are
+    // members of a sorted set.
+    ("holds", include_str!("holds.lua")),
+    // `mark_released(marker, ttl)`, `released_before(marker, ttl)` (see
+    // [`released`](crate::released)).
+    ("release_marker", include_str!("release_marker.lua")),
+    // Not a helper: what an unknown name expands to, so that the script fails loudly.
+    ("", "error('distlock: a script takes in an unknown helper')"),
+];
+
+/// `text` with its `--! name` lines replaced by the helpers they name, and without comment
+/// and blank lines (an `EVAL`, a first run on a server, need not carry them).
+fn expand(text: &str) -> String {
+    let mut code = Vec::new();
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if let Some(name) = trimmed.strip_prefix("--! ") {
+            let fragment = FRAGMENTS
+                .iter()
+                .find(|(known, _)| *known == name.trim())
+                .or(FRAGMENTS.last())
+                .map_or("", |(_, fragment)| *fragment);
+            code.push(expand(fragment));
+        } else if !trimmed.is_empty() && !trimmed.starts_with("--") {
+            code.push(line.to_owned());
+        }
+    }
+    code.join("\n")
+}
 
 /// One script: its text (for `EVAL`) and its SHA1 (for `EVALSHA`), in two forms: as is, for
 /// one server (any Redis with Lua), and for a cluster with a `#!lua` first line.
@@ -68,29 +100,21 @@ pub(crate) struct LuaScript {
 }
 
 impl LuaScript {
-    /// `parts` (helper functions first, then the script's body) joined, without comment and
-    /// blank lines, and wrapped to take the request's nonce and publish command off the end of
-    /// `ARGV` and return `{nonce, reply}` (see the module docs).
-    fn new(parts: &[&str]) -> Self {
-        Self::with_shebang(parts, "#!lua")
+    /// `text` (see [`expand`]) wrapped to take the request's nonce and publish command off the
+    /// end of `ARGV` and return `{nonce, reply}` (see the module docs).
+    fn new(text: &str) -> Self {
+        Self::with_shebang(text, "#!lua")
     }
 
     /// As [`new`](Self::new), for a script that cannot grow memory: on a cluster it runs also
     /// while the server is over `maxmemory` (`flags=allow-oom`). Only for scripts that add no
     /// key and no member (but a release's short-lived marker, written as it deletes a hold).
-    fn shrinking(parts: &[&str]) -> Self {
-        Self::with_shebang(parts, "#!lua flags=allow-oom")
+    fn shrinking(text: &str) -> Self {
+        Self::with_shebang(text, "#!lua flags=allow-oom")
     }
 
-    fn with_shebang(parts: &[&str], shebang: &str) -> Self {
-        // Comment lines and blank lines stay in the files: an `EVAL` (the first run on a
-        // server) need not carry them.
-        let body = parts
-            .iter()
-            .flat_map(|part| part.lines())
-            .filter(|line| !line.trim().is_empty() && !line.trim_start().starts_with("--"))
-            .collect::<Vec<_>>()
-            .join("\n");
+    fn with_shebang(text: &str, shebang: &str) -> Self {
+        let body = expand(text);
         let code = format!(
             "local distlock_nonce = table.remove(ARGV)\n\
              local distlock_publish = table.remove(ARGV)\n\
@@ -125,46 +149,93 @@ impl LuaScript {
 /// Acquires a hold of any kind (`acquire.lua`; see [`acquire`](crate::acquire) for the calls
 /// and the reading of the reply).
 pub(crate) static ACQUIRE: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new(&[HOLDER, QUEUE, HOLDS, include_str!("acquire.lua")]));
+    LazyLock::new(|| LuaScript::new(include_str!("acquire.lua")));
 
 /// Releases a hold of any kind, waking or announcing (`release.lua`; see
 /// [`release`](crate::release)).
 pub(crate) static RELEASE: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::shrinking(&[QUEUE, HOLDS, RELEASE_MARKER, include_str!("release.lua")]));
+    LazyLock::new(|| LuaScript::shrinking(include_str!("release.lua")));
 
 /// Extends the mutex or the writer: compare-and-`PEXPIRE` (`extend.lua`).
 pub(crate) static EXTEND: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::shrinking(&[include_str!("extend.lua")]));
+    LazyLock::new(|| LuaScript::shrinking(include_str!("extend.lua")));
 
 /// Extends a permit or a reader: its member's expiry moved (`extend_member.lua`).
 pub(crate) static EXTEND_MEMBER: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::shrinking(&[HOLDS, include_str!("extend_member.lua")]));
+    LazyLock::new(|| LuaScript::shrinking(include_str!("extend_member.lua")));
 
 /// A mutex's waiter leaves the queue, waking the next if the lock is free (`leave.lua`).
 pub(crate) static LEAVE: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::shrinking(&[QUEUE, include_str!("leave.lua")]));
+    LazyLock::new(|| LuaScript::shrinking(include_str!("leave.lua")));
 
 /// A semaphore's waiter leaves the queue, waking the next if a permit is free
 /// (`leave_permit.lua`).
 pub(crate) static LEAVE_PERMIT: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::shrinking(&[QUEUE, HOLDS, include_str!("leave_permit.lua")]));
+    LazyLock::new(|| LuaScript::shrinking(include_str!("leave_permit.lua")));
 
 /// A waiting writer withdraws, announcing it if readers may come in (`withdraw_writer.lua`).
 pub(crate) static WITHDRAW_WRITER: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::shrinking(&[HOLDS, include_str!("withdraw_writer.lua")]));
+    LazyLock::new(|| LuaScript::shrinking(include_str!("withdraw_writer.lua")));
 
 /// The mutex's holder, its TTL and the last fencing token (`inspect.lua`).
 pub(crate) static INSPECT: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::shrinking(&[HOLDER, include_str!("inspect.lua")]));
+    LazyLock::new(|| LuaScript::shrinking(include_str!("inspect.lua")));
 
 /// The mutex's holder and its TTL, for Redlock (`inspect_unfenced.lua`).
 pub(crate) static INSPECT_UNFENCED: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::shrinking(&[HOLDER, include_str!("inspect_unfenced.lua")]));
+    LazyLock::new(|| LuaScript::shrinking(include_str!("inspect_unfenced.lua")));
 
 /// The live holders of a semaphore (`inspect_semaphore.lua`).
 pub(crate) static INSPECT_SEMAPHORE: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::shrinking(&[HOLDS, include_str!("inspect_semaphore.lua")]));
+    LazyLock::new(|| LuaScript::shrinking(include_str!("inspect_semaphore.lua")));
 
 /// The live holders of a read-write lock (`inspect_rw_lock.lua`).
 pub(crate) static INSPECT_RW_LOCK: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::shrinking(&[HOLDS, include_str!("inspect_rw_lock.lua")]));
+    LazyLock::new(|| LuaScript::shrinking(include_str!("inspect_rw_lock.lua")));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every script, with its helpers taken in.
+    fn all() -> [&'static LuaScript; 11] {
+        [
+            &ACQUIRE,
+            &RELEASE,
+            &EXTEND,
+            &EXTEND_MEMBER,
+            &LEAVE,
+            &LEAVE_PERMIT,
+            &WITHDRAW_WRITER,
+            &INSPECT,
+            &INSPECT_UNFENCED,
+            &INSPECT_SEMAPHORE,
+            &INSPECT_RW_LOCK,
+        ]
+    }
+
+    #[test]
+    fn every_helper_a_script_takes_in_is_known_and_comments_are_left_out() {
+        for script in all() {
+            let code = script.code(false);
+            assert!(!code.contains("unknown helper"), "{code}");
+            assert!(
+                !code.lines().any(|line| line.trim_start().starts_with("--")),
+                "{code}"
+            );
+        }
+        assert!(expand("--! nothing").contains("unknown helper"));
+    }
+
+    #[test]
+    fn a_path_defines_the_helpers_it_calls_where_it_calls_them() {
+        let acquire = ACQUIRE.code(false);
+        let start = acquire.find("if kind == 'mutex'").unwrap_or(0);
+        let end = acquire.find("if kind == 'permit'").unwrap_or(acquire.len());
+        let mutex = &acquire[start..end];
+        // The mutex's path never defines the holds' helpers; its grant defines none.
+        assert!(!mutex.contains("local function now_ms"), "{mutex}");
+        let grant = &mutex[..mutex.find("local function").unwrap_or(mutex.len())];
+        assert!(grant.contains("redis.call('INCR', KEYS[2])"), "{grant}");
+    }
+}

@@ -16,13 +16,18 @@
 -- writer's always announces it. Returns 1 if the owner held it (live) and it was removed
 -- (then the marker is written), or held nothing but its marker says an earlier run of this
 -- same request removed it; 0 otherwise (an expired member is removed too).
+--
+-- As in acquire.lua, each branch defines the helpers it calls where it calls them.
 local kind, owner, channel, marker_ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+--! release_marker
 
-local function mutex()
+if kind == 'mutex' then
   if redis.pcall('GET', KEYS[1]) == owner then
     redis.call('DEL', KEYS[1])
     mark_released(KEYS[2], marker_ttl)
     if channel ~= '' then
+      --! now_us
+      --! wake_next
       wake_next(KEYS[3], channel)
     end
     return 1
@@ -33,7 +38,7 @@ local function mutex()
   return 0
 end
 
-local function member()
+if kind == 'permit' or kind == 'read' then
   local score = redis.call('ZSCORE', KEYS[1], owner)
   if not score then
     if released_before(KEYS[2], marker_ttl) then
@@ -42,12 +47,15 @@ local function member()
     return 0
   end
   redis.call('ZREM', KEYS[1], owner)
+  --! holds
   local now = now_ms()
   if tonumber(score) <= now then
     return 0
   end
   mark_released(KEYS[2], marker_ttl)
   if kind == 'permit' then
+    --! now_us
+    --! wake_next
     wake_next(KEYS[3], channel)
   elseif live(KEYS[1], now) == 0 then
     redis.call(distlock_publish, channel, 'released')
@@ -55,7 +63,7 @@ local function member()
   return 1
 end
 
-local function writer()
+if kind == 'write' then
   if redis.call('GET', KEYS[1]) == owner then
     redis.call('DEL', KEYS[1])
     mark_released(KEYS[2], marker_ttl)
@@ -68,11 +76,4 @@ local function writer()
   return 0
 end
 
-if kind == 'mutex' then
-  return mutex()
-elseif kind == 'permit' or kind == 'read' then
-  return member()
-elseif kind == 'write' then
-  return writer()
-end
 return redis.error_reply('distlock: unknown kind of hold ' .. tostring(kind))

@@ -2,6 +2,7 @@
 -- writer, readers may come in, so it is announced.
 -- KEYS[1] waiting writers, KEYS[2] writer; ARGV[1] waiter id, ARGV[2] channel. Returns 1 if
 -- the waiter was recorded.
+--! holds
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
