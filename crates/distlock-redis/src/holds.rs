@@ -1,5 +1,5 @@
 //! The holds of semaphores and read-write locks on one server: which script, keys and
-//! arguments each operation sends (see [`lua`](crate::lua)), and what their replies mean. Every
+//! arguments each operation sends (see [`crate::lua`]), and what their replies mean. Every
 //! operation is one script, so one round trip.
 //!
 //! It may not decide anything the scripts decide; [`RedisLock`](crate::RedisLock) calls it

@@ -5,7 +5,7 @@
 //! The operations the implementation calls live in modules of their own: [`operations`] (the
 //! mutex's attempt), [`renew`] (renewals, alone and batched), [`replicas`] (`WAIT` for
 //! replicas), [`admin`] (key counts, the eviction policy check); the scripts' calls in
-//! [`acquire`](crate::acquire), [`release`](crate::release) and [`holds`](crate::holds).
+//! [`crate::acquire`], [`crate::release`] and [`crate::holds`].
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -15,7 +15,7 @@
 //! once on a broken connection); its parts live beside it: [`conn`] (the connection types and
 //! their opening), [`script`] (scripts on the wire and their replies), [`probe`] (the probe of
 //! a cluster master that timed out), [`errors`] (the mapping of errors). Which master serves
-//! which slot is [`slots`](crate::slots)'.
+//! which slot is [`crate::slots`]'.
 
 use std::future::Future;
 

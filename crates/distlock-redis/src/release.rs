@@ -3,7 +3,7 @@
 //! each, owner-checked, by the hold's kind, name and owner alone.
 //!
 //! Owns which keys and arguments each release sends (in the order `release.lua` documents);
-//! what a reply of a request that may have run twice means is [`released`](crate::released)'s.
+//! what a reply of a request that may have run twice means is [`crate::released`]'s.
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! The slot map: which master of a Redis Cluster serves which hash slot, as `CLUSTER SLOTS`
 //! said: [`SlotMap`], cached, so that a batch of renewals can go to each master as one
-//! pipeline, and the [`Ranges`] a [`Node`](crate::node::Node) reads as it opens a cluster
+//! pipeline, and the [`Ranges`] a [`crate::node::Node`] reads as it opens a cluster
 //! connection, to find the master a timed-out request went to.
 //!
 //! It owns the map and its reading and nothing else; it may be stale: whoever uses it sends by it,

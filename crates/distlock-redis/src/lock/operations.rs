@@ -1,5 +1,5 @@
 //! The mutex's attempt on one server (the one acquire script, see
-//! [`acquire`](crate::acquire)), and the conversions of a TTL and a waiter's stay into the
+//! [`crate::acquire`]), and the conversions of a TTL and a waiter's stay into the
 //! scripts' milliseconds.
 
 use std::time::Duration;

@@ -14,7 +14,7 @@ use crate::replica_ack::ScriptCall;
 
 impl RedisLock {
     /// Runs an acquire call: the script's reply, and with
-    /// [`RedisConfig::with_wait_for_replicas`] whether enough replicas acknowledged it (the
+    /// [`RedisConfig::with_wait_for_replicas`](crate::RedisConfig::with_wait_for_replicas) whether enough replicas acknowledged it (the
     /// `WAIT` in the same pipeline).
     pub(crate) async fn run_acquire(&self, call: &AcquireCall) -> Result<(Value, bool)> {
         let node = &self.inner.node;
@@ -37,7 +37,7 @@ impl RedisLock {
         }
     }
 
-    /// Runs `batch` on one server: with [`RedisConfig::with_wait_for_replicas`], in one
+    /// Runs `batch` on one server: with [`RedisConfig::with_wait_for_replicas`](crate::RedisConfig::with_wait_for_replicas), in one
     /// pipeline with `WAIT` behind it on an acknowledgement connection, where a renewal the
     /// master applied but too few replicas acknowledged is an ambiguous
     /// [`Error::Unavailable`] (a promoted replica would hold the old TTL); else as

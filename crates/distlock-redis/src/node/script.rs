@@ -170,7 +170,7 @@ impl Node {
     }
 
     /// As [`script_within`](Self::script_within) on one server, also naming the run of the
-    /// server that ran it (its run id, new with every restart; see [`ServerRun`]): the script
+    /// server that ran it (its run id, new with every restart; see [`ServerRun`](crate::server_run::ServerRun)): the script
     /// is pipelined after `CLIENT GETNAME`, one round trip. On a connection this client has
     /// not named (its first request, or the connection was reopened, perhaps to a restarted
     /// server) a second round trip names it, reads `INFO server` and runs the script again on
