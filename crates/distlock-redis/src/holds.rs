@@ -1,5 +1,5 @@
 //! The holds of semaphores and read-write locks on one server: which script, keys and
-//! arguments each operation sends (see [`kind_scripts`]), and what their replies mean. Every
+//! arguments each operation sends (see [`crate::lua`]), and what their replies mean. Every
 //! operation is one script, so one round trip.
 //!
 //! It may not decide anything the scripts decide; [`RedisLock`](crate::RedisLock) calls it
@@ -10,12 +10,13 @@ use std::time::Duration;
 use distlock_core::{Error, Holder, LockKind, LockName, LockState, Primitive, Result};
 use redis::Value;
 
-use crate::keys::{release_marker, KeySpace, RwLockKeys, SemaphoreKeys};
-use crate::kind_scripts;
-use crate::lock::{AcquireCall, Renewal};
-use crate::node::{self, Node, BACKEND};
-use crate::released::{self, Released};
-use crate::scripts;
+use crate::acquire::{self, no_fencing_token, AcquireCall, AcquireReply};
+use crate::keys::{KeySpace, RwLockKeys, SemaphoreKeys};
+use crate::lock::Renewal;
+use crate::lua;
+use crate::node::{Node, BACKEND};
+use crate::release;
+use crate::released::Released;
 
 /// What an acquire script answered.
 #[derive(Debug)]
@@ -44,7 +45,6 @@ pub(crate) fn acquire_call(
     ttl_ms: u64,
     waiting: Option<(&str, u64)>,
 ) -> Result<AcquireCall> {
-    let mut args = vec![owner.as_bytes().to_vec(), ttl_ms.to_string().into_bytes()];
     Ok(match kind {
         LockKind::Permit { permits: 0 } => {
             return Err(Error::invalid_options(format!(
@@ -52,48 +52,10 @@ pub(crate) fn acquire_call(
             )))
         }
         LockKind::Permit { permits } => {
-            let keys = space.semaphore_keys(name);
-            let (waiter, stay_ms) = waiting.unwrap_or(("", 0));
-            args.push(permits.to_string().into_bytes());
-            args.push(waiter.as_bytes().to_vec());
-            args.push(stay_ms.to_string().into_bytes());
-            AcquireCall::new(
-                &kind_scripts::ACQUIRE_PERMIT,
-                vec![keys.holders, keys.state, keys.waiting],
-                args,
-            )
+            AcquireCall::permit(space.semaphore_keys(name), owner, ttl_ms, permits, waiting)
         }
-        LockKind::Read => {
-            let RwLockKeys {
-                readers,
-                writer,
-                waiting: queue,
-                fence,
-                ..
-            } = space.rw_lock_keys(name);
-            AcquireCall::new(
-                &kind_scripts::ACQUIRE_READ,
-                vec![readers, writer, queue, fence],
-                args,
-            )
-        }
-        LockKind::Write => {
-            let RwLockKeys {
-                readers,
-                writer,
-                waiting: queue,
-                fence,
-                ..
-            } = space.rw_lock_keys(name);
-            let (waiter, stay_ms) = waiting.unwrap_or(("", 0));
-            args.push(waiter.as_bytes().to_vec());
-            args.push(stay_ms.to_string().into_bytes());
-            AcquireCall::new(
-                &kind_scripts::ACQUIRE_WRITE,
-                vec![readers, writer, queue, fence],
-                args,
-            )
-        }
+        LockKind::Read => AcquireCall::read(space.rw_lock_keys(name), owner, ttl_ms),
+        LockKind::Write => AcquireCall::write(space.rw_lock_keys(name), owner, ttl_ms, waiting),
         _ => return Err(not_a_hold_kind()),
     })
 }
@@ -106,39 +68,24 @@ fn not_a_hold_kind() -> Error {
     }
 }
 
-/// Reads an acquire script's reply (see [`kind_scripts`]).
+/// Reads the acquire script's reply (see [`acquire::parse`]) for a hold: a grant must carry a
+/// token above 0; the holder's owner is kept if it is text.
 pub(crate) fn parse_acquire(reply: Value) -> Result<HoldReply> {
-    let parts: Vec<Value> = redis::from_redis_value(reply).map_err(|e| node::map_error(e.into()))?;
-    let mut parts = parts.into_iter();
-    let outcome = parts.next().map(|v| node::int_reply(&v)).transpose()?;
-    let n = parts
-        .next()
-        .map(|v| node::int_reply(&v))
-        .transpose()?
-        .unwrap_or(-1);
-    match outcome {
-        Some(1) => u64::try_from(n)
-            .ok()
-            .filter(|&token| token > 0)
-            .map(HoldReply::Acquired)
-            .ok_or_else(crate::lock::no_fencing_token),
-        Some(0) => {
-            let holder = match u64::try_from(n) {
-                Ok(ms) => Holder::expiring_in(Duration::from_millis(ms)),
-                Err(_) => Holder::unknown(),
+    Ok(match acquire::parse(reply)? {
+        AcquireReply::Acquired(0) => return Err(no_fencing_token()),
+        AcquireReply::Acquired(token) => HoldReply::Acquired(token),
+        AcquireReply::Held { remaining, holder } => {
+            let held = match remaining {
+                Some(left) => Holder::expiring_in(left),
+                None => Holder::unknown(),
             };
-            let owner: Option<String> = parts.next().and_then(|v| redis::from_redis_value(v).ok());
-            Ok(HoldReply::Held(match owner {
-                Some(owner) => holder.with_owner(owner),
-                None => holder,
-            }))
+            HoldReply::Held(match holder.and_then(|owner| String::from_utf8(owner).ok()) {
+                Some(owner) => held.with_owner(owner),
+                None => held,
+            })
         }
-        Some(2) => Ok(HoldReply::PermitsMismatch(u32::try_from(n).unwrap_or(0))),
-        other => Err(Error::backend(
-            BACKEND,
-            format!("unexpected acquire reply {other:?}"),
-        )),
-    }
+        AcquireReply::PermitsMismatch(stored) => HoldReply::PermitsMismatch(stored),
+    })
 }
 
 /// Releases the hold of `kind` of `owner` on `name`, waking the semaphore's first waiter or
@@ -152,54 +99,7 @@ pub(crate) async fn release(
     kind: LockKind,
     owner: &str,
 ) -> Result<Released> {
-    let marker = release_marker(&space.lock_key(name.as_str()), owner);
-    let marker_ttl = released::marker_ttl_arg(node, limit);
-    let marker_ttl = marker_ttl.as_bytes();
-    let (released, resent): (i64, bool) = match kind {
-        LockKind::Permit { .. } => {
-            let SemaphoreKeys {
-                holders,
-                waiting,
-                channel,
-                ..
-            } = space.semaphore_keys(name);
-            node.script_sent_within(
-                limit,
-                &kind_scripts::RELEASE_MEMBER,
-                &[&holders, &waiting, &marker],
-                &[owner.as_bytes(), &channel, b"next", marker_ttl],
-            )
-            .await?
-        }
-        LockKind::Read => {
-            let RwLockKeys {
-                readers,
-                waiting,
-                channel,
-                ..
-            } = space.rw_lock_keys(name);
-            // KEYS[2] goes unused for readers: any key of the object's slot will do.
-            node.script_sent_within(
-                limit,
-                &kind_scripts::RELEASE_MEMBER,
-                &[&readers, &waiting, &marker],
-                &[owner.as_bytes(), &channel, b"last", marker_ttl],
-            )
-            .await?
-        }
-        LockKind::Write => {
-            let RwLockKeys { writer, channel, .. } = space.rw_lock_keys(name);
-            node.script_sent_within(
-                limit,
-                &kind_scripts::RELEASE_WRITE,
-                &[&writer, &marker],
-                &[owner.as_bytes(), &channel, marker_ttl],
-            )
-            .await?
-        }
-        _ => return Err(not_a_hold_kind()),
-    };
-    Ok(Released::from_reply(released, resent))
+    release::release_hold_on(node, limit, space, name, kind, owner).await
 }
 
 /// The renewal of the hold of `kind` of `owner` on `name` for `ttl_ms`: a member's expiry
@@ -213,18 +113,18 @@ pub(crate) fn renewal(
 ) -> Result<Renewal> {
     Ok(match kind {
         LockKind::Permit { .. } => Renewal::new(
-            &kind_scripts::EXTEND_MEMBER,
+            &lua::EXTEND_MEMBER,
             space.semaphore_keys(name).holders,
             owner,
             ttl_ms,
         ),
         LockKind::Read => Renewal::new(
-            &kind_scripts::EXTEND_MEMBER,
+            &lua::EXTEND_MEMBER,
             space.rw_lock_keys(name).readers,
             owner,
             ttl_ms,
         ),
-        LockKind::Write => Renewal::new(&scripts::EXTEND, space.rw_lock_keys(name).writer, owner, ttl_ms),
+        LockKind::Write => Renewal::new(&lua::EXTEND, space.rw_lock_keys(name).writer, owner, ttl_ms),
         _ => return Err(not_a_hold_kind()),
     })
 }
@@ -245,7 +145,7 @@ pub(crate) async fn withdraw_writer(
     } = space.rw_lock_keys(name);
     let _: i64 = node
         .script(
-            &kind_scripts::WITHDRAW_WRITER,
+            &lua::WITHDRAW_WRITER,
             &[&waiting, &writer],
             &[waiter.as_bytes(), &channel],
         )
@@ -269,7 +169,7 @@ pub(crate) async fn withdraw_permit_waiter(
     } = space.semaphore_keys(name);
     let _: i64 = node
         .script(
-            &kind_scripts::LEAVE_PERMIT,
+            &lua::LEAVE_PERMIT,
             &[&holders, &state, &waiting],
             &[waiter.as_bytes(), &channel],
         )
@@ -296,11 +196,7 @@ pub(crate) async fn semaphore_holders(
 ) -> Result<Vec<LockState>> {
     let keys = space.semaphore_keys(name);
     let (members, permits, now): (Vec<(String, i64)>, Option<u32>, i64) = node
-        .script(
-            &kind_scripts::INSPECT_SEMAPHORE,
-            &[&keys.holders, &keys.state],
-            &[],
-        )
+        .script(&lua::INSPECT_SEMAPHORE, &[&keys.holders, &keys.state], &[])
         .await?;
     let kind = LockKind::Permit {
         permits: permits.unwrap_or(0),
@@ -320,11 +216,7 @@ pub(crate) async fn rw_lock_holders(
 ) -> Result<Vec<LockState>> {
     let keys = space.rw_lock_keys(name);
     let (readers, writer, writer_pttl, now): (Vec<(String, i64)>, Option<String>, i64, i64) = node
-        .script(
-            &kind_scripts::INSPECT_RW_LOCK,
-            &[&keys.readers, &keys.writer],
-            &[],
-        )
+        .script(&lua::INSPECT_RW_LOCK, &[&keys.readers, &keys.writer], &[])
         .await?;
     let mut holders: Vec<LockState> = readers
         .into_iter()

@@ -115,7 +115,7 @@ pub(crate) struct SemaphoreKeys {
     /// The permit count of the live holders and the fencing counter (a hash, never expiring).
     pub(crate) state: Vec<u8>,
     /// The waiters: waiter id -> end of its stay in µs of the server's clock (the mutex's
-    /// queue, see `scripts::ACQUIRE_WAITING`).
+    /// queue, see `acquire.lua`).
     pub(crate) waiting: Vec<u8>,
     /// The pub/sub channel a release is announced on.
     pub(crate) channel: Vec<u8>,

@@ -111,16 +111,17 @@
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod acquire;
 mod config;
 mod holds;
 mod keys;
-mod kind_scripts;
 mod lock;
+mod lua;
 mod node;
 mod redlock;
+mod release;
 mod released;
 mod replica_ack;
-mod scripts;
 mod server_run;
 mod slots;
 mod subscriber;

@@ -10,25 +10,39 @@
 //!
 //! It knows nothing about locks; [`RedisLock`](crate::RedisLock) and
 //! [`Redlock`](crate::Redlock) decide what to send.
+//!
+//! This file owns the connection's life (opening, replacing, bounding every call, retrying
+//! once on a broken connection); its parts live beside it: [`conn`] (the connection types and
+//! their opening), [`script`] (scripts on the wire and their replies), [`probe`] (the probe of
+//! a cluster master that timed out), [`errors`] (the mapping of errors). Which master serves
+//! which slot is [`crate::slots`]'.
 
 use std::future::Future;
 
 use futures::future::{BoxFuture, FutureExt, Shared};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use distlock_core::{Error, Result};
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster_async::ClusterConnection;
+use redis::aio::ConnectionManager;
 use redis::cluster_routing::SingleNodeRoutingInfo;
-use redis::{ErrorKind, FromRedisValue, RedisError, RedisFuture, ServerErrorKind, Value};
+use redis::{ErrorKind, FromRedisValue, ServerErrorKind, Value};
 
 use crate::config::Target;
-use crate::keys::key_slot;
-use crate::scripts::LuaScript;
-use crate::server_run::{fresh_name, parse_run_id, ServerRun};
-use crate::slots::{self, Master};
+use crate::server_run::ServerRun;
+use crate::slots;
+
+mod conn;
+mod errors;
+mod probe;
+mod script;
+
+pub(crate) use conn::Conn;
+use conn::{manager_config, open};
+use errors::with_context;
+pub(crate) use errors::{bounded, detail, int_reply, map_error};
+use probe::At;
+pub(crate) use script::{open_reply, script_cmd, Nonce, Publish};
 
 pub(crate) const BACKEND: &str = "redis";
 
@@ -48,78 +62,14 @@ struct Current {
     probing: bool,
 }
 
-/// `(first slot, last slot, master)`, as `CLUSTER SLOTS` lists them.
-type Masters = Arc<Vec<(u16, u16, Master)>>;
+/// Which master served which slots when a cluster connection was opened.
+type Masters = Arc<slots::Ranges>;
 
 /// A connection opened, with its cluster's masters.
 type Opened = (Conn, Option<Masters>);
 
 /// A cluster connection being opened, awaited by every caller that needs it.
 type Opening = Shared<BoxFuture<'static, std::result::Result<Opened, Arc<Error>>>>;
-
-/// Where a request goes, so that a master that timed out can be probed alone.
-#[derive(Debug, Clone)]
-enum At {
-    /// Wherever the cluster client routes it (or one server).
-    Unknown,
-    /// The master of this hash slot.
-    Slot(u16),
-    /// The node at this host and port.
-    Address(String, u16),
-}
-
-/// One server's connection manager, or a cluster's connection.
-#[derive(Clone)]
-pub(crate) enum Conn {
-    Server(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
-impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Conn::Server(conn) => conn.req_packed_command(cmd),
-            Conn::Cluster(conn) => conn.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        cmd: &'a redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Conn::Server(conn) => conn.req_packed_commands(cmd, offset, count),
-            Conn::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Conn::Server(conn) => conn.get_db(),
-            Conn::Cluster(conn) => conn.get_db(),
-        }
-    }
-}
-
-/// What the scripts announce a release with: `PUBLISH` on one server, `SPUBLISH` (sharded
-/// pub/sub: the message goes to the shard of the channel's slot, which is the lock's) on a
-/// cluster. Every script takes it as its last argument but one (see [`script_cmd`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Publish {
-    Plain,
-    Sharded,
-}
-
-impl Publish {
-    fn command(self) -> &'static str {
-        match self {
-            Publish::Plain => "PUBLISH",
-            Publish::Sharded => "SPUBLISH",
-        }
-    }
-}
 
 /// One server: a shared multiplexed connection (clones share it).
 ///
@@ -248,184 +198,6 @@ impl Node {
     ) -> Result<T> {
         self.run(limit, |mut conn| async move { cmd.query_async(&mut conn).await })
             .await
-    }
-
-    /// Runs `script` by `EVALSHA`, falling back to `EVAL` (which also caches it on the
-    /// server) on `NOSCRIPT`: one round trip once the server knows it. Bounded by the
-    /// operation timeout.
-    pub(crate) async fn script<T: FromRedisValue>(
-        &self,
-        script: &LuaScript,
-        keys: &[&[u8]],
-        args: &[&[u8]],
-    ) -> Result<T> {
-        self.script_within(self.timeout, script, keys, args).await
-    }
-
-    /// As [`script`](Self::script), bounded by `limit`. A reply that is not the request's
-    /// own (see [`open_reply`]) is an error, and the connection is replaced.
-    pub(crate) async fn script_within<T: FromRedisValue>(
-        &self,
-        limit: Duration,
-        script: &LuaScript,
-        keys: &[&[u8]],
-        args: &[&[u8]],
-    ) -> Result<T> {
-        self.script_sent_within(limit, script, keys, args)
-            .await
-            .map(|(value, _)| value)
-    }
-
-    /// As [`script_within`](Self::script_within), also telling whether this client sent the
-    /// script again after its connection broke, so that it may have run twice: a second run
-    /// sees what the first one did (a release sent again finds its lock gone). On a cluster
-    /// the cluster client also sends a request again after a dropped connection, without
-    /// saying so: that is not seen here (the release scripts' marker answers it, see
-    /// [`released`](crate::released)).
-    pub(crate) async fn script_sent_within<T: FromRedisValue>(
-        &self,
-        limit: Duration,
-        script: &LuaScript,
-        keys: &[&[u8]],
-        args: &[&[u8]],
-    ) -> Result<(T, bool)> {
-        let nonce = Nonce::new();
-        let nonce = &nonce;
-        let publish = self.publish();
-        let at = keys.first().map_or(At::Unknown, |key| At::Slot(key_slot(key)));
-        let (reply, generation, resent) = self
-            .run_tracked(limit, at, |mut conn| async move {
-                match script_cmd(script, keys, args, publish, nonce, false)
-                    .query_async::<Value>(&mut conn)
-                    .await
-                {
-                    Err(e) if is_noscript(&e) => {
-                        script_cmd(script, keys, args, publish, nonce, true)
-                            .query_async(&mut conn)
-                            .await
-                    }
-                    other => other,
-                }
-            })
-            .await?;
-        let reply = self.checked(reply, nonce, generation)?;
-        let value =
-            redis::from_redis_value(reply).map_err(|e| with_context(map_error(e.into()), &self.url))?;
-        Ok((value, resent))
-    }
-
-    /// As [`script_within`](Self::script_within) on one server, also naming the run of the
-    /// server that ran it (its run id, new with every restart; see [`ServerRun`]): the script
-    /// is pipelined after `CLIENT GETNAME`, one round trip. On a connection this client has
-    /// not named (its first request, or the connection was reopened, perhaps to a restarted
-    /// server) a second round trip names it, reads `INFO server` and runs the script again on
-    /// it: the scripts sent here must be idempotent for their arguments. `None` on a cluster,
-    /// or if the server did not say.
-    pub(crate) async fn script_naming_run<T: FromRedisValue>(
-        &self,
-        limit: Duration,
-        script: &LuaScript,
-        keys: &[&[u8]],
-        args: &[&[u8]],
-    ) -> Result<(T, Option<String>)> {
-        if self.is_cluster() {
-            return Ok((self.script_within(limit, script, keys, args).await?, None));
-        }
-        let started = tokio::time::Instant::now();
-        if self.run.named() {
-            let mut getname = redis::cmd("CLIENT");
-            getname.arg("GETNAME");
-            let (before, reply) = self.script_after(limit, &[getname], script, keys, args).await?;
-            let run_id = match before.first() {
-                Some(Value::BulkString(name)) => self.run.run_id(name),
-                _ => None,
-            };
-            if let Some(run_id) = run_id {
-                return Ok((self.value(reply)?, Some(run_id)));
-            }
-        }
-        let left = limit.saturating_sub(started.elapsed());
-        if left.is_zero() {
-            return Err(Error::unavailable(
-                BACKEND,
-                format!("{} did not answer within {limit:?}", self.url),
-            ));
-        }
-        let name = fresh_name();
-        let mut setname = redis::cmd("CLIENT");
-        setname.arg("SETNAME").arg(&name);
-        let mut info = redis::cmd("INFO");
-        info.arg("server");
-        let (before, reply) = self
-            .script_after(left, &[setname, info], script, keys, args)
-            .await?;
-        let run_id = before
-            .get(1)
-            .and_then(|info| redis::from_redis_value::<String>(info.clone()).ok())
-            .and_then(|info| parse_run_id(&info));
-        if let Some(run_id) = &run_id {
-            self.run.record(name, run_id.clone());
-        }
-        Ok((self.value(reply)?, run_id))
-    }
-
-    /// `before`'s commands and `script` in one pipeline (with the `EVAL` fallback), bounded
-    /// by `limit`: their replies, and the script's opened (see [`checked`](Self::checked)).
-    async fn script_after(
-        &self,
-        limit: Duration,
-        before: &[redis::Cmd],
-        script: &LuaScript,
-        keys: &[&[u8]],
-        args: &[&[u8]],
-    ) -> Result<(Vec<Value>, Value)> {
-        let nonce = Nonce::new();
-        let nonce = &nonce;
-        let publish = self.publish();
-        let pipeline = |use_eval| {
-            let mut pipe = redis::pipe();
-            for cmd in before {
-                pipe.add_command(cmd.clone());
-            }
-            pipe.add_command(script_cmd(script, keys, args, publish, nonce, use_eval));
-            pipe
-        };
-        let (mut replies, generation) = self
-            .run_on(limit, |mut conn| {
-                let (evalsha, eval) = (pipeline(false), pipeline(true));
-                async move {
-                    match evalsha.query_async::<Vec<Value>>(&mut conn).await {
-                        Err(e) if is_noscript(&e) => eval.query_async(&mut conn).await,
-                        other => other,
-                    }
-                }
-            })
-            .await?;
-        let reply = replies
-            .pop()
-            .ok_or_else(|| Error::backend(BACKEND, format!("{}: an empty reply to a pipeline", self.url)))?;
-        Ok((replies, self.checked(reply, nonce, generation)?))
-    }
-
-    fn value<T: FromRedisValue>(&self, reply: Value) -> Result<T> {
-        redis::from_redis_value(reply).map_err(|e| with_context(map_error(e.into()), &self.url))
-    }
-
-    /// `reply` opened (see [`open_reply`]); a reply to another request means the connection of
-    /// `generation` lost one and is out of step: it is replaced, and the request's outcome is
-    /// unknown.
-    pub(crate) fn checked(&self, reply: Value, nonce: &Nonce, generation: u64) -> Result<Value> {
-        open_reply(reply, nonce).ok_or_else(|| {
-            tracing::warn!(url = %self.url, "distlock-redis: a reply to another request; replacing the connection");
-            self.replace(generation);
-            Error::unavailable(
-                BACKEND,
-                format!(
-                    "{}: a reply to another request arrived (one was lost on the way); the outcome is unknown",
-                    self.url
-                ),
-            )
-        })
     }
 
     /// A pipeline (one round trip) bounded by the operation timeout, with the generation of
@@ -622,79 +394,6 @@ impl Node {
         .shared()
     }
 
-    /// A request to `at` on the connection of `generation` timed out. On one server the
-    /// connection is replaced; on a cluster the request's master is probed first, once for all
-    /// callers (see [`Node`]), and the connection reopened only if the probe does not time out.
-    fn timed_out(&self, generation: u64, at: &At) {
-        let Target::Cluster(seeds) = &self.target else {
-            return self.replace(generation);
-        };
-        let master = {
-            let mut current = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
-            if current.generation != generation {
-                return; // already replaced
-            }
-            let master = match at {
-                At::Unknown => None,
-                At::Address(host, port) => Some((host.clone(), *port)),
-                At::Slot(slot) => current.masters.as_ref().and_then(|masters| {
-                    masters
-                        .iter()
-                        .find(|(first, last, _)| (first..=last).contains(&slot))
-                        .map(|(_, _, master)| (master.0.clone(), master.1))
-                }),
-            };
-            let probe =
-                master.and_then(|(host, port)| seeds.node(&host, port).map(|info| (host, port, info)));
-            if probe.is_some() {
-                if current.probing {
-                    return; // another caller's probe decides
-                }
-                current.probing = true;
-            }
-            probe
-        };
-        let Some((host, port, info)) = master else {
-            return self.replace(generation);
-        };
-        let node = self.clone();
-        tokio::spawn(async move {
-            let answered = node.probe(info).await;
-            node.conn.lock().unwrap_or_else(PoisonError::into_inner).probing = false;
-            if answered {
-                node.replace(generation);
-            } else {
-                tracing::debug!(url = %node.url, %host, port, "distlock-redis: a master timed out on a fresh connection too; keeping the cluster connection");
-            }
-        });
-    }
-
-    /// Whether the node `info` names is reachable: `false` if a `PING` on a fresh connection of
-    /// its own (connected within the connect timeout) gets no reply within the operation
-    /// timeout; `true` if it answers, or fails at once (refused, reset: not a slow node, but
-    /// one no longer there, which a new slot map may route around).
-    async fn probe(&self, info: redis::ConnectionInfo) -> bool {
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(self.timeout));
-        let ping = async {
-            let client = redis::Client::open(info)?;
-            let mut conn = tokio::time::timeout(
-                self.connect_timeout,
-                client.get_multiplexed_async_connection_with_config(&config),
-            )
-            .await
-            .map_err(|_| RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))??;
-            tokio::time::timeout(self.timeout, redis::cmd("PING").query_async::<Value>(&mut conn))
-                .await
-                .map_err(|_| RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))?
-        };
-        match ping.await {
-            Ok(_) => true,
-            Err(e) => !e.is_timeout(),
-        }
-    }
-
     /// Swaps in a fresh connection (connected on first use) for the one of `generation`.
     fn replace(&self, generation: u64) {
         let mut current = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
@@ -723,185 +422,6 @@ impl Node {
                 tracing::debug!(url = %self.url, error = %e, "distlock-redis: cannot replace a connection")
             }
         }
-    }
-}
-
-/// Opens the connection to `target`: a connection manager, or a cluster connection (which
-/// reads the slot map from the seeds and connects to every master), then reads which master
-/// serves which slots (`CLUSTER SLOTS`, one round trip; `None` if it fails).
-async fn open(target: &Target, timeout: Duration, connect_timeout: Duration) -> redis::RedisResult<Opened> {
-    match target {
-        Target::Server(client) => {
-            let config = manager_config(timeout, connect_timeout);
-            Ok((
-                Conn::Server(ConnectionManager::new_with_config(client.clone(), config).await?),
-                None,
-            ))
-        }
-        Target::Cluster(seeds) => {
-            let client = seeds.client(timeout, connect_timeout, None)?;
-            let mut conn = client.get_async_connection().await?;
-            let masters = tokio::time::timeout(
-                timeout,
-                redis::cmd("CLUSTER").arg("SLOTS").query_async::<Value>(&mut conn),
-            )
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .and_then(|reply| slots::parse(reply, &seeds.first_host()).ok())
-            .map(Arc::new);
-            Ok((Conn::Cluster(conn), masters))
-        }
-    }
-}
-
-fn manager_config(timeout: Duration, connect_timeout: Duration) -> ConnectionManagerConfig {
-    // Few reconnection retries: our own timeouts bound every call, and the next call after a
-    // failure starts a fresh reconnection anyway.
-    ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(connect_timeout))
-        .set_response_timeout(Some(timeout))
-        .set_number_of_retries(1)
-        .set_min_delay(Duration::from_millis(10))
-        .set_max_delay(Duration::from_millis(200))
-}
-
-/// A request's nonce: unique in this process, and counted from a random start so that two
-/// processes' nonces meet only by chance (a cluster's release marker holds one, see
-/// [`released`](crate::released)); every script returns it beside its reply.
-#[derive(Debug, Clone)]
-pub(crate) struct Nonce(String);
-
-impl Nonce {
-    pub(crate) fn new() -> Self {
-        static NEXT: LazyLock<AtomicU64> = LazyLock::new(|| AtomicU64::new(rand::random()));
-        Self(format!("{:x}", NEXT.fetch_add(1, Ordering::Relaxed)))
-    }
-}
-
-/// `EVALSHA sha numkeys keys... args... publish nonce`, or with `use_eval`
-/// `EVAL code numkeys keys... args... publish nonce` (`publish`: the command that announces
-/// a release, see [`Publish`]).
-pub(crate) fn script_cmd(
-    script: &LuaScript,
-    keys: &[&[u8]],
-    args: &[&[u8]],
-    publish: Publish,
-    nonce: &Nonce,
-    use_eval: bool,
-) -> redis::Cmd {
-    let mut cmd = match use_eval {
-        true => {
-            let mut cmd = redis::cmd("EVAL");
-            cmd.arg(script.code(publish == Publish::Sharded));
-            cmd
-        }
-        false => {
-            let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(script.sha1(publish == Publish::Sharded));
-            cmd
-        }
-    };
-    cmd.arg(keys.len())
-        .arg(keys)
-        .arg(args)
-        .arg(publish.command())
-        .arg(nonce.0.as_bytes());
-    cmd
-}
-
-/// A script's reply `{nonce, reply}` opened: `reply` if the nonce is `nonce`. An error reply
-/// (`NOSCRIPT`, a script error) comes back as it is: it never confirms anything. `None` for a
-/// reply to another request: on one connection replies are matched to requests in order, so
-/// one lost on the way hands every later request the reply of the request after it.
-pub(crate) fn open_reply(reply: Value, nonce: &Nonce) -> Option<Value> {
-    match reply {
-        Value::ServerError(_) => Some(reply),
-        Value::Array(mut parts) if !parts.is_empty() => {
-            let ours = matches!(&parts[0], Value::BulkString(n) if n.as_slice() == nonce.0.as_bytes());
-            if !ours {
-                return None;
-            }
-            Some(if parts.len() > 1 {
-                parts.swap_remove(1)
-            } else {
-                Value::Nil
-            })
-        }
-        _ => None,
-    }
-}
-
-pub(crate) fn is_noscript(e: &RedisError) -> bool {
-    e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
-}
-
-/// Awaits `fut` for at most `limit`; a timeout is [`Error::Unavailable`].
-pub(crate) async fn bounded<T>(
-    limit: Duration,
-    url: &str,
-    fut: impl Future<Output = redis::RedisResult<T>>,
-) -> Result<T> {
-    match tokio::time::timeout(limit, fut).await {
-        Ok(result) => result.map_err(|e| with_context(map_error(e), url)),
-        Err(_) => Err(Error::unavailable(
-            BACKEND,
-            format!("{url} did not answer within {limit:?}"),
-        )),
-    }
-}
-
-/// Unreachable, timed out, loading or failing over: [`Error::Unavailable`]; anything else:
-/// [`Error::Backend`].
-pub(crate) fn map_error(e: RedisError) -> Error {
-    // A redirect that outlived the cluster client's retries (a slot migrating, a failover)
-    // and a master the cluster client has no connection to are as transient as a reset.
-    let transient = e.is_io_error()
-        || e.is_connection_refusal()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || matches!(
-            e.kind(),
-            ErrorKind::ClusterConnectionNotFound
-                | ErrorKind::Server(
-                    ServerErrorKind::BusyLoading
-                        | ServerErrorKind::TryAgain
-                        | ServerErrorKind::ClusterDown
-                        | ServerErrorKind::MasterDown
-                        | ServerErrorKind::ReadOnly
-                        | ServerErrorKind::Moved
-                        | ServerErrorKind::Ask
-                )
-        );
-    if transient {
-        Error::unavailable(BACKEND, e)
-    } else {
-        Error::backend(BACKEND, e)
-    }
-}
-
-fn with_context(error: Error, url: &str) -> Error {
-    match error {
-        Error::Unavailable { backend, source } => Error::unavailable(backend, format!("{url}: {source}")),
-        Error::Backend { backend, source } => Error::backend(backend, format!("{url}: {source}")),
-        other => other,
-    }
-}
-
-/// The underlying message of `e`, without the "redis is unavailable:" wrapping.
-pub(crate) fn detail(e: &Error) -> String {
-    match e {
-        Error::Unavailable { source, .. } | Error::Backend { source, .. } => source.to_string(),
-        other => other.to_string(),
-    }
-}
-
-/// A reply that should have been an integer.
-pub(crate) fn int_reply(value: &Value) -> Result<i64> {
-    match value {
-        Value::Int(n) => Ok(*n),
-        Value::ServerError(e) => Err(map_error(RedisError::from(e.clone()))),
-        other => Err(Error::backend(BACKEND, format!("unexpected reply {other:?}"))),
     }
 }
 

@@ -15,13 +15,12 @@ use rand::Rng;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::acquire::{acquire_unfenced_on, AcquireReply};
 use crate::config::{RedlockConfig, Target, DEFAULT_RESTART_QUARANTINE};
 use crate::keys::{KeySpace, LockKeys};
-use crate::lock::{
-    acquire_unfenced_on, extend_many_on, extend_on, release_quietly_on, release_waking_on, scan_keys,
-    ttl_millis, Acquired, Renewal,
-};
+use crate::lock::{extend_many_on, extend_on, scan_keys, ttl_millis, Renewal};
 use crate::node::{Node, BACKEND};
+use crate::release::{release_quietly_on, release_waking_on};
 use crate::subscriber::{Keep, Subscriber};
 use crate::waiters::{Waiters, Waiting};
 
@@ -347,7 +346,7 @@ impl Redlock {
         let token = owner.to_string();
         let limit = self.acquire_limit(ttl);
         // A waiter's score in every master's queue: the end of its stay by this client's
-        // clock, the same on all of them (see `ACQUIRE_UNFENCED_WAITING`).
+        // clock, the same on all of them (see `acquire.lua`).
         let queued_until_us = waiting.map_or(0, |(_, stay_ms)| {
             clock_micros().saturating_add(stay_ms.saturating_mul(1000))
         });
@@ -370,17 +369,22 @@ impl Redlock {
                     // A recently restarted master: its answer counts for nobody.
                     untrusted += 1;
                     match acquired {
-                        Acquired::No { remaining, .. } => held.push(remaining),
-                        Acquired::Yes(_) => may_hold[i] = true,
+                        AcquireReply::Held { remaining, .. } => held.push(remaining),
+                        AcquireReply::Acquired(_) | AcquireReply::PermitsMismatch(_) => may_hold[i] = true,
                     }
                 }
-                Ok((Acquired::Yes(_), _)) => {
+                Ok((AcquireReply::Acquired(_), _)) => {
                     won += 1;
                     may_hold[i] = true;
                 }
-                Ok((Acquired::No { remaining, holder }, _)) => {
+                Ok((AcquireReply::Held { remaining, holder }, _)) => {
                     held.push(remaining);
                     *holders.entry(holder).or_default() += 1;
+                }
+                Ok((AcquireReply::PermitsMismatch(_), _)) => {
+                    // Not a reply to a mutex: its outcome is unknown.
+                    errors.push("unexpected acquire reply for a mutex: a permit count".to_owned());
+                    may_hold[i] = true;
                 }
                 Err(e) => {
                     errors.push(crate::node::detail(&e));
@@ -696,12 +700,7 @@ impl DistributedLock for Redlock {
         let limit = self.inner.config.node_timeout;
         let lock_key: [&[u8]; 1] = [&keys.lock];
         let reads = join_all(self.inner.nodes.iter().map(|node| {
-            node.script_within::<(Option<Vec<u8>>, i64)>(
-                limit,
-                &crate::scripts::INSPECT_UNFENCED,
-                &lock_key,
-                &[],
-            )
+            node.script_within::<(Option<Vec<u8>>, i64)>(limit, &crate::lua::INSPECT_UNFENCED, &lock_key, &[])
         }))
         .await;
         let mut answered = 0;

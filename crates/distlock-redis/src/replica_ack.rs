@@ -12,8 +12,8 @@ use distlock_core::{Error, Result};
 use redis::Value;
 
 use crate::config::{RedisConfig, ReplicaAck, Target};
+use crate::lua::LuaScript;
 use crate::node::{self, Nonce, Publish, BACKEND};
-use crate::scripts::LuaScript;
 
 /// One script to run in an acknowledged pipeline, with its keys and arguments.
 pub(crate) struct ScriptCall<'a> {

@@ -1,7 +1,9 @@
-//! [`SlotMap`]: which master of a Redis Cluster serves which hash slot, as `CLUSTER SLOTS` last
-//! said, so that a batch of renewals can go to each master as one pipeline.
+//! The slot map: which master of a Redis Cluster serves which hash slot, as `CLUSTER SLOTS`
+//! said: [`SlotMap`], cached, so that a batch of renewals can go to each master as one
+//! pipeline, and the [`Ranges`] a [`crate::node::Node`] reads as it opens a cluster
+//! connection, to find the master a timed-out request went to.
 //!
-//! It owns that cached map and nothing else; it may be stale: whoever uses it sends by it,
+//! It owns the map and its reading and nothing else; it may be stale: whoever uses it sends by it,
 //! and a command that lands on the wrong master comes back `MOVED` or `ASK`, which the user
 //! then sends through the routed path (the cluster client follows redirects there) and calls
 //! [`SlotMap::forget`]. Routing of single commands never uses it.
@@ -20,6 +22,17 @@ const MAX_AGE: Duration = Duration::from_secs(30);
 
 /// A master's address as the cluster client names its connection: host and port.
 pub(crate) type Master = Arc<(String, u16)>;
+
+/// `(first slot, last slot, master)` ranges, as `CLUSTER SLOTS` lists them.
+pub(crate) type Ranges = Vec<(u16, u16, Master)>;
+
+/// The master serving `slot` in `ranges`, if any.
+pub(crate) fn master_of(ranges: &[(u16, u16, Master)], slot: u16) -> Option<&Master> {
+    ranges
+        .iter()
+        .find(|(first, last, _)| (first..=last).contains(&&slot))
+        .map(|(_, _, master)| master)
+}
 
 /// The cached slot map of one cluster client.
 #[derive(Debug, Default)]
@@ -65,12 +78,7 @@ impl SlotMap {
         };
         Ok(slots
             .iter()
-            .map(|slot| {
-                ranges
-                    .iter()
-                    .find(|(first, last, _)| (first..=last).contains(&slot))
-                    .map(|(_, _, master)| master.clone())
-            })
+            .map(|&slot| master_of(&ranges, slot).cloned())
             .collect())
     }
 

@@ -1,7 +1,7 @@
 //! [`Waiters`]: the client's side of the servers' queues of waiters, shared by
 //! [`RedisLock`](crate::RedisLock) and [`Redlock`](crate::Redlock).
 //!
-//! A waiter's attempt queues it on a server that finds the lock held (the acquire scripts'
+//! A waiter's attempt queues it on a server that finds the lock held (the acquire script's
 //! waiting variants), and a won attempt takes it out. This module remembers which waiters of
 //! this client may still be queued, and when a waiter's wait ends while it may be, takes it out
 //! of every server's queue in the background (the `LEAVE` script, which also wakes the next
@@ -15,8 +15,8 @@ use std::time::Duration;
 use distlock_core::{Result, TryAcquire};
 
 use crate::keys::LockKeys;
+use crate::lua;
 use crate::node::Node;
-use crate::scripts;
 
 /// A waiter's id and its stay in ms, for an attempt that queues it if the lock is held.
 pub(crate) type Waiting<'a> = Option<(&'a str, u64)>;
@@ -93,7 +93,7 @@ impl Drop for Leave {
             for node in &nodes {
                 let left: Result<i64> = node
                     .script(
-                        &scripts::LEAVE,
+                        &lua::LEAVE,
                         &[&keys.lock, &keys.waiters],
                         &[waiter.as_bytes(), &keys.channel],
                     )

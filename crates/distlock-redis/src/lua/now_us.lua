@@ -1,0 +1,5 @@
+-- now_us(): the server's clock in microseconds (the queues of waiters are scored by it).
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end

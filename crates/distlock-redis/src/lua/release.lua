@@ -1,0 +1,79 @@
+-- Release a hold of any kind, owner-checked: compare-and-delete the mutex or the writer,
+-- remove a live member (a permit, a reader); then wake or announce.
+--
+-- ARGV[1] kind: 'mutex', 'permit', 'read' or 'write'; ARGV[2] owner token; ARGV[3] the
+-- channel ('' for the mutex: wake no one, as for the cleanup of a failed Redlock attempt,
+-- whose minority grants nobody waits for); ARGV[4] the release marker's TTL in ms ('0': no
+-- marker).
+--
+-- KEYS[1] the hold (the lock key, the semaphore's holders, the readers, the writer); KEYS[2]
+-- the release marker (unused with no marker); KEYS[3] the queue (the mutex's waiters with a
+-- channel; the semaphore's waiters).
+--
+-- A mutex's release wakes the first waiter of its queue; a permit's wakes the first waiter
+-- of the semaphore's queue alone (one permit came free: one waiter can take it); a reader's
+-- announces 'released' only when no live reader is left (only that can let a writer in); the
+-- writer's always announces it. Returns 1 if the owner held it (live) and it was removed
+-- (then the marker is written), or held nothing but its marker says an earlier run of this
+-- same request removed it; 0 otherwise (an expired member is removed too).
+--
+-- As in acquire.lua, each branch defines the helpers it calls where it calls them.
+local kind, owner, channel, marker_ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+--! release_marker
+
+if kind == 'mutex' then
+  if redis.pcall('GET', KEYS[1]) == owner then
+    redis.call('DEL', KEYS[1])
+    mark_released(KEYS[2], marker_ttl)
+    if channel ~= '' then
+      --! now_us
+      --! wake_next
+      wake_next(KEYS[3], channel)
+    end
+    return 1
+  end
+  if released_before(KEYS[2], marker_ttl) then
+    return 1
+  end
+  return 0
+end
+
+if kind == 'permit' or kind == 'read' then
+  local score = redis.call('ZSCORE', KEYS[1], owner)
+  if not score then
+    if released_before(KEYS[2], marker_ttl) then
+      return 1
+    end
+    return 0
+  end
+  redis.call('ZREM', KEYS[1], owner)
+  --! holds
+  local now = now_ms()
+  if tonumber(score) <= now then
+    return 0
+  end
+  mark_released(KEYS[2], marker_ttl)
+  if kind == 'permit' then
+    --! now_us
+    --! wake_next
+    wake_next(KEYS[3], channel)
+  elseif live(KEYS[1], now) == 0 then
+    redis.call(distlock_publish, channel, 'released')
+  end
+  return 1
+end
+
+if kind == 'write' then
+  if redis.call('GET', KEYS[1]) == owner then
+    redis.call('DEL', KEYS[1])
+    mark_released(KEYS[2], marker_ttl)
+    redis.call(distlock_publish, channel, 'released')
+    return 1
+  end
+  if released_before(KEYS[2], marker_ttl) then
+    return 1
+  end
+  return 0
+end
+
+return redis.error_reply('distlock: unknown kind of hold ' .. tostring(kind))

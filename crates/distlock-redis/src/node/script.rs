@@ -1,0 +1,285 @@
+//! Scripts on a [`Node`]: a request on the wire (`EVALSHA`, `EVAL` on `NOSCRIPT`, with the
+//! announcing command and the request's [`Nonce`] last), the opening of its `{nonce, reply}`
+//! reply, and the naming of the server's run for Redlock.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use distlock_core::{Error, Result};
+use redis::{ErrorKind, FromRedisValue, RedisError, ServerErrorKind, Value};
+
+use super::errors::{map_error, with_context};
+use super::probe::At;
+use super::{Node, BACKEND};
+use crate::keys::key_slot;
+use crate::lua::LuaScript;
+use crate::server_run::{fresh_name, parse_run_id};
+
+/// What the scripts announce a release with: `PUBLISH` on one server, `SPUBLISH` (sharded
+/// pub/sub: the message goes to the shard of the channel's slot, which is the lock's) on a
+/// cluster. Every script takes it as its last argument but one (see [`script_cmd`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Publish {
+    Plain,
+    Sharded,
+}
+
+impl Publish {
+    fn command(self) -> &'static str {
+        match self {
+            Publish::Plain => "PUBLISH",
+            Publish::Sharded => "SPUBLISH",
+        }
+    }
+}
+
+/// A request's nonce: unique in this process, and counted from a random start so that two
+/// processes' nonces meet only by chance (a cluster's release marker holds one, see
+/// [`released`](crate::released)); every script returns it beside its reply.
+#[derive(Debug, Clone)]
+pub(crate) struct Nonce(String);
+
+impl Nonce {
+    pub(crate) fn new() -> Self {
+        static NEXT: LazyLock<AtomicU64> = LazyLock::new(|| AtomicU64::new(rand::random()));
+        Self(format!("{:x}", NEXT.fetch_add(1, Ordering::Relaxed)))
+    }
+}
+
+/// `EVALSHA sha numkeys keys... args... publish nonce`, or with `use_eval`
+/// `EVAL code numkeys keys... args... publish nonce` (`publish`: the command that announces
+/// a release, see [`Publish`]).
+pub(crate) fn script_cmd(
+    script: &LuaScript,
+    keys: &[&[u8]],
+    args: &[&[u8]],
+    publish: Publish,
+    nonce: &Nonce,
+    use_eval: bool,
+) -> redis::Cmd {
+    let mut cmd = match use_eval {
+        true => {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(script.code(publish == Publish::Sharded));
+            cmd
+        }
+        false => {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(script.sha1(publish == Publish::Sharded));
+            cmd
+        }
+    };
+    cmd.arg(keys.len())
+        .arg(keys)
+        .arg(args)
+        .arg(publish.command())
+        .arg(nonce.0.as_bytes());
+    cmd
+}
+
+/// A script's reply `{nonce, reply}` opened: `reply` if the nonce is `nonce`. An error reply
+/// (`NOSCRIPT`, a script error) comes back as it is: it never confirms anything. `None` for a
+/// reply to another request: on one connection replies are matched to requests in order, so
+/// one lost on the way hands every later request the reply of the request after it.
+pub(crate) fn open_reply(reply: Value, nonce: &Nonce) -> Option<Value> {
+    match reply {
+        Value::ServerError(_) => Some(reply),
+        Value::Array(mut parts) if !parts.is_empty() => {
+            let ours = matches!(&parts[0], Value::BulkString(n) if n.as_slice() == nonce.0.as_bytes());
+            if !ours {
+                return None;
+            }
+            Some(if parts.len() > 1 {
+                parts.swap_remove(1)
+            } else {
+                Value::Nil
+            })
+        }
+        _ => None,
+    }
+}
+
+fn is_noscript(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+}
+
+impl Node {
+    /// Runs `script` by `EVALSHA`, falling back to `EVAL` (which also caches it on the
+    /// server) on `NOSCRIPT`: one round trip once the server knows it. Bounded by the
+    /// operation timeout.
+    pub(crate) async fn script<T: FromRedisValue>(
+        &self,
+        script: &LuaScript,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+    ) -> Result<T> {
+        self.script_within(self.timeout, script, keys, args).await
+    }
+
+    /// As [`script`](Self::script), bounded by `limit`. A reply that is not the request's
+    /// own (see [`open_reply`]) is an error, and the connection is replaced.
+    pub(crate) async fn script_within<T: FromRedisValue>(
+        &self,
+        limit: Duration,
+        script: &LuaScript,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+    ) -> Result<T> {
+        self.script_sent_within(limit, script, keys, args)
+            .await
+            .map(|(value, _)| value)
+    }
+
+    /// As [`script_within`](Self::script_within), also telling whether this client sent the
+    /// script again after its connection broke, so that it may have run twice: a second run
+    /// sees what the first one did (a release sent again finds its lock gone). On a cluster
+    /// the cluster client also sends a request again after a dropped connection, without
+    /// saying so: that is not seen here (the release scripts' marker answers it, see
+    /// [`released`](crate::released)).
+    pub(crate) async fn script_sent_within<T: FromRedisValue>(
+        &self,
+        limit: Duration,
+        script: &LuaScript,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+    ) -> Result<(T, bool)> {
+        let nonce = Nonce::new();
+        let nonce = &nonce;
+        let publish = self.publish();
+        let at = keys.first().map_or(At::Unknown, |key| At::Slot(key_slot(key)));
+        let (reply, generation, resent) = self
+            .run_tracked(limit, at, |mut conn| async move {
+                match script_cmd(script, keys, args, publish, nonce, false)
+                    .query_async::<Value>(&mut conn)
+                    .await
+                {
+                    Err(e) if is_noscript(&e) => {
+                        script_cmd(script, keys, args, publish, nonce, true)
+                            .query_async(&mut conn)
+                            .await
+                    }
+                    other => other,
+                }
+            })
+            .await?;
+        let reply = self.checked(reply, nonce, generation)?;
+        let value =
+            redis::from_redis_value(reply).map_err(|e| with_context(map_error(e.into()), &self.url))?;
+        Ok((value, resent))
+    }
+
+    /// As [`script_within`](Self::script_within) on one server, also naming the run of the
+    /// server that ran it (its run id, new with every restart; see [`ServerRun`](crate::server_run::ServerRun)): the script
+    /// is pipelined after `CLIENT GETNAME`, one round trip. On a connection this client has
+    /// not named (its first request, or the connection was reopened, perhaps to a restarted
+    /// server) a second round trip names it, reads `INFO server` and runs the script again on
+    /// it: the scripts sent here must be idempotent for their arguments. `None` on a cluster,
+    /// or if the server did not say.
+    pub(crate) async fn script_naming_run<T: FromRedisValue>(
+        &self,
+        limit: Duration,
+        script: &LuaScript,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+    ) -> Result<(T, Option<String>)> {
+        if self.is_cluster() {
+            return Ok((self.script_within(limit, script, keys, args).await?, None));
+        }
+        let started = tokio::time::Instant::now();
+        if self.run.named() {
+            let mut getname = redis::cmd("CLIENT");
+            getname.arg("GETNAME");
+            let (before, reply) = self.script_after(limit, &[getname], script, keys, args).await?;
+            let run_id = match before.first() {
+                Some(Value::BulkString(name)) => self.run.run_id(name),
+                _ => None,
+            };
+            if let Some(run_id) = run_id {
+                return Ok((self.value(reply)?, Some(run_id)));
+            }
+        }
+        let left = limit.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return Err(Error::unavailable(
+                BACKEND,
+                format!("{} did not answer within {limit:?}", self.url),
+            ));
+        }
+        let name = fresh_name();
+        let mut setname = redis::cmd("CLIENT");
+        setname.arg("SETNAME").arg(&name);
+        let mut info = redis::cmd("INFO");
+        info.arg("server");
+        let (before, reply) = self
+            .script_after(left, &[setname, info], script, keys, args)
+            .await?;
+        let run_id = before
+            .get(1)
+            .and_then(|info| redis::from_redis_value::<String>(info.clone()).ok())
+            .and_then(|info| parse_run_id(&info));
+        if let Some(run_id) = &run_id {
+            self.run.record(name, run_id.clone());
+        }
+        Ok((self.value(reply)?, run_id))
+    }
+
+    /// `before`'s commands and `script` in one pipeline (with the `EVAL` fallback), bounded
+    /// by `limit`: their replies, and the script's opened (see [`checked`](Self::checked)).
+    async fn script_after(
+        &self,
+        limit: Duration,
+        before: &[redis::Cmd],
+        script: &LuaScript,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+    ) -> Result<(Vec<Value>, Value)> {
+        let nonce = Nonce::new();
+        let nonce = &nonce;
+        let publish = self.publish();
+        let pipeline = |use_eval| {
+            let mut pipe = redis::pipe();
+            for cmd in before {
+                pipe.add_command(cmd.clone());
+            }
+            pipe.add_command(script_cmd(script, keys, args, publish, nonce, use_eval));
+            pipe
+        };
+        let (mut replies, generation) = self
+            .run_on(limit, |mut conn| {
+                let (evalsha, eval) = (pipeline(false), pipeline(true));
+                async move {
+                    match evalsha.query_async::<Vec<Value>>(&mut conn).await {
+                        Err(e) if is_noscript(&e) => eval.query_async(&mut conn).await,
+                        other => other,
+                    }
+                }
+            })
+            .await?;
+        let reply = replies
+            .pop()
+            .ok_or_else(|| Error::backend(BACKEND, format!("{}: an empty reply to a pipeline", self.url)))?;
+        Ok((replies, self.checked(reply, nonce, generation)?))
+    }
+
+    fn value<T: FromRedisValue>(&self, reply: Value) -> Result<T> {
+        redis::from_redis_value(reply).map_err(|e| with_context(map_error(e.into()), &self.url))
+    }
+
+    /// `reply` opened (see [`open_reply`]); a reply to another request means the connection of
+    /// `generation` lost one and is out of step: it is replaced, and the request's outcome is
+    /// unknown.
+    pub(crate) fn checked(&self, reply: Value, nonce: &Nonce, generation: u64) -> Result<Value> {
+        open_reply(reply, nonce).ok_or_else(|| {
+            tracing::warn!(url = %self.url, "distlock-redis: a reply to another request; replacing the connection");
+            self.replace(generation);
+            Error::unavailable(
+                BACKEND,
+                format!(
+                    "{}: a reply to another request arrived (one was lost on the way); the outcome is unknown",
+                    self.url
+                ),
+            )
+        })
+    }
+}
