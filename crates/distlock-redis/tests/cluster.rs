@@ -877,7 +877,7 @@ async fn try_acquire_once_answered(client: &LockClient, name: &LockName) -> Opti
     }
 }
 
-/// **A failover can lose a lock** (the README's caveat, shown): a lock acquired on a master
+/// **A failover can lose a lock** (the guide's Redis Cluster caveat, shown): a lock acquired on a master
 /// whose replica did not get the write (its replication stalled first) is gone once the master
 /// dies and the replica is promoted; another client acquires it, and the first holder's lost
 /// signal fires at its next renewal (NotOwned), long before its lease's own deadline.
