@@ -208,6 +208,8 @@
 compile_error!("distlock-sql needs at least one of its features `mysql`, `postgres` and `sqlite`");
 
 mod admission;
+#[cfg(all(test, feature = "mysql", feature = "postgres", feature = "sqlite"))]
+mod admission_agreement;
 mod checkout;
 mod config;
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
