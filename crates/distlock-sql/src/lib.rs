@@ -236,6 +236,7 @@ mod server_pool;
 #[cfg(all(feature = "sqlite", unix))]
 mod socket_addr;
 mod sql;
+mod statement;
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 mod waiters_sql;
 

@@ -63,6 +63,7 @@ use crate::pg_waiters::PgWaiters;
 #[cfg(feature = "mysql")]
 use crate::sql::MYSQL_HELD;
 use crate::sql::{key_char, Dialect, Statements, KEY_LEN};
+use crate::statement::{DialectPool, Values};
 
 /// A closure for [`SqlLock::run`]: runs one statement (`$body`, which reaches the connection as
 /// `$c.conn()?`) and hands the connection back to the pool only once the statement finished
@@ -86,6 +87,22 @@ macro_rules! in_transaction {
             let result = $body;
             $c.finish(result.is_ok());
             result
+        }
+    };
+}
+
+/// `$body` with `$p` bound to `$lock`'s connection pool, whichever its dialect: the body is
+/// written once and compiled for each (see [`DialectPool`] for binding a statement's values
+/// there).
+macro_rules! each_pool {
+    ($lock:expr, $p:ident => $body:expr) => {
+        match &$lock.inner.pool {
+            #[cfg(feature = "mysql")]
+            Pool::MySql($p) => $body,
+            #[cfg(feature = "postgres")]
+            Pool::Postgres($p) => $body,
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite($p) => $body,
         }
     };
 }
@@ -202,14 +219,7 @@ impl SqlLock {
 
     /// Closes the connection pool; later operations fail with [`Error::Unavailable`].
     pub async fn close(&self) {
-        match &self.inner.pool {
-            #[cfg(feature = "mysql")]
-            Pool::MySql(connections) => connections.close().await,
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(connections) => connections.close().await,
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => pool.close().await,
-        }
+        each_pool!(self, pool => pool.close().await);
         #[cfg(feature = "postgres")]
         if let Some(releases) = &self.inner.releases {
             releases.close();
@@ -719,29 +729,32 @@ impl SqlLock {
         let key = lock_key(name);
         let key = key.as_ref();
         let owner_str = owner.to_string();
-        let owner_str = owner_str.as_str();
-        let sql = self.inner.sql.acquire.as_str();
+        #[cfg(feature = "sqlite")]
+        let clock = Some(clock_micros());
+        #[cfg(not(feature = "sqlite"))]
+        let clock = None;
+        let values = Values {
+            key: Some(key),
+            name: Some(name.as_str()),
+            owner: Some(&owner_str),
+            ttl: Some(units),
+            // Only SQLite's statements name it.
+            clock,
+            ..Values::default()
+        };
+        let statement = &self.inner.sql.acquire;
         let sent = Instant::now();
         let version: Option<i64> = match &self.inner.pool {
             #[cfg(feature = "mysql")]
             Pool::MySql(pool) => {
+                let sql = statement.as_str();
                 let done = self
                     .run(
                         pool,
                         "acquiring",
                         on_conn!(c => {
-                            sqlx::query(sql)
-                                .bind(key)
-                                .bind(name.as_str())
-                                .bind(owner_str)
-                                .bind(units)
-                                .bind(owner_str)
-                                .bind(owner_str)
-                                .bind(owner_str)
-                                .bind(owner_str)
-                                .bind(units)
-                                .execute(c.conn()?)
-                                .await
+                            let args = pool.arguments(statement, &values)?;
+                            sqlx::query_with(sql, args).execute(c.conn()?).await
                         }),
                     )
                     .await?;
@@ -757,25 +770,25 @@ impl SqlLock {
             }
             #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => {
-                let sql = match waiting {
-                    Some(_) => self.inner.sql.acquire_waiting.as_str(),
-                    None => sql,
+                let (statement, values) = match waiting {
+                    Some((waiter, stay)) => (
+                        &self.inner.sql.acquire_waiting,
+                        Values {
+                            waiter: Some(waiter),
+                            stay: Some(stay),
+                            ..values
+                        },
+                    ),
+                    None => (statement, values),
                 };
+                let sql = statement.as_str();
                 let rows: Vec<(Option<i64>, Option<i64>)> = self
                     .run(
                         pool,
                         "acquiring",
                         on_conn!(c => {
-                            let query = sqlx::query_as(sql)
-                                .bind(key)
-                                .bind(name.as_str())
-                                .bind(owner_str)
-                                .bind(units);
-                            let query = match waiting {
-                                Some((waiter, stay)) => query.bind(waiter).bind(stay),
-                                None => query,
-                            };
-                            query.fetch_all(c.conn()?).await
+                            let args = pool.arguments(statement, &values)?;
+                            sqlx::query_as_with(sql, args).fetch_all(c.conn()?).await
                         }),
                     )
                     .await?;
@@ -793,20 +806,15 @@ impl SqlLock {
             }
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => {
+                let sql = statement.as_str();
                 // fetch_all steps the statement to completion, so its write commits at once.
                 let rows: Vec<i64> = self
                     .run(
                         pool,
                         "acquiring",
                         on_conn!(c => {
-                            sqlx::query_scalar(sql)
-                                .bind(key)
-                                .bind(name.as_str())
-                                .bind(owner_str)
-                                .bind(units)
-                                .bind(clock_micros())
-                                .fetch_all(c.conn()?)
-                                .await
+                            let args = pool.arguments(statement, &values)?;
+                            sqlx::query_scalar_with(sql, args).fetch_all(c.conn()?).await
                         }),
                     )
                     .await?;
@@ -831,12 +839,12 @@ impl SqlLock {
                     session: Session {
                         limits: session_limits(config.statement_limit()),
                         warm: vec![
-                            sql.acquire.clone(),
-                            sql.extend.clone(),
-                            sql.release.clone(),
-                            sql.holds.extend.clone(),
-                            sql.holds.release.clone(),
-                            sql.holds.withdraw.clone(),
+                            sql.acquire.as_str().to_owned(),
+                            sql.extend.as_str().to_owned(),
+                            sql.release.as_str().to_owned(),
+                            sql.holds.extend.as_str().to_owned(),
+                            sql.holds.release.as_str().to_owned(),
+                            sql.holds.withdraw.as_str().to_owned(),
                         ],
                     },
                 },
@@ -855,16 +863,16 @@ impl SqlLock {
                         options,
                         config.statement_limit(),
                         vec![
-                            sql.acquire.clone(),
-                            sql.acquire_waiting.clone(),
-                            sql.extend.clone(),
-                            sql.release.clone(),
-                            sql.waiters.leave.clone(),
+                            sql.acquire.as_str().to_owned(),
+                            sql.acquire_waiting.as_str().to_owned(),
+                            sql.extend.as_str().to_owned(),
+                            sql.release.as_str().to_owned(),
+                            sql.waiters.leave.as_str().to_owned(),
                             sql.extend_many.clone(),
-                            sql.holds.attempt.clone(),
-                            sql.holds.extend.clone(),
-                            sql.holds.release.clone(),
-                            sql.holds.withdraw.clone(),
+                            sql.holds.attempt.as_str().to_owned(),
+                            sql.holds.extend.as_str().to_owned(),
+                            sql.holds.release.as_str().to_owned(),
+                            sql.holds.withdraw.as_str().to_owned(),
                         ],
                     ),
                     config.max_connections,
@@ -945,34 +953,22 @@ impl SqlLock {
             )
             .await?;
         }
-        if create {
+        // PostgreSQL's was created above, in one transaction.
+        #[cfg(feature = "postgres")]
+        let created = matches!(self.inner.pool, Pool::Postgres(_));
+        #[cfg(not(feature = "postgres"))]
+        let created = false;
+        if create && !created {
             for ddl in &ddl {
                 let ddl = ddl.as_str();
-                match &self.inner.pool {
-                    #[cfg(feature = "mysql")]
-                    Pool::MySql(pool) => {
-                        self.run(
-                            pool,
-                            "creating the lock tables",
-                            on_conn!(c => sqlx::query(ddl).execute(c.conn()?).await),
-                        )
-                        .await?;
-                    }
-                    #[cfg(feature = "sqlite")]
-                    Pool::Sqlite(pool) => {
-                        self.run(
-                            pool,
-                            "creating the lock tables",
-                            on_conn!(c => sqlx::query(ddl).execute(c.conn()?).await),
-                        )
-                        .await?;
-                    }
-                    // Created above, in one transaction.
-                    #[cfg(feature = "postgres")]
-                    Pool::Postgres(_) => {
-                        let _ = ddl;
-                    }
-                }
+                each_pool!(self, pool => {
+                    self.run(
+                        pool,
+                        "creating the lock tables",
+                        on_conn!(c => sqlx::query(ddl).execute(c.conn()?).await),
+                    )
+                    .await?;
+                });
             }
         }
         // The version check also proves the database answers.
@@ -995,35 +991,14 @@ impl SqlLock {
                 Err(e) => Err(e),
             }
         }
-        match &self.inner.pool {
-            #[cfg(feature = "mysql")]
-            Pool::MySql(pool) => {
-                self.run(
-                    pool,
-                    "reading the schema version",
-                    on_conn!(c => answer(sqlx::query_scalar(sql).fetch_optional(c.conn()?).await)),
-                )
-                .await
-            }
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => {
-                self.run(
-                    pool,
-                    "reading the schema version",
-                    on_conn!(c => answer(sqlx::query_scalar(sql).fetch_optional(c.conn()?).await)),
-                )
-                .await
-            }
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => {
-                self.run(
-                    pool,
-                    "reading the schema version",
-                    on_conn!(c => answer(sqlx::query_scalar(sql).fetch_optional(c.conn()?).await)),
-                )
-                .await
-            }
-        }
+        each_pool!(self, pool => {
+            self.run(
+                pool,
+                "reading the schema version",
+                on_conn!(c => answer(sqlx::query_scalar(sql).fetch_optional(c.conn()?).await)),
+            )
+            .await
+        })
     }
 
     fn dialect(&self) -> Dialect {
@@ -1138,42 +1113,23 @@ impl SqlLock {
     /// How long the current holder of `key` has left (round trip 2 of a failed attempt), as
     /// the waiter's wake-up hint. A row found free or expired meanwhile says "retry now".
     async fn holder(&self, key: &str) -> Result<Holder> {
-        let sql = self.inner.sql.remaining.as_str();
-        let left: Option<Option<i64>> = match &self.inner.pool {
-            #[cfg(feature = "mysql")]
-            Pool::MySql(pool) => {
-                self.run(
-                    pool,
-                    "reading the holder's expiry",
-                    on_conn!(c => {
-                        sqlx::query_scalar(sql).bind(key).fetch_optional(c.conn()?).await
-                    }),
-                )
-                .await?
-            }
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => {
-                self.run(
-                    pool,
-                    "reading the holder's expiry",
-                    on_conn!(c => {
-                        sqlx::query_scalar(sql).bind(key).fetch_optional(c.conn()?).await
-                    }),
-                )
-                .await?
-            }
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => {
-                self.run(
-                    pool,
-                    "reading the holder's expiry",
-                    on_conn!(c => {
-                        sqlx::query_scalar(sql).bind(key).fetch_optional(c.conn()?).await
-                    }),
-                )
-                .await?
-            }
+        let statement = &self.inner.sql.remaining;
+        let sql = statement.as_str();
+        let values = Values {
+            key: Some(key),
+            ..Values::default()
         };
+        let left: Option<Option<i64>> = each_pool!(self, pool => {
+            self.run(
+                pool,
+                "reading the holder's expiry",
+                on_conn!(c => {
+                    let args = pool.arguments(statement, &values)?;
+                    sqlx::query_scalar_with(sql, args).fetch_optional(c.conn()?).await
+                }),
+            )
+            .await?
+        });
         Ok(Holder::expiring_in(
             self.remaining(left.flatten()).unwrap_or(Duration::ZERO),
         ))
