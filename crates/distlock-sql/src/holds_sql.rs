@@ -1,6 +1,7 @@
 //! The SQL text of the holds table, per dialect: the rows of semaphores and read-write locks.
 //! This module owns that table's layout and its statements only; it runs nothing (see
-//! `lock/holds.rs`), and the rule the statements apply is `admission.rs`'s.
+//! `lock/holds.rs`), and the rule the statements apply is `admission.rs`'s (its copies here, in
+//! MySQL's SQL and in PL/pgSQL, are checked against it by `admission_agreement.rs`).
 //!
 //! # Layout
 //!
