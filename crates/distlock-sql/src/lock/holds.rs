@@ -32,6 +32,17 @@ use crate::holds_sql::{kind_column, kind_of_row, waiter_holder};
 use crate::sql::Dialect;
 use crate::statement::{DialectPool, Values};
 
+/// MySQL's attempt: one text query (see `holds_sql::mysql_attempt`).
+#[cfg(feature = "mysql")]
+mod mysql;
+/// PostgreSQL's attempt: one call of the attempt's function (see `holds_sql.rs`).
+#[cfg(feature = "postgres")]
+mod postgres;
+/// SQLite's attempt: the census and the writes as statements of one `BEGIN IMMEDIATE`
+/// transaction, the rule applied in between.
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
 /// How one attempt ended on the database.
 enum Outcome {
     /// The hold is ours, with this fencing token.
@@ -379,182 +390,6 @@ impl SqlLock {
         };
         // At most 30 days in µs: far below i64::MAX.
         i64::try_from(units).unwrap_or(i64::MAX)
-    }
-}
-
-/// MySQL's attempt: one text query (see `holds_sql::mysql_attempt`).
-#[cfg(feature = "mysql")]
-mod mysql {
-    use sqlx::mysql::MySqlConnection;
-    use sqlx::{Executor, FromRow};
-
-    use super::{Census, CensusRow, Outcome};
-
-    /// The query's one row: won, the fencing token, then the census.
-    type AttemptRow = (
-        i64,
-        Option<i64>,
-        i64,
-        i64,
-        i64,
-        i64,
-        Option<i64>,
-        Option<i64>,
-        Option<i64>,
-        Option<i64>,
-        Option<i64>,
-    );
-
-    /// Runs the attempt's query (its transaction commits within it) and reads its outcome.
-    pub(super) async fn attempt(conn: &mut MySqlConnection, query: &str) -> Result<Outcome, sqlx::Error> {
-        // A bare string runs as a text query (`COM_QUERY`), the protocol that carries several
-        // statements in one round trip.
-        let rows = conn.fetch_all(query).await?;
-        let row = rows.first().ok_or(sqlx::Error::RowNotFound)?;
-        let (won, token, holds, readers, writers, waiting, stored, mine, first_permit, last_reader, writer) =
-            AttemptRow::from_row(row)?;
-        let census: CensusRow = (
-            holds,
-            readers,
-            writers,
-            waiting,
-            stored,
-            mine,
-            first_permit,
-            last_reader,
-            writer,
-        );
-        Ok(match (won, token) {
-            (1, Some(token)) => Outcome::Won(token),
-            _ => Outcome::Lost(Census::from(census)),
-        })
-    }
-}
-
-/// PostgreSQL's attempt: one call of the attempt's function (see `holds_sql.rs`).
-#[cfg(feature = "postgres")]
-mod postgres {
-    use super::{Census, CensusRow, Outcome};
-
-    /// The call's one row: won, the fencing token, then the census.
-    pub(super) type AttemptRow = (
-        bool,
-        Option<i64>,
-        i64,
-        i64,
-        i64,
-        i64,
-        Option<i64>,
-        Option<i64>,
-        Option<i64>,
-        Option<i64>,
-        Option<i64>,
-    );
-
-    /// The outcome the call's row reports.
-    pub(super) fn outcome(row: AttemptRow) -> Outcome {
-        let (won, token, holds, readers, writers, waiting, stored, mine, first_permit, last_reader, writer) =
-            row;
-        match (won, token) {
-            (true, Some(token)) => Outcome::Won(token),
-            _ => {
-                let census: CensusRow = (
-                    holds,
-                    readers,
-                    writers,
-                    waiting,
-                    stored,
-                    mine,
-                    first_permit,
-                    last_reader,
-                    writer,
-                );
-                Outcome::Lost(Census::from(census))
-            }
-        }
-    }
-}
-
-/// SQLite's attempt: the census and the writes as statements of one `BEGIN IMMEDIATE`
-/// transaction, the rule applied in between.
-#[cfg(feature = "sqlite")]
-mod sqlite {
-    use distlock_core::LockKind;
-    use sqlx::sqlite::SqliteArguments;
-    use sqlx::{Sqlite, SqliteConnection};
-
-    use super::{Census, CensusRow, Outcome, Verdict};
-    use crate::holds_sql::SqliteAttempt;
-    use crate::statement::{Statement, Values};
-
-    /// The statements and values of one attempt.
-    pub(super) struct Attempt<'a> {
-        pub(super) steps: &'a SqliteAttempt,
-        /// The holds table's `withdraw` statement.
-        pub(super) withdraw: &'a Statement,
-        pub(super) kind: LockKind,
-        /// The attempt's values: primitive, key, name, owner, kind, permits and TTL (ms); a
-        /// waiting writer's `holder` value and stay (ms) if it leaves a record.
-        pub(super) values: Values<'a>,
-    }
-
-    /// `statement`'s text and its arguments from `values`.
-    fn run<'q>(
-        statement: &'q Statement,
-        values: Values<'q>,
-    ) -> Result<(&'q str, SqliteArguments<'q>), sqlx::Error> {
-        let args = statement.arguments::<Sqlite>(&values)?;
-        Ok((statement.as_str(), args))
-    }
-
-    /// Runs one attempt in its own transaction, committed before it returns. On an error the
-    /// transaction is still open: the caller closes the connection (`in_transaction!`).
-    pub(super) async fn attempt(
-        conn: &mut SqliteConnection,
-        a: &Attempt<'_>,
-    ) -> Result<Outcome, sqlx::Error> {
-        let s = a.steps;
-        // Takes the database's write lock now (waiting for it up to the busy timeout), so the
-        // census below stays true until the commit.
-        sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
-        let (sql, args) = run(&s.purge, a.values)?;
-        sqlx::query_with(sql, args).execute(&mut *conn).await?;
-        let (sql, args) = run(&s.census, a.values)?;
-        let census: CensusRow = sqlx::query_as_with(sql, args).fetch_one(&mut *conn).await?;
-        let census = Census::from(census);
-        let outcome = match census.verdict(a.kind) {
-            Verdict::Renew(token) => {
-                let (sql, args) = run(&s.renew, a.values)?;
-                sqlx::query_with(sql, args).execute(&mut *conn).await?;
-                Outcome::Won(token)
-            }
-            Verdict::Admit => {
-                let clock = Values {
-                    clock: Some(crate::lock::clock_micros()),
-                    ..a.values
-                };
-                let (sql, args) = run(&s.bump, clock)?;
-                let token: i64 = sqlx::query_scalar_with(sql, args).fetch_one(&mut *conn).await?;
-                let hold = Values {
-                    token: Some(token),
-                    ..a.values
-                };
-                let (sql, args) = run(&s.insert, hold)?;
-                sqlx::query_with(sql, args).execute(&mut *conn).await?;
-                Outcome::Won(token)
-            }
-            Verdict::Mismatch(_) | Verdict::Refuse => Outcome::Lost(census),
-        };
-        if a.values.holder.is_some() {
-            let step = match outcome {
-                Outcome::Won(_) => a.withdraw,
-                Outcome::Lost(_) => &s.record_waiter,
-            };
-            let (sql, args) = run(step, a.values)?;
-            sqlx::query_with(sql, args).execute(&mut *conn).await?;
-        }
-        sqlx::query("COMMIT").execute(&mut *conn).await?;
-        Ok(outcome)
     }
 }
 
