@@ -5,7 +5,12 @@
 //! SQLite applies it here, in Rust, between the census and the writes of one `BEGIN
 //! IMMEDIATE` transaction. MySQL applies the same rule inside its one round trip, in SQL
 //! (`holds_sql.rs`, `mysql_attempt`), and reports the census it decided on, which gives the
-//! waiter its wake-up hint through [`Census::wait_hint`] on both dialects.
+//! waiter its wake-up hint through [`Census::wait_hint`] on both dialects. PostgreSQL applies
+//! it in PL/pgSQL (`holds_sql.rs`, the attempt's function).
+//!
+//! So the rule exists three times. `admission_agreement.rs` holds them to one table of
+//! situations on real servers (SQLite, MariaDB, PostgreSQL); a change to the rule changes all
+//! three copies and that table.
 
 use distlock_core::LockKind;
 

@@ -1,6 +1,7 @@
 //! The SQL text of the holds table, per dialect: the rows of semaphores and read-write locks.
 //! This module owns that table's layout and its statements only; it runs nothing (see
-//! `lock/holds.rs`), and the rule the statements apply is `admission.rs`'s.
+//! `lock/holds.rs`), and the rule the statements apply is `admission.rs`'s (its copies here, in
+//! MySQL's SQL and in PL/pgSQL, are checked against it by `admission_agreement.rs`).
 //!
 //! # Layout
 //!
@@ -46,6 +47,7 @@ use std::fmt::Write as _;
 use distlock_core::LockKind;
 
 use crate::sql::{pg_micros, Dialect, KEY_LEN, MYSQL_CLOCK_US, PG_LEFT_US, PG_NOW, SQLITE_NOW_MS};
+use crate::statement::Statement;
 
 /// The longest `holder` value: `~` + a SHA-256 in hex (64), or an owner token (36).
 pub(crate) const HOLDER_LEN: usize = 72;
@@ -128,26 +130,24 @@ pub(crate) struct HoldStatements {
     pub(crate) create_table: String,
     /// PostgreSQL: creates (or replaces) the function of an attempt; empty elsewhere.
     pub(crate) create_function: String,
-    /// PostgreSQL: calls the function of an attempt. Binds: primitive, key, name, owner,
-    /// kind, permits (`int4`, `NULL` but for a permit), ttl µs, the waiting writer's holder
-    /// value and stay µs (both `NULL` when it leaves no record). Yields one row: won, the
+    /// PostgreSQL: calls the function of an attempt. `:permits` is `NULL` but for a permit;
+    /// `:waiter` (the waiting writer's holder value) and `:stay` are `NULL` when it leaves no
+    /// record. Yields one row: won, the
     /// fencing token, then the census ([`CensusRow`](crate::admission::CensusRow)). Empty
     /// elsewhere.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-    pub(crate) attempt: String,
-    /// Binds: primitive, key, owner, kind. One affected row iff a live hold was released
+    pub(crate) attempt: Statement,
+    /// One affected row iff a live hold was released
     /// (PostgreSQL: yields the count, and announces the release with `pg_notify`).
-    pub(crate) release: String,
-    /// Binds, MySQL: ttl µs, primitive, key, owner, kind. SQLite: primitive, key, owner, kind,
-    /// ttl ms; PostgreSQL the same with µs. One affected (matched) row iff a live hold was
-    /// extended.
-    pub(crate) extend: String,
-    /// Binds: primitive, key, waiter holder. Deletes a waiting writer's record (PostgreSQL:
+    pub(crate) release: Statement,
+    /// One affected (matched) row iff a live hold was extended.
+    pub(crate) extend: Statement,
+    /// Deletes a waiting writer's record (`:holder`) (PostgreSQL:
     /// yields the count, and announces the withdrawal with `pg_notify`).
-    pub(crate) withdraw: String,
-    /// Binds: primitive, key. Yields holder, kind, permits, version, remaining time (µs / ms)
+    pub(crate) withdraw: Statement,
+    /// Yields holder, kind, permits, version, remaining time (µs / ms)
     /// of each live hold, oldest first.
-    pub(crate) holders: String,
+    pub(crate) holders: Statement,
     /// SQLite: the statements of an attempt's transaction (MySQL builds its one query per
     /// attempt with [`mysql_attempt`]).
     #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
@@ -159,19 +159,19 @@ pub(crate) struct HoldStatements {
 #[derive(Debug, Clone, Default)]
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) struct SqliteAttempt {
-    /// Binds: primitive, key. Deletes the object's expired holds and waiter records.
-    pub(crate) purge: String,
-    /// Binds: primitive, key, owner, kind. Yields one [`CensusRow`](crate::admission::CensusRow).
-    pub(crate) census: String,
-    /// Binds: primitive, key, name, the caller's clock in µs. Creates the object's row or
-    /// bumps its version; `RETURNING` the new version, the new hold's fencing token.
-    pub(crate) bump: String,
-    /// Binds: primitive, key, owner, name, kind, permits, version, ttl ms. The new hold.
-    pub(crate) insert: String,
-    /// Binds: primitive, key, owner, kind, ttl ms. Renews the attempt's own hold (a retry).
-    pub(crate) renew: String,
-    /// Binds: primitive, key, waiter holder, name, stay ms. Records or renews a waiting writer.
-    pub(crate) record_waiter: String,
+    /// Deletes the object's expired holds and waiter records.
+    pub(crate) purge: Statement,
+    /// Yields one [`CensusRow`](crate::admission::CensusRow).
+    pub(crate) census: Statement,
+    /// Creates the object's row or bumps its version; `RETURNING` the new version, the new
+    /// hold's fencing token.
+    pub(crate) bump: Statement,
+    /// The new hold.
+    pub(crate) insert: Statement,
+    /// Renews the attempt's own hold (a retry).
+    pub(crate) renew: Statement,
+    /// Records or renews a waiting writer.
+    pub(crate) record_waiter: Statement,
 }
 
 impl HoldStatements {
@@ -203,26 +203,26 @@ impl HoldStatements {
                  PRIMARY KEY (primitive, lock_key, holder)\n\
                  ) ENGINE=InnoDB"
             ),
-            release: format!(
-                "DELETE FROM {t} WHERE primitive = ? AND lock_key = ? AND holder = ? AND kind = ? \
+            release: Statement::new(Dialect::MySql, &format!(
+                "DELETE FROM {t} WHERE primitive = :primitive AND lock_key = :key AND holder = :owner AND kind = :kind \
                  AND expires_at > {now}"
-            ),
-            extend: format!(
-                "UPDATE {t} SET expires_at = {now} + INTERVAL ? MICROSECOND \
-                 WHERE primitive = ? AND lock_key = ? AND holder = ? AND kind = ? AND expires_at > {now}"
-            ),
-            withdraw: format!(
-                "DELETE FROM {t} WHERE primitive = ? AND lock_key = ? AND holder = ? AND kind = 'waiter'"
-            ),
-            holders: format!(
+            )),
+            extend: Statement::new(Dialect::MySql, &format!(
+                "UPDATE {t} SET expires_at = {now} + INTERVAL :ttl MICROSECOND \
+                 WHERE primitive = :primitive AND lock_key = :key AND holder = :owner AND kind = :kind AND expires_at > {now}"
+            )),
+            withdraw: Statement::new(Dialect::MySql, &format!(
+                "DELETE FROM {t} WHERE primitive = :primitive AND lock_key = :key AND holder = :holder AND kind = 'waiter'"
+            )),
+            holders: Statement::new(Dialect::MySql, &format!(
                 "SELECT CAST(holder AS CHAR CHARACTER SET utf8mb4), CAST(kind AS CHAR CHARACTER SET utf8mb4), \
                  CAST(permits AS SIGNED), version, {left} FROM {t} \
-                 WHERE primitive = ? AND lock_key = ? AND kind IN ('permit', 'read', 'write') \
+                 WHERE primitive = :primitive AND lock_key = :key AND kind IN ('permit', 'read', 'write') \
                  AND expires_at > {now} ORDER BY version"
-            ),
+            )),
             sqlite: SqliteAttempt::default(),
             create_function: String::new(),
-            attempt: String::new(),
+            attempt: Statement::default(),
             table,
         }
     }
@@ -251,27 +251,29 @@ impl HoldStatements {
                  )"
             ),
             create_function: pg_attempt_function(&t, &function),
-            attempt: format!("SELECT * FROM \"{function}\"($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
-            release: format!(
-                "WITH gone AS (DELETE FROM {t} WHERE primitive = $1 AND lock_key = $2 AND holder = $3 \
-                 AND kind = $4 AND expires_at > {now} RETURNING primitive, lock_key) \
+            attempt: Statement::new(Dialect::Postgres, &format!(
+                "SELECT * FROM \"{function}\"(:primitive, :key, :name, :owner, :kind, :permits, :ttl, :waiter, :stay)"
+            )),
+            release: Statement::new(Dialect::Postgres, &format!(
+                "WITH gone AS (DELETE FROM {t} WHERE primitive = :primitive AND lock_key = :key AND holder = :owner \
+                 AND kind = :kind AND expires_at > {now} RETURNING primitive, lock_key) \
                  SELECT count(*) FROM gone WHERE {notify}"
-            ),
-            extend: format!(
+            )),
+            extend: Statement::new(Dialect::Postgres, &format!(
                 "UPDATE {t} SET expires_at = {now} + {ttl} \
-                 WHERE primitive = $1 AND lock_key = $2 AND holder = $3 AND kind = $4 AND expires_at > {now}",
-                ttl = pg_micros("$5"),
-            ),
-            withdraw: format!(
-                "WITH gone AS (DELETE FROM {t} WHERE primitive = $1 AND lock_key = $2 AND holder = $3 \
+                 WHERE primitive = :primitive AND lock_key = :key AND holder = :owner AND kind = :kind AND expires_at > {now}",
+                ttl = pg_micros(":ttl"),
+            )),
+            withdraw: Statement::new(Dialect::Postgres, &format!(
+                "WITH gone AS (DELETE FROM {t} WHERE primitive = :primitive AND lock_key = :key AND holder = :holder \
                  AND kind = 'waiter' RETURNING primitive, lock_key) \
                  SELECT count(*) FROM gone WHERE {notify}"
-            ),
-            holders: format!(
+            )),
+            holders: Statement::new(Dialect::Postgres, &format!(
                 "SELECT holder::text, kind::text, permits::int8, version, {left} FROM {t} \
-                 WHERE primitive = $1 AND lock_key = $2 AND kind IN ('permit', 'read', 'write') \
+                 WHERE primitive = :primitive AND lock_key = :key AND kind IN ('permit', 'read', 'write') \
                  AND expires_at > {now} ORDER BY version"
-            ),
+            )),
             sqlite: SqliteAttempt::default(),
             table,
         }
@@ -296,50 +298,72 @@ impl HoldStatements {
                  PRIMARY KEY (primitive, lock_key, holder)\n\
                  ) WITHOUT ROWID"
             ),
-            release: format!(
-                "DELETE FROM {t} WHERE primitive = ?1 AND lock_key = ?2 AND holder = ?3 AND kind = ?4 \
+            release: Statement::new(Dialect::Sqlite, &format!(
+                "DELETE FROM {t} WHERE primitive = :primitive AND lock_key = :key AND holder = :owner AND kind = :kind \
                  AND expires_at > {now}"
-            ),
-            extend: format!(
-                "UPDATE {t} SET expires_at = {now} + ?5 \
-                 WHERE primitive = ?1 AND lock_key = ?2 AND holder = ?3 AND kind = ?4 AND expires_at > {now}"
-            ),
-            withdraw: format!(
-                "DELETE FROM {t} WHERE primitive = ?1 AND lock_key = ?2 AND holder = ?3 AND kind = 'waiter'"
-            ),
-            holders: format!(
+            )),
+            extend: Statement::new(Dialect::Sqlite, &format!(
+                "UPDATE {t} SET expires_at = {now} + :ttl \
+                 WHERE primitive = :primitive AND lock_key = :key AND holder = :owner AND kind = :kind AND expires_at > {now}"
+            )),
+            withdraw: Statement::new(Dialect::Sqlite, &format!(
+                "DELETE FROM {t} WHERE primitive = :primitive AND lock_key = :key AND holder = :holder AND kind = 'waiter'"
+            )),
+            holders: Statement::new(Dialect::Sqlite, &format!(
                 "SELECT holder, kind, permits, version, {left} FROM {t} \
-                 WHERE primitive = ?1 AND lock_key = ?2 AND kind IN ('permit', 'read', 'write') \
+                 WHERE primitive = :primitive AND lock_key = :key AND kind IN ('permit', 'read', 'write') \
                  AND expires_at > {now} ORDER BY version"
-            ),
+            )),
             sqlite: SqliteAttempt {
-                purge: format!(
-                    "DELETE FROM {t} WHERE primitive = ?1 AND lock_key = ?2 AND kind <> 'object' \
-                     AND expires_at <= {now}"
+                purge: Statement::new(
+                    Dialect::Sqlite,
+                    &format!(
+                        "DELETE FROM {t} WHERE primitive = :primitive AND lock_key = :key AND kind <> 'object' \
+                         AND expires_at <= {now}"
+                    ),
                 ),
-                census: format!(
-                    "SELECT {} FROM {t} WHERE primitive = ?1 AND lock_key = ?2 AND kind <> 'object' \
-                     AND expires_at > {now}",
-                    census_columns("?3", "?4", &left)
+                census: Statement::new(
+                    Dialect::Sqlite,
+                    &format!(
+                        "SELECT {} FROM {t} WHERE primitive = :primitive AND lock_key = :key AND kind <> 'object' \
+                         AND expires_at > {now}",
+                        census_columns(":owner", ":kind", &left)
+                    ),
                 ),
-                bump: format!(
-                    "INSERT INTO {t} {columns} VALUES (?1, ?2, '#', ?3, 'object', NULL, MAX({now} * 1000, ?4), NULL) \
-                     ON CONFLICT (primitive, lock_key, holder) DO UPDATE SET \
-                     version = MAX(version + 1, {now} * 1000, ?4) \
-                     RETURNING version"
+                bump: Statement::new(
+                    Dialect::Sqlite,
+                    &format!(
+                        "INSERT INTO {t} {columns} VALUES (:primitive, :key, '#', :name, 'object', NULL, \
+                         MAX({now} * 1000, :clock), NULL) \
+                         ON CONFLICT (primitive, lock_key, holder) DO UPDATE SET \
+                         version = MAX(version + 1, {now} * 1000, :clock) \
+                         RETURNING version"
+                    ),
                 ),
-                insert: format!("INSERT INTO {t} {columns} VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, {now} + ?8)"),
-                renew: format!(
-                    "UPDATE {t} SET expires_at = {now} + ?5 \
-                     WHERE primitive = ?1 AND lock_key = ?2 AND holder = ?3 AND kind = ?4"
+                insert: Statement::new(
+                    Dialect::Sqlite,
+                    &format!(
+                        "INSERT INTO {t} {columns} \
+                         VALUES (:primitive, :key, :owner, :name, :kind, :permits, :token, {now} + :ttl)"
+                    ),
                 ),
-                record_waiter: format!(
-                    "INSERT INTO {t} {columns} VALUES (?1, ?2, ?3, ?4, 'waiter', NULL, 0, {now} + ?5) \
-                     ON CONFLICT (primitive, lock_key, holder) DO UPDATE SET expires_at = excluded.expires_at"
+                renew: Statement::new(
+                    Dialect::Sqlite,
+                    &format!(
+                        "UPDATE {t} SET expires_at = {now} + :ttl \
+                         WHERE primitive = :primitive AND lock_key = :key AND holder = :owner AND kind = :kind"
+                    ),
+                ),
+                record_waiter: Statement::new(
+                    Dialect::Sqlite,
+                    &format!(
+                        "INSERT INTO {t} {columns} VALUES (:primitive, :key, :holder, :name, 'waiter', NULL, 0, {now} + :stay) \
+                         ON CONFLICT (primitive, lock_key, holder) DO UPDATE SET expires_at = excluded.expires_at"
+                    ),
                 ),
             },
             create_function: String::new(),
-            attempt: String::new(),
+            attempt: Statement::default(),
             table,
         }
     }

@@ -208,6 +208,8 @@
 compile_error!("distlock-sql needs at least one of its features `mysql`, `postgres` and `sqlite`");
 
 mod admission;
+#[cfg(all(test, feature = "mysql", feature = "postgres", feature = "sqlite"))]
+mod admission_agreement;
 mod checkout;
 mod config;
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
@@ -234,6 +236,7 @@ mod server_pool;
 #[cfg(all(feature = "sqlite", unix))]
 mod socket_addr;
 mod sql;
+mod statement;
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 mod waiters_sql;
 

@@ -1,8 +1,21 @@
 //! [`SqlLock`]: the [`DistributedLock`] over one row per lock name with an optimistic
-//! `version` column, on MySQL/MariaDB, PostgreSQL or SQLite. This module owns the meaning of each
-//! statement's result and the retries around it; the SQL text lives in `sql.rs`, the MySQL
-//! connection pool in `mysql_pool.rs` and the rule for handing connections back in
-//! `checkout.rs`.
+//! `version` column, on MySQL/MariaDB, PostgreSQL or SQLite. This module owns the type, its
+//! constructor and its [`DistributedLock`] implementation (release, extend, hand-over and
+//! inspect of the mutex); the rest of what it runs lives in its submodules, one concern each:
+//!
+//! - `acquire.rs`: the mutex's attempt and the holder's remaining time;
+//! - `holds.rs` (and `holds/` per dialect): semaphores and read-write locks;
+//! - `renew_many.rs`: PostgreSQL's renewal of many leases in one round trip;
+//! - `queue.rs`: PostgreSQL's queue of the mutex's waiters;
+//! - `purge.rs`: purging idle rows; `unreported.rs`: a MySQL acquire whose token went unreported;
+//! - `prepare.rs`: opening the database, creating or checking the schema;
+//! - `run.rs`: the operation timeout, retries and error mapping every statement runs through;
+//! - `units.rs`: TTLs and remaining times in each dialect's unit, and storable names.
+//!
+//! The SQL text lives in `sql.rs` and its siblings, bound by parameter name (`statement.rs`);
+//! code that is the same on every dialect is written once over `each_pool!`. The MySQL
+//! connection pool is `mysql_pool.rs`'s and the rule for handing connections back
+//! `checkout.rs`'s.
 //!
 //! # Row layout
 //!
@@ -37,18 +50,20 @@
 //! statements in `waiters_sql.rs`), run by `lock/queue.rs`: a waiter's attempt queues it, a
 //! release wakes the first of them, and a waiter whose wait ends leaves.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    Capabilities, DistributedLock, Error, Fencing, FencingToken, Holder, Lease, LockKind, LockName,
-    LockState, OwnerToken, Primitive, ReleaseWatch, Result, TryAcquire, WakeUp,
+    Capabilities, DistributedLock, Error, Fencing, FencingToken, Lease, LockKind, LockName, LockState,
+    OwnerToken, Primitive, ReleaseWatch, Result, TryAcquire, WakeUp,
 };
 use tokio::time::Instant;
 
-use crate::checkout::{Checkout, ConnectionPool};
+#[cfg(doc)]
+use distlock_core::Holder;
+
+use crate::checkout::Checkout;
 use crate::config::{SqlConfig, Target};
 #[cfg(feature = "sqlite")]
 use crate::host_waiters::HostWaiters;
@@ -60,8 +75,6 @@ use crate::pg_pool::{PgConnections, PgDial};
 use crate::pg_releases::PgReleases;
 #[cfg(feature = "postgres")]
 use crate::pg_waiters::PgWaiters;
-#[cfg(feature = "mysql")]
-use crate::sql::MYSQL_HELD;
 use crate::sql::{key_char, Dialect, Statements, KEY_LEN};
 
 /// A closure for [`SqlLock::run`]: runs one statement (`$body`, which reaches the connection as
@@ -90,22 +103,45 @@ macro_rules! in_transaction {
     };
 }
 
+/// `$body` with `$p` bound to `$lock`'s connection pool, whichever its dialect: the body is
+/// written once and compiled for each (see `statement::DialectPool` for binding a statement's values
+/// there).
+macro_rules! each_pool {
+    ($lock:expr, $p:ident => $body:expr) => {
+        match &$lock.inner.pool {
+            #[cfg(feature = "mysql")]
+            Pool::MySql($p) => $body,
+            #[cfg(feature = "postgres")]
+            Pool::Postgres($p) => $body,
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite($p) => $body,
+        }
+    };
+}
+
+mod acquire;
 mod holds;
+mod prepare;
 mod purge;
 #[cfg(feature = "postgres")]
 mod queue;
 #[cfg(feature = "postgres")]
 mod renew_many;
+mod run;
+mod units;
 #[cfg(feature = "mysql")]
 mod unreported;
+
+#[cfg(feature = "sqlite")]
+use acquire::clock_micros;
+#[cfg(feature = "sqlite")]
+use prepare::open_sqlite;
+use run::reusable;
 
 /// How many renewals `extend_many` runs at once where it cannot batch them (as the default).
 const EXTEND_MANY_CONCURRENCY: usize = 32;
 /// The longest TTL accepted: 30 days, as [`Capabilities::new`] declares.
 const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
-/// The first and the longest pause between internal retries of a busy or deadlocked statement.
-const RETRY_FIRST: Duration = Duration::from_millis(2);
-const RETRY_MAX: Duration = Duration::from_millis(50);
 
 /// A distributed lock stored in a SQL table: MySQL/MariaDB, PostgreSQL, or a SQLite file (the
 /// embedded default, which locks between the processes of one machine with no server).
@@ -202,14 +238,7 @@ impl SqlLock {
 
     /// Closes the connection pool; later operations fail with [`Error::Unavailable`].
     pub async fn close(&self) {
-        match &self.inner.pool {
-            #[cfg(feature = "mysql")]
-            Pool::MySql(connections) => connections.close().await,
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(connections) => connections.close().await,
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => pool.close().await,
-        }
+        each_pool!(self, pool => pool.close().await);
         #[cfg(feature = "postgres")]
         if let Some(releases) = &self.inner.releases {
             releases.close();
@@ -700,127 +729,8 @@ impl DistributedLock for SqlLock {
     }
 }
 
-/// Opening, and the machinery every operation shares.
+/// Opening.
 impl SqlLock {
-    /// One attempt at the mutex (`try_acquire`); on PostgreSQL with `waiting` (the waiter's
-    /// `waiter` column and its stay in µs), the attempt of a waiter, which queues it if the
-    /// lock is held (see `waiters_sql.rs`). Other dialects ignore `waiting`.
-    pub(crate) async fn acquire(
-        &self,
-        name: &LockName,
-        owner: OwnerToken,
-        ttl: Duration,
-        waiting: Option<(&str, i64)>,
-    ) -> Result<TryAcquire> {
-        self.storable(name)?;
-        #[cfg(not(feature = "postgres"))]
-        let _ = waiting;
-        let units = self.ttl_units(ttl)?;
-        let key = lock_key(name);
-        let key = key.as_ref();
-        let owner_str = owner.to_string();
-        let owner_str = owner_str.as_str();
-        let sql = self.inner.sql.acquire.as_str();
-        let sent = Instant::now();
-        let version: Option<i64> = match &self.inner.pool {
-            #[cfg(feature = "mysql")]
-            Pool::MySql(pool) => {
-                let done = self
-                    .run(
-                        pool,
-                        "acquiring",
-                        on_conn!(c => {
-                            sqlx::query(sql)
-                                .bind(key)
-                                .bind(name.as_str())
-                                .bind(owner_str)
-                                .bind(units)
-                                .bind(owner_str)
-                                .bind(owner_str)
-                                .bind(owner_str)
-                                .bind(owner_str)
-                                .bind(units)
-                                .execute(c.conn()?)
-                                .await
-                        }),
-                    )
-                    .await?;
-                match done.last_insert_id() {
-                    id if id >= MYSQL_HELD => {
-                        let left = Duration::from_micros(id - MYSQL_HELD);
-                        return Ok(TryAcquire::Held(Holder::expiring_in(left)));
-                    }
-                    // Not reported (won or held alike): the row says which.
-                    0 => return self.unreported_outcome(pool, key, name, owner, ttl, sent).await,
-                    id => i64::try_from(id).ok(),
-                }
-            }
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => {
-                let sql = match waiting {
-                    Some(_) => self.inner.sql.acquire_waiting.as_str(),
-                    None => sql,
-                };
-                let rows: Vec<(Option<i64>, Option<i64>)> = self
-                    .run(
-                        pool,
-                        "acquiring",
-                        on_conn!(c => {
-                            let query = sqlx::query_as(sql)
-                                .bind(key)
-                                .bind(name.as_str())
-                                .bind(owner_str)
-                                .bind(units);
-                            let query = match waiting {
-                                Some((waiter, stay)) => query.bind(waiter).bind(stay),
-                                None => query,
-                            };
-                            query.fetch_all(c.conn()?).await
-                        }),
-                    )
-                    .await?;
-                match rows.first() {
-                    Some((Some(version), _)) => Some(*version),
-                    // Held: the holder's remaining time as the statement's snapshot saw it (no
-                    // row: created by an attempt the snapshot missed; retry soon).
-                    other => {
-                        let left = other.and_then(|(_, left)| self.remaining(*left));
-                        return Ok(TryAcquire::Held(Holder::expiring_in(
-                            left.unwrap_or(Duration::ZERO),
-                        )));
-                    }
-                }
-            }
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => {
-                // fetch_all steps the statement to completion, so its write commits at once.
-                let rows: Vec<i64> = self
-                    .run(
-                        pool,
-                        "acquiring",
-                        on_conn!(c => {
-                            sqlx::query_scalar(sql)
-                                .bind(key)
-                                .bind(name.as_str())
-                                .bind(owner_str)
-                                .bind(units)
-                                .bind(clock_micros())
-                                .fetch_all(c.conn()?)
-                                .await
-                        }),
-                    )
-                    .await?;
-                rows.first().copied()
-            }
-        };
-        match version.and_then(|v| u64::try_from(v).ok()) {
-            Some(version) => Ok(TryAcquire::Acquired(
-                Lease::new(name.clone(), owner, ttl, sent).with_fencing(FencingToken::new(version)),
-            )),
-            None => Ok(TryAcquire::Held(self.holder(key).await?)),
-        }
-    }
-
     pub(crate) async fn open(config: SqlConfig) -> Result<Self> {
         let sql = Statements::new(config.dialect(), &config.table);
         let pool = match &config.target {
@@ -831,12 +741,12 @@ impl SqlLock {
                     session: Session {
                         limits: session_limits(config.statement_limit()),
                         warm: vec![
-                            sql.acquire.clone(),
-                            sql.extend.clone(),
-                            sql.release.clone(),
-                            sql.holds.extend.clone(),
-                            sql.holds.release.clone(),
-                            sql.holds.withdraw.clone(),
+                            sql.acquire.as_str().to_owned(),
+                            sql.extend.as_str().to_owned(),
+                            sql.release.as_str().to_owned(),
+                            sql.holds.extend.as_str().to_owned(),
+                            sql.holds.release.as_str().to_owned(),
+                            sql.holds.withdraw.as_str().to_owned(),
                         ],
                     },
                 },
@@ -855,16 +765,16 @@ impl SqlLock {
                         options,
                         config.statement_limit(),
                         vec![
-                            sql.acquire.clone(),
-                            sql.acquire_waiting.clone(),
-                            sql.extend.clone(),
-                            sql.release.clone(),
-                            sql.waiters.leave.clone(),
+                            sql.acquire.as_str().to_owned(),
+                            sql.acquire_waiting.as_str().to_owned(),
+                            sql.extend.as_str().to_owned(),
+                            sql.release.as_str().to_owned(),
+                            sql.waiters.leave.as_str().to_owned(),
                             sql.extend_many.clone(),
-                            sql.holds.attempt.clone(),
-                            sql.holds.extend.clone(),
-                            sql.holds.release.clone(),
-                            sql.holds.withdraw.clone(),
+                            sql.holds.attempt.as_str().to_owned(),
+                            sql.holds.extend.as_str().to_owned(),
+                            sql.holds.release.as_str().to_owned(),
+                            sql.holds.withdraw.as_str().to_owned(),
                         ],
                     ),
                     config.max_connections,
@@ -905,143 +815,8 @@ impl SqlLock {
         Ok(lock)
     }
 
-    /// Switches SQLite to WAL (persistent, so pooled connections need not repeat it), creates
-    /// the tables if asked (the lock table and its holds table), and proves the database
-    /// answers.
-    #[allow(irrefutable_let_patterns)] // with only the `sqlite` feature
-    async fn prepare(&self) -> Result<()> {
-        #[cfg(feature = "sqlite")]
-        if let Pool::Sqlite(pool) = &self.inner.pool {
-            // Changing the journal mode needs an exclusive lock that the busy timeout does not
-            // wait for, so several processes opening a new file at once retry here.
-            let mode: String = self
-                .run(
-                    pool,
-                    "setting WAL mode",
-                    on_conn!(c => {
-                        sqlx::query_scalar("PRAGMA journal_mode = WAL").fetch_one(c.conn()?).await
-                    }),
-                )
-                .await?;
-            if !mode.eq_ignore_ascii_case("wal") {
-                tracing::warn!(%mode, "distlock-sql: SQLite refused WAL mode; locking still works, slower");
-            }
-        }
-        let table = self.inner.config.table.as_str();
-        let create = self.inner.config.create_table;
-        let ddl = self.inner.sql.create_schema(self.dialect(), table, true);
-        #[cfg(feature = "postgres")]
-        if let (Pool::Postgres(pool), true) = (&self.inner.pool, create) {
-            let ddl: Vec<&str> = ddl.iter().map(String::as_str).collect();
-            let ddl = crate::pg_pool::ddl_transaction(table, &ddl);
-            let ddl = ddl.as_str();
-            self.run(
-                pool,
-                "creating the lock tables",
-                in_transaction!(c => {
-                    use sqlx::Executor;
-                    c.conn()?.execute(ddl).await.map(drop)
-                }),
-            )
-            .await?;
-        }
-        if create {
-            for ddl in &ddl {
-                let ddl = ddl.as_str();
-                match &self.inner.pool {
-                    #[cfg(feature = "mysql")]
-                    Pool::MySql(pool) => {
-                        self.run(
-                            pool,
-                            "creating the lock tables",
-                            on_conn!(c => sqlx::query(ddl).execute(c.conn()?).await),
-                        )
-                        .await?;
-                    }
-                    #[cfg(feature = "sqlite")]
-                    Pool::Sqlite(pool) => {
-                        self.run(
-                            pool,
-                            "creating the lock tables",
-                            on_conn!(c => sqlx::query(ddl).execute(c.conn()?).await),
-                        )
-                        .await?;
-                    }
-                    // Created above, in one transaction.
-                    #[cfg(feature = "postgres")]
-                    Pool::Postgres(_) => {
-                        let _ = ddl;
-                    }
-                }
-            }
-        }
-        // The version check also proves the database answers.
-        let found = self.schema_version().await?;
-        crate::schema::check(found, table, create)
-    }
-
-    /// The recorded schema version (**1 round trip**); `Err` with the database's message
-    /// where it cannot be read (no version table).
-    async fn schema_version(&self) -> Result<std::result::Result<Option<i64>, String>> {
-        let sql = crate::schema::read(self.dialect(), &self.inner.config.table);
-        let sql = sql.as_str();
-        /// A database's refusal (a missing table) is an answer; anything else an error.
-        fn answer(
-            read: Result<Option<i64>, sqlx::Error>,
-        ) -> Result<std::result::Result<Option<i64>, String>, sqlx::Error> {
-            match read {
-                Ok(v) => Ok(Ok(v)),
-                Err(sqlx::Error::Database(db)) => Ok(Err(db.message().to_owned())),
-                Err(e) => Err(e),
-            }
-        }
-        match &self.inner.pool {
-            #[cfg(feature = "mysql")]
-            Pool::MySql(pool) => {
-                self.run(
-                    pool,
-                    "reading the schema version",
-                    on_conn!(c => answer(sqlx::query_scalar(sql).fetch_optional(c.conn()?).await)),
-                )
-                .await
-            }
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => {
-                self.run(
-                    pool,
-                    "reading the schema version",
-                    on_conn!(c => answer(sqlx::query_scalar(sql).fetch_optional(c.conn()?).await)),
-                )
-                .await
-            }
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => {
-                self.run(
-                    pool,
-                    "reading the schema version",
-                    on_conn!(c => answer(sqlx::query_scalar(sql).fetch_optional(c.conn()?).await)),
-                )
-                .await
-            }
-        }
-    }
-
     fn dialect(&self) -> Dialect {
         self.inner.config.dialect()
-    }
-
-    /// PostgreSQL's text cannot hold NUL, so a name with one cannot be stored (the key escapes
-    /// it, but the readable `lock_name` column keeps the name as it is).
-    ///
-    /// # Errors
-    /// [`Error::InvalidName`] for such a name on PostgreSQL.
-    pub(crate) fn storable(&self, name: &LockName) -> Result<()> {
-        if self.dialect() == Dialect::Postgres && name.as_str().contains('\0') {
-            return Err(Error::InvalidName {
-                reason: "PostgreSQL text cannot hold NUL characters".to_owned(),
-            });
-        }
-        Ok(())
     }
 
     /// How waiters learn of releases: by notification on PostgreSQL with its listener, else
@@ -1053,255 +828,11 @@ impl SqlLock {
         }
         WakeUp::Polling
     }
-
-    /// Runs one statement (`op` makes a fresh attempt each call, on a connection checked out
-    /// of `pool`) within the operation timeout, retrying only errors that guarantee the
-    /// statement changed nothing: SQLite's `SQLITE_BUSY`/`SQLITE_LOCKED`, InnoDB's deadlock /
-    /// lock-wait timeout and the server's statement time limit (the statement was rolled
-    /// back). Those never reach the caller as such: when the time is up they become
-    /// [`Error::Unavailable`]. A retry starts only if the database's own limit on it
-    /// ([`SqlConfig::statement_limit`]) ends before the operation's deadline, so the last
-    /// attempt is aborted by the database before the caller is told it failed.
-    async fn run<C, T, F, Fut>(&self, pool: &C, what: &'static str, op: F) -> Result<T>
-    where
-        C: ConnectionPool,
-        F: FnMut(Checkout<C::Pooled>) -> Fut,
-        Fut: Future<Output = Result<T, sqlx::Error>>,
-    {
-        self.run_tracked(pool, what, op).await.map(|(value, _)| value)
-    }
-
-    /// [`run`](Self::run), also retrying a statement whose connection broke (a pooled
-    /// connection the server closed meanwhile, after a restart), on another connection,
-    /// within the operation timeout. Every statement of this backend gives the same answer
-    /// when run again with the same owner token (acquire wins again if it won, extend extends
-    /// again), except release, whose retry finds nothing to release if the broken attempt was
-    /// applied: so the result says whether an attempt broke mid-statement (the error it
-    /// broke with), and the caller decides.
-    async fn run_tracked<C, T, F, Fut>(
-        &self,
-        pool: &C,
-        what: &'static str,
-        mut op: F,
-    ) -> Result<(T, Option<Error>)>
-    where
-        C: ConnectionPool,
-        F: FnMut(Checkout<C::Pooled>) -> Fut,
-        Fut: Future<Output = Result<T, sqlx::Error>>,
-    {
-        let timeout = self.inner.config.operation_timeout;
-        let limit = self.inner.config.statement_limit();
-        let deadline = Instant::now() + timeout;
-        let mut pause = RETRY_FIRST;
-        let mut broken: Option<Error> = None;
-        // Every pooled connection may be stale after a restart; one more is a fresh one.
-        let mut reconnects = self.inner.config.max_connections + 1;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let attempt = async {
-                let conn = pool.checkout(deadline).await.map_err(Failure::Checkout)?;
-                op(Checkout::new(conn)).await.map_err(Failure::Statement)
-            };
-            match tokio::time::timeout(left, attempt).await {
-                Ok(Ok(value)) => return Ok((value, broken)),
-                Ok(Err(Failure::Checkout(e) | Failure::Statement(e)))
-                    if is_contention(&e) && Instant::now() + pause + limit < deadline =>
-                {
-                    tracing::trace!(error = %e, what, "distlock-sql: contention, retrying");
-                    tokio::time::sleep(jittered(pause)).await;
-                    pause = (pause * 2).min(RETRY_MAX);
-                }
-                // Only a statement's connection breaks mid-statement; a failed checkout sent
-                // nothing (the pool already retried a server refusing connections).
-                Ok(Err(Failure::Statement(e)))
-                    if is_broken(&e) && reconnects > 0 && Instant::now() < deadline =>
-                {
-                    tracing::debug!(error = %e, what, "distlock-sql: connection broke, retrying on another");
-                    reconnects -= 1;
-                    broken.get_or_insert(map_error(self.backend(), what, e));
-                }
-                Ok(Err(Failure::Checkout(e) | Failure::Statement(e))) => {
-                    return Err(broken.unwrap_or_else(|| map_error(self.backend(), what, e)))
-                }
-                Err(_) => {
-                    return Err(broken.unwrap_or_else(|| {
-                        Error::unavailable(
-                            self.backend(),
-                            format!("{what}: no answer within the operation timeout of {timeout:?}"),
-                        )
-                    }))
-                }
-            }
-        }
-    }
-
-    /// How long the current holder of `key` has left (round trip 2 of a failed attempt), as
-    /// the waiter's wake-up hint. A row found free or expired meanwhile says "retry now".
-    async fn holder(&self, key: &str) -> Result<Holder> {
-        let sql = self.inner.sql.remaining.as_str();
-        let left: Option<Option<i64>> = match &self.inner.pool {
-            #[cfg(feature = "mysql")]
-            Pool::MySql(pool) => {
-                self.run(
-                    pool,
-                    "reading the holder's expiry",
-                    on_conn!(c => {
-                        sqlx::query_scalar(sql).bind(key).fetch_optional(c.conn()?).await
-                    }),
-                )
-                .await?
-            }
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => {
-                self.run(
-                    pool,
-                    "reading the holder's expiry",
-                    on_conn!(c => {
-                        sqlx::query_scalar(sql).bind(key).fetch_optional(c.conn()?).await
-                    }),
-                )
-                .await?
-            }
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => {
-                self.run(
-                    pool,
-                    "reading the holder's expiry",
-                    on_conn!(c => {
-                        sqlx::query_scalar(sql).bind(key).fetch_optional(c.conn()?).await
-                    }),
-                )
-                .await?
-            }
-        };
-        Ok(Holder::expiring_in(
-            self.remaining(left.flatten()).unwrap_or(Duration::ZERO),
-        ))
-    }
-
-    /// A stored remaining time (µs on MySQL and PostgreSQL, ms on SQLite) as a duration,
-    /// `None` if not positive.
-    fn remaining(&self, raw: Option<i64>) -> Option<Duration> {
-        let raw = u64::try_from(raw?).ok().filter(|&v| v > 0)?;
-        Some(match self.dialect() {
-            Dialect::MySql | Dialect::Postgres => Duration::from_micros(raw),
-            Dialect::Sqlite => Duration::from_millis(raw),
-        })
-    }
-
-    /// A TTL in the unit the dialect stores (µs on MySQL and PostgreSQL, ms rounded up on
-    /// SQLite).
-    fn ttl_units(&self, ttl: Duration) -> Result<i64> {
-        if ttl.is_zero() || ttl > MAX_TTL {
-            return Err(Error::invalid_options(format!(
-                "a TTL of {ttl:?} is outside what the SQL backend accepts (1 ms to {MAX_TTL:?})"
-            )));
-        }
-        let units = match self.dialect() {
-            Dialect::MySql | Dialect::Postgres => ttl.as_micros().max(1),
-            Dialect::Sqlite => ttl.as_micros().div_ceil(1000),
-        };
-        // At most 30 days in µs: far below i64::MAX.
-        i64::try_from(units).map_err(|_| Error::invalid_options("TTL out of range"))
-    }
-}
-
-/// This machine's clock in microseconds since the Unix epoch (0 before it), the fine part of
-/// a SQLite fencing token: see `sql.rs`.
-#[cfg(feature = "sqlite")]
-fn clock_micros() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
 /// The key column's value for `name`.
 pub(crate) fn lock_key(name: &LockName) -> std::borrow::Cow<'_, str> {
     name.encode(KEY_LEN, key_char)
-}
-
-#[cfg(feature = "sqlite")]
-fn open_sqlite(path: &std::path::Path, config: &SqlConfig) -> Result<sqlx::SqlitePool> {
-    use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions, SqliteSynchronous};
-
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-    if let Some(dir) = dir.filter(|d| *d == crate::fs::private_temp_dir()) {
-        crate::fs::ensure_private_dir(dir)?;
-    }
-    if let Some(dir) = dir {
-        std::fs::create_dir_all(dir).map_err(|e| {
-            Error::backend(
-                "sqlite",
-                format!("creating the directory {} for the lock file: {e}", dir.display()),
-            )
-        })?;
-    }
-    crate::fs::refuse_network_fs(dir.unwrap_or(std::path::Path::new(".")))?;
-    let options = SqliteConnectOptions::new()
-        .filename(path)
-        .create_if_missing(true)
-        .busy_timeout(config.statement_limit())
-        .synchronous(SqliteSynchronous::Normal);
-    Ok(SqlitePoolOptions::new()
-        .max_connections(config.max_connections)
-        .min_connections(0)
-        .acquire_timeout(config.operation_timeout)
-        .test_before_acquire(false)
-        .connect_lazy_with(options))
-}
-
-/// How one attempt at a statement failed.
-enum Failure {
-    /// No connection: the pool is closed, or connecting failed (nothing was sent).
-    Checkout(sqlx::Error),
-    /// The statement failed, or its connection broke while it ran.
-    Statement(sqlx::Error),
-}
-
-/// Whether a connection may serve the next statement after this one's `outcome`: yes after a
-/// result or an error the server answered with, unless that error ends the session; no after
-/// anything else (an I/O or protocol error leaves the connection in an unknown state).
-fn reusable<T>(outcome: &Result<T, sqlx::Error>) -> bool {
-    match outcome {
-        Ok(_) => true,
-        Err(sqlx::Error::Database(db)) => !ends_session(&**db),
-        Err(_) => false,
-    }
-}
-
-/// Whether a statement failed because its connection broke (and may have been applied):
-/// an I/O error, or on PostgreSQL a session the server ended (a restart or an administrator's
-/// `pg_terminate_backend`: `FATAL` 57P01-57P03), whose error a pooled connection reads as the
-/// answer to its next statement.
-fn is_broken(error: &sqlx::Error) -> bool {
-    match error {
-        sqlx::Error::Io(_) => true,
-        #[cfg(feature = "postgres")]
-        sqlx::Error::Database(db) => db
-            .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
-            .is_some_and(|pg| matches!(pg.code(), "57P01" | "57P02" | "57P03")),
-        _ => false,
-    }
-}
-
-/// Errors after which the server closes the session: MySQL's ER_SERVER_SHUTDOWN,
-/// ER_CONNECTION_KILLED; PostgreSQL's `FATAL`s (admin_shutdown, crash_shutdown,
-/// cannot_connect_now, a terminated backend).
-fn ends_session(db: &dyn sqlx::error::DatabaseError) -> bool {
-    #[cfg(feature = "mysql")]
-    if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-        return matches!(my.number(), 1053 | 1927);
-    }
-    #[cfg(feature = "postgres")]
-    if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
-        return matches!(pg.code(), "57P01" | "57P02" | "57P03")
-            || matches!(
-                pg.severity(),
-                sqlx::postgres::PgSeverity::Fatal | sqlx::postgres::PgSeverity::Panic
-            );
-    }
-    let _ = db;
-    false
 }
 
 impl std::fmt::Debug for SqlLock {
@@ -1310,79 +841,4 @@ impl std::fmt::Debug for SqlLock {
             .field("config", &self.inner.config)
             .finish_non_exhaustive()
     }
-}
-
-/// `pause` ± 50 %, so contending retries spread out.
-fn jittered(pause: Duration) -> Duration {
-    let factor: f64 = rand::random_range(0.5..1.5);
-    pause.mul_f64(factor)
-}
-
-/// Errors after which the statement certainly changed nothing and may simply run again.
-fn is_contention(error: &sqlx::Error) -> bool {
-    let sqlx::Error::Database(db) = error else {
-        return false;
-    };
-    #[cfg(feature = "mysql")]
-    if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-        // ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT: InnoDB rolled the statement back;
-        // ER_STATEMENT_TIMEOUT (MariaDB's max_statement_time), ER_QUERY_TIMEOUT (MySQL's
-        // max_execution_time): the server aborted and rolled back the statement.
-        return matches!(my.number(), 1213 | 1205 | 1969 | 3024);
-    }
-    #[cfg(feature = "postgres")]
-    if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
-        // serialization_failure, deadlock_detected, lock_not_available (lock_timeout),
-        // query_canceled (statement_timeout): the server rolled the statement back.
-        return matches!(pg.code(), "40001" | "40P01" | "55P03" | "57014");
-    }
-    #[cfg(feature = "sqlite")]
-    if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
-        // SQLITE_BUSY and SQLITE_LOCKED with their extended codes (low byte 5 or 6).
-        let code = db.code().and_then(|c| c.parse::<i32>().ok()).unwrap_or_default();
-        return matches!(code & 0xff, 5 | 6);
-    }
-    false
-}
-
-/// Connection failures, pool timeouts and a database that stays busy are
-/// [`Error::Unavailable`]; everything else is [`Error::Backend`].
-fn map_error(backend: &'static str, what: &'static str, error: sqlx::Error) -> Error {
-    let unavailable = match &error {
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(db) => is_contention(&error) || is_server_going_away(&**db),
-        _ => false,
-    };
-    let source = format!("{what}: {error}");
-    if unavailable {
-        Error::unavailable(backend, source)
-    } else {
-        Error::backend(backend, source)
-    }
-}
-
-/// MySQL server errors that mean "the server is going away" or "this server takes no writes
-/// now" (a primary demoted by a failover, a replica), not "the statement is wrong".
-fn is_server_going_away(db: &dyn sqlx::error::DatabaseError) -> bool {
-    #[cfg(feature = "mysql")]
-    if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-        // ER_SERVER_SHUTDOWN, ER_CON_COUNT_ERROR, ER_QUERY_INTERRUPTED, ER_CONNECTION_KILLED;
-        // read-only: ER_OPTION_PREVENTS_STATEMENT (`--read-only`), ER_READ_ONLY_MODE,
-        // ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION, ER_INNODB_READ_ONLY.
-        return matches!(my.number(), 1053 | 1040 | 1317 | 1927 | 1290 | 1836 | 1792 | 1874);
-    }
-    #[cfg(feature = "postgres")]
-    if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
-        // Connection exceptions (08...), too_many_connections, the server shutting down or
-        // starting (57P01-57P03), read_only_sql_transaction (a hot standby, or a primary
-        // demoted by a failover).
-        let code = pg.code();
-        return code.starts_with("08") || matches!(code, "53300" | "57P01" | "57P02" | "57P03" | "25006");
-    }
-    let _ = db;
-    false
 }

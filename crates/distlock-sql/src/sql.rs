@@ -1,5 +1,6 @@
 //! The SQL text of every statement, per dialect. This module owns the row layout and the
-//! statements only; it runs nothing (see `lock.rs`).
+//! statements only; it runs nothing (see `lock.rs`). Statements name their parameters
+//! (`:key`, `:owner`, `:ttl`, ...: see `statement.rs`), and are bound by those names.
 //!
 //! Every dialect stores the same row (see the crate docs for the layout) and judges expiry with
 //! the database's clock only: MySQL's `UTC_TIMESTAMP(6)` (fixed for one statement, and
@@ -27,6 +28,7 @@
 //! clock readings, with the row deleted by hand between them.
 
 use crate::holds_sql::HoldStatements;
+use crate::statement::Statement;
 use crate::waiters_sql::WaiterStatements;
 
 /// The SQL dialect of a database.
@@ -65,7 +67,7 @@ pub(crate) const MYSQL_HELD: u64 = 1 << 62;
 /// Whether the acquiring owner (the bound parameter) wins the row: it is ours already (a
 /// retried attempt), free, or expired. A row with an owner but no expiry counts as free.
 const MYSQL_WON: &str =
-    "(owner <=> ? OR owner IS NULL OR expires_at IS NULL OR expires_at <= UTC_TIMESTAMP(6))";
+    "(owner <=> :owner OR owner IS NULL OR expires_at IS NULL OR expires_at <= UTC_TIMESTAMP(6))";
 
 /// PostgreSQL's clock for every decision of a statement: the time the server received it
 /// (`statement_timestamp()`, fixed for the statement and independent of the session's
@@ -93,40 +95,37 @@ pub(crate) fn pg_micros(param: &str) -> String {
 pub(crate) const SQLITE_NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
 
 /// The statements of one dialect, with the table name spliced in (it was validated as a
-/// plain identifier by `SqlConfig::with_table`).
+/// plain identifier by `SqlConfig::with_table`). Each names its parameters in its text: TTLs
+/// and stays are in µs on MySQL and PostgreSQL, in ms on SQLite; `:clock` is the caller's
+/// clock in µs (SQLite, see the module docs).
 #[derive(Debug, Clone)]
 pub(crate) struct Statements {
     pub(crate) create_table: String,
-    /// Binds, MySQL: key, name, owner, ttl µs, owner, owner, owner, owner, ttl µs. The fencing token comes
-    /// back as `last_insert_id`; held: [`MYSQL_HELD`] + the holder's remaining µs.
-    /// Binds, SQLite: key, name, owner, ttl ms, the caller's clock in µs (see the module docs).
-    /// `RETURNING version` yields a row iff acquired.
-    /// Binds, PostgreSQL: key, name, owner, ttl µs. Yields one row: the new version if
-    /// acquired, else the holder's remaining µs (read from the statement's snapshot).
-    pub(crate) acquire: String,
+    /// MySQL: the fencing token comes back as `last_insert_id`; held: [`MYSQL_HELD`] + the
+    /// holder's remaining µs. SQLite: `RETURNING version` yields a row iff acquired.
+    /// PostgreSQL: yields one row: the new version if acquired, else the holder's remaining
+    /// µs (read from the statement's snapshot).
+    pub(crate) acquire: Statement,
     /// PostgreSQL: an attempt by a waiter, which also queues the waiter if the lock is held
     /// (renewing its stay if queued already) and takes it out of the queue if it wins (see
-    /// `waiters_sql.rs`). Binds: key, name, owner, ttl µs, waiter, stay µs. Yields as
-    /// `acquire`. Empty on the other dialects.
+    /// `waiters_sql.rs`). Yields as `acquire`. Empty on the other dialects.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-    pub(crate) acquire_waiting: String,
-    /// Binds: key. Yields the holder's remaining time (µs on MySQL, ms on SQLite), if held.
-    pub(crate) remaining: String,
-    /// Binds: key, owner. One affected row iff released (PostgreSQL: yields the count, and
+    pub(crate) acquire_waiting: Statement,
+    /// Yields the holder's remaining time (µs on MySQL, ms on SQLite), if held.
+    pub(crate) remaining: Statement,
+    /// One affected row iff released (PostgreSQL: yields the count, and
     /// wakes the first queued waiter in the same statement: see `waiters_sql.rs`).
-    pub(crate) release: String,
+    pub(crate) release: Statement,
     /// Releases and takes the row for the next owner in one statement, where the owner is
-    /// still ours, as `release` judges it. Binds, MySQL: next owner, ttl µs, key, owner; one
-    /// affected row iff handed over, the new version as `last_insert_id`. SQLite: key, owner,
-    /// next owner, ttl ms, the caller's clock in µs; `RETURNING version` yields a row iff
-    /// handed over. PostgreSQL: key, owner, next owner, ttl µs, the same way.
-    pub(crate) hand_over: String,
-    /// Binds, MySQL: ttl µs, key, owner. SQLite: key, owner, ttl ms. PostgreSQL: key, owner,
-    /// ttl µs. One affected row iff
-    /// extended (MySQL counts matched rows: sqlx sets `CLIENT_FOUND_ROWS`).
-    pub(crate) extend: String,
-    /// Binds: key. Yields owner, version, remaining time (µs / ms).
-    pub(crate) inspect: String,
+    /// still ours, as `release` judges it. MySQL: one affected row iff handed over, the new
+    /// version as `last_insert_id`. SQLite and PostgreSQL: `RETURNING version` yields a row
+    /// iff handed over.
+    pub(crate) hand_over: Statement,
+    /// One affected row iff extended (MySQL counts matched rows: sqlx sets
+    /// `CLIENT_FOUND_ROWS`).
+    pub(crate) extend: Statement,
+    /// Yields owner, version, remaining time (µs / ms).
+    pub(crate) inspect: Statement,
     /// PostgreSQL: renews many leases of both tables in one statement. Binds: the mutex
     /// leases' indexes (`int4[]`), keys, owners and TTLs in µs (`int8[]`), then the holds'
     /// indexes, primitives, keys, holders, kinds and TTLs. Yields the index of every lease
@@ -207,44 +206,44 @@ impl Statements {
             // holds; if not, the owner is unchanged), and `expires_at` is read before it is
             // assigned in either mode. A row with an owner but no expiry (impossible through
             // this backend, but written by hand or by an older client) counts as free.
-            acquire: format!(
+            acquire: Statement::new(Dialect::MySql, &format!(
                 "INSERT INTO {t} (lock_key, lock_name, owner, version, expires_at) \
-                 VALUES (?, ?, ?, LAST_INSERT_ID({MYSQL_CLOCK_US}), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND) \
+                 VALUES (:key, :name, :owner, LAST_INSERT_ID({MYSQL_CLOCK_US}), UTC_TIMESTAMP(6) + INTERVAL :ttl MICROSECOND) \
                  ON DUPLICATE KEY UPDATE \
-                 owner = IF({won}, ?, owner), \
+                 owner = IF({won}, :owner, owner), \
                  version = IF({won}, LAST_INSERT_ID(GREATEST(version + 1, {MYSQL_CLOCK_US})), \
                  IF(LAST_INSERT_ID({MYSQL_HELD} + GREATEST(0, \
                  TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at))) > 0, version, version)), \
-                 expires_at = IF({won}, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at)",
+                 expires_at = IF({won}, UTC_TIMESTAMP(6) + INTERVAL :ttl MICROSECOND, expires_at)",
                 won = MYSQL_WON,
-            ),
-            remaining: format!(
+            )),
+            remaining: Statement::new(Dialect::MySql, &format!(
                 "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {t} \
-                 WHERE lock_key = ? AND owner IS NOT NULL"
-            ),
-            release: format!(
+                 WHERE lock_key = :key AND owner IS NOT NULL"
+            )),
+            release: Statement::new(Dialect::MySql, &format!(
                 "UPDATE {t} SET owner = NULL, expires_at = NULL \
-                 WHERE lock_key = ? AND owner = ? AND (expires_at IS NULL OR expires_at > UTC_TIMESTAMP(6))"
-            ),
+                 WHERE lock_key = :key AND owner = :owner AND (expires_at IS NULL OR expires_at > UTC_TIMESTAMP(6))"
+            )),
             // Every assignment reads only the old row, so the order of assignments does not
             // matter (see `acquire` on MariaDB's SIMULTANEOUS_ASSIGNMENT).
-            hand_over: format!(
-                "UPDATE {t} SET owner = ?, \
+            hand_over: Statement::new(Dialect::MySql, &format!(
+                "UPDATE {t} SET owner = :next, \
                  version = LAST_INSERT_ID(GREATEST(version + 1, {MYSQL_CLOCK_US})), \
-                 expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
-                 WHERE lock_key = ? AND owner = ? AND (expires_at IS NULL OR expires_at > UTC_TIMESTAMP(6))"
-            ),
-            extend: format!(
-                "UPDATE {t} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
-                 WHERE lock_key = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)"
-            ),
-            inspect: format!(
+                 expires_at = UTC_TIMESTAMP(6) + INTERVAL :ttl MICROSECOND \
+                 WHERE lock_key = :key AND owner = :owner AND (expires_at IS NULL OR expires_at > UTC_TIMESTAMP(6))"
+            )),
+            extend: Statement::new(Dialect::MySql, &format!(
+                "UPDATE {t} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL :ttl MICROSECOND \
+                 WHERE lock_key = :key AND owner = :owner AND expires_at > UTC_TIMESTAMP(6)"
+            )),
+            inspect: Statement::new(Dialect::MySql, &format!(
                 "SELECT CAST(owner AS CHAR CHARACTER SET utf8mb4), version, \
-                 TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {t} WHERE lock_key = ?"
-            ),
+                 TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {t} WHERE lock_key = :key"
+            )),
             extend_many: String::new(),
             holds: HoldStatements::new(Dialect::MySql, table),
-            acquire_waiting: String::new(),
+            acquire_waiting: Statement::default(),
             waiters: WaiterStatements::default(),
         }
     }
@@ -258,8 +257,7 @@ impl Statements {
         let now = PG_NOW;
         let clock = PG_CLOCK_US;
         let left = PG_LEFT_US;
-        let ttl4 = pg_micros("$4");
-        let ttl3 = pg_micros("$3");
+        let ttl = pg_micros(":ttl");
         let holds = HoldStatements::new(Dialect::Postgres, table);
         let waiters = WaiterStatements::postgres(table);
         let h = format!("\"{}\"", holds.table);
@@ -272,7 +270,7 @@ impl Statements {
         let won = format!(
             "won AS (\
              INSERT INTO {t} AS l (lock_key, lock_name, owner, version, expires_at) \
-             VALUES ($1, $2, $3, {clock}, {now} + {ttl4}) \
+             VALUES (:key, :name, :owner, {clock}, {now} + {ttl}) \
              ON CONFLICT (lock_key) DO UPDATE SET owner = EXCLUDED.owner, \
              version = GREATEST(l.version + 1, {clock}), expires_at = EXCLUDED.expires_at \
              WHERE l.owner IS NULL OR l.expires_at IS NULL OR l.expires_at <= {now} \
@@ -283,7 +281,7 @@ impl Statements {
             "SELECT version, NULL::bigint FROM won \
              UNION ALL \
              SELECT NULL::bigint, {left} FROM {t} \
-             WHERE lock_key = $1 AND owner IS NOT NULL AND NOT EXISTS (SELECT 1 FROM won)"
+             WHERE lock_key = :key AND owner IS NOT NULL AND NOT EXISTS (SELECT 1 FROM won)"
         );
         Self {
             create_table: format!(
@@ -295,36 +293,36 @@ impl Statements {
                  expires_at TIMESTAMPTZ\n\
                  )"
             ),
-            acquire: format!("WITH {won} {outcome}"),
+            acquire: Statement::new(Dialect::Postgres, &format!("WITH {won} {outcome}")),
             // As `acquire`; held, the waiter joins the queue at the back (its entry renewed,
             // keeping its place, if queued and live; requeued at the back if its stay had
             // ended); won, it leaves, and the entries of the lock whose stay ended go too.
             // The queue's writes come after the upsert took the lock's row (they read `won`).
-            acquire_waiting: format!(
+            acquire_waiting: Statement::new(Dialect::Postgres, &format!(
                 "WITH {won}, \
                  queued AS (INSERT INTO {w} AS q (lock_key, waiter, queued_at, expires_at) \
-                 SELECT $1, $5, {now}, {now} + {stay} WHERE NOT EXISTS (SELECT 1 FROM won) \
+                 SELECT :key, :waiter, {now}, {now} + {stay} WHERE NOT EXISTS (SELECT 1 FROM won) \
                  ON CONFLICT (lock_key, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at, \
                  queued_at = CASE WHEN q.expires_at <= {now} THEN EXCLUDED.queued_at ELSE q.queued_at END \
                  RETURNING 1), \
-                 dequeued AS (DELETE FROM {w} WHERE lock_key = $1 AND (waiter = $5 OR expires_at <= {now}) \
+                 dequeued AS (DELETE FROM {w} WHERE lock_key = :key AND (waiter = :waiter OR expires_at <= {now}) \
                  AND EXISTS (SELECT 1 FROM won) RETURNING 1) \
                  {outcome}",
-                stay = pg_micros("$6"),
-            ),
-            remaining: format!("SELECT {left} FROM {t} WHERE lock_key = $1 AND owner IS NOT NULL"),
+                stay = pg_micros(":stay"),
+            )),
+            remaining: Statement::new(Dialect::Postgres, &format!("SELECT {left} FROM {t} WHERE lock_key = :key AND owner IS NOT NULL")),
             release: waiters.release.clone(),
-            hand_over: format!(
-                "UPDATE {t} SET owner = $3, version = GREATEST(version + 1, {clock}), \
-                 expires_at = {now} + {ttl4} \
-                 WHERE lock_key = $1 AND owner = $2 AND (expires_at IS NULL OR expires_at > {now}) \
+            hand_over: Statement::new(Dialect::Postgres, &format!(
+                "UPDATE {t} SET owner = :next, version = GREATEST(version + 1, {clock}), \
+                 expires_at = {now} + {ttl} \
+                 WHERE lock_key = :key AND owner = :owner AND (expires_at IS NULL OR expires_at > {now}) \
                  RETURNING version"
-            ),
-            extend: format!(
-                "UPDATE {t} SET expires_at = {now} + {ttl3} \
-                 WHERE lock_key = $1 AND owner = $2 AND expires_at > {now}"
-            ),
-            inspect: format!("SELECT owner::text, version, {left} FROM {t} WHERE lock_key = $1"),
+            )),
+            extend: Statement::new(Dialect::Postgres, &format!(
+                "UPDATE {t} SET expires_at = {now} + {ttl} \
+                 WHERE lock_key = :key AND owner = :owner AND expires_at > {now}"
+            )),
+            inspect: Statement::new(Dialect::Postgres, &format!("SELECT owner::text, version, {left} FROM {t} WHERE lock_key = :key")),
             extend_many: format!(
                 "WITH m AS (UPDATE {t} AS l SET expires_at = {now} + {mttl} \
                  FROM unnest($1::int4[], $2::text[], $3::text[], $4::int8[]) AS d(i, k, o, ttl) \
@@ -359,38 +357,124 @@ impl Statements {
             // One statement: the upsert's DO UPDATE runs only if the row is free or expired
             // (or already ours: a retried attempt), and RETURNING yields a row only if the
             // statement inserted or updated one.
-            acquire: format!(
-                "INSERT INTO {t} (lock_key, lock_name, owner, version, expires_at) \
-                 VALUES (?1, ?2, ?3, MAX({now} * 1000, ?5), {now} + ?4) \
+            acquire: Statement::new(
+                Dialect::Sqlite,
+                &format!(
+                    "INSERT INTO {t} (lock_key, lock_name, owner, version, expires_at) \
+                 VALUES (:key, :name, :owner, MAX({now} * 1000, :clock), {now} + :ttl) \
                  ON CONFLICT (lock_key) DO UPDATE SET \
-                 owner = excluded.owner, version = MAX(version + 1, {now} * 1000, ?5), \
+                 owner = excluded.owner, version = MAX(version + 1, {now} * 1000, :clock), \
                  expires_at = excluded.expires_at \
                  WHERE owner IS NULL OR expires_at IS NULL OR expires_at <= {now} \
                  OR owner = excluded.owner \
                  RETURNING version"
+                ),
             ),
-            remaining: format!(
-                "SELECT expires_at - {now} FROM {t} WHERE lock_key = ?1 AND owner IS NOT NULL"
+            remaining: Statement::new(
+                Dialect::Sqlite,
+                &format!("SELECT expires_at - {now} FROM {t} WHERE lock_key = :key AND owner IS NOT NULL"),
             ),
-            release: format!(
-                "UPDATE {t} SET owner = NULL, expires_at = NULL \
-                 WHERE lock_key = ?1 AND owner = ?2 AND (expires_at IS NULL OR expires_at > {now})"
+            release: Statement::new(
+                Dialect::Sqlite,
+                &format!(
+                    "UPDATE {t} SET owner = NULL, expires_at = NULL \
+                 WHERE lock_key = :key AND owner = :owner AND (expires_at IS NULL OR expires_at > {now})"
+                ),
             ),
-            hand_over: format!(
-                "UPDATE {t} SET owner = ?3, version = MAX(version + 1, {now} * 1000, ?5), \
-                 expires_at = {now} + ?4 \
-                 WHERE lock_key = ?1 AND owner = ?2 AND (expires_at IS NULL OR expires_at > {now}) \
+            hand_over: Statement::new(
+                Dialect::Sqlite,
+                &format!(
+                    "UPDATE {t} SET owner = :next, version = MAX(version + 1, {now} * 1000, :clock), \
+                 expires_at = {now} + :ttl \
+                 WHERE lock_key = :key AND owner = :owner AND (expires_at IS NULL OR expires_at > {now}) \
                  RETURNING version"
+                ),
             ),
-            extend: format!(
-                "UPDATE {t} SET expires_at = {now} + ?3 \
-                 WHERE lock_key = ?1 AND owner = ?2 AND expires_at > {now}"
+            extend: Statement::new(
+                Dialect::Sqlite,
+                &format!(
+                    "UPDATE {t} SET expires_at = {now} + :ttl \
+                 WHERE lock_key = :key AND owner = :owner AND expires_at > {now}"
+                ),
             ),
-            inspect: format!("SELECT owner, version, expires_at - {now} FROM {t} WHERE lock_key = ?1"),
+            inspect: Statement::new(
+                Dialect::Sqlite,
+                &format!("SELECT owner, version, expires_at - {now} FROM {t} WHERE lock_key = :key"),
+            ),
             extend_many: String::new(),
             holds: HoldStatements::new(Dialect::Sqlite, table),
-            acquire_waiting: String::new(),
+            acquire_waiting: Statement::default(),
             waiters: WaiterStatements::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::statement::Param::{Clock, Key, Name, Next, Owner, Ttl};
+
+    /// The `DistributedLock` block binds these statements by position: the order their
+    /// placeholders take must stay the order it binds in.
+    #[test]
+    fn positional_binds_match_the_placeholders() {
+        let my = Statements::new(Dialect::MySql, "t");
+        assert_eq!(
+            my.acquire.params(),
+            [Key, Name, Owner, Ttl, Owner, Owner, Owner, Owner, Ttl]
+        );
+        assert_eq!(my.release.params(), [Key, Owner]);
+        assert_eq!(my.hand_over.params(), [Next, Ttl, Key, Owner]);
+        assert_eq!(my.extend.params(), [Ttl, Key, Owner]);
+        assert_eq!(my.inspect.params(), [Key]);
+        let pg = Statements::new(Dialect::Postgres, "t");
+        assert_eq!(pg.release.params(), [Key, Owner]);
+        assert_eq!(pg.hand_over.params(), [Key, Owner, Next, Ttl]);
+        assert_eq!(pg.extend.params(), [Key, Owner, Ttl]);
+        assert_eq!(pg.inspect.params(), [Key]);
+        let lite = Statements::new(Dialect::Sqlite, "t");
+        assert_eq!(lite.release.params(), [Key, Owner]);
+        assert_eq!(lite.hand_over.params(), [Key, Owner, Next, Ttl, Clock]);
+        assert_eq!(lite.extend.params(), [Key, Owner, Ttl]);
+        assert_eq!(lite.inspect.params(), [Key]);
+    }
+
+    /// Every named placeholder was recognised: none is left in any statement's text.
+    #[test]
+    fn no_placeholder_is_left_unbound() {
+        for dialect in [Dialect::MySql, Dialect::Postgres, Dialect::Sqlite] {
+            let s = Statements::new(dialect, "t");
+            let h = &s.holds;
+            for statement in [
+                &s.acquire,
+                &s.acquire_waiting,
+                &s.remaining,
+                &s.release,
+                &s.hand_over,
+                &s.extend,
+                &s.inspect,
+                &h.attempt,
+                &h.release,
+                &h.extend,
+                &h.withdraw,
+                &h.holders,
+                &h.sqlite.purge,
+                &h.sqlite.census,
+                &h.sqlite.bump,
+                &h.sqlite.insert,
+                &h.sqlite.renew,
+                &h.sqlite.record_waiter,
+                &s.waiters.release,
+                &s.waiters.leave,
+            ] {
+                let text = statement.as_str();
+                // PostgreSQL's casts (`::type`) aside, no `:` may start a name.
+                let bare = text.replace("::", "");
+                let left = bare
+                    .match_indices(':')
+                    .any(|(i, _)| bare[i + 1..].starts_with(|c: char| c.is_ascii_lowercase()));
+                assert!(!left, "{dialect:?}: {text}");
+            }
         }
     }
 }

@@ -34,7 +34,8 @@
 //! release's row lock reads the row as the release left it, free, and wins.
 
 use crate::holds_sql::identifier;
-use crate::sql::{KEY_LEN, PG_NOW};
+use crate::sql::{Dialect, KEY_LEN, PG_NOW};
+use crate::statement::Statement;
 
 /// The longest `waiter` value: a SHA-256 in hex.
 pub(crate) const WAITER_LEN: usize = 64;
@@ -45,7 +46,7 @@ pub(crate) const WAKE_PREFIX: &str = "wake:";
 /// The queue's table for the mutex table `table`: `<table>_waiters`, shortened as the holds
 /// table's name is.
 pub(crate) fn waiters_table(table: &str) -> String {
-    identifier(crate::sql::Dialect::Postgres, table, "_waiters")
+    identifier(Dialect::Postgres, table, "_waiters")
 }
 
 /// The `waiter` value of the waiter `id`: the id itself when it is a short plain token (as the
@@ -77,12 +78,12 @@ pub(crate) struct WaiterStatements {
     pub(crate) create_release: String,
     /// Creates (or replaces) `<table>_leave`.
     pub(crate) create_leave: String,
-    /// Releases the mutex and wakes its first waiter. Binds: key, owner. Yields 1 if
+    /// Releases the mutex and wakes its first waiter. Yields 1 if
     /// released, else 0.
-    pub(crate) release: String,
-    /// The waiter leaves the lock's queue. Binds: key, waiter. Yields whether it woke the next
+    pub(crate) release: Statement,
+    /// The waiter leaves the lock's queue. Yields whether it woke the next
     /// waiter (1 or 0).
-    pub(crate) leave: String,
+    pub(crate) leave: Statement,
 }
 
 impl WaiterStatements {
@@ -92,8 +93,8 @@ impl WaiterStatements {
         let table = waiters_table(mutex_table);
         let t = format!("\"{mutex_table}\"");
         let w = format!("\"{table}\"");
-        let release_fn = identifier(crate::sql::Dialect::Postgres, mutex_table, "_release");
-        let leave_fn = identifier(crate::sql::Dialect::Postgres, mutex_table, "_leave");
+        let release_fn = identifier(Dialect::Postgres, mutex_table, "_release");
+        let leave_fn = identifier(Dialect::Postgres, mutex_table, "_leave");
         // Drops the entries whose stay ended, takes the first live waiter out and wakes it.
         let wake_next = format!(
             "DELETE FROM {w} WHERE lock_key = p_key AND expires_at <= v_now;\n  \
@@ -139,8 +140,14 @@ impl WaiterStatements {
                  END\n\
                  $distlock$"
             ),
-            release: format!("SELECT \"{release_fn}\"($1, $2)"),
-            leave: format!("SELECT \"{leave_fn}\"($1, $2)"),
+            release: Statement::new(
+                Dialect::Postgres,
+                &format!("SELECT \"{release_fn}\"(:key, :owner)"),
+            ),
+            leave: Statement::new(
+                Dialect::Postgres,
+                &format!("SELECT \"{leave_fn}\"(:key, :waiter)"),
+            ),
             table,
         }
     }
@@ -163,6 +170,6 @@ mod tests {
     fn names_stay_within_postgres_identifiers() {
         let statements = WaiterStatements::postgres(&"x".repeat(63));
         assert!(statements.table.len() <= 63);
-        assert!(statements.release.len() < 100);
+        assert!(statements.release.as_str().len() < 100);
     }
 }

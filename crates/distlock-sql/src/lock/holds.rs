@@ -30,6 +30,18 @@ use crate::admission::{Census, CensusRow, Verdict};
 use crate::checkout::Checkout;
 use crate::holds_sql::{kind_column, kind_of_row, waiter_holder};
 use crate::sql::Dialect;
+use crate::statement::{DialectPool, Values};
+
+/// MySQL's attempt: one text query (see `holds_sql::mysql_attempt`).
+#[cfg(feature = "mysql")]
+mod mysql;
+/// PostgreSQL's attempt: one call of the attempt's function (see `holds_sql.rs`).
+#[cfg(feature = "postgres")]
+mod postgres;
+/// SQLite's attempt: the census and the writes as statements of one `BEGIN IMMEDIATE`
+/// transaction, the rule applied in between.
+#[cfg(feature = "sqlite")]
+mod sqlite;
 
 /// How one attempt ended on the database.
 enum Outcome {
@@ -94,32 +106,30 @@ impl SqlLock {
             }
             #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => {
-                let sql = self.inner.sql.holds.attempt.as_str();
-                let (primitive, key, owner_str) =
-                    (kind.primitive().as_str(), key.as_ref(), owner_str.as_str());
-                let kind_col = kind_column(kind).unwrap_or_default();
-                let permits = match kind {
-                    LockKind::Permit { permits } => Some(i32::try_from(permits).unwrap_or(i32::MAX)),
-                    _ => None,
-                };
-                let (waiter_holder, stay) = match &waiter {
-                    Some((holder, stay)) => (Some(holder.as_str()), Some(*stay)),
-                    None => (None, None),
+                let statement = &self.inner.sql.holds.attempt;
+                let sql = statement.as_str();
+                let values = Values {
+                    primitive: Some(kind.primitive().as_str()),
+                    key: Some(&key),
+                    name: Some(name.as_str()),
+                    owner: Some(&owner_str),
+                    kind: Some(kind_column(kind).unwrap_or_default()),
+                    permits: match kind {
+                        LockKind::Permit { permits } => Some(i32::try_from(permits).unwrap_or(i32::MAX)),
+                        _ => None,
+                    },
+                    ttl: Some(ttl_units),
+                    // A waiting writer's record: its holder value and its stay.
+                    waiter: waiter.as_ref().map(|(holder, _)| holder.as_str()),
+                    stay: waiter.as_ref().map(|(_, stay)| *stay),
+                    ..Values::default()
                 };
                 self.run(
                     pool,
                     "acquiring",
                     on_conn!(c => {
-                        sqlx::query_as::<_, postgres::AttemptRow>(sql)
-                            .bind(primitive)
-                            .bind(key)
-                            .bind(name.as_str())
-                            .bind(owner_str)
-                            .bind(kind_col)
-                            .bind(permits)
-                            .bind(ttl_units)
-                            .bind(waiter_holder)
-                            .bind(stay)
+                        let args = pool.arguments(statement, &values)?;
+                        sqlx::query_as_with::<_, postgres::AttemptRow, _>(sql, args)
                             .fetch_one(c.conn()?)
                             .await
                             .map(postgres::outcome)
@@ -131,15 +141,23 @@ impl SqlLock {
             Pool::Sqlite(pool) => {
                 let attempt = sqlite::Attempt {
                     steps: &self.inner.sql.holds.sqlite,
-                    primitive: kind.primitive().as_str(),
-                    key: &key,
-                    name: name.as_str(),
-                    owner: &owner_str,
-                    kind,
-                    kind_col: kind_column(kind).unwrap_or_default(),
                     withdraw: &self.inner.sql.holds.withdraw,
-                    ttl: ttl_units,
-                    waiter: waiter.as_ref().map(|(holder, stay)| (holder.as_str(), *stay)),
+                    kind,
+                    values: Values {
+                        primitive: Some(kind.primitive().as_str()),
+                        key: Some(&key),
+                        name: Some(name.as_str()),
+                        owner: Some(&owner_str),
+                        kind: Some(kind_column(kind).unwrap_or_default()),
+                        permits: match kind {
+                            LockKind::Permit { permits } => Some(i32::try_from(permits).unwrap_or(i32::MAX)),
+                            _ => None,
+                        },
+                        ttl: Some(ttl_units),
+                        holder: waiter.as_ref().map(|(holder, _)| holder.as_str()),
+                        stay: waiter.as_ref().map(|(_, stay)| *stay),
+                        ..Values::default()
+                    },
                 };
                 let attempt = &attempt;
                 self.run(
@@ -183,13 +201,18 @@ impl SqlLock {
     /// Matches by primitive, name, owner and kind only, so the bare lease of the cleanup after
     /// an ambiguous attempt works. **1 round trip.**
     pub(super) async fn release_hold(&self, lease: &Lease) -> Result<bool> {
-        let kind = kind_column(lease.kind()).unwrap_or_default();
-        let primitive = lease.kind().primitive().as_str();
         let key = lock_key(lease.name());
         let key = key.as_ref();
         let owner = lease.owner().to_string();
-        let owner = owner.as_str();
-        let sql = self.inner.sql.holds.release.as_str();
+        let values = Values {
+            primitive: Some(lease.kind().primitive().as_str()),
+            key: Some(key),
+            owner: Some(&owner),
+            kind: Some(kind_column(lease.kind()).unwrap_or_default()),
+            ..Values::default()
+        };
+        let statement = &self.inner.sql.holds.release;
+        let sql = statement.as_str();
         let (affected, broken) = match &self.inner.pool {
             #[cfg(feature = "mysql")]
             Pool::MySql(pool) => self
@@ -197,24 +220,21 @@ impl SqlLock {
                     pool,
                     "releasing",
                     on_conn!(c => {
-                        sqlx::query(sql).bind(primitive).bind(key).bind(owner).bind(kind).execute(c.conn()?).await
+                        let args = pool.arguments(statement, &values)?;
+                        sqlx::query_with(sql, args).execute(c.conn()?).await
                     }),
                 )
                 .await
                 .map(|(done, broken)| (done.rows_affected(), broken))?,
+            // The statement's one row counts the holds released (its `NOTIFY` is in it too).
             #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => self
                 .run_tracked(
                     pool,
                     "releasing",
                     on_conn!(c => {
-                        sqlx::query_scalar::<_, i64>(sql)
-                            .bind(primitive)
-                            .bind(key)
-                            .bind(owner)
-                            .bind(kind)
-                            .fetch_one(c.conn()?)
-                            .await
+                        let args = pool.arguments(statement, &values)?;
+                        sqlx::query_scalar_with::<_, i64, _>(sql, args).fetch_one(c.conn()?).await
                     }),
                 )
                 .await
@@ -225,7 +245,8 @@ impl SqlLock {
                     pool,
                     "releasing",
                     on_conn!(c => {
-                        sqlx::query(sql).bind(primitive).bind(key).bind(owner).bind(kind).execute(c.conn()?).await
+                        let args = pool.arguments(statement, &values)?;
+                        sqlx::query_with(sql, args).execute(c.conn()?).await
                     }),
                 )
                 .await
@@ -257,70 +278,31 @@ impl SqlLock {
     /// the lease's and the hold is live. **1 round trip.**
     pub(super) async fn extend_hold(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
         let units = self.ttl_units(ttl)?;
-        let kind = kind_column(lease.kind()).unwrap_or_default();
-        let primitive = lease.kind().primitive().as_str();
         let key = lock_key(lease.name());
-        let key = key.as_ref();
         let owner = lease.owner().to_string();
-        let owner = owner.as_str();
-        let sql = self.inner.sql.holds.extend.as_str();
-        let sent = Instant::now();
-        let affected = match &self.inner.pool {
-            #[cfg(feature = "mysql")]
-            Pool::MySql(pool) => self
-                .run(
-                    pool,
-                    "extending",
-                    on_conn!(c => {
-                        sqlx::query(sql)
-                            .bind(units)
-                            .bind(primitive)
-                            .bind(key)
-                            .bind(owner)
-                            .bind(kind)
-                            .execute(c.conn()?)
-                            .await
-                    }),
-                )
-                .await?
-                .rows_affected(),
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => self
-                .run(
-                    pool,
-                    "extending",
-                    on_conn!(c => {
-                        sqlx::query(sql)
-                            .bind(primitive)
-                            .bind(key)
-                            .bind(owner)
-                            .bind(kind)
-                            .bind(units)
-                            .execute(c.conn()?)
-                            .await
-                    }),
-                )
-                .await?
-                .rows_affected(),
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => self
-                .run(
-                    pool,
-                    "extending",
-                    on_conn!(c => {
-                        sqlx::query(sql)
-                            .bind(primitive)
-                            .bind(key)
-                            .bind(owner)
-                            .bind(kind)
-                            .bind(units)
-                            .execute(c.conn()?)
-                            .await
-                    }),
-                )
-                .await?
-                .rows_affected(),
+        let values = Values {
+            primitive: Some(lease.kind().primitive().as_str()),
+            key: Some(&key),
+            owner: Some(&owner),
+            kind: Some(kind_column(lease.kind()).unwrap_or_default()),
+            ttl: Some(units),
+            ..Values::default()
         };
+        let statement = &self.inner.sql.holds.extend;
+        let sql = statement.as_str();
+        let sent = Instant::now();
+        let affected = each_pool!(self, pool => {
+            self.run(
+                pool,
+                "extending",
+                on_conn!(c => {
+                    let args = pool.arguments(statement, &values)?;
+                    sqlx::query_with(sql, args).execute(c.conn()?).await
+                }),
+            )
+            .await?
+            .rows_affected()
+        });
         Ok((affected > 0).then(|| lease.renewed(ttl, sent)))
     }
 
@@ -330,52 +312,29 @@ impl SqlLock {
         if kind != LockKind::Write {
             return Ok(());
         }
-        let primitive = Primitive::RwLock.as_str();
         let key = lock_key(name);
         let key = key.as_ref();
         let holder = waiter_holder(waiter);
-        let holder = holder.as_str();
-        let sql = self.inner.sql.holds.withdraw.as_str();
-        match &self.inner.pool {
-            #[cfg(feature = "mysql")]
-            Pool::MySql(pool) => {
-                self.run(
-                    pool,
-                    "withdrawing a waiting writer",
-                    on_conn!(c => {
-                        sqlx::query(sql).bind(primitive).bind(key).bind(holder).execute(c.conn()?).await
-                    }),
-                )
-                .await?;
-            }
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => {
-                self.run(
-                    pool,
-                    "withdrawing a waiting writer",
-                    on_conn!(c => {
-                        sqlx::query_scalar::<_, i64>(sql)
-                            .bind(primitive)
-                            .bind(key)
-                            .bind(holder)
-                            .fetch_one(c.conn()?)
-                            .await
-                    }),
-                )
-                .await?;
-            }
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => {
-                self.run(
-                    pool,
-                    "withdrawing a waiting writer",
-                    on_conn!(c => {
-                        sqlx::query(sql).bind(primitive).bind(key).bind(holder).execute(c.conn()?).await
-                    }),
-                )
-                .await?;
-            }
-        }
+        let values = Values {
+            primitive: Some(Primitive::RwLock.as_str()),
+            key: Some(key),
+            holder: Some(&holder),
+            ..Values::default()
+        };
+        let statement = &self.inner.sql.holds.withdraw;
+        let sql = statement.as_str();
+        // PostgreSQL's statement also yields whether it deleted the record: not needed here.
+        each_pool!(self, pool => {
+            self.run(
+                pool,
+                "withdrawing a waiting writer",
+                on_conn!(c => {
+                    let args = pool.arguments(statement, &values)?;
+                    sqlx::query_with(sql, args).execute(c.conn()?).await
+                }),
+            )
+            .await?;
+        });
         // Readers it kept out may come in now.
         self.host_released(Primitive::RwLock, key);
         Ok(())
@@ -392,45 +351,25 @@ impl SqlLock {
             let state = self.inspect(name).await?;
             return Ok(if state.is_held() { vec![state] } else { Vec::new() });
         }
-        let primitive = primitive.as_str();
         let key = lock_key(name);
-        let key = key.as_ref();
-        let sql = self.inner.sql.holds.holders.as_str();
-        let rows: Vec<HolderRow> = match &self.inner.pool {
-            #[cfg(feature = "mysql")]
-            Pool::MySql(pool) => {
-                self.run(
-                    pool,
-                    "listing holders",
-                    on_conn!(c => {
-                        sqlx::query_as(sql).bind(primitive).bind(key).fetch_all(c.conn()?).await
-                    }),
-                )
-                .await?
-            }
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => {
-                self.run(
-                    pool,
-                    "listing holders",
-                    on_conn!(c => {
-                        sqlx::query_as(sql).bind(primitive).bind(key).fetch_all(c.conn()?).await
-                    }),
-                )
-                .await?
-            }
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => {
-                self.run(
-                    pool,
-                    "listing holders",
-                    on_conn!(c => {
-                        sqlx::query_as(sql).bind(primitive).bind(key).fetch_all(c.conn()?).await
-                    }),
-                )
-                .await?
-            }
+        let values = Values {
+            primitive: Some(primitive.as_str()),
+            key: Some(&key),
+            ..Values::default()
         };
+        let statement = &self.inner.sql.holds.holders;
+        let sql = statement.as_str();
+        let rows: Vec<HolderRow> = each_pool!(self, pool => {
+            self.run(
+                pool,
+                "listing holders",
+                on_conn!(c => {
+                    let args = pool.arguments(statement, &values)?;
+                    sqlx::query_as_with(sql, args).fetch_all(c.conn()?).await
+                }),
+            )
+            .await?
+        });
         Ok(rows
             .into_iter()
             .filter_map(|(holder, kind, permits, version, left)| {
@@ -451,215 +390,6 @@ impl SqlLock {
         };
         // At most 30 days in µs: far below i64::MAX.
         i64::try_from(units).unwrap_or(i64::MAX)
-    }
-}
-
-/// MySQL's attempt: one text query (see `holds_sql::mysql_attempt`).
-#[cfg(feature = "mysql")]
-mod mysql {
-    use sqlx::mysql::MySqlConnection;
-    use sqlx::{Executor, FromRow};
-
-    use super::{Census, CensusRow, Outcome};
-
-    /// The query's one row: won, the fencing token, then the census.
-    type AttemptRow = (
-        i64,
-        Option<i64>,
-        i64,
-        i64,
-        i64,
-        i64,
-        Option<i64>,
-        Option<i64>,
-        Option<i64>,
-        Option<i64>,
-        Option<i64>,
-    );
-
-    /// Runs the attempt's query (its transaction commits within it) and reads its outcome.
-    pub(super) async fn attempt(conn: &mut MySqlConnection, query: &str) -> Result<Outcome, sqlx::Error> {
-        // A bare string runs as a text query (`COM_QUERY`), the protocol that carries several
-        // statements in one round trip.
-        let rows = conn.fetch_all(query).await?;
-        let row = rows.first().ok_or(sqlx::Error::RowNotFound)?;
-        let (won, token, holds, readers, writers, waiting, stored, mine, first_permit, last_reader, writer) =
-            AttemptRow::from_row(row)?;
-        let census: CensusRow = (
-            holds,
-            readers,
-            writers,
-            waiting,
-            stored,
-            mine,
-            first_permit,
-            last_reader,
-            writer,
-        );
-        Ok(match (won, token) {
-            (1, Some(token)) => Outcome::Won(token),
-            _ => Outcome::Lost(Census::from(census)),
-        })
-    }
-}
-
-/// PostgreSQL's attempt: one call of the attempt's function (see `holds_sql.rs`).
-#[cfg(feature = "postgres")]
-mod postgres {
-    use super::{Census, CensusRow, Outcome};
-
-    /// The call's one row: won, the fencing token, then the census.
-    pub(super) type AttemptRow = (
-        bool,
-        Option<i64>,
-        i64,
-        i64,
-        i64,
-        i64,
-        Option<i64>,
-        Option<i64>,
-        Option<i64>,
-        Option<i64>,
-        Option<i64>,
-    );
-
-    /// The outcome the call's row reports.
-    pub(super) fn outcome(row: AttemptRow) -> Outcome {
-        let (won, token, holds, readers, writers, waiting, stored, mine, first_permit, last_reader, writer) =
-            row;
-        match (won, token) {
-            (true, Some(token)) => Outcome::Won(token),
-            _ => {
-                let census: CensusRow = (
-                    holds,
-                    readers,
-                    writers,
-                    waiting,
-                    stored,
-                    mine,
-                    first_permit,
-                    last_reader,
-                    writer,
-                );
-                Outcome::Lost(Census::from(census))
-            }
-        }
-    }
-}
-
-/// SQLite's attempt: the census and the writes as statements of one `BEGIN IMMEDIATE`
-/// transaction, the rule applied in between.
-#[cfg(feature = "sqlite")]
-mod sqlite {
-    use distlock_core::LockKind;
-    use sqlx::SqliteConnection;
-
-    use super::{Census, CensusRow, Outcome, Verdict};
-    use crate::holds_sql::SqliteAttempt;
-
-    /// The statements and values of one attempt.
-    pub(super) struct Attempt<'a> {
-        pub(super) steps: &'a SqliteAttempt,
-        pub(super) primitive: &'static str,
-        pub(super) key: &'a str,
-        pub(super) name: &'a str,
-        pub(super) owner: &'a str,
-        pub(super) kind: LockKind,
-        pub(super) kind_col: &'static str,
-        /// The holds table's `withdraw` statement.
-        pub(super) withdraw: &'a str,
-        /// The hold's TTL in ms.
-        pub(super) ttl: i64,
-        /// A waiting writer's `holder` value and how long its record lives (ms).
-        pub(super) waiter: Option<(&'a str, i64)>,
-    }
-
-    /// Runs one attempt in its own transaction, committed before it returns. On an error the
-    /// transaction is still open: the caller closes the connection (`in_transaction!`).
-    pub(super) async fn attempt(
-        conn: &mut SqliteConnection,
-        a: &Attempt<'_>,
-    ) -> Result<Outcome, sqlx::Error> {
-        let s = a.steps;
-        // Takes the database's write lock now (waiting for it up to the busy timeout), so the
-        // census below stays true until the commit.
-        sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
-        sqlx::query(&s.purge)
-            .bind(a.primitive)
-            .bind(a.key)
-            .execute(&mut *conn)
-            .await?;
-        let census: CensusRow = sqlx::query_as(&s.census)
-            .bind(a.primitive)
-            .bind(a.key)
-            .bind(a.owner)
-            .bind(a.kind_col)
-            .fetch_one(&mut *conn)
-            .await?;
-        let census = Census::from(census);
-        let outcome = match census.verdict(a.kind) {
-            Verdict::Renew(token) => {
-                sqlx::query(&s.renew)
-                    .bind(a.primitive)
-                    .bind(a.key)
-                    .bind(a.owner)
-                    .bind(a.kind_col)
-                    .bind(a.ttl)
-                    .execute(&mut *conn)
-                    .await?;
-                Outcome::Won(token)
-            }
-            Verdict::Admit => {
-                let token: i64 = sqlx::query_scalar(&s.bump)
-                    .bind(a.primitive)
-                    .bind(a.key)
-                    .bind(a.name)
-                    .bind(crate::lock::clock_micros())
-                    .fetch_one(&mut *conn)
-                    .await?;
-                let permits = match a.kind {
-                    LockKind::Permit { permits } => Some(i64::from(permits)),
-                    _ => None,
-                };
-                sqlx::query(&s.insert)
-                    .bind(a.primitive)
-                    .bind(a.key)
-                    .bind(a.owner)
-                    .bind(a.name)
-                    .bind(a.kind_col)
-                    .bind(permits)
-                    .bind(token)
-                    .bind(a.ttl)
-                    .execute(&mut *conn)
-                    .await?;
-                Outcome::Won(token)
-            }
-            Verdict::Mismatch(_) | Verdict::Refuse => Outcome::Lost(census),
-        };
-        if let Some((waiter, stay)) = a.waiter {
-            match outcome {
-                Outcome::Won(_) => {
-                    sqlx::query(a.withdraw)
-                        .bind(a.primitive)
-                        .bind(a.key)
-                        .bind(waiter)
-                        .execute(&mut *conn)
-                        .await?;
-                }
-                Outcome::Lost(_) => {
-                    sqlx::query(&s.record_waiter)
-                        .bind(a.primitive)
-                        .bind(a.key)
-                        .bind(waiter)
-                        .bind(a.name)
-                        .bind(stay)
-                        .execute(&mut *conn)
-                        .await?;
-                }
-            }
-        }
-        sqlx::query("COMMIT").execute(&mut *conn).await?;
-        Ok(outcome)
     }
 }
 

@@ -10,6 +10,7 @@ use distlock_core::{LockName, OwnerToken, ReleaseWatch, Result, TryAcquire};
 
 use super::{lock_key, reusable, Checkout, Inner, Pool, SqlLock, MAX_TTL};
 use crate::pg_releases::PgReleases;
+use crate::statement::{DialectPool, Values};
 use crate::waiters_sql::waiter_column;
 
 impl SqlLock {
@@ -77,13 +78,20 @@ impl SqlLock {
         let Pool::Postgres(pool) = &self.inner.pool else {
             return Ok(());
         };
-        let sql = self.inner.sql.waiters.leave.as_str();
+        let statement = &self.inner.sql.waiters.leave;
+        let sql = statement.as_str();
+        let values = Values {
+            key: Some(key),
+            waiter: Some(waiter),
+            ..Values::default()
+        };
         let woke: i64 = self
             .run(
                 pool,
                 "leaving the queue of waiters",
                 on_conn!(c => {
-                    sqlx::query_scalar(sql).bind(key).bind(waiter).fetch_one(c.conn()?).await
+                    let args = pool.arguments(statement, &values)?;
+                    sqlx::query_scalar_with(sql, args).fetch_one(c.conn()?).await
                 }),
             )
             .await?;

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use super::{reusable, SqlLock};
 use crate::checkout::Checkout;
 use crate::mysql_pool::MySqlConnections;
+use crate::statement::{DialectPool, Values};
 
 impl SqlLock {
     /// The outcome of an acquire of `key` by `owner` whose version went unreported: won if the
@@ -27,12 +28,20 @@ impl SqlLock {
         ttl: Duration,
         sent: Instant,
     ) -> Result<TryAcquire> {
-        let sql = self.inner.sql.inspect.as_str();
+        let statement = &self.inner.sql.inspect;
+        let sql = statement.as_str();
+        let values = Values {
+            key: Some(key),
+            ..Values::default()
+        };
         let row: Option<(Option<String>, i64, Option<i64>)> = self
             .run(
                 pool,
                 "reading an acquire's outcome",
-                on_conn!(c => sqlx::query_as(sql).bind(key).fetch_optional(c.conn()?).await),
+                on_conn!(c => {
+                    let args = pool.arguments(statement, &values)?;
+                    sqlx::query_as_with(sql, args).fetch_optional(c.conn()?).await
+                }),
             )
             .await?;
         let owner_str = owner.to_string();
