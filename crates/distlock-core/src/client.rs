@@ -21,7 +21,7 @@ use crate::meter::{AcquireMeter, Meter};
 use crate::schedule::WaitSchedule;
 use crate::watchdog::Watchdog;
 use crate::{
-    AcquireOptions, Capabilities, DistributedLock, Error, Fairness, FencingToken, Holder, Lease, LockKind,
+    AcquireOptions, Attempt, Capabilities, DistributedLock, Error, Fairness, FencingToken, Holder, LockKind,
     LockName, LossReason, LostSignal, OwnerToken, ReleaseWatch, Result, TryAcquire, Wait,
 };
 
@@ -227,7 +227,7 @@ impl LockClient {
     /// missed; it then sleeps until a notification, the holder's expiry, or the next backoff
     /// step, whichever comes first. On backends with a store-side FIFO queue
     /// ([`Fairness::Fifo`]), a wait instead takes a place in that queue
-    /// ([`DistributedLock::acquire_queued`]).
+    /// ([`DistributedLock::wait_queued`]).
     ///
     /// # Errors
     /// [`Error::Timeout`] if the lock was still held when the wait ran out (at once with
@@ -246,7 +246,7 @@ impl LockClient {
 
     /// Acquires a hold of `kind` on `name` with `opts`: the mutex's loop, written once for
     /// every primitive. Waits for semaphores and read-write locks register as waiters with
-    /// [`DistributedLock::try_acquire_kind`] (a waiting writer keeps new readers out) and
+    /// [`DistributedLock::attempt`] (a waiting writer keeps new readers out) and
     /// withdraw when they end without a hold, also when dropped. Its outcome and times go to
     /// the [`metrics`](crate::metrics).
     pub(crate) async fn acquire_kind(
@@ -296,7 +296,7 @@ impl LockClient {
             // Every acquisition makes one attempt: a wait whose deadline has passed already (a
             // tiny one) makes it uncut, as `Wait::No` does.
             let first_deadline = step_deadline.filter(|at| *at > Instant::now());
-            if let Attempt::Acquired(guard) = within_deadline(
+            if let Outcome::Acquired(guard) = within_deadline(
                 first_deadline,
                 &name,
                 started,
@@ -310,10 +310,7 @@ impl LockClient {
                 return Err(timeout(&name, started));
             }
             meter.waiting();
-            let watching = match kind {
-                LockKind::Exclusive => self.inner.lock.watch(&name),
-                _ => self.inner.lock.watch_kind(&name, kind.primitive()),
-            };
+            let watching = self.inner.lock.watch(&name, kind.primitive());
             let watch = match within_deadline(step_deadline, &name, started, watching).await? {
                 Ok(watch) => watch,
                 Err(error) => {
@@ -351,11 +348,11 @@ impl LockClient {
                 )
                 .await??
                 {
-                    Attempt::Acquired(guard) => {
+                    Outcome::Acquired(guard) => {
                         records.disarm();
                         return Ok(guard);
                     }
-                    Attempt::Held(holder) => holder,
+                    Outcome::Held(holder) => holder,
                 };
                 let now = Instant::now();
                 let mut delay = schedule.next(&holder);
@@ -429,29 +426,18 @@ impl LockClient {
         opts: &AcquireOptions,
         waiting: Option<(Arc<str>, std::time::Duration)>,
         in_flight: Option<OwnedMutexGuard<()>>,
-    ) -> Result<Attempt> {
+    ) -> Result<Outcome> {
         let inner = self.inner.clone();
         let name = name.clone();
         let options = HoldOptions::from(opts);
         let attempt = Detaching::new(async move {
             let _in_flight = in_flight;
-            let owner = OwnerToken::new();
+            let mut request = Attempt::new(name.clone(), kind, OwnerToken::new(), ttl);
+            if let Some((waiter, stay)) = waiting {
+                request = request.waiting(waiter, stay);
+            }
             let sent_at = Instant::now();
-            let attempt = async {
-                match (kind, &waiting) {
-                    (LockKind::Exclusive, Some((waiter, stay))) => {
-                        inner
-                            .lock
-                            .try_acquire_waiting(&name, owner, ttl, waiter, *stay)
-                            .await
-                    }
-                    (LockKind::Exclusive, None) => inner.lock.try_acquire(&name, owner, ttl).await,
-                    (kind, waiting) => {
-                        let waiter = waiting.as_ref().map(|(id, stay)| (&**id, *stay));
-                        inner.lock.try_acquire_kind(&name, kind, owner, ttl, waiter).await
-                    }
-                }
-            };
+            let attempt = inner.lock.attempt(&request);
             // A backend that panicked may have had the store apply the attempt first: its
             // outcome is unknown, and it is cleaned up by owner below like any such attempt.
             let outcome = AssertUnwindSafe(attempt)
@@ -468,16 +454,15 @@ impl LockClient {
                 Ok(TryAcquire::Acquired(lease)) => {
                     let lease = lease.bounded_by(sent_at, ttl);
                     tracing::debug!(lock = %name, fencing = ?lease.fencing_token(), "distlock: acquired");
-                    Ok(Attempt::Acquired(LockGuard::start(inner.clone(), lease, options)))
+                    Ok(Outcome::Acquired(LockGuard::start(inner.clone(), lease, options)))
                 }
-                Ok(TryAcquire::Held(holder)) => Ok(Attempt::Held(holder)),
+                Ok(TryAcquire::Held(holder)) => Ok(Outcome::Held(holder)),
                 Err(error) => {
                     if error.is_ambiguous() {
                         tracing::debug!(lock = %name, %error, "distlock: acquisition outcome unknown; cleaning up by owner");
-                        let lease = Lease::new(name.clone(), owner, ttl, sent_at).with_kind(kind);
                         release_in_background(
                             inner.lock.clone(),
-                            lease,
+                            request.cleanup_lease(sent_at),
                             "an acquisition whose outcome is unknown",
                         );
                     }
@@ -488,7 +473,7 @@ impl LockClient {
         attempt.await.map_err(|_panic| self.task_failed())?
     }
 
-    /// Waits in the store's own FIFO queue ([`DistributedLock::acquire_queued`]) in a task.
+    /// Waits in the store's own FIFO queue ([`DistributedLock::wait_queued`]) in a task.
     /// If the caller goes away, the task drops the queued future, which removes the queue
     /// entry; a guard won meanwhile but not delivered is dropped, which releases it.
     async fn queued(
@@ -504,23 +489,12 @@ impl LockClient {
         let options = HoldOptions::from(opts);
         let (mut tx, rx) = oneshot::channel();
         tokio::spawn(async move {
-            let owner = OwnerToken::new();
+            let request = Attempt::new(name.clone(), kind, OwnerToken::new(), ttl);
             let sent_at = Instant::now();
             // The store may have applied a wait that ended in an ambiguous error, or in a
             // panic: either way it is cleaned up by owner, as an attempt is.
-            let cleanup = Lease::new(name.clone(), owner, ttl, sent_at).with_kind(kind);
-            let waiting = async {
-                match kind {
-                    LockKind::Exclusive => inner.lock.acquire_queued(&name, owner, ttl, deadline).await,
-                    kind => {
-                        inner
-                            .lock
-                            .acquire_kind_queued(&name, kind, owner, ttl, deadline)
-                            .await
-                    }
-                }
-            };
-            let waiting = AssertUnwindSafe(waiting).catch_unwind();
+            let cleanup = request.cleanup_lease(sent_at);
+            let waiting = AssertUnwindSafe(inner.lock.wait_queued(&request, deadline)).catch_unwind();
             let outcome = tokio::select! {
                 outcome = waiting => outcome,
                 _ = tx.closed() => return,
@@ -637,7 +611,8 @@ where
     }
 }
 
-enum Attempt {
+/// What one attempt of a wait came to.
+enum Outcome {
     Acquired(LockGuard),
     Held(Holder),
 }

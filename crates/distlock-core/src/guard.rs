@@ -12,7 +12,9 @@ use crate::cleanup::release_in_background;
 use crate::client::ClientInner;
 use crate::detach::Detaching;
 use crate::hold::{Hold, HoldOptions, Renewal, Status};
-use crate::{Error, FencingToken, Lease, LockName, LossReason, LostSignal, OwnerToken, Result};
+use crate::{
+    DistributedLockExt, Error, FencingToken, Lease, LockName, LossReason, LostSignal, OwnerToken, Result,
+};
 
 static NEXT_HOLD_ID: AtomicU64 = AtomicU64::new(1);
 

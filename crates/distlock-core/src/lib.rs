@@ -42,6 +42,7 @@
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod attempt;
 #[cfg(feature = "blocking")]
 #[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
 pub mod blocking;
@@ -57,6 +58,7 @@ mod kind;
 mod lease;
 mod local;
 mod lock;
+mod lock_ext;
 mod memory;
 mod memory_holds;
 mod meter;
@@ -71,10 +73,12 @@ mod schedule;
 mod semaphore;
 mod session;
 mod signal;
+mod state;
 mod token;
 mod watch;
 mod watchdog;
 
+pub use attempt::{Attempt, Holder, TryAcquire, WaiterRecord};
 pub use capabilities::{Capabilities, Expiry, Fairness, Fencing, WakeUp};
 pub use client::{IntoLockName, LockClient, LockContext};
 pub use error::{BoxError, Error, LossReason, Result};
@@ -82,7 +86,8 @@ pub use guard::LockGuard;
 pub use kind::{LockKind, Primitive};
 pub use lease::Lease;
 pub use local::LocalWaiters;
-pub use lock::{DistributedLock, Holder, LockState, TryAcquire};
+pub use lock::{renew_each, DistributedLock};
+pub use lock_ext::DistributedLockExt;
 pub use memory::MemoryLock;
 pub use multi::MultiGuard;
 pub use name::{LockName, MAX_NAME_BYTES};
@@ -91,6 +96,7 @@ pub use rw_lock::RwLock;
 pub use semaphore::Semaphore;
 pub use session::{Session, SessionState};
 pub use signal::{HoldEnd, LostSignal};
+pub use state::{LockState, ObjectState};
 pub use token::{FencingToken, OwnerToken};
 pub use watch::{ReleaseWatch, Woke};
 

@@ -10,7 +10,7 @@
 //!   registering one is O(log n) and wakes the task only when it is due before the task's
 //!   current sleep.
 //! - All holds due at one wake-up (and any due within a tenth of their TTL) go to the backend
-//!   in one [`DistributedLock::extend_many`] call, which a backend can pipeline. Each batch runs
+//!   in one [`DistributedLock::renew`] call, which a backend can pipeline. Each batch runs
 //!   in a task of its own, so a store that hangs on one batch delays neither other renewals
 //!   nor the detection of expiries; a panicking backend fails that batch's renewals only.
 //! - The task starts with the first registration and ends when no hold is left. If it dies
@@ -431,7 +431,7 @@ async fn renew(shared: Arc<Shared>, batch: Vec<Due>) {
         .unwrap_or_else(|| Instant::now() + IDLE);
     let sent_at = Instant::now();
     tracing::debug!(count = leases.len(), "distlock: renewing");
-    let renewal = AssertUnwindSafe(shared.lock.extend_many(&leases)).catch_unwind();
+    let renewal = AssertUnwindSafe(shared.lock.renew(&leases)).catch_unwind();
     let results = match tokio::time::timeout_at(bound, renewal).await {
         Ok(Ok(results)) => Ok(results),
         Ok(Err(_panic)) => Err("the backend panicked while renewing"),
@@ -496,7 +496,7 @@ fn apply_session(hold: &Hold, epoch: u64, session: Session) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{LockName, MemoryLock, OwnerToken, TryAcquire};
+    use crate::{DistributedLockExt, LockName, MemoryLock, OwnerToken, TryAcquire};
 
     /// A hold kept for a long time costs the watchdog the same per renewal as a fresh one:
     /// its timer heap stays bounded, and twice as many renewals process about twice as many

@@ -11,6 +11,7 @@
 //! `cargo bench -p distlock-memcached --bench memcached` (set `DISTLOCK_TEST_MEMCACHED_URL`
 //! to use a running server instead of starting one).
 
+use distlock_core::DistributedLockExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -109,7 +110,7 @@ fn benches(c: &mut Criterion) {
     group.bench_function("renew_500_extend_many", |b| {
         b.to_async(&rt).iter(|| async {
             let mut held = held.lock().await;
-            let renewed = lock.extend_many(&held).await;
+            let renewed = lock.renew(&held).await;
             *held = renewed
                 .into_iter()
                 .map(|r| r.expect("works").expect("still ours"))

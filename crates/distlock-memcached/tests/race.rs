@@ -4,6 +4,7 @@
 
 mod support;
 
+use distlock_core::DistributedLockExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -74,7 +75,7 @@ async fn round(
     let (lease_b, _) = winner.await.expect("joined");
     assert!(a_released <= 1, "A released twice");
     assert_eq!(a_extended, 0, "A's stale lease was extended");
-    let state = b.inspect(&name).await.expect("inspect works");
+    let state = b.inspect_lock(&name).await.expect("inspect works");
     assert_eq!(
         state.owner.as_deref(),
         Some(lease_b.owner().to_string().as_str()),

@@ -5,6 +5,7 @@
 
 mod support;
 
+use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
 use distlock_core::{DistributedLock, Error, LockName, OwnerToken, TryAcquire};

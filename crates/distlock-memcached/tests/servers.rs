@@ -3,6 +3,7 @@
 
 mod support;
 
+use distlock_core::DistributedLockExt;
 use std::time::{Duration, Instant};
 
 use distlock_core::{

@@ -5,6 +5,7 @@
 
 mod support;
 
+use distlock_core::DistributedLockExt;
 use std::time::{Duration, Instant};
 
 use distlock_core::{DistributedLock, LockName, OwnerToken, TryAcquire};
@@ -77,7 +78,7 @@ async fn operations_and_batched_renewals_are_one_round_trip() {
         }
     }
     // Once without latency: the client reads the slot map and every master knows the scripts.
-    let renewed = lock.extend_many(&leases).await;
+    let renewed = lock.renew(&leases).await;
     assert!(renewed.iter().all(|r| matches!(r, Ok(Some(_)))), "{renewed:?}");
     let single = name_on(&cluster, 1, "single");
     let warm = match lock
@@ -94,7 +95,7 @@ async fn operations_and_batched_renewals_are_one_round_trip() {
 
     let before = script_calls(&cluster);
     let started = Instant::now();
-    let renewed = lock.extend_many(&leases).await;
+    let renewed = lock.renew(&leases).await;
     let took = started.elapsed();
     let after = script_calls(&cluster);
     assert!(renewed.iter().all(|r| matches!(r, Ok(Some(_)))), "{renewed:?}");

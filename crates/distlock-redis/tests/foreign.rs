@@ -3,6 +3,7 @@
 
 mod support;
 
+use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
 use distlock_core::{
@@ -45,7 +46,7 @@ async fn checks<L: DistributedLock + Clone + 'static>(lock: L, url_for_hash: &[S
         matches!(attempt, Ok(TryAcquire::Held(_))),
         "a Redisson hash is a lock held by someone else: {attempt:?}"
     );
-    let state = lock.inspect(&lock_name).await.expect("inspects");
+    let state = lock.inspect_lock(&lock_name).await.expect("inspects");
     assert!(state.is_held(), "{state:?}");
     assert_eq!(
         state.owner.as_deref(),

@@ -4,6 +4,7 @@
 
 mod support;
 
+use distlock_core::DistributedLockExt;
 use std::time::{Duration, Instant};
 
 use distlock_core::{AcquireOptions, DistributedLock, LockClient, LockName, OwnerToken, TryAcquire};

@@ -4,6 +4,7 @@
 //!
 //! `cargo bench -p distlock-sql --bench sql`
 
+use distlock_core::DistributedLockExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

@@ -8,6 +8,7 @@
 //! session time zones (proved by their `NOW()`s) and checks exclusion and expiry timing.
 #![cfg(feature = "mysql")]
 
+use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
 use distlock_core::{AcquireOptions, DistributedLock, LockClient, LockName, OwnerToken, TryAcquire};

@@ -1,6 +1,7 @@
 //! Fencing tokens on MariaDB keep growing across release, expiry, and a row deleted by hand.
 #![cfg(feature = "mysql")]
 
+use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
 use distlock_core::{DistributedLock, LockName, OwnerToken, TryAcquire};

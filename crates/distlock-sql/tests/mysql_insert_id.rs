@@ -5,6 +5,7 @@
 //! client and MariaDB that reports 0 in every OK packet that carried a version.
 #![cfg(feature = "mysql")]
 
+use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
 use distlock_core::{DistributedLock, LockName, OwnerToken, TryAcquire};

@@ -4,6 +4,7 @@
 //! connection must not hold a pool slot while it waits. Owns its server.
 #![cfg(feature = "mysql")]
 
+use distlock_core::DistributedLockExt;
 use std::time::{Duration, Instant};
 
 use distlock_core::{DistributedLock, Error, LockName, OwnerToken, TryAcquire};
@@ -85,7 +86,7 @@ async fn blocked_acquire(timeout: Duration) {
     tokio::time::sleep(Duration::from_secs(2)).await;
     raw.execute("COMMIT").await.expect("commits");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let state = lock.inspect(&name).await.expect("works");
+    let state = lock.inspect_lock(&name).await.expect("works");
     assert!(
         !state.is_held(),
         "the timed-out acquire committed after the client gave up: {state:?}"
@@ -146,7 +147,7 @@ async fn an_acquire_behind_ddl_fails_in_time_and_leaves_nothing() {
     reader.execute("COMMIT").await.expect("commits");
     alter.await.expect("the ALTER task").expect("the ALTER runs");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let state = lock.inspect(&name).await.expect("works");
+    let state = lock.inspect_lock(&name).await.expect("works");
     assert!(
         !state.is_held(),
         "the timed-out acquire committed after the client gave up: {state:?}"

@@ -4,6 +4,7 @@
 //! resumes once the server is back. Owns its server (it kills it).
 #![cfg(feature = "mysql")]
 
+use distlock_core::DistributedLockExt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

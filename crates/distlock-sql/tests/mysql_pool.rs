@@ -5,6 +5,7 @@
 //! connections).
 #![cfg(feature = "mysql")]
 
+use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
 use distlock_core::{DistributedLock, Error, LockName, OwnerToken, TryAcquire};

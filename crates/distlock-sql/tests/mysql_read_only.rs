@@ -5,6 +5,7 @@
 //! (`SUPER`, `READ_ONLY ADMIN`), as an application user should not. Owns its server.
 #![cfg(feature = "mysql")]
 
+use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
 use distlock_core::{DistributedLock, Error, LockName, OwnerToken, TryAcquire};
@@ -57,7 +58,7 @@ async fn read_only_is_unavailable() {
         );
     }
     // Reads still work.
-    assert!(lock.inspect(&held).await.expect("works").is_held());
+    assert!(lock.inspect_lock(&held).await.expect("works").is_held());
 
     server.sql("SET GLOBAL read_only = 0").expect("clears read_only");
     assert!(lock.extend(&lease, ttl).await.expect("works").is_some());

@@ -8,6 +8,7 @@
 //! counters).
 #![cfg(feature = "mysql")]
 
+use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
 use distlock_core::{AcquireOptions, DistributedLock, Lease, LockClient, LockName, OwnerToken, TryAcquire};

@@ -5,6 +5,7 @@
 //! share the server.
 #![cfg(all(feature = "sqlite", feature = "mysql"))]
 
+use distlock_core::DistributedLockExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -501,7 +502,7 @@ async fn one_name_three_objects(store: &Store) {
     assert!(!lock.release(&cross).await.expect("works"));
     assert!(lock.release(&sem).await.expect("works"));
     assert!(
-        lock.inspect(&name).await.expect("works").is_held(),
+        lock.inspect_lock(&name).await.expect("works").is_held(),
         "the mutex stays"
     );
     assert_eq!(
@@ -603,7 +604,7 @@ async fn renewal_keeps_a_hold(store: &Store) {
         attempt(&lock, &name, LockKind::Read).await,
         "the writer still holds",
     );
-    let renewed = lock.extend_many(std::slice::from_ref(&lease)).await;
+    let renewed = lock.renew(std::slice::from_ref(&lease)).await;
     assert!(matches!(renewed.as_slice(), [Ok(Some(_))]), "{renewed:?}");
     assert!(lock.release(&lease).await.expect("works"));
 

@@ -4,6 +4,7 @@
 //! again gets a higher fencing token, and an idle time under a minute is refused.
 #![cfg(any(feature = "mysql", feature = "postgres"))]
 
+use distlock_core::DistributedLockExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use distlock_core::{DistributedLock, Error, LockName, OwnerToken, TryAcquire};

@@ -5,6 +5,7 @@
 //! name: `SELECT`, `INSERT`, `UPDATE`, `DELETE` on the tables, `SELECT` on the version table.
 #![cfg(unix)]
 
+use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
 use distlock_core::{DistributedLock, LockKind, LockName, OwnerToken, TryAcquire};

@@ -5,6 +5,7 @@
 //! made with the `openssl` command.
 #![cfg(all(unix, any(feature = "mysql", feature = "postgres")))]
 
+use distlock_core::DistributedLockExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -4,6 +4,7 @@
 //! told it failed.
 #![cfg(feature = "sqlite")]
 
+use distlock_core::DistributedLockExt;
 use std::time::{Duration, Instant};
 
 use distlock_core::{DistributedLock, Error, LockName, OwnerToken, TryAcquire};
@@ -47,7 +48,7 @@ async fn a_blocked_write_fails_by_the_database_first() {
 
     raw.execute("COMMIT").await.expect("commits");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let state = lock.inspect(&name).await.expect("works");
+    let state = lock.inspect_lock(&name).await.expect("works");
     assert!(!state.is_held(), "a failed acquire left a hold: {state:?}");
     match lock
         .try_acquire(&name, OwnerToken::new(), Duration::from_secs(1))

@@ -2,9 +2,10 @@
 //! binary because it sets an environment variable.
 #![cfg(feature = "sqlite")]
 
+use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, LockName, OwnerToken, TryAcquire};
+use distlock_core::{LockName, OwnerToken, TryAcquire};
 use distlock_sql::{SqlConfig, SqlLock};
 
 #[test]

@@ -12,6 +12,7 @@
 //!
 //! `cargo bench -p distlock-zookeeper --bench zookeeper`
 
+use distlock_core::DistributedLockExt;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;

@@ -6,6 +6,8 @@
 
 mod support;
 
+use distlock_core::Attempt;
+use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
 use distlock_core::{AcquireOptions, LockClient, LossReason};
@@ -279,8 +281,11 @@ async fn no_lease_of_a_session_declared_over_while_acquiring() {
     let queued = tokio::spawn({
         let lock = lock.clone();
         async move {
-            lock.acquire_queued(&queued_name, OwnerToken::new(), support::SESSION_TIMEOUT, None)
-                .await
+            lock.wait_queued(
+                &Attempt::mutex(queued_name.clone(), OwnerToken::new(), support::SESSION_TIMEOUT),
+                None,
+            )
+            .await
         }
     });
     tokio::time::timeout(

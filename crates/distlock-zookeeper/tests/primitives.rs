@@ -5,6 +5,8 @@
 
 mod support;
 
+use distlock_core::Attempt;
+use distlock_core::DistributedLockExt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -524,7 +526,10 @@ async fn a_dropped_wait_leaves_no_node() {
     );
     let waited = tokio::time::timeout(
         Duration::from_millis(500),
-        lock.acquire_kind_queued(&name, LockKind::Write, OwnerToken::new(), TTL, None),
+        lock.wait_queued(
+            &Attempt::new(name.clone(), LockKind::Write, OwnerToken::new(), TTL),
+            None,
+        ),
     )
     .await;
     assert!(waited.is_err(), "the writer was still waiting");
@@ -551,7 +556,7 @@ async fn a_dropped_wait_leaves_no_node() {
         let name = name.clone();
         async move {
             other
-                .acquire_kind_queued(&name, permit, OwnerToken::new(), TTL, None)
+                .wait_queued(&Attempt::new(name.clone(), permit, OwnerToken::new(), TTL), None)
                 .await
         }
     });
@@ -560,7 +565,7 @@ async fn a_dropped_wait_leaves_no_node() {
     until_children(&raw, &locks, Duration::from_secs(5), |c| c.len() == 1).await;
     let second = tokio::time::timeout(
         Duration::from_millis(500),
-        lock.acquire_kind_queued(&name, permit, OwnerToken::new(), TTL, None),
+        lock.wait_queued(&Attempt::new(name.clone(), permit, OwnerToken::new(), TTL), None),
     )
     .await;
     assert!(second.is_err(), "the second waiter was still waiting");
@@ -796,7 +801,7 @@ async fn nodes_follow_curators_layout() {
     let waiter = tokio::spawn({
         let (lock, name) = (lock.clone(), name.clone());
         async move {
-            lock.acquire_kind_queued(&name, permit, waiter_owner, TTL, None)
+            lock.wait_queued(&Attempt::new(name.clone(), permit, waiter_owner, TTL), None)
                 .await
         }
     });
@@ -948,7 +953,10 @@ async fn bad_kinds_are_typed_errors() {
         .await;
     assert!(matches!(zero, Err(Error::InvalidOptions { .. })), "{zero:?}");
     let mutex = lock
-        .acquire_kind_queued(&name, LockKind::Exclusive, OwnerToken::new(), TTL, None)
+        .wait_queued(
+            &Attempt::new(name.clone(), LockKind::Exclusive, OwnerToken::new(), TTL),
+            None,
+        )
         .await;
     assert!(matches!(mutex, Err(Error::InvalidOptions { .. })), "{mutex:?}");
     let caps = lock.capabilities();

@@ -1,6 +1,7 @@
 //! Taking and giving back: held is not an error, release is owner-checked, no reentrancy,
 //! exact names.
 
+use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
 use distlock_core::{AcquireOptions, Error, TryAcquire};
@@ -34,7 +35,7 @@ pub async fn c01_try_acquire_reports_held(ctx: Ctx) -> Outcome {
         "the raw attempt must report Held"
     );
     if ctx.caps().inspect {
-        let state = raw.inspect(&name).await.expect("inspect works");
+        let state = raw.inspect_lock(&name).await.expect("inspect works");
         assert_eq!(
             state.owner,
             Some(guard.owner().to_string()),
@@ -54,7 +55,7 @@ pub async fn c01_try_acquire_reports_held(ctx: Ctx) -> Outcome {
     );
     if ctx.caps().inspect {
         assert!(
-            !raw.inspect(&name).await.expect("inspect works").is_held(),
+            !raw.inspect_lock(&name).await.expect("inspect works").is_held(),
             "inspect shows it free"
         );
     }

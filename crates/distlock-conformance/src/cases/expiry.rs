@@ -1,6 +1,7 @@
 //! Expiry: a lock whose holder stops renewing frees itself, and the stale holder can then
 //! touch nothing (the classic bug of deleting someone else's lock).
 
+use distlock_core::DistributedLockExt;
 use std::time::{Duration, Instant};
 
 use distlock_core::{AcquireOptions, Expiry};

@@ -1,6 +1,7 @@
 //! Handing over: one store operation releases a lock and takes it for the next owner, and a
 //! release in this process gives the lock to this process's first waiter with it.
 
+use distlock_core::DistributedLockExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

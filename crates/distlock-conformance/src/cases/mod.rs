@@ -1,6 +1,7 @@
 //! The behaviour cases, one file per area. Each is `pub async fn(Ctx) -> Outcome` and panics
 //! with a message saying what broke.
 
+use distlock_core::DistributedLockExt;
 use std::future::Future;
 use std::time::Duration;
 

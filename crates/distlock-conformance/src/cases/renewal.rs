@@ -1,5 +1,6 @@
 //! Extending: by hand, and by the watchdog for as long as the guard lives.
 
+use distlock_core::DistributedLockExt;
 use std::time::Instant;
 
 use distlock_core::{AcquireOptions, Expiry};

@@ -1,6 +1,7 @@
 //! Semaphores: never more holders than permits, counts that must agree, stale holders that
 //! free nothing, and the object's own namespace.
 
+use distlock_core::DistributedLockExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,6 +2,7 @@
 //! ended its session) frees and renews nothing of the next holder's once it is back: c03 for
 //! every kind of expiry, session-bound stores included.
 
+use distlock_core::DistributedLockExt;
 use std::future::Future;
 use std::time::Duration;
 

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock_core::{AcquireOptions, Fairness, FencingToken, LockClient, LockGuard, LockName, WakeUp};
+use distlock_core::{
+    AcquireOptions, Fairness, FencingToken, LockClient, LockGuard, LockName, Primitive, WakeUp,
+};
 use tokio::task::JoinHandle;
 
 use super::semaphore::without_semaphores;
@@ -152,7 +154,10 @@ async fn one_wake_per_release(ctx: Ctx, waited: Waited) -> Outcome {
 pub async fn c28_release_in_process_wakes_a_polling_waiter(ctx: Ctx) -> Outcome {
     let probe = ctx.backend().await;
     let name = ctx.name("local-wake");
-    let wakes_itself = probe.watch(&name).await.is_ok_and(|w| w.waiter().is_some());
+    let wakes_itself = probe
+        .watch(&name, Primitive::Mutex)
+        .await
+        .is_ok_and(|w| w.waiter().is_some());
     if ctx.caps().wake_up == WakeUp::Polling && probe.store_identity().is_none() && !wakes_itself {
         return ctx.skip(
             Reason::LocalWake,
