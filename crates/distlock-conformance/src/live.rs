@@ -107,6 +107,10 @@ impl DistributedLock for Recording {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
+
+    fn mechanics(&self) -> distlock_core::Mechanics {
+        self.inner.mechanics()
+    }
     async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
         self.record(&attempt.name);
         self.inner.attempt(attempt).await

@@ -131,6 +131,10 @@ impl DistributedLock for Observed {
         self.inner.capabilities()
     }
 
+    fn mechanics(&self) -> distlock_core::Mechanics {
+        self.inner.mechanics()
+    }
+
     /// An attempt of a waiter (one with a waiter record) may be made late; the others are
     /// counted.
     async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use crate::cleanup::release_in_background;
 use crate::{
     Attempt, Capabilities, DistributedLock, Error, Holder, Lease, LockKind, LockName, LockState, LossReason,
-    ObjectState, OwnerToken, Primitive, ReleaseWatch, Result, Session, TryAcquire, WakeUp,
+    Mechanics, ObjectState, OwnerToken, Primitive, ReleaseWatch, Result, Session, TryAcquire, WakeUp,
 };
 
 /// The waiter queues of every store identity in this process (see [`LocalWaiters::for_store`]).
@@ -412,7 +412,7 @@ impl LocalWaiters {
 pub(crate) struct LocallyWoken {
     inner: Arc<dyn DistributedLock>,
     waiters: LocalWaiters,
-    /// Whether a release hands the lock to the first waiter ([`Capabilities::hands_over`]).
+    /// Whether a release hands the lock to the first waiter ([`Mechanics::hands_over`]).
     hands_over: bool,
     /// Whether a waiter's poll reads first ([`Capabilities::inspect`]).
     probes: bool,
@@ -434,7 +434,7 @@ impl LocallyWoken {
                 waiters: LocalWaiters::for_store(&identity),
                 semaphore_waiters: LocalWaiters::for_store(&format!("{identity}#{}", Primitive::Semaphore)),
                 rw_lock_waiters: LocalWaiters::for_store(&format!("{identity}#{}", Primitive::RwLock)),
-                hands_over: lock.capabilities().hands_over,
+                hands_over: lock.mechanics().hands_over,
                 probes: lock.capabilities().inspect,
                 inner: lock,
                 me: me.clone(),
@@ -548,6 +548,10 @@ impl DistributedLock for LocallyWoken {
 
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
+    }
+
+    fn mechanics(&self) -> Mechanics {
+        self.inner.mechanics()
     }
 
     /// A mutex attempt by a waiter queues it here if the lock is held (and, if its last

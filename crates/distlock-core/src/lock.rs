@@ -16,8 +16,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::{
-    Attempt, Capabilities, Error, Lease, LockKind, LockName, LossReason, ObjectState, OwnerToken, Primitive,
-    ReleaseWatch, Result, Session, TryAcquire,
+    Attempt, Capabilities, Error, Lease, LockKind, LockName, LossReason, Mechanics, ObjectState, OwnerToken,
+    Primitive, ReleaseWatch, Result, Session, TryAcquire,
 };
 
 /// How many renewals [`renew_each`] keeps in flight at once.
@@ -93,6 +93,12 @@ pub trait DistributedLock: Send + Sync + fmt::Debug + 'static {
     /// What this backend promises its users.
     fn capabilities(&self) -> Capabilities;
 
+    /// The switches [`LockClient`](crate::LockClient) dispatches on for this backend (see
+    /// [`Mechanics`]). The default turns them all off.
+    fn mechanics(&self) -> Mechanics {
+        Mechanics::default()
+    }
+
     /// One attempt at a hold of `attempt.kind` on `attempt.name` for `attempt.owner`.
     ///
     /// Returns [`TryAcquire::Held`] when others hold it (not an error); the lease of
@@ -148,7 +154,7 @@ pub trait DistributedLock: Send + Sync + fmt::Debug + 'static {
     /// where the store fences, or `None` if the store no longer records `lease`'s owner (then
     /// nothing changed).
     ///
-    /// [`LockClient`](crate::LockClient) uses it where [`Capabilities::hands_over`] says so, to
+    /// [`LockClient`](crate::LockClient) uses it where [`Mechanics::hands_over`] says so, to
     /// pass a lock released by a client of this process straight to the first waiter of this
     /// process (see [`LocalWaiters`](crate::LocalWaiters)). The default returns
     /// [`Error::NotSupported`].
@@ -185,9 +191,10 @@ pub trait DistributedLock: Send + Sync + fmt::Debug + 'static {
     /// Waiters call it *before* the retry that follows a failed attempt: any release after
     /// this call returns wakes the watch, so a release between the failed attempt and the
     /// subscription is never lost. A watch [`for_waiter`](ReleaseWatch::for_waiter) names
-    /// the waiter that the next [`attempt`](Self::attempt)s queue; a release then wakes it once
-    /// it is first in the queue (a release may also wake every watch, for example after a lost
-    /// connection). The default returns [`ReleaseWatch::polling`] (no notifications; the
+    /// the waiter that the next [`attempt`](Self::attempt)s queue; if it is also notified
+    /// ([`ReleaseWatch::is_notified`]), this is the backend's promise that a release wakes one
+    /// waiter, the first in the queue, not every waiter (a release may still wake every watch,
+    /// for example after a lost connection). The default returns [`ReleaseWatch::polling`] (no notifications; the
     /// waiter backs off with jitter instead).
     ///
     /// **Ambiguous outcome / cancellation:** nothing is held; a subscription half made is

@@ -10,8 +10,8 @@ use tokio::time::Instant;
 use crate::memory_holds::Objects;
 use crate::{
     renew_each, Attempt, Capabilities, DistributedLock, Error, Fencing, FencingToken, Holder, Lease,
-    LocalWaiters, LockKind, LockName, LockState, ObjectState, OwnerToken, Primitive, ReleaseWatch, Result,
-    TryAcquire, WakeUp,
+    LocalWaiters, LockKind, LockName, LockState, Mechanics, ObjectState, OwnerToken, Primitive, ReleaseWatch,
+    Result, TryAcquire, WakeUp,
 };
 
 const BACKEND: &str = "memory";
@@ -225,9 +225,11 @@ impl DistributedLock for MemoryLock {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(Fencing::Monotonic, WakeUp::Notification)
             .with_cross_process(false)
-            .with_wakes_one(true)
-            .with_hands_over(true)
             .with_primitives(true, true)
+    }
+
+    fn mechanics(&self) -> Mechanics {
+        Mechanics::default().with_hands_over(true)
     }
 
     /// The mutex: if held, queues the waiter (at the back), else takes it out. Permits,

@@ -38,7 +38,7 @@ impl DistributedLock for Closing {
         "closing"
     }
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(Fencing::Monotonic, WakeUp::Notification).with_wakes_one(true)
+        Capabilities::new(Fencing::Monotonic, WakeUp::Notification)
     }
     async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
         self.attempted(attempt.waiter_parts().map(|(id, _)| id));

@@ -59,6 +59,9 @@ impl DistributedLock for Faulty {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
+    fn mechanics(&self) -> distlock_core::Mechanics {
+        self.inner.mechanics()
+    }
     async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
         let Attempt { name, owner, ttl, .. } = attempt;
         if let Some(delay) = self.attempt_delay {

@@ -67,8 +67,10 @@ impl DistributedLock for PollingStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(Fencing::Monotonic, WakeUp::Polling)
             .with_cross_process(false)
-            .with_hands_over(self.hands_over)
             .with_primitives(true, true)
+    }
+    fn mechanics(&self) -> distlock_core::Mechanics {
+        distlock_core::Mechanics::default().with_hands_over(self.hands_over)
     }
     /// The memory store's attempt without its waiter queue for the mutex (it polls).
     async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {

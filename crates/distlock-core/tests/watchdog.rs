@@ -27,6 +27,9 @@ impl DistributedLock for Counting {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
+    fn mechanics(&self) -> distlock_core::Mechanics {
+        self.inner.mechanics()
+    }
     async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
         self.inner.attempt(attempt).await
     }
@@ -126,6 +129,9 @@ impl DistributedLock for Margined {
     }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
+    }
+    fn mechanics(&self) -> distlock_core::Mechanics {
+        self.inner.mechanics()
     }
     async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
         Ok(match self.inner.attempt(attempt).await? {

@@ -898,10 +898,7 @@ impl DistributedLock for RedisLock {
     /// read-write locks.
     fn capabilities(&self) -> Capabilities {
         let mut caps = Self::single_instance_capabilities().with_primitives(true, true);
-        if self.inner.config.notifications {
-            caps.wakes_one = true;
-            caps.permits_wake_one = true;
-        } else {
+        if !self.inner.config.notifications {
             caps.wake_up = WakeUp::Polling;
         }
         caps

@@ -542,7 +542,6 @@ impl DistributedLock for Redlock {
             WakeUp::Polling
         };
         Capabilities::new(Fencing::None, wake_up)
-            .with_wakes_one(self.inner.config.notifications)
             .with_ttl_granularity(Duration::from_millis(1))
             .with_ttl_range(Duration::from_millis(10), Duration::from_secs(30 * 24 * 3600))
             .with_primitives(false, false)

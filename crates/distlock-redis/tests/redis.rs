@@ -453,7 +453,6 @@ async fn watch_wakes_on_release_and_unsubscribes_when_dropped() {
     let url = shared_url().await;
     let (holder, waiter) = (connect(&url).await, connect(&url).await);
     assert_eq!(waiter.capabilities().wake_up, WakeUp::Notification);
-    assert!(waiter.capabilities().wakes_one);
     let lock = name("watched");
     let ttl = Duration::from_secs(30);
     let stay = Duration::from_secs(10);

@@ -44,8 +44,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::{
     renew_each, Attempt, Capabilities, DistributedLock, Error, Fencing, FencingToken, Holder, Lease,
-    LockKind, LockName, LockState, ObjectState, OwnerToken, Primitive, ReleaseWatch, Result, TryAcquire,
-    WakeUp,
+    LockKind, LockName, LockState, Mechanics, ObjectState, OwnerToken, Primitive, ReleaseWatch, Result,
+    TryAcquire, WakeUp,
 };
 use tokio::time::Instant;
 
@@ -117,7 +117,7 @@ const RETRY_MAX: Duration = Duration::from_millis(50);
 /// database's clock never steps back and the clocks of failover peers or Galera nodes agree,
 /// see the crate docs), [`WakeUp::Polling`] (waiters back off with jitter and wake at the
 /// holder's expiry; on PostgreSQL [`WakeUp::Notification`], through `LISTEN`/`NOTIFY`, and
-/// [`Capabilities::wakes_one`]: a release of a mutex wakes its first queued waiter only), TTLs
+/// a release of a mutex wakes its first queued waiter only), TTLs
 /// from 1 ms to 30 days in 1 ms steps,
 /// [`inspect`](DistributedLock::inspect), semaphores and read-write locks (writer
 /// preference: a waiting writer keeps new readers out), each hold with its own fencing
@@ -226,19 +226,22 @@ impl DistributedLock for SqlLock {
         }
     }
 
-    /// PostgreSQL with notifications (the default) declares [`WakeUp::Notification`] and
-    /// [`Capabilities::wakes_one`]: a release of a mutex wakes the first waiter of its queue
+    /// PostgreSQL with notifications (the default) declares [`WakeUp::Notification`], and its
+    /// mutex watch names its waiter: a release of a mutex wakes the first waiter of its queue
     /// (`NOTIFY` naming that waiter), a release or withdrawal on a semaphore or read-write lock
     /// every waiter of it, and waiters keep only a safety-net poll. Every other configuration
     /// polls.
     fn capabilities(&self) -> Capabilities {
-        let notified = self.wake_up() == WakeUp::Notification;
         Capabilities::new(Fencing::Monotonic, self.wake_up())
-            .with_wakes_one(notified)
-            .with_hands_over(true)
             .with_ttl_granularity(Duration::from_millis(1))
             .with_ttl_range(Duration::from_millis(1), MAX_TTL)
             .with_primitives(true, true)
+    }
+
+    /// Hands over: one `UPDATE` passes a mutex to the next owner (see
+    /// [`hand_over`](DistributedLock::hand_over)).
+    fn mechanics(&self) -> Mechanics {
+        Mechanics::default().with_hands_over(true)
     }
 
     /// The mutex: insert the row, or take it over if it is free or expired, bumping `version`.

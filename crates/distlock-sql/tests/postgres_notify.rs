@@ -124,7 +124,15 @@ async fn a_release_wakes_the_first_waiter_of_the_released_name_only() {
     let url = support::shared_url().await;
     let holder = LockClient::new(support::client(&url).await.expect("connects"));
     let watcher = support::client(&url).await.expect("connects");
-    assert!(watcher.capabilities().wakes_one);
+    let probe = watcher
+        .watch(&LockName::new("notify-probe").expect("valid"), Primitive::Mutex)
+        .await
+        .expect("listens");
+    assert!(
+        probe.is_notified() && probe.waiter().is_some(),
+        "one waiter woken per release"
+    );
+    drop(probe);
     let released = LockName::new("notify-released").expect("valid");
     let other = LockName::new("notify-other").expect("valid");
     let guard = holder

@@ -143,15 +143,20 @@ impl DistributedLock for Broken {
         self.inner.backend()
     }
 
-    /// The store's, without hand-overs (every release goes through `release`, where the
-    /// breakage lives) and, for a breakage of the mutex, without the other primitives, which it
-    /// does not break.
+    /// The store's, for a breakage of the mutex without the other primitives, which it does
+    /// not break.
     fn capabilities(&self) -> Capabilities {
-        let capabilities = self.inner.capabilities().with_hands_over(false);
+        let capabilities = self.inner.capabilities();
         match self.of_primitives() {
             true => capabilities,
             false => capabilities.with_primitives(false, false),
         }
+    }
+
+    /// The store's, without hand-overs: every release goes through `release`, where the
+    /// breakage lives.
+    fn mechanics(&self) -> distlock::Mechanics {
+        self.inner.mechanics().with_hands_over(false)
     }
 
     async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {

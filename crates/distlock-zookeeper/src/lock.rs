@@ -331,8 +331,6 @@ impl DistributedLock for ZooKeeperLock {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(Fencing::Monotonic, WakeUp::Notification)
             .with_fairness(Fairness::Fifo)
-            // Each waiter watches only its predecessor's node.
-            .with_wakes_one(true)
             .with_expiry(Expiry::Session)
             .with_primitives(true, true)
     }

@@ -175,6 +175,10 @@ impl DistributedLock for Recorded {
         self.inner.capabilities()
     }
 
+    fn mechanics(&self) -> distlock_core::Mechanics {
+        self.inner.mechanics()
+    }
+
     async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
         self.names
             .lock()
