@@ -45,6 +45,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod attempt;
+mod attempts;
 #[cfg(feature = "blocking")]
 #[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
 pub mod blocking;
@@ -78,6 +79,7 @@ mod session;
 mod signal;
 mod state;
 mod token;
+mod wait;
 mod watch;
 mod watchdog;
 
