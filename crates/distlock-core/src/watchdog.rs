@@ -33,7 +33,7 @@ use tokio::time::Instant;
 
 use crate::cleanup::release_in_background;
 use crate::clock;
-use crate::hold::{Hold, Renewal};
+use crate::hold::{Hold, Renewal, Status};
 use crate::{DistributedLock, Lease, LossReason, Session, SessionState};
 
 /// Holds due within `ttl / PIGGYBACK_DIVISOR` ride along with a batch that is due now.
@@ -367,18 +367,24 @@ fn collect_due(state: &mut State, now: Instant) -> (Vec<Due>, Vec<Lease>) {
         }
         state.timers.pop();
         state.scheduled.remove(&id);
-        if !hold.is_active() {
-            state.holds.remove(&id);
-            continue;
-        }
-        if hold.max_hold_until.is_some_and(|t| t <= now) {
+        // Past its maximum hold time (whoever decided it first, here or a reader of the guard:
+        // the same rule, `Hold::check_lost`), a lease without a TTL of its own is released.
+        if hold.max_hold_until.is_some_and(|t| t <= now)
+            && hold
+                .check_lost()
+                .is_none_or(|reason| reason == LossReason::MaxHoldExceeded)
+            && hold.status() != Status::Released
+        {
             tracing::info!(lock = %hold.lease().name(), "distlock: maximum hold time reached, renewal stops");
-            hold.lose(LossReason::MaxHoldExceeded);
             state.holds.remove(&id);
             let lease = hold.lease();
             if lease.valid_until().is_none() {
                 past_max_hold.push(lease);
             }
+            continue;
+        }
+        if !hold.is_active() {
+            state.holds.remove(&id);
             continue;
         }
         let renew = hold.renew_at().is_some_and(|t| t <= now + window);
@@ -389,7 +395,7 @@ fn collect_due(state: &mut State, now: Instant) -> (Vec<Due>, Vec<Lease>) {
         match slot {
             Some(slot) => {
                 let lease = hold.lease();
-                if let Some(deadline) = hold.deadline() {
+                if let Some(deadline) = hold.loss_at() {
                     later.push(Reverse((deadline, id))); // watched while the batch is out
                 }
                 due.push(Due {
@@ -400,7 +406,7 @@ fn collect_due(state: &mut State, now: Instant) -> (Vec<Due>, Vec<Lease>) {
             }
             None => {
                 let next = match renew {
-                    true => hold.deadline(), // in flight elsewhere: watch the deadline only
+                    true => hold.loss_at(), // in flight elsewhere: watch the deadline only
                     false => hold.next_event(),
                 };
                 // An event in the piggyback window that is not a renewal waits for its time.

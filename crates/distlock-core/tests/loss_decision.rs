@@ -17,6 +17,9 @@ async fn a_guard_past_its_maximum_hold_time_is_lost_though_the_watchdog_has_not_
     assert!(!guard.is_lost());
     // Blocks the runtime: neither the watchdog nor any timer runs meanwhile.
     std::thread::sleep(Duration::from_secs(1));
-    assert!(guard.is_lost(), "past its maximum hold time, the guard still says held");
+    assert!(
+        guard.is_lost(),
+        "past its maximum hold time, the guard still says held"
+    );
     assert_eq!(guard.lost().await, LossReason::MaxHoldExceeded);
 }
