@@ -238,7 +238,8 @@ impl LockClient {
     /// `work` gets a [`LockContext`] with the fencing token and the lost-lock signal. If the
     /// lock is lost while `work` runs, `work`'s future is dropped at its next await point and
     /// the call returns [`Error::LockLost`]: code past that point never runs without the lock.
-    /// The lease's local deadline is checked against the clock before every poll of `work`, so
+    /// The lease's local deadline and the maximum hold time are checked against the clock
+    /// before every poll of `work`, so
     /// this holds also for work that blocked its thread past the deadline (no timer or
     /// watchdog needs to have run). Code between two await points runs unchecked: keep
     /// blocking calls out of it, or check [`LockContext::lost_signal`] after them.

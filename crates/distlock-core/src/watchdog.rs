@@ -2,9 +2,12 @@
 //! records losses.
 //!
 //! It owns the renewal schedule; it may not decide ownership, which only the store's answers
-//! do, and it is not what makes a guard lost on time: every hold checks its own deadline
-//! against the clock ([`Hold::check_lost`]). The watchdog's job is to renew early enough that
-//! this never happens, and to fire signals for the guards nobody is looking at.
+//! do. It records what it learns (renewal answers, session changes, lease watches) and applies
+//! the one rule that decides every loss, [`Hold::check_lost`], which every reader of a guard
+//! applies too: a loss by the clock (the local deadline, the session's, the maximum hold
+//! time) is thus never late for a reader because the watchdog was. The watchdog's job is to
+//! renew early enough that no deadline passes, and to fire signals for the guards nobody is
+//! looking at.
 //!
 //! - Holds wait in a timer heap keyed by their next event (renewal, deadline, maximum hold), so
 //!   registering one is O(log n) and wakes the task only when it is due before the task's
