@@ -399,7 +399,7 @@ async fn dead_waiters_do_not_pile_up_in_the_queue_of_a_long_held_lock() {
         let attempt = lock
             .attempt(
                 &Attempt::mutex(name.clone(), OwnerToken::new(), ttl)
-                    .waiting(&format!("dead-{i}"), Duration::from_millis(50)),
+                    .waiting(format!("dead-{i}"), Duration::from_millis(50)),
             )
             .await
             .expect("answers");
