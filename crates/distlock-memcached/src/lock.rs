@@ -903,16 +903,9 @@ impl DistributedLock for MemcachedLock {
         }
     }
 
-    /// One lease alone: its item's renewal. Several: the mutex's leases as before (64 per
-    /// pipeline), the others one rewrite per object (64 objects per pipeline); both at once.
+    /// The mutex's leases as before (64 per pipeline), the others one rewrite per object (64
+    /// objects per pipeline); both at once.
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
-        if let [lease] = leases {
-            let renewed = match lease.kind() {
-                LockKind::Exclusive => self.extend_once(lease, lease.ttl()).await,
-                _ => self.extend_hold(lease, lease.ttl()).await,
-            };
-            return vec![renewed];
-        }
         let (mutex, holds): (Vec<usize>, Vec<usize>) =
             (0..leases.len()).partition(|&i| leases[i].kind() == LockKind::Exclusive);
         if holds.is_empty() {

@@ -629,26 +629,6 @@ pub(crate) async fn release_waking_on(
     Ok(Released::from_reply(released, resent))
 }
 
-/// Runs the extend script on `node` (bounded by `limit`): whether we still own the key.
-pub(crate) async fn extend_on(
-    node: &Node,
-    limit: Duration,
-    keys: &LockKeys,
-    owner: &str,
-    ttl_ms: u64,
-) -> Result<bool> {
-    let ttl_arg = ttl_ms.to_string();
-    let extended: i64 = node
-        .script_within(
-            limit,
-            &scripts::EXTEND,
-            &[&keys.lock],
-            &[owner.as_bytes(), ttl_arg.as_bytes()],
-        )
-        .await?;
-    Ok(extended == 1)
-}
-
 /// One renewal: an extend script (`KEYS[1]` the hold's key; `ARGV[1]` owner token, `ARGV[2]`
 /// TTL in ms, replying 1 if renewed), for [`extend_many_on`]. The mutex's and the writer's is
 /// [`scripts::EXTEND`] (compare-and-`PEXPIRE`); a permit's and a reader's moves its member's
@@ -994,27 +974,10 @@ impl DistributedLock for RedisLock {
 
     /// One round trip for all leases, of any kinds: a pipeline of extend scripts
     /// (compare-and-`PEXPIRE` for the mutex and the write lock, a live member's expiry moved for
-    /// a permit and a read lock); one lease alone is one script. With replica acknowledgement,
+    /// a permit and a read lock). With replica acknowledgement,
     /// `WAIT` rides behind them in the same pipeline; a renewal too few replicas acknowledged
     /// is an ambiguous [`Error::Unavailable`].
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
-        if let [lease] = leases {
-            let renewed = async {
-                let ttl = lease.ttl();
-                let renewal = self.renewal(lease, ttl)?;
-                let sent_at = Instant::now();
-                let node = &self.inner.node;
-                let ours = match self.inner.acks {
-                    None => renewal.run(node, node.timeout()).await?,
-                    Some(_) => {
-                        let reply = self.renew_on_server(std::slice::from_ref(&renewal)).await.pop();
-                        reply.unwrap_or_else(|| Err(Error::backend(BACKEND, "no reply for a renewal")))?
-                    }
-                };
-                Ok(ours.then(|| lease.renewed(ttl, sent_at)))
-            };
-            return vec![renewed.await];
-        }
         let mut batch = Vec::with_capacity(leases.len());
         let mut slots = Vec::with_capacity(leases.len());
         let mut results: Vec<Option<Result<Option<Lease>>>> = Vec::with_capacity(leases.len());

@@ -18,8 +18,8 @@ use tokio::time::Instant;
 use crate::config::{RedlockConfig, Target, DEFAULT_RESTART_QUARANTINE};
 use crate::keys::{KeySpace, LockKeys};
 use crate::lock::{
-    acquire_unfenced_on, extend_many_on, extend_on, release_quietly_on, release_waking_on, scan_keys,
-    ttl_millis, Acquired, Renewal,
+    acquire_unfenced_on, extend_many_on, release_quietly_on, release_waking_on, scan_keys, ttl_millis,
+    Acquired, Renewal,
 };
 use crate::node::{Node, BACKEND};
 use crate::subscriber::{Keep, Subscriber};
@@ -584,30 +584,9 @@ impl DistributedLock for Redlock {
         }
     }
 
-    /// One lease: one parallel round trip, compare-and-`PEXPIRE` on all masters; kept with a
-    /// majority. Several: one pipeline per master, all masters at once.
+    /// One pipeline per master (compare-and-`PEXPIRE` of each lease), all masters at once; a
+    /// renewal is kept with a majority.
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
-        if let [lease] = leases {
-            let renewed = async {
-                let ttl = lease.ttl();
-                only_mutex(lease)?;
-                let ttl_ms = ttl_millis(ttl)?;
-                let keys = self.keys(lease.name());
-                let token = lease.owner().to_string();
-                let limit = self.inner.config.node_timeout;
-                let sent_at = Instant::now();
-                let replies = join_all(
-                    self.inner
-                        .nodes
-                        .iter()
-                        .map(|node| extend_on(node, limit, &keys, &token, ttl_ms)),
-                )
-                .await;
-                let tally = tally(replies);
-                self.judge_extension(lease, ttl, sent_at, &tally)
-            };
-            return vec![renewed.await];
-        }
         // Leases with an invalid TTL never reach the masters (`PEXPIRE 0` would delete).
         let mut batch = Vec::with_capacity(leases.len());
         let mut batched = Vec::with_capacity(leases.len());

@@ -461,13 +461,13 @@ impl DistributedLock for SqlLock {
     }
 
     /// PostgreSQL: every lease in **1 round trip** (one `UPDATE ... FROM unnest(...)` per
-    /// table, in one statement). One lease, and elsewhere each lease:
+    /// table, in one statement). Elsewhere each lease, up to 32 at once: move `expires_at` to
+    /// the database's now + `ttl` where the owner is still ours and the hold has not expired.
+    /// **1 round trip** each.
     #[allow(irrefutable_let_patterns)] // with only the `postgres` feature
-    /// move `expires_at` to the database's now + `ttl` where the owner is still ours
-    /// and the hold has not expired. **1 round trip.**
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
         #[cfg(feature = "postgres")]
-        if let (Pool::Postgres(pool), true) = (&self.inner.pool, leases.len() > 1) {
+        if let Pool::Postgres(pool) = &self.inner.pool {
             return self.extend_many_pg(pool, leases).await;
         }
         renew_each(leases, |lease| async move {
