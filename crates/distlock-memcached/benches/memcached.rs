@@ -11,12 +11,11 @@
 //! `cargo bench -p distlock-memcached --bench memcached` (set `DISTLOCK_TEST_MEMCACHED_URL`
 //! to use a running server instead of starting one).
 
-use distlock_core::DistributedLockExt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use distlock_core::{AcquireOptions, DistributedLock, LockName, OwnerToken, TryAcquire};
+use distlock_core::{AcquireOptions, DistributedLock, DistributedLockExt, LockName, OwnerToken, TryAcquire};
 use distlock_memcached::{MemcachedConfig, MemcachedLock};
 use distlock_testkit::shared;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};

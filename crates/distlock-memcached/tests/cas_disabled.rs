@@ -3,10 +3,9 @@
 
 mod support;
 
-use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Error, LockName, OwnerToken};
+use distlock_core::{DistributedLock, DistributedLockExt, Error, LockName, OwnerToken};
 use distlock_testkit::MemcachedOptions;
 
 #[tokio::test]

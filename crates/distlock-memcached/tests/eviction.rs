@@ -4,10 +4,9 @@
 
 mod support;
 
-use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, Error, LockClient, LockGuard, LockName, LossReason};
+use distlock_core::{AcquireOptions, DistributedLockExt, Error, LockClient, LockGuard, LockName, LossReason};
 use distlock_testkit::MemcachedOptions;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;

@@ -3,14 +3,13 @@
 
 mod support;
 
-use distlock_core::DistributedLockExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, Error, Lease, LockClient, LockKind, LockName, LossReason, OwnerToken,
-    Primitive, TryAcquire,
+    AcquireOptions, DistributedLock, DistributedLockExt, Error, Lease, LockClient, LockKind, LockName,
+    LossReason, OwnerToken, Primitive, TryAcquire,
 };
 use distlock_memcached::MemcachedLock;
 use distlock_testkit::MemcachedOptions;

@@ -4,11 +4,10 @@
 
 mod support;
 
-use distlock_core::DistributedLockExt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Lease, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Lease, LockName, OwnerToken, TryAcquire};
 use distlock_memcached::MemcachedLock;
 use tokio::time::Instant;
 

@@ -3,10 +3,9 @@
 
 mod support;
 
-use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Error, Lease, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Error, Lease, LockName, OwnerToken, TryAcquire};
 use distlock_memcached::{MemcachedConfig, MemcachedLock};
 
 async fn take(lock: &MemcachedLock, name: &LockName) -> Lease {

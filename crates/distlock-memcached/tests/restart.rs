@@ -4,11 +4,11 @@
 
 mod support;
 
-use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, Lease, LockClient, LockName, LossReason, OwnerToken, TryAcquire,
+    AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockClient, LockName, LossReason, OwnerToken,
+    TryAcquire,
 };
 use distlock_memcached::MemcachedLock;
 use distlock_testkit::MemcachedOptions;

@@ -5,10 +5,9 @@
 
 mod support;
 
-use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Error, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Error, LockName, OwnerToken, TryAcquire};
 use distlock_testkit::{FaultProxy, MemcachedOptions};
 use support::fake::{Behaviour, FakeMemcached};
 use tokio::net::{TcpListener, TcpStream};

@@ -3,11 +3,11 @@
 
 mod support;
 
-use distlock_core::DistributedLockExt;
 use std::time::{Duration, Instant};
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, Error, LockClient, LockName, LossReason, OwnerToken, TryAcquire,
+    AcquireOptions, DistributedLock, DistributedLockExt, Error, LockClient, LockName, LossReason, OwnerToken,
+    TryAcquire,
 };
 use distlock_memcached::MemcachedConfig;
 use distlock_testkit::{MemcachedOptions, MemcachedServer};

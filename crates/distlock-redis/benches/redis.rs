@@ -11,14 +11,15 @@
 //!
 //! `cargo bench -p distlock-redis --bench redis` (about 2 s of measurement per benchmark).
 
-use distlock_core::DistributedLockExt;
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
-use distlock_core::{AcquireOptions, DistributedLock, Lease, LockClient, LockName, OwnerToken, TryAcquire};
+use distlock_core::{
+    AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockClient, LockName, OwnerToken, TryAcquire,
+};
 use distlock_redis::{RedisConfig, RedisLock, RedlockConfig};
 use distlock_testkit::RedisServer;
 use tokio::runtime::Runtime;

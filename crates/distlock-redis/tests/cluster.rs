@@ -9,15 +9,13 @@
 
 mod support;
 
-use distlock_core::Attempt;
-use distlock_core::DistributedLockExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, Error, LockClient, LockKind, LockName, OwnerToken, Primitive,
-    ReleaseWatch, TryAcquire, Woke,
+    AcquireOptions, Attempt, DistributedLock, DistributedLockExt, Error, LockClient, LockKind, LockName,
+    OwnerToken, Primitive, ReleaseWatch, TryAcquire, Woke,
 };
 use distlock_redis::RedisLock;
 use distlock_testkit::{RedisCluster, RedisClusterOptions};

@@ -4,10 +4,9 @@
 
 mod support;
 
-use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, LockName, OwnerToken, TryAcquire};
 use distlock_testkit::{RedisCluster, RedisClusterOptions};
 use support::{lock_at, start_cluster};
 

@@ -5,10 +5,9 @@
 
 mod support;
 
-use distlock_core::DistributedLockExt;
 use std::time::{Duration, Instant};
 
-use distlock_core::{DistributedLock, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, LockName, OwnerToken, TryAcquire};
 use distlock_testkit::{Direction, RedisCluster, RedisClusterOptions};
 use support::{lock_at, start_cluster};
 

@@ -4,11 +4,12 @@
 
 mod support;
 
-use distlock_core::DistributedLockExt;
-use distlock_core::Primitive;
 use std::time::{Duration, Instant};
 
-use distlock_core::{AcquireOptions, DistributedLock, Lease, LockClient, LockName, OwnerToken, Woke};
+use distlock_core::{
+    AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockClient, LockName, OwnerToken, Primitive,
+    Woke,
+};
 use distlock_redis::{RedisConfig, RedisLock};
 use distlock_testkit::FaultProxy;
 

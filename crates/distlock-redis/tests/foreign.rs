@@ -3,11 +3,11 @@
 
 mod support;
 
-use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, Error, Lease, LockClient, LockName, OwnerToken, TryAcquire,
+    AcquireOptions, DistributedLock, DistributedLockExt, Error, Lease, LockClient, LockName, OwnerToken,
+    TryAcquire,
 };
 use distlock_redis::{RedisConfig, Redlock, RedlockConfig};
 

@@ -6,14 +6,13 @@
 
 mod support;
 
-use distlock_core::DistributedLockExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, Error, Lease, LockClient, LockKind, LockName, OwnerToken, Primitive,
-    TryAcquire,
+    AcquireOptions, DistributedLock, DistributedLockExt, Error, Lease, LockClient, LockKind, LockName,
+    OwnerToken, Primitive, TryAcquire,
 };
 use distlock_redis::{RedisConfig, RedisLock};
 use distlock_testkit::{shared, Direction, FaultProxy, RedisServer};

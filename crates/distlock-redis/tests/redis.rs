@@ -4,14 +4,11 @@
 
 mod support;
 
-use distlock_core::Attempt;
-use distlock_core::DistributedLockExt;
-use distlock_core::Primitive;
 use std::time::{Duration, Instant};
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, Error, Lease, LockClient, LockName, LossReason, OwnerToken, TryAcquire,
-    WakeUp, Woke,
+    AcquireOptions, Attempt, DistributedLock, DistributedLockExt, Error, Lease, LockClient, LockName,
+    LossReason, OwnerToken, Primitive, TryAcquire, WakeUp, Woke,
 };
 use distlock_redis::{RedisConfig, RedisLock};
 use distlock_testkit::{shared, Direction, FaultProxy, RedisOptions, RedisServer};

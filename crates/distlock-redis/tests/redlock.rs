@@ -3,12 +3,11 @@
 
 mod support;
 
-use distlock_core::Attempt;
-use distlock_core::DistributedLockExt;
-use distlock_core::Primitive;
 use std::time::{Duration, Instant};
 
-use distlock_core::{DistributedLock, Error, Fencing, LockName, OwnerToken, TryAcquire};
+use distlock_core::{
+    Attempt, DistributedLock, DistributedLockExt, Error, Fencing, LockName, OwnerToken, Primitive, TryAcquire,
+};
 use distlock_redis::{Redlock, RedlockConfig};
 use distlock_testkit::RedisServer;
 

@@ -4,10 +4,9 @@
 
 mod support;
 
-use distlock_core::DistributedLockExt;
 use std::time::{Duration, Instant};
 
-use distlock_core::{DistributedLock, Error, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Error, LockName, OwnerToken, TryAcquire};
 use distlock_redis::RedisConfig;
 use distlock_testkit::{RedisOptions, RedisServer};
 

@@ -3,10 +3,9 @@
 
 mod support;
 
-use distlock_core::Primitive;
 use std::time::{Duration, Instant};
 
-use distlock_core::{DistributedLock, LockName, Woke};
+use distlock_core::{DistributedLock, LockName, Primitive, Woke};
 use distlock_redis::{RedisConfig, RedisLock};
 use distlock_testkit::{proxy::Direction, FaultProxy};
 

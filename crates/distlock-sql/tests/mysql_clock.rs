@@ -8,10 +8,11 @@
 //! session time zones (proved by their `NOW()`s) and checks exclusion and expiry timing.
 #![cfg(feature = "mysql")]
 
-use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, DistributedLock, LockClient, LockName, OwnerToken, TryAcquire};
+use distlock_core::{
+    AcquireOptions, DistributedLock, DistributedLockExt, LockClient, LockName, OwnerToken, TryAcquire,
+};
 use distlock_sql::SqlConfig;
 use sqlx::{Connection, MySqlConnection};
 use tokio::time::Instant;

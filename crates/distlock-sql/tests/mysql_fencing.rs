@@ -1,10 +1,9 @@
 //! Fencing tokens on MariaDB keep growing across release, expiry, and a row deleted by hand.
 #![cfg(feature = "mysql")]
 
-use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, LockName, OwnerToken, TryAcquire};
 use distlock_sql::SqlLock;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,10 +5,9 @@
 //! client and MariaDB that reports 0 in every OK packet that carried a version.
 #![cfg(feature = "mysql")]
 
-use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, LockName, OwnerToken, TryAcquire};
 use distlock_sql::SqlConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

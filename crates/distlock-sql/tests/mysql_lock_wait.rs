@@ -4,10 +4,9 @@
 //! connection must not hold a pool slot while it waits. Owns its server.
 #![cfg(feature = "mysql")]
 
-use distlock_core::DistributedLockExt;
 use std::time::{Duration, Instant};
 
-use distlock_core::{DistributedLock, Error, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Error, LockName, OwnerToken, TryAcquire};
 use distlock_sql::{SqlConfig, SqlLock};
 use distlock_testkit::MariaDbServer;
 use sqlx::{Connection, Executor, MySqlConnection};

@@ -4,12 +4,13 @@
 //! resumes once the server is back. Owns its server (it kills it).
 #![cfg(feature = "mysql")]
 
-use distlock_core::DistributedLockExt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, DistributedLock, Error, LockClient, LockName, OwnerToken, TryAcquire};
+use distlock_core::{
+    AcquireOptions, DistributedLock, DistributedLockExt, Error, LockClient, LockName, OwnerToken, TryAcquire,
+};
 use distlock_sql::{SqlConfig, SqlLock};
 use distlock_testkit::MariaDbServer;
 

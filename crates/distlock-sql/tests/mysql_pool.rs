@@ -5,10 +5,9 @@
 //! connections).
 #![cfg(feature = "mysql")]
 
-use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Error, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Error, LockName, OwnerToken, TryAcquire};
 use distlock_sql::{SqlConfig, SqlLock};
 use distlock_testkit::{MariaDbServer, MARIADB_USER};
 

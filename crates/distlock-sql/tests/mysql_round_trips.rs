@@ -8,10 +8,11 @@
 //! counters).
 #![cfg(feature = "mysql")]
 
-use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, DistributedLock, Lease, LockClient, LockName, OwnerToken, TryAcquire};
+use distlock_core::{
+    AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockClient, LockName, OwnerToken, TryAcquire,
+};
 use distlock_sql::{SqlConfig, SqlLock};
 use distlock_testkit::{MariaDbServer, MARIADB_USER};
 

@@ -5,10 +5,9 @@
 //! Owns its server (it sets the server's global `sql_mode`).
 #![cfg(feature = "mysql")]
 
-use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Lease, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Lease, LockName, OwnerToken, TryAcquire};
 use distlock_sql::{SqlConfig, SqlLock};
 use distlock_testkit::{MariaDbOptions, MariaDbServer};
 

@@ -6,13 +6,11 @@
 //! as is a wait whose listening connection went silent without breaking.
 #![cfg(feature = "postgres")]
 
-use distlock_core::Attempt;
-use distlock_core::DistributedLockExt;
 use std::time::{Duration, Instant};
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, LockClient, LockName, OwnerToken, Primitive, ReleaseWatch, TryAcquire,
-    WakeUp, Woke,
+    AcquireOptions, Attempt, DistributedLock, DistributedLockExt, LockClient, LockName, OwnerToken,
+    Primitive, ReleaseWatch, TryAcquire, WakeUp, Woke,
 };
 use distlock_sql::SqlLock;
 

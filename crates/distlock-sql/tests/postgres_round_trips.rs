@@ -8,12 +8,13 @@
 //! watch costs none once the client listens.
 #![cfg(feature = "postgres")]
 
-use distlock_core::Attempt;
-use distlock_core::DistributedLockExt;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use distlock_core::{DistributedLock, Lease, LockKind, LockName, OwnerToken, Primitive, TryAcquire, Woke};
+use distlock_core::{
+    Attempt, DistributedLock, DistributedLockExt, Lease, LockKind, LockName, OwnerToken, Primitive,
+    TryAcquire, Woke,
+};
 use distlock_sql::SqlConfig;
 use distlock_testkit::Direction;
 

@@ -5,15 +5,14 @@
 //! share the server.
 #![cfg(all(feature = "sqlite", feature = "mysql"))]
 
-use distlock_core::DistributedLockExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, Error, Lease, LockClient, LockKind, LockName, OwnerToken, Primitive,
-    TryAcquire,
+    AcquireOptions, DistributedLock, DistributedLockExt, Error, Lease, LockClient, LockKind, LockName,
+    OwnerToken, Primitive, TryAcquire,
 };
 use distlock_sql::{SqlConfig, SqlLock};
 use distlock_testkit::shared::MYSQL_URL_ENV;

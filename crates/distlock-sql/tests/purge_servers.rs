@@ -4,10 +4,9 @@
 //! again gets a higher fencing token, and an idle time under a minute is refused.
 #![cfg(any(feature = "mysql", feature = "postgres"))]
 
-use distlock_core::DistributedLockExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use distlock_core::{DistributedLock, Error, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Error, LockName, OwnerToken, TryAcquire};
 use distlock_sql::{SqlConfig, SqlLock};
 
 const DAY: Duration = Duration::from_secs(86_400);

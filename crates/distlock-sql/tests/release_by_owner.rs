@@ -3,10 +3,9 @@
 //! that owner, on SQLite and on MariaDB.
 #![cfg(all(feature = "sqlite", feature = "mysql"))]
 
-use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Lease, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Lease, LockName, OwnerToken, TryAcquire};
 use distlock_sql::SqlLock;
 use tokio::time::Instant;
 

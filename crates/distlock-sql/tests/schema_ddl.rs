@@ -5,10 +5,9 @@
 //! name: `SELECT`, `INSERT`, `UPDATE`, `DELETE` on the tables, `SELECT` on the version table.
 #![cfg(unix)]
 
-use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, LockKind, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, LockKind, LockName, OwnerToken, TryAcquire};
 use distlock_sql::{SqlConfig, SqlLock};
 
 async fn takes_every_kind(lock: &SqlLock) {

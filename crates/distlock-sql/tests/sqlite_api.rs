@@ -2,10 +2,9 @@
 //! fencing across release/expiry/steal, and the embedded default's location.
 #![cfg(feature = "sqlite")]
 
-use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Error, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Error, LockName, OwnerToken, TryAcquire};
 use distlock_sql::{SqlConfig, SqlLock};
 
 async fn take(lock: &SqlLock, name: &LockName, ttl: Duration) -> distlock_core::Lease {

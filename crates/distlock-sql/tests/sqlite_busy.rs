@@ -4,10 +4,9 @@
 //! told it failed.
 #![cfg(feature = "sqlite")]
 
-use distlock_core::DistributedLockExt;
 use std::time::{Duration, Instant};
 
-use distlock_core::{DistributedLock, Error, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Error, LockName, OwnerToken, TryAcquire};
 use distlock_sql::SqlConfig;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Connection, Executor, SqliteConnection};

@@ -2,10 +2,9 @@
 //! binary because it sets an environment variable.
 #![cfg(feature = "sqlite")]
 
-use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
-use distlock_core::{LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLockExt, LockName, OwnerToken, TryAcquire};
 use distlock_sql::{SqlConfig, SqlLock};
 
 #[test]

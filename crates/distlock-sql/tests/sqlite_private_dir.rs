@@ -5,11 +5,10 @@
 //! (`TMPDIR`), not the machine's `/tmp`.
 #![cfg(all(feature = "sqlite", unix))]
 
-use distlock_core::DistributedLockExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::Duration;
 
-use distlock_core::{Error, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLockExt, Error, LockName, OwnerToken, TryAcquire};
 use distlock_sql::{SqlConfig, SqlLock};
 
 #[test]

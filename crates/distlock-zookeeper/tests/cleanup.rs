@@ -4,11 +4,11 @@
 
 mod support;
 
-use distlock_core::Attempt;
-use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, LockKind, LockName, OwnerToken, TryAcquire};
+use distlock_core::{
+    Attempt, DistributedLock, DistributedLockExt, LockKind, LockName, OwnerToken, TryAcquire,
+};
 use distlock_testkit::proxy::through_proxies;
 use support::ZkFixture;
 use zookeeper_client as zk;

@@ -6,11 +6,9 @@
 
 mod support;
 
-use distlock_core::Attempt;
-use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, LockClient, LossReason};
+use distlock_core::{AcquireOptions, Attempt, DistributedLockExt, LockClient, LossReason};
 use distlock_testkit::proxy::through_proxies;
 use support::ZkFixture;
 use tokio::time::Instant;

@@ -3,11 +3,12 @@
 
 mod support;
 
-use distlock_core::DistributedLockExt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, DistributedLock, LockClient, LockName, OwnerToken, TryAcquire};
+use distlock_core::{
+    AcquireOptions, DistributedLock, DistributedLockExt, LockClient, LockName, OwnerToken, TryAcquire,
+};
 use support::ZkFixture;
 use zookeeper_client as zk;
 

@@ -4,11 +4,12 @@
 
 mod support;
 
-use distlock_core::Attempt;
-use distlock_core::DistributedLockExt;
 use std::time::{Duration, Instant};
 
-use distlock_core::{DistributedLock, Lease, LockClient, LockName, LossReason, OwnerToken, TryAcquire};
+use distlock_core::{
+    Attempt, DistributedLock, DistributedLockExt, Lease, LockClient, LockName, LossReason, OwnerToken,
+    TryAcquire,
+};
 use distlock_zookeeper::ZooKeeperLock;
 use support::ZkFixture;
 use zookeeper_client as zk;

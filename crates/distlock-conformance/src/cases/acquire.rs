@@ -1,10 +1,9 @@
 //! Taking and giving back: held is not an error, release is owner-checked, no reentrancy,
 //! exact names.
 
-use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, Error, TryAcquire};
+use distlock_core::{AcquireOptions, DistributedLockExt, Error, TryAcquire};
 
 use super::{is_held, take, Outcome, LONG_TTL};
 use crate::Ctx;

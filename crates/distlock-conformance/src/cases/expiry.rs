@@ -1,10 +1,9 @@
 //! Expiry: a lock whose holder stops renewing frees itself, and the stale holder can then
 //! touch nothing (the classic bug of deleting someone else's lock).
 
-use distlock_core::DistributedLockExt;
 use std::time::{Duration, Instant};
 
-use distlock_core::{AcquireOptions, Expiry};
+use distlock_core::{AcquireOptions, DistributedLockExt, Expiry};
 
 use super::{is_held, take, within, Outcome, LONG_TTL};
 use crate::expect::Reason;

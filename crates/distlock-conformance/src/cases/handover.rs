@@ -1,12 +1,11 @@
 //! Handing over: one store operation releases a lock and takes it for the next owner, and a
 //! release in this process gives the lock to this process's first waiter with it.
 
-use distlock_core::DistributedLockExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, Fencing, LockClient, OwnerToken, WakeUp};
+use distlock_core::{AcquireOptions, DistributedLockExt, Fencing, LockClient, OwnerToken, WakeUp};
 
 use super::wakeup::handoff_in_process;
 use super::{is_held, take, Outcome, LONG_TTL};

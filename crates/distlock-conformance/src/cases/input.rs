@@ -1,9 +1,8 @@
 //! Bad or unusual input: typed errors, never a panic, never a collision.
 
-use distlock_core::DistributedLockExt;
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, Error, LockName, OwnerToken, MAX_NAME_BYTES};
+use distlock_core::{AcquireOptions, DistributedLockExt, Error, LockName, OwnerToken, MAX_NAME_BYTES};
 
 use super::Outcome;
 use crate::Ctx;

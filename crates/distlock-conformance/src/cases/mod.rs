@@ -1,11 +1,10 @@
 //! The behaviour cases, one file per area. Each is `pub async fn(Ctx) -> Outcome` and panics
 //! with a message saying what broke.
 
-use distlock_core::DistributedLockExt;
 use std::future::Future;
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Lease, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Lease, LockName, OwnerToken, TryAcquire};
 
 use crate::expect::Skip;
 

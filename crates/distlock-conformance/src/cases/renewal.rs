@@ -1,9 +1,8 @@
 //! Extending: by hand, and by the watchdog for as long as the guard lives.
 
-use distlock_core::DistributedLockExt;
 use std::time::Instant;
 
-use distlock_core::{AcquireOptions, Expiry};
+use distlock_core::{AcquireOptions, DistributedLockExt, Expiry};
 
 use super::{is_held, take, Outcome, LONG_TTL};
 use crate::expect::Reason;

@@ -1,14 +1,13 @@
 //! Semaphores: never more holders than permits, counts that must agree, stale holders that
 //! free nothing, and the object's own namespace.
 
-use distlock_core::DistributedLockExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, Error, Expiry, Fencing, Lease, LockKind, LockName, OwnerToken,
-    Primitive, TryAcquire,
+    AcquireOptions, DistributedLock, DistributedLockExt, Error, Expiry, Fencing, Lease, LockKind, LockName,
+    OwnerToken, Primitive, TryAcquire,
 };
 
 use super::{within, Outcome, LONG_TTL};

@@ -2,11 +2,10 @@
 //! ended its session) frees and renews nothing of the next holder's once it is back: c03 for
 //! every kind of expiry, session-bound stores included.
 
-use distlock_core::DistributedLockExt;
 use std::future::Future;
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, Result};
+use distlock_core::{AcquireOptions, DistributedLockExt, Result};
 
 use super::faults::{proxied, warm_up, NO_HANG};
 use super::{is_held, take, within, Outcome, LONG_TTL};
