@@ -29,7 +29,11 @@ pub async fn run(url: &str, args: StatusArgs) -> Result<u8> {
 /// The lock `name`: one line, `NAME: held by OWNER (fencing token T, 1.2s left)` or
 /// `NAME: free (last fencing token T)`.
 async fn mutex(client: &LockClient, name: &LockName, json: bool) -> Result<u8> {
-    let state = client.backend().inspect(name).await?;
+    let state = client
+        .backend()
+        .inspect(name, Primitive::Mutex)
+        .await?
+        .into_lock();
     let status = Status {
         name: name.as_str(),
         held: state.is_held(),
@@ -82,7 +86,7 @@ async fn holders(client: &LockClient, name: &LockName, primitive: Primitive, jso
             },
         });
     }
-    let mut states = client.backend().inspect_holders(name, primitive).await?;
+    let mut states = client.backend().inspect(name, primitive).await?.holders;
     states.sort_by_key(|s| (s.fencing.is_none(), s.fencing, s.owner.clone()));
     let permits = states.iter().find_map(|s| match s.kind {
         LockKind::Permit { permits } => Some(permits),

@@ -29,13 +29,14 @@ pub enum Reason {
     Semaphores,
     /// `Capabilities::rw_locks` is false.
     RwLocks,
-    /// `Capabilities::hands_over` is false.
+    /// `Mechanics::hands_over` is false.
     HandOver,
     /// `Capabilities::cross_process` is false: the store lives in one process.
     CrossProcess,
-    /// `Capabilities::wakes_one` is false, or waiters poll: a release wakes every waiter.
+    /// The mutex's watch is not a notified watch of one waiter (nor is the store's queue
+    /// FIFO), or waiters poll: a release wakes every waiter.
     WakeOne,
-    /// `Capabilities::permits_wake_one` is false, or waiters poll.
+    /// The semaphore's watch is not a notified watch of one waiter, or waiters poll.
     PermitWakeOne,
     /// `Capabilities::wake_up` is `Polling`: there is no notification to lose.
     Notification,

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    Capabilities, DistributedLock, Error, Lease, LockKind, LockName, LockState, LossReason, OwnerToken,
-    Primitive, ReleaseWatch, Result, Session, TryAcquire,
+    Attempt, Capabilities, DistributedLock, DistributedLockExt, Error, Lease, LockKind, LockName, LossReason,
+    ObjectState, OwnerToken, Primitive, ReleaseWatch, Result, Session, TryAcquire,
 };
 use futures::future::BoxFuture;
 use tokio::sync::watch;
@@ -75,7 +75,7 @@ impl Fixture for LiveFixture {
             .collect();
         let mut held = 0;
         for name in names {
-            if backend.inspect(&name).await?.is_held() {
+            if backend.inspect_lock(&name).await?.is_held() {
                 held += 1;
             }
         }
@@ -107,84 +107,36 @@ impl DistributedLock for Recording {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
-    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
-        self.record(name);
-        self.inner.try_acquire(name, owner, ttl).await
+
+    fn mechanics(&self) -> distlock_core::Mechanics {
+        self.inner.mechanics()
     }
-    async fn try_acquire_waiting(
-        &self,
-        name: &LockName,
-        owner: OwnerToken,
-        ttl: Duration,
-        waiter: &str,
-        stay: Duration,
-    ) -> Result<TryAcquire> {
-        self.record(name);
-        self.inner
-            .try_acquire_waiting(name, owner, ttl, waiter, stay)
-            .await
-    }
-    fn store_identity(&self) -> Option<String> {
-        self.inner.store_identity()
+    async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
+        self.record(&attempt.name);
+        self.inner.attempt(attempt).await
     }
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.inner.release(lease).await
+    }
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        self.inner.renew(leases).await
     }
     async fn hand_over(&self, lease: &Lease, next: OwnerToken, ttl: Duration) -> Result<Option<Lease>> {
         self.record(lease.name());
         self.inner.hand_over(lease, next, ttl).await
     }
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
-        self.inner.extend(lease, ttl).await
+    async fn watch(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
+        self.inner.watch(name, primitive).await
     }
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
-        self.inner.extend_many(leases).await
-    }
-    async fn watch(&self, name: &LockName) -> Result<ReleaseWatch> {
-        self.inner.watch(name).await
-    }
-    async fn acquire_queued(
-        &self,
-        name: &LockName,
-        owner: OwnerToken,
-        ttl: Duration,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Lease>> {
-        self.record(name);
-        self.inner.acquire_queued(name, owner, ttl, deadline).await
-    }
-    async fn try_acquire_kind(
-        &self,
-        name: &LockName,
-        kind: LockKind,
-        owner: OwnerToken,
-        ttl: Duration,
-        waiter: Option<(&str, Duration)>,
-    ) -> Result<TryAcquire> {
-        self.record(name);
-        self.inner.try_acquire_kind(name, kind, owner, ttl, waiter).await
+    async fn wait_queued(&self, attempt: &Attempt, deadline: Option<Instant>) -> Result<Option<Lease>> {
+        self.record(&attempt.name);
+        self.inner.wait_queued(attempt, deadline).await
     }
     async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
         self.inner.withdraw(name, kind, waiter).await
     }
-    async fn watch_kind(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
-        self.inner.watch_kind(name, primitive).await
-    }
-    async fn acquire_kind_queued(
-        &self,
-        name: &LockName,
-        kind: LockKind,
-        owner: OwnerToken,
-        ttl: Duration,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Lease>> {
-        self.record(name);
-        self.inner
-            .acquire_kind_queued(name, kind, owner, ttl, deadline)
-            .await
-    }
-    async fn inspect_holders(&self, name: &LockName, primitive: Primitive) -> Result<Vec<LockState>> {
-        self.inner.inspect_holders(name, primitive).await
+    async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
+        self.inner.inspect(name, primitive).await
     }
     fn session(&self) -> Option<watch::Receiver<Session>> {
         self.inner.session()
@@ -192,8 +144,8 @@ impl DistributedLock for Recording {
     fn watch_lease(&self, lease: &Lease) -> Option<BoxFuture<'static, LossReason>> {
         self.inner.watch_lease(lease)
     }
-    async fn inspect(&self, name: &LockName) -> Result<LockState> {
-        self.inner.inspect(name).await
+    fn store_identity(&self) -> Option<String> {
+        self.inner.store_identity()
     }
     async fn ping(&self) -> Result<()> {
         self.inner.ping().await

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    Capabilities, DistributedLock, Error, Lease, LockKind, LockName, LockState, LossReason, OwnerToken,
-    Primitive, ReleaseWatch, Result, Session, TryAcquire,
+    Attempt, Capabilities, DistributedLock, Error, Lease, LockKind, LockName, LossReason, ObjectState,
+    OwnerToken, Primitive, ReleaseWatch, Result, Session, TryAcquire,
 };
 use futures::future::BoxFuture;
 use tokio::sync::watch;
@@ -131,23 +131,20 @@ impl DistributedLock for Observed {
         self.inner.capabilities()
     }
 
-    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
-        self.counted();
-        let outcome = self.inner.try_acquire(name, owner, ttl).await;
-        self.granted(outcome, acquired)
+    fn mechanics(&self) -> distlock_core::Mechanics {
+        self.inner.mechanics()
     }
 
-    async fn try_acquire_waiting(
-        &self,
-        name: &LockName,
-        owner: OwnerToken,
-        ttl: Duration,
-        waiter: &str,
-        stay: Duration,
-    ) -> Result<TryAcquire> {
-        let outcome = self
-            .late(self.inner.try_acquire_waiting(name, owner, ttl, waiter, stay))
-            .await;
+    /// An attempt of a waiter (one with a waiter record) may be made late; the others are
+    /// counted.
+    async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
+        let outcome = match attempt.waiter {
+            Some(_) => self.late(self.inner.attempt(attempt)).await,
+            None => {
+                self.counted();
+                self.inner.attempt(attempt).await
+            }
+        };
         self.granted(outcome, acquired)
     }
 
@@ -155,83 +152,34 @@ impl DistributedLock for Observed {
         self.inner.release(lease).await
     }
 
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        self.inner.renew(leases).await
+    }
+
     async fn hand_over(&self, lease: &Lease, next: OwnerToken, ttl: Duration) -> Result<Option<Lease>> {
         self.inner.hand_over(lease, next, ttl).await
     }
 
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
-        self.inner.extend(lease, ttl).await
+    async fn watch(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
+        self.inner.watch(name, primitive).await
     }
 
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
-        self.inner.extend_many(leases).await
-    }
-
-    async fn watch(&self, name: &LockName) -> Result<ReleaseWatch> {
-        self.inner.watch(name).await
-    }
-
-    async fn acquire_queued(
+    async fn wait_queued(
         &self,
-        name: &LockName,
-        owner: OwnerToken,
-        ttl: Duration,
+        attempt: &Attempt,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Option<Lease>> {
         self.counted();
-        let outcome = self.inner.acquire_queued(name, owner, ttl, deadline).await;
+        let outcome = self.inner.wait_queued(attempt, deadline).await;
         self.granted(outcome, Option::is_some)
-    }
-
-    async fn try_acquire_kind(
-        &self,
-        name: &LockName,
-        kind: LockKind,
-        owner: OwnerToken,
-        ttl: Duration,
-        waiter: Option<(&str, Duration)>,
-    ) -> Result<TryAcquire> {
-        let attempt = self.inner.try_acquire_kind(name, kind, owner, ttl, waiter);
-        let outcome = match waiter {
-            Some(_) => self.late(attempt).await,
-            None => {
-                self.counted();
-                attempt.await
-            }
-        };
-        self.granted(outcome, acquired)
     }
 
     async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
         self.inner.withdraw(name, kind, waiter).await
     }
 
-    async fn watch_kind(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
-        self.inner.watch_kind(name, primitive).await
-    }
-
-    async fn acquire_kind_queued(
-        &self,
-        name: &LockName,
-        kind: LockKind,
-        owner: OwnerToken,
-        ttl: Duration,
-        deadline: Option<tokio::time::Instant>,
-    ) -> Result<Option<Lease>> {
-        self.counted();
-        let outcome = self
-            .inner
-            .acquire_kind_queued(name, kind, owner, ttl, deadline)
-            .await;
-        self.granted(outcome, Option::is_some)
-    }
-
-    async fn inspect_holders(&self, name: &LockName, primitive: Primitive) -> Result<Vec<LockState>> {
-        self.inner.inspect_holders(name, primitive).await
-    }
-
-    fn store_identity(&self) -> Option<String> {
-        self.inner.store_identity()
+    async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
+        self.inner.inspect(name, primitive).await
     }
 
     fn session(&self) -> Option<watch::Receiver<Session>> {
@@ -242,8 +190,8 @@ impl DistributedLock for Observed {
         self.inner.watch_lease(lease)
     }
 
-    async fn inspect(&self, name: &LockName) -> Result<LockState> {
-        self.inner.inspect(name).await
+    fn store_identity(&self) -> Option<String> {
+        self.inner.store_identity()
     }
 
     async fn ping(&self) -> Result<()> {

@@ -1,9 +1,17 @@
-//! What a backend promises, so callers and the conformance suite know what to expect of it.
+//! What a backend promises its users ([`Capabilities`]), so callers and the conformance suite
+//! know what to expect of it. How the client composes its waiting around a backend is not
+//! here: see [`Mechanics`](crate::Mechanics).
 
 use std::time::Duration;
 
-/// The promises one backend makes. Read it with
+/// The promises one backend makes to its users: each field is something a caller may rely on
+/// (and the conformance suite checks). Read it with
 /// [`DistributedLock::capabilities`](crate::DistributedLock::capabilities).
+///
+/// Whether a release wakes one waiter or all is not declared here: it is what the backend's
+/// [`watch`](crate::DistributedLock::watch) hands out (a notified watch
+/// [`for_waiter`](crate::ReleaseWatch::for_waiter) is woken one per release), so the two can
+/// never disagree.
 ///
 /// ```
 /// use distlock_core::{Capabilities, Expiry, Fencing, WakeUp};
@@ -23,17 +31,6 @@ pub struct Capabilities {
     pub wake_up: WakeUp,
     /// Whether waiters are served in arrival order.
     pub fairness: Fairness,
-    /// Whether a release wakes one waiting client (the store addresses the next waiter: a
-    /// queue of waiters, a watch on the predecessor) rather than every waiter, which would
-    /// all retry and all but one fail. Only meaningful with [`WakeUp::Notification`].
-    pub wakes_one: bool,
-    /// Whether a semaphore permit's release wakes one waiting client of the semaphore (the
-    /// first of the store's queue of its waiters) rather than every one. Only meaningful with
-    /// [`WakeUp::Notification`] and [`Capabilities::semaphores`].
-    pub permits_wake_one: bool,
-    /// Whether [`DistributedLock::hand_over`](crate::DistributedLock::hand_over) works: one
-    /// store operation releases a lock and takes it for the next owner.
-    pub hands_over: bool,
     /// What keeps a lock alive: a TTL that must be renewed, or the client's session.
     pub expiry: Expiry,
     /// The smallest TTL step the store keeps; TTLs are rounded up to a multiple of it.
@@ -61,9 +58,6 @@ impl Capabilities {
             fencing,
             wake_up,
             fairness: Fairness::None,
-            wakes_one: false,
-            permits_wake_one: false,
-            hands_over: false,
             expiry: Expiry::Ttl,
             ttl_granularity: Duration::from_millis(1),
             min_ttl: Duration::from_millis(1),
@@ -78,24 +72,6 @@ impl Capabilities {
     /// Sets [`Capabilities::fairness`].
     pub const fn with_fairness(mut self, fairness: Fairness) -> Self {
         self.fairness = fairness;
-        self
-    }
-
-    /// Sets [`Capabilities::wakes_one`].
-    pub const fn with_wakes_one(mut self, wakes_one: bool) -> Self {
-        self.wakes_one = wakes_one;
-        self
-    }
-
-    /// Sets [`Capabilities::permits_wake_one`].
-    pub const fn with_permits_wake_one(mut self, permits_wake_one: bool) -> Self {
-        self.permits_wake_one = permits_wake_one;
-        self
-    }
-
-    /// Sets [`Capabilities::hands_over`].
-    pub const fn with_hands_over(mut self, hands_over: bool) -> Self {
-        self.hands_over = hands_over;
         self
     }
 

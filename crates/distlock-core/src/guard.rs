@@ -12,7 +12,9 @@ use crate::cleanup::release_in_background;
 use crate::client::ClientInner;
 use crate::detach::Detaching;
 use crate::hold::{Hold, HoldOptions, Renewal, Status};
-use crate::{Error, FencingToken, Lease, LockName, LossReason, LostSignal, OwnerToken, Result};
+use crate::{
+    DistributedLockExt, Error, FencingToken, Lease, LockName, LossReason, LostSignal, OwnerToken, Result,
+};
 
 static NEXT_HOLD_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -23,8 +25,9 @@ static NEXT_HOLD_ID: AtomicU64 = AtomicU64::new(1);
 /// maximum hold time passes, or the lease's local deadline comes (its TTL measured from when
 /// the request was sent, minus the [safety margin](crate::AcquireOptions::safety_margin)) while
 /// renewals fail, the lost-lock signal fires: [`LockGuard::is_lost`] turns true and
-/// [`LockGuard::lost`] resolves. The deadline is checked against the clock by every reader, so
-/// a starved or dead watchdog can never leave a guard saying "held" past it.
+/// [`LockGuard::lost`] resolves. The deadline and the maximum hold time are checked against
+/// the clock by every reader, by the same rule the watchdog applies, so a starved or dead
+/// watchdog can never leave a guard saying "held" past either.
 ///
 /// # Dropping
 ///
@@ -111,8 +114,8 @@ impl LockGuard {
             .map(|deadline| deadline.saturating_duration_since(Instant::now()))
     }
 
-    /// Whether the lost-lock signal has fired, or the lease's local deadline has passed (then
-    /// the signal fires now).
+    /// Whether the lost-lock signal has fired, or the lease's local deadline or the maximum
+    /// hold time has passed (then the signal fires now).
     pub fn is_lost(&self) -> bool {
         self.hold.check_lost().is_some()
     }

@@ -147,6 +147,12 @@ impl Hold {
         deadline_of(&self.state().lease, self)
     }
 
+    /// The first instant at which [`check_lost`](Self::check_lost) can decide the hold is
+    /// lost by the clock: its deadline or its maximum hold time, whichever comes first.
+    pub(crate) fn loss_at(&self) -> Option<Instant> {
+        self.deadline().into_iter().chain(self.max_hold_until).min()
+    }
+
     /// The lease's own local deadline minus the safety margin (`None` for session-bound
     /// leases, whose deadline belongs to the session and moves with each contact).
     pub(crate) fn lease_deadline(&self) -> Option<Instant> {
@@ -179,8 +185,12 @@ impl Hold {
         self.status.subscribe()
     }
 
-    /// Why the hold is lost, if it is: its status says so, or its deadline has passed (then it
-    /// is marked lost here, whatever the watchdog has managed to record).
+    /// Why the hold is lost, if it is: the one rule every reader and the watchdog apply. Its
+    /// status says so (a renewal found it not ours, its lease watch fired, its session ended:
+    /// recorded by the watchdog), or the clock does: its local deadline (the lease's, or its
+    /// session's, read from the session itself) or its maximum hold time has passed, whichever
+    /// came first decides the reason. A loss by the clock is marked here, whatever the watchdog
+    /// has managed to record.
     pub(crate) fn check_lost(&self) -> Option<LossReason> {
         match self.status() {
             Status::Lost(reason) => return Some(reason),
@@ -190,23 +200,34 @@ impl Hold {
         let now = Instant::now();
         let reason = {
             let state = self.state();
-            if deadline_of(&state.lease, self).is_none_or(|t| t > now) {
-                return None;
-            }
-            match &state.last_error {
-                _ if state.lease.session_epoch().is_some() => LossReason::SessionExpired,
-                Some(error) => LossReason::RenewalFailed(error.clone()),
-                // A renewal still out when the deadline came got no answer in time.
-                None if self.renewing.try_lock().is_err() => LossReason::RenewalFailed(
-                    "the store did not answer the renewal before the deadline".to_owned(),
-                ),
-                None => LossReason::Expired,
+            let deadline = deadline_of(&state.lease, self).filter(|t| *t <= now);
+            let max_hold = self.max_hold_until.filter(|t| *t <= now);
+            match (deadline, max_hold) {
+                (None, None) => return None,
+                // The maximum hold time came first (or alone): the guard's own limit ended it.
+                (_, Some(max_hold)) if deadline.is_none_or(|deadline| max_hold <= deadline) => {
+                    LossReason::MaxHoldExceeded
+                }
+                _ => Self::deadline_reason(&state, self.renewing.try_lock().is_err()),
             }
         };
         self.lose(reason);
         match self.status() {
             Status::Lost(reason) => Some(reason),
             _ => None,
+        }
+    }
+
+    /// Why a hold whose local deadline passed is lost, by what its renewals met.
+    fn deadline_reason(state: &State, renewal_in_flight: bool) -> LossReason {
+        match &state.last_error {
+            _ if state.lease.session_epoch().is_some() => LossReason::SessionExpired,
+            Some(error) => LossReason::RenewalFailed(error.clone()),
+            // A renewal still out when the deadline came got no answer in time.
+            None if renewal_in_flight => LossReason::RenewalFailed(
+                "the store did not answer the renewal before the deadline".to_owned(),
+            ),
+            None => LossReason::Expired,
         }
     }
 

@@ -95,6 +95,15 @@ impl Lease {
         self
     }
 
+    /// The same lease, to be renewed for `ttl`: what [`DistributedLock::renew`] asks the store
+    /// for (the local deadline stays until the renewal answers).
+    ///
+    /// [`DistributedLock::renew`]: crate::DistributedLock::renew
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
     /// A copy renewed by a request sent at `sent_at` for `ttl`.
     pub fn renewed(&self, ttl: Duration, sent_at: Instant) -> Self {
         let mut next = self.clone();

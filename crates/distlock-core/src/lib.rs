@@ -1,24 +1,26 @@
 //! The contract of distlock: one distributed-lock API over many stores.
 //!
-//! - [`DistributedLock`] is what a backend implements: one acquisition attempt, owner-checked
-//!   release and extend, an optional release notification, and its [`Capabilities`]. Its
-//!   documentation states the contract every backend passes (the `distlock-conformance`
-//!   suite checks it).
+//! - [`DistributedLock`] is what a backend implements: one acquisition attempt of any kind
+//!   ([`Attempt`]), owner-checked release and renewal, an optional release notification and
+//!   store-side queue, and its [`Capabilities`]. Each method's documentation states its part
+//!   of the contract (the `distlock-conformance` suite checks it); [`DistributedLockExt`]
+//!   adds conveniences over them, written once.
 //! - [`LockClient`] is what business code uses, written once for every backend: waiting with
 //!   notifications or jittered backoff, [`LockGuard`]s renewed by one watchdog task per client,
 //!   a lost-lock signal, [`LockClient::with_lock`], and cancel safety. A release wakes one
-//!   waiter where the store can address it ([`Capabilities::wakes_one`]), and on stores that
-//!   publish nothing, a release by a client of this process wakes one of this process's
-//!   waiters at once ([`LocalWaiters`]), or hands it straight to one
-//!   ([`Capabilities::hands_over`]).
+//!   waiter where the store can address it (a watch [`for_waiter`](ReleaseWatch::for_waiter)),
+//!   and on stores that publish nothing, a release by a client of this process wakes one of
+//!   this process's waiters at once ([`LocalWaiters`]), or hands it straight to one
+//!   ([`Mechanics::hands_over`]). [`Capabilities`] say what users may rely on; [`Mechanics`]
+//!   what the client switches on.
 //! - [`LockClient::acquire_all`] holds several locks together, all or none, taken in one
 //!   canonical order so that overlapping sets never deadlock: a [`MultiGuard`] with one
 //!   lost-lock signal for the set. It works on every backend.
 //! - [`LockClient::semaphore`] (at most N holders at once) and [`LockClient::rw_lock`] (many
 //!   readers or one writer, a waiting writer not starved) give the same [`LockGuard`], on the
 //!   backends that declare [`Capabilities::semaphores`] / [`Capabilities::rw_locks`]; a backend
-//!   implements them with [`DistributedLock::try_acquire_kind`] and routes `release` and
-//!   `extend` by [`Lease::kind`].
+//!   implements them in [`DistributedLock::attempt`] (by [`Attempt::kind`]) and routes
+//!   `release` and `renew` by [`Lease::kind`].
 //! - [`FencingToken`]s strictly increase per name on backends that promise
 //!   [`Fencing::Monotonic`]; [`OwnerToken`]s are random and never reused.
 //! - [`MemoryLock`] is the in-process reference backend.
@@ -42,6 +44,8 @@
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod attempt;
+mod attempts;
 #[cfg(feature = "blocking")]
 #[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
 pub mod blocking;
@@ -57,6 +61,8 @@ mod kind;
 mod lease;
 mod local;
 mod lock;
+mod lock_ext;
+mod mechanics;
 mod memory;
 mod memory_holds;
 mod meter;
@@ -71,10 +77,13 @@ mod schedule;
 mod semaphore;
 mod session;
 mod signal;
+mod state;
 mod token;
+mod wait;
 mod watch;
 mod watchdog;
 
+pub use attempt::{Attempt, Holder, TryAcquire, WaiterRecord};
 pub use capabilities::{Capabilities, Expiry, Fairness, Fencing, WakeUp};
 pub use client::{IntoLockName, LockClient, LockContext};
 pub use error::{BoxError, Error, LossReason, Result};
@@ -82,7 +91,9 @@ pub use guard::LockGuard;
 pub use kind::{LockKind, Primitive};
 pub use lease::Lease;
 pub use local::LocalWaiters;
-pub use lock::{DistributedLock, Holder, LockState, TryAcquire};
+pub use lock::{renew_each, DistributedLock};
+pub use lock_ext::DistributedLockExt;
+pub use mechanics::Mechanics;
 pub use memory::MemoryLock;
 pub use multi::MultiGuard;
 pub use name::{LockName, MAX_NAME_BYTES};
@@ -91,6 +102,7 @@ pub use rw_lock::RwLock;
 pub use semaphore::Semaphore;
 pub use session::{Session, SessionState};
 pub use signal::{HoldEnd, LostSignal};
+pub use state::{LockState, ObjectState};
 pub use token::{FencingToken, OwnerToken};
 pub use watch::{ReleaseWatch, Woke};
 

@@ -20,8 +20,8 @@ use tokio::time::Instant;
 
 use crate::cleanup::release_in_background;
 use crate::{
-    Capabilities, DistributedLock, Error, Holder, Lease, LockKind, LockName, LockState, LossReason,
-    OwnerToken, Primitive, ReleaseWatch, Result, Session, TryAcquire, WakeUp,
+    Attempt, Capabilities, DistributedLock, Error, Holder, Lease, LockKind, LockName, LockState, LossReason,
+    Mechanics, ObjectState, OwnerToken, Primitive, ReleaseWatch, Result, Session, TryAcquire, WakeUp,
 };
 
 /// The waiter queues of every store identity in this process (see [`LocalWaiters::for_store`]).
@@ -412,7 +412,7 @@ impl LocalWaiters {
 pub(crate) struct LocallyWoken {
     inner: Arc<dyn DistributedLock>,
     waiters: LocalWaiters,
-    /// Whether a release hands the lock to the first waiter ([`Capabilities::hands_over`]).
+    /// Whether a release hands the lock to the first waiter ([`Mechanics::hands_over`]).
     hands_over: bool,
     /// Whether a waiter's poll reads first ([`Capabilities::inspect`]).
     probes: bool,
@@ -434,7 +434,7 @@ impl LocallyWoken {
                 waiters: LocalWaiters::for_store(&identity),
                 semaphore_waiters: LocalWaiters::for_store(&format!("{identity}#{}", Primitive::Semaphore)),
                 rw_lock_waiters: LocalWaiters::for_store(&format!("{identity}#{}", Primitive::RwLock)),
-                hands_over: lock.capabilities().hands_over,
+                hands_over: lock.mechanics().hands_over,
                 probes: lock.capabilities().inspect,
                 inner: lock,
                 me: me.clone(),
@@ -550,25 +550,33 @@ impl DistributedLock for LocallyWoken {
         self.inner.capabilities()
     }
 
-    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
-        self.inner.try_acquire(name, owner, ttl).await
+    fn mechanics(&self) -> Mechanics {
+        self.inner.mechanics()
     }
 
-    async fn try_acquire_waiting(
-        &self,
-        name: &LockName,
-        owner: OwnerToken,
-        ttl: Duration,
-        waiter: &str,
-        stay: Duration,
-    ) -> Result<TryAcquire> {
+    /// A mutex attempt by a waiter queues it here if the lock is held (and, if its last
+    /// attempt found the lock held and no release here woke it since, reads first: most
+    /// polls find the lock still held and write nothing).
+    async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
+        let (Some(waiter), LockKind::Exclusive) = (&attempt.waiter, attempt.kind) else {
+            return self.inner.attempt(attempt).await;
+        };
+        let Attempt { name, owner, ttl, .. } = attempt;
+        let (waiter, stay) = (&*waiter.id, waiter.stay);
         let seen = self.waiters.releases(name);
-        let ticket = self.hands_over.then_some(Ticket { owner, ttl });
+        let ticket = self.hands_over.then_some(Ticket {
+            owner: *owner,
+            ttl: *ttl,
+        });
         if self.probes && self.waiters.is_queued(name, waiter) {
             // Its last attempt found the lock held and no release here woke it since: a poll
-            // for a release elsewhere. A read says whether a write could win; most polls
-            // find the lock still held and write nothing.
-            match self.inner.inspect(name).await {
+            // for a release elsewhere. A read says whether a write could win.
+            match self
+                .inner
+                .inspect(name, Primitive::Mutex)
+                .await
+                .map(ObjectState::into_lock)
+            {
                 Ok(LockState {
                     owner: Some(holder),
                     remaining: Some(left),
@@ -581,7 +589,7 @@ impl DistributedLock for LocallyWoken {
                 Err(error) => tracing::debug!(%error, "distlock: a waiter's read failed; trying instead"),
             }
         }
-        let outcome = self.inner.try_acquire(name, owner, ttl).await;
+        let outcome = self.inner.attempt(attempt).await;
         match &outcome {
             Ok(TryAcquire::Held(_)) => self.waiters.queue_with(name, waiter, stay, seen, ticket),
             _ => self.waiters.dequeue(name, waiter),
@@ -608,31 +616,30 @@ impl DistributedLock for LocallyWoken {
         self.release_and_wake(lease).await
     }
 
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        self.inner.renew(leases).await
+    }
+
     async fn hand_over(&self, lease: &Lease, next: OwnerToken, ttl: Duration) -> Result<Option<Lease>> {
         self.inner.hand_over(lease, next, ttl).await
     }
 
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
-        self.inner.extend(lease, ttl).await
+    /// The mutex's watch is woken by this process's releases (still polling for others'); a
+    /// semaphore's or read-write lock's is the store's if it announces releases, else one
+    /// woken by this process's releases.
+    async fn watch(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
+        if primitive == Primitive::Mutex {
+            return Ok(self.waiters.watch(name, true));
+        }
+        let watch = self.inner.watch(name, primitive).await?;
+        if watch.is_notified() {
+            return Ok(watch);
+        }
+        Ok(self.waiters_of(primitive).watch(name, true))
     }
 
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
-        self.inner.extend_many(leases).await
-    }
-
-    async fn watch(&self, name: &LockName) -> Result<ReleaseWatch> {
-        Ok(self.waiters.watch(name, true))
-    }
-
-    async fn try_acquire_kind(
-        &self,
-        name: &LockName,
-        kind: LockKind,
-        owner: OwnerToken,
-        ttl: Duration,
-        waiter: Option<(&str, Duration)>,
-    ) -> Result<TryAcquire> {
-        self.inner.try_acquire_kind(name, kind, owner, ttl, waiter).await
+    async fn wait_queued(&self, attempt: &Attempt, deadline: Option<Instant>) -> Result<Option<Lease>> {
+        self.inner.wait_queued(attempt, deadline).await
     }
 
     /// Withdraws the waiter; a waiting writer's withdrawal wakes this process's waiting
@@ -645,35 +652,8 @@ impl DistributedLock for LocallyWoken {
         Ok(())
     }
 
-    /// The store's watch if it announces releases; else one woken by this process's releases
-    /// (still polling for others').
-    async fn watch_kind(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
-        let watch = self.inner.watch_kind(name, primitive).await?;
-        if watch.is_notified() {
-            return Ok(watch);
-        }
-        Ok(self.waiters_of(primitive).watch(name, true))
-    }
-
-    async fn acquire_kind_queued(
-        &self,
-        name: &LockName,
-        kind: LockKind,
-        owner: OwnerToken,
-        ttl: Duration,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Lease>> {
-        self.inner
-            .acquire_kind_queued(name, kind, owner, ttl, deadline)
-            .await
-    }
-
-    async fn inspect_holders(&self, name: &LockName, primitive: Primitive) -> Result<Vec<LockState>> {
-        self.inner.inspect_holders(name, primitive).await
-    }
-
-    fn store_identity(&self) -> Option<String> {
-        self.inner.store_identity()
+    async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
+        self.inner.inspect(name, primitive).await
     }
 
     fn session(&self) -> Option<watch::Receiver<Session>> {
@@ -684,8 +664,8 @@ impl DistributedLock for LocallyWoken {
         self.inner.watch_lease(lease)
     }
 
-    async fn inspect(&self, name: &LockName) -> Result<LockState> {
-        self.inner.inspect(name).await
+    fn store_identity(&self) -> Option<String> {
+        self.inner.store_identity()
     }
 
     async fn ping(&self) -> Result<()> {

@@ -9,8 +9,9 @@ use tokio::time::Instant;
 
 use crate::memory_holds::Objects;
 use crate::{
-    Capabilities, DistributedLock, Error, Fencing, FencingToken, Holder, Lease, LocalWaiters, LockKind,
-    LockName, LockState, OwnerToken, Primitive, ReleaseWatch, Result, TryAcquire, WakeUp,
+    renew_each, Attempt, Capabilities, DistributedLock, Error, Fencing, FencingToken, Holder, Lease,
+    LocalWaiters, LockKind, LockName, LockState, Mechanics, ObjectState, OwnerToken, Primitive, ReleaseWatch,
+    Result, TryAcquire, WakeUp,
 };
 
 const BACKEND: &str = "memory";
@@ -144,8 +145,9 @@ impl MemoryLock {
 }
 
 impl MemoryLock {
-    /// One attempt; `waiter` (id, stay) is queued if the lock is held, dequeued if won.
-    fn attempt(
+    /// One attempt at the mutex; `waiter` (id, stay) is queued if the lock is held, dequeued
+    /// if won.
+    fn attempt_mutex(
         &self,
         name: &LockName,
         owner: OwnerToken,
@@ -186,6 +188,28 @@ impl MemoryLock {
     }
 }
 
+impl MemoryLock {
+    /// Renews one hold for its lease's TTL, owner-checked.
+    fn renew_one(&self, lease: &Lease) -> Result<Option<Lease>> {
+        let ttl = lease.ttl();
+        let mut store = self.store();
+        store.check_available()?;
+        let now = Instant::now();
+        if lease.kind() != LockKind::Exclusive {
+            return store.objects.extend(lease, ttl, now);
+        }
+        match store.live(lease.name(), now) {
+            Some(entry) if entry.owner == lease.owner() => {
+                entry.expires_at = now
+                    .checked_add(ttl)
+                    .ok_or_else(|| Error::invalid_options(format!("a TTL of {ttl:?} overflows the clock")))?;
+                Ok(Some(lease.renewed(ttl, now)))
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
 impl std::fmt::Debug for MemoryLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryLock").finish_non_exhaustive()
@@ -201,25 +225,37 @@ impl DistributedLock for MemoryLock {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(Fencing::Monotonic, WakeUp::Notification)
             .with_cross_process(false)
-            .with_wakes_one(true)
-            .with_hands_over(true)
             .with_primitives(true, true)
     }
 
-    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
-        self.attempt(name, owner, ttl, None)
+    fn mechanics(&self) -> Mechanics {
+        Mechanics::default().with_hands_over(true)
     }
 
-    /// As `try_acquire`; if held, queues the waiter (at the back), else takes it out.
-    async fn try_acquire_waiting(
-        &self,
-        name: &LockName,
-        owner: OwnerToken,
-        ttl: Duration,
-        waiter: &str,
-        stay: Duration,
-    ) -> Result<TryAcquire> {
-        self.attempt(name, owner, ttl, Some((waiter, stay)))
+    /// The mutex: if held, queues the waiter (at the back), else takes it out. Permits,
+    /// reads and writes: the holds table (a waiting writer is recorded there).
+    async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
+        let Attempt {
+            name,
+            kind,
+            owner,
+            ttl,
+            ..
+        } = attempt;
+        let waiter = attempt.waiter_parts();
+        if *kind == LockKind::Exclusive {
+            return self.attempt_mutex(name, *owner, *ttl, waiter);
+        }
+        let mut store = self.store();
+        store.check_available()?;
+        let now = Instant::now();
+        store.sweep(now);
+        let Store {
+            objects,
+            last_fencing,
+            ..
+        } = &mut *store;
+        objects.try_acquire(name, *kind, *owner, *ttl, waiter, now, last_fencing)
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -262,47 +298,20 @@ impl DistributedLock for MemoryLock {
         ))
     }
 
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
-        let mut store = self.store();
-        store.check_available()?;
-        let now = Instant::now();
-        if lease.kind() != LockKind::Exclusive {
-            return store.objects.extend(lease, ttl, now);
-        }
-        match store.live(lease.name(), now) {
-            Some(entry) if entry.owner == lease.owner() => {
-                entry.expires_at = now
-                    .checked_add(ttl)
-                    .ok_or_else(|| Error::invalid_options(format!("a TTL of {ttl:?} overflows the clock")))?;
-                Ok(Some(lease.renewed(ttl, now)))
-            }
-            _ => Ok(None),
-        }
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        renew_each(leases, |lease| async move { self.renew_one(&lease) }).await
     }
 
-    async fn watch(&self, name: &LockName) -> Result<ReleaseWatch> {
-        self.store().check_available()?;
-        Ok(self.waiters.watch(name, false))
-    }
-
-    async fn try_acquire_kind(
-        &self,
-        name: &LockName,
-        kind: LockKind,
-        owner: OwnerToken,
-        ttl: Duration,
-        waiter: Option<(&str, Duration)>,
-    ) -> Result<TryAcquire> {
+    /// The mutex's waiters are queued one per release; every watcher of a semaphore or
+    /// read-write lock wakes on each release (a permit or a writer's release can let several
+    /// waiters in).
+    async fn watch(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
         let mut store = self.store();
         store.check_available()?;
-        let now = Instant::now();
-        store.sweep(now);
-        let Store {
-            objects,
-            last_fencing,
-            ..
-        } = &mut *store;
-        objects.try_acquire(name, kind, owner, ttl, waiter, now, last_fencing)
+        Ok(match primitive {
+            Primitive::Mutex => self.waiters.watch(name, false),
+            primitive => ReleaseWatch::notified(store.objects.watch(name, primitive), ()),
+        })
     }
 
     async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
@@ -312,32 +321,21 @@ impl DistributedLock for MemoryLock {
         Ok(())
     }
 
-    /// Every watcher of the object wakes on each release (a permit or a writer's release can
-    /// let several waiters in).
-    async fn watch_kind(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
-        let mut store = self.store();
-        store.check_available()?;
-        Ok(ReleaseWatch::notified(store.objects.watch(name, primitive), ()))
-    }
-
-    async fn inspect_holders(&self, name: &LockName, primitive: Primitive) -> Result<Vec<LockState>> {
-        let mut store = self.store();
-        store.check_available()?;
-        Ok(store.objects.holders(name, primitive, Instant::now()))
-    }
-
-    async fn inspect(&self, name: &LockName) -> Result<LockState> {
+    async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
         let mut store = self.store();
         store.check_available()?;
         let now = Instant::now();
-        Ok(match store.live(name, now) {
+        if primitive != Primitive::Mutex {
+            return Ok(ObjectState::held_by(store.objects.holders(name, primitive, now)));
+        }
+        Ok(ObjectState::from(match store.live(name, now) {
             Some(e) => LockState::held(
                 e.owner.to_string(),
                 Some(FencingToken::new(e.fencing)),
                 Some(e.expires_at - now),
             ),
             None => LockState::free(None),
-        })
+        }))
     }
 
     async fn ping(&self) -> Result<()> {

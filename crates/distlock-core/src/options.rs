@@ -158,7 +158,9 @@ impl AcquireOptions {
     }
 
     /// The longest the watchdog keeps the lock: after this, it stops renewing and the guard's
-    /// lost-lock signal fires ([`LossReason::MaxHoldExceeded`](crate::LossReason)); the store
+    /// lost-lock signal fires ([`LossReason::MaxHoldExceeded`](crate::LossReason)), read from
+    /// the clock by every reader as the lease's deadline is (even while the watchdog cannot
+    /// run, for example on a blocked runtime); the store
     /// frees the lock at the end of its TTL, and a session-bound lock (ZooKeeper), which has
     /// no TTL, is released by the watchdog. A stuck holder cannot keep a lock forever.
     pub const fn max_hold(mut self, max: Duration) -> Self {

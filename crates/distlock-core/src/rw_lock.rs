@@ -171,8 +171,9 @@ impl RwLock {
     pub async fn holders(&self) -> Result<Vec<LockState>> {
         self.client
             .backend()
-            .inspect_holders(&self.name, Primitive::RwLock)
+            .inspect(&self.name, Primitive::RwLock)
             .await
+            .map(|state| state.holders)
     }
 }
 

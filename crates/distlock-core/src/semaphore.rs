@@ -152,8 +152,9 @@ impl Semaphore {
     pub async fn holders(&self) -> Result<Vec<LockState>> {
         self.client
             .backend()
-            .inspect_holders(&self.name, Primitive::Semaphore)
+            .inspect(&self.name, Primitive::Semaphore)
             .await
+            .map(|state| state.holders)
     }
 }
 

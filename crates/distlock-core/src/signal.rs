@@ -174,8 +174,9 @@ impl LostSignal {
                 // Only `ended` stops here; `lost` and `lost_or_suspended` never resolve.
                 return HoldEnd::Released;
             }
-            // The earliest local deadline (session-bound holds have none).
-            let deadline = self.holds.iter().filter_map(|(hold, _)| hold.deadline()).min();
+            // The earliest instant a hold can be lost by the clock (its deadline or maximum hold
+            // time; session-bound holds may have neither).
+            let deadline = self.holds.iter().filter_map(|(hold, _)| hold.loss_at()).min();
             tokio::select! {
                 // The senders live in the holds, which this signal keeps alive.
                 () = changed(&mut rxs) => {}

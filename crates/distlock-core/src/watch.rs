@@ -17,13 +17,12 @@ use crate::Lease;
 /// hear of; [`ReleaseWatch::wait`] then returns as soon as one arrives after the subscription.
 /// A polling backend returns [`ReleaseWatch::polling`], whose `wait` just sleeps.
 ///
-/// A backend that wakes one waiter per release ([`Capabilities::wakes_one`]) hands out a
-/// watch [`for_waiter`](Self::for_waiter): it carries a waiter id, which the waiter's next
-/// attempts ([`DistributedLock::try_acquire_waiting`]) put in the store's queue of waiters, and
-/// a release then wakes the first waiter in that queue, not all of them.
+/// A backend that wakes one waiter per release hands out a watch
+/// [`for_waiter`](Self::for_waiter): it carries a waiter id, which the waiter's next attempts
+/// ([`DistributedLock::attempt`] with that waiter) put in the store's queue of waiters, and a
+/// release then wakes the first waiter in that queue, not all of them.
 ///
-/// [`Capabilities::wakes_one`]: crate::Capabilities::wakes_one
-/// [`DistributedLock::try_acquire_waiting`]: crate::DistributedLock::try_acquire_waiting
+/// [`DistributedLock::attempt`]: crate::DistributedLock::attempt
 ///
 /// ```
 /// use distlock_core::{ReleaseWatch, Woke};

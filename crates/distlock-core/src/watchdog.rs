@@ -2,15 +2,18 @@
 //! records losses.
 //!
 //! It owns the renewal schedule; it may not decide ownership, which only the store's answers
-//! do, and it is not what makes a guard lost on time: every hold checks its own deadline
-//! against the clock ([`Hold::check_lost`]). The watchdog's job is to renew early enough that
-//! this never happens, and to fire signals for the guards nobody is looking at.
+//! do. It records what it learns (renewal answers, session changes, lease watches) and applies
+//! the one rule that decides every loss, [`Hold::check_lost`], which every reader of a guard
+//! applies too: a loss by the clock (the local deadline, the session's, the maximum hold
+//! time) is thus never late for a reader because the watchdog was. The watchdog's job is to
+//! renew early enough that no deadline passes, and to fire signals for the guards nobody is
+//! looking at.
 //!
 //! - Holds wait in a timer heap keyed by their next event (renewal, deadline, maximum hold), so
 //!   registering one is O(log n) and wakes the task only when it is due before the task's
 //!   current sleep.
 //! - All holds due at one wake-up (and any due within a tenth of their TTL) go to the backend
-//!   in one [`DistributedLock::extend_many`] call, which a backend can pipeline. Each batch runs
+//!   in one [`DistributedLock::renew`] call, which a backend can pipeline. Each batch runs
 //!   in a task of its own, so a store that hangs on one batch delays neither other renewals
 //!   nor the detection of expiries; a panicking backend fails that batch's renewals only.
 //! - The task starts with the first registration and ends when no hold is left. If it dies
@@ -33,7 +36,7 @@ use tokio::time::Instant;
 
 use crate::cleanup::release_in_background;
 use crate::clock;
-use crate::hold::{Hold, Renewal};
+use crate::hold::{Hold, Renewal, Status};
 use crate::{DistributedLock, Lease, LossReason, Session, SessionState};
 
 /// Holds due within `ttl / PIGGYBACK_DIVISOR` ride along with a batch that is due now.
@@ -367,18 +370,24 @@ fn collect_due(state: &mut State, now: Instant) -> (Vec<Due>, Vec<Lease>) {
         }
         state.timers.pop();
         state.scheduled.remove(&id);
-        if !hold.is_active() {
-            state.holds.remove(&id);
-            continue;
-        }
-        if hold.max_hold_until.is_some_and(|t| t <= now) {
+        // Past its maximum hold time (whoever decided it first, here or a reader of the guard:
+        // the same rule, `Hold::check_lost`), a lease without a TTL of its own is released.
+        if hold.max_hold_until.is_some_and(|t| t <= now)
+            && hold
+                .check_lost()
+                .is_none_or(|reason| reason == LossReason::MaxHoldExceeded)
+            && hold.status() != Status::Released
+        {
             tracing::info!(lock = %hold.lease().name(), "distlock: maximum hold time reached, renewal stops");
-            hold.lose(LossReason::MaxHoldExceeded);
             state.holds.remove(&id);
             let lease = hold.lease();
             if lease.valid_until().is_none() {
                 past_max_hold.push(lease);
             }
+            continue;
+        }
+        if !hold.is_active() {
+            state.holds.remove(&id);
             continue;
         }
         let renew = hold.renew_at().is_some_and(|t| t <= now + window);
@@ -389,7 +398,7 @@ fn collect_due(state: &mut State, now: Instant) -> (Vec<Due>, Vec<Lease>) {
         match slot {
             Some(slot) => {
                 let lease = hold.lease();
-                if let Some(deadline) = hold.deadline() {
+                if let Some(deadline) = hold.loss_at() {
                     later.push(Reverse((deadline, id))); // watched while the batch is out
                 }
                 due.push(Due {
@@ -400,7 +409,7 @@ fn collect_due(state: &mut State, now: Instant) -> (Vec<Due>, Vec<Lease>) {
             }
             None => {
                 let next = match renew {
-                    true => hold.deadline(), // in flight elsewhere: watch the deadline only
+                    true => hold.loss_at(), // in flight elsewhere: watch the deadline only
                     false => hold.next_event(),
                 };
                 // An event in the piggyback window that is not a renewal waits for its time.
@@ -431,7 +440,7 @@ async fn renew(shared: Arc<Shared>, batch: Vec<Due>) {
         .unwrap_or_else(|| Instant::now() + IDLE);
     let sent_at = Instant::now();
     tracing::debug!(count = leases.len(), "distlock: renewing");
-    let renewal = AssertUnwindSafe(shared.lock.extend_many(&leases)).catch_unwind();
+    let renewal = AssertUnwindSafe(shared.lock.renew(&leases)).catch_unwind();
     let results = match tokio::time::timeout_at(bound, renewal).await {
         Ok(Ok(results)) => Ok(results),
         Ok(Err(_panic)) => Err("the backend panicked while renewing"),
@@ -496,7 +505,7 @@ fn apply_session(hold: &Hold, epoch: u64, session: Session) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{LockName, MemoryLock, OwnerToken, TryAcquire};
+    use crate::{DistributedLockExt, LockName, MemoryLock, OwnerToken, TryAcquire};
 
     /// A hold kept for a long time costs the watchdog the same per renewal as a fresh one:
     /// its timer heap stays bounded, and twice as many renewals process about twice as many

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireOptions, Capabilities, DistributedLock, Error, Fencing, Lease, LockClient, LockName, MemoryLock,
-    OwnerToken, ReleaseWatch, Result, TryAcquire, WakeUp,
+    AcquireOptions, Attempt, Capabilities, DistributedLock, DistributedLockExt, Error, Fencing, Lease,
+    LockClient, LockName, MemoryLock, Primitive, ReleaseWatch, Result, TryAcquire, WakeUp,
 };
 use tokio::sync::watch;
 
@@ -38,30 +38,21 @@ impl DistributedLock for Closing {
         "closing"
     }
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(Fencing::Monotonic, WakeUp::Notification).with_wakes_one(true)
+        Capabilities::new(Fencing::Monotonic, WakeUp::Notification)
     }
-    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
-        self.attempted(None);
-        self.inner.try_acquire(name, owner, ttl).await
-    }
-    async fn try_acquire_waiting(
-        &self,
-        name: &LockName,
-        owner: OwnerToken,
-        ttl: Duration,
-        waiter: &str,
-        _stay: Duration,
-    ) -> Result<TryAcquire> {
-        self.attempted(Some(waiter));
-        self.inner.try_acquire(name, owner, ttl).await
+    async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
+        self.attempted(attempt.waiter_parts().map(|(id, _)| id));
+        self.inner
+            .try_acquire(&attempt.name, attempt.owner, attempt.ttl)
+            .await
     }
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.inner.release(lease).await
     }
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
-        self.inner.extend(lease, ttl).await
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        self.inner.renew(leases).await
     }
-    async fn watch(&self, _name: &LockName) -> Result<ReleaseWatch> {
+    async fn watch(&self, _name: &LockName, _primitive: Primitive) -> Result<ReleaseWatch> {
         let (tx, rx) = watch::channel(0);
         drop(tx); // the subscription is gone before the waiter first waits on it
         Ok(ReleaseWatch::for_waiter(rx, (), "waiter-1"))

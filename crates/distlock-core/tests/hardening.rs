@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireOptions, Capabilities, DistributedLock, Error, HoldEnd, Lease, LockClient, LockName, LossReason,
-    MemoryLock, OwnerToken, Result, TryAcquire, Wait,
+    renew_each, AcquireOptions, Attempt, Capabilities, DistributedLock, DistributedLockExt, Error, HoldEnd,
+    Lease, LockClient, LockName, LossReason, MemoryLock, OwnerToken, Result, TryAcquire, Wait,
 };
 use tokio::time::Instant;
 
@@ -59,18 +59,22 @@ impl DistributedLock for Faulty {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
-    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
+    fn mechanics(&self) -> distlock_core::Mechanics {
+        self.inner.mechanics()
+    }
+    async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
+        let Attempt { name, owner, ttl, .. } = attempt;
         if let Some(delay) = self.attempt_delay {
             tokio::time::sleep(delay).await;
         }
         self.attempts.fetch_add(1, Ordering::SeqCst);
-        let outcome = self.inner.try_acquire(name, owner, ttl).await?;
+        let outcome = self.inner.try_acquire(name, *owner, *ttl).await?;
         if self.panic_next_acquire.swap(false, Ordering::SeqCst) {
             panic!("a backend bug in try_acquire");
         }
         if let (Some(skew), TryAcquire::Acquired(lease)) = (self.lease_skew, &outcome) {
             let fencing = lease.fencing_token().expect("memory issues tokens");
-            let skewed = Lease::new(name.clone(), owner, ttl, Instant::now() + skew).with_fencing(fencing);
+            let skewed = Lease::new(name.clone(), *owner, *ttl, Instant::now() + skew).with_fencing(fencing);
             return Ok(TryAcquire::Acquired(skewed));
         }
         if self.lose_next_acquire_reply.swap(false, Ordering::SeqCst) {
@@ -88,14 +92,21 @@ impl DistributedLock for Faulty {
         }
         self.inner.release(lease).await
     }
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
-        if self.panic_next_extend.swap(false, Ordering::SeqCst) {
-            panic!("a backend bug in extend");
-        }
-        if self.hang_prefix && lease.name().as_str().starts_with("hang-") {
-            std::future::pending::<()>().await;
-        }
-        Ok(self.inner.extend(lease, ttl).await?.map(|l| self.margined(l)))
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        renew_each(leases, |lease| async move {
+            if self.panic_next_extend.swap(false, Ordering::SeqCst) {
+                panic!("a backend bug in extend");
+            }
+            if self.hang_prefix && lease.name().as_str().starts_with("hang-") {
+                std::future::pending::<()>().await;
+            }
+            Ok(self
+                .inner
+                .extend(&lease, lease.ttl())
+                .await?
+                .map(|l| self.margined(l)))
+        })
+        .await
     }
     async fn ping(&self) -> Result<()> {
         Ok(())

@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireOptions, Capabilities, DistributedLock, Error, Fencing, Lease, LockClient, LockKind, LockName,
-    LockState, MemoryLock, OwnerToken, Result, TryAcquire, WakeUp,
+    AcquireOptions, Attempt, Capabilities, DistributedLock, DistributedLockExt, Error, Fencing, Lease,
+    LockClient, LockKind, LockName, MemoryLock, ObjectState, OwnerToken, Primitive, Result, TryAcquire,
+    WakeUp,
 };
 use futures::FutureExt;
 
@@ -66,26 +67,24 @@ impl DistributedLock for PollingStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(Fencing::Monotonic, WakeUp::Polling)
             .with_cross_process(false)
-            .with_hands_over(self.hands_over)
             .with_primitives(true, true)
     }
-    async fn try_acquire_kind(
-        &self,
-        name: &LockName,
-        kind: LockKind,
-        owner: OwnerToken,
-        ttl: Duration,
-        waiter: Option<(&str, Duration)>,
-    ) -> Result<TryAcquire> {
+    fn mechanics(&self) -> distlock_core::Mechanics {
+        distlock_core::Mechanics::default().with_hands_over(self.hands_over)
+    }
+    /// The memory store's attempt without its waiter queue for the mutex (it polls).
+    async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
         self.attempts.fetch_add(1, Ordering::SeqCst);
-        self.inner.try_acquire_kind(name, kind, owner, ttl, waiter).await
+        if attempt.kind == LockKind::Exclusive {
+            return self
+                .inner
+                .try_acquire(&attempt.name, attempt.owner, attempt.ttl)
+                .await;
+        }
+        self.inner.attempt(attempt).await
     }
     async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
         self.inner.withdraw(name, kind, waiter).await
-    }
-    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
-        self.attempts.fetch_add(1, Ordering::SeqCst);
-        self.inner.try_acquire(name, owner, ttl).await
     }
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.inner.release(lease).await
@@ -103,15 +102,15 @@ impl DistributedLock for PollingStore {
         }
         Ok(handed)
     }
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
-        self.inner.extend(lease, ttl).await
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        self.inner.renew(leases).await
     }
     fn store_identity(&self) -> Option<String> {
         Some(self.identity.clone())
     }
-    async fn inspect(&self, name: &LockName) -> Result<LockState> {
+    async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
         self.inspects.fetch_add(1, Ordering::SeqCst);
-        self.inner.inspect(name).await
+        self.inner.inspect(name, primitive).await
     }
     async fn ping(&self) -> Result<()> {
         self.inner.ping().await
@@ -166,7 +165,7 @@ async fn a_release_hands_the_lock_to_the_waiter_without_an_attempt_of_its_own() 
         "{:?} after {first:?}",
         guard.fencing_token()
     );
-    let state = store.inner.inspect(&name()).await.expect("inspect");
+    let state = store.inner.inspect_lock(&name()).await.expect("inspect");
     assert_eq!(state.owner, Some(guard.owner().to_string()));
     assert!(guard.release().await.expect("released"));
 }
@@ -198,7 +197,7 @@ async fn a_release_that_is_not_ours_hands_nothing_over() {
     let held = holder.acquire_with(name(), &slow_polling()).await.expect("free");
     let acquiring = queued_waiter(&waiter).await;
     assert!(store.inner.steal(&name()), "held");
-    let thief = store.inner.inspect(&name()).await.expect("inspect").owner;
+    let thief = store.inner.inspect_lock(&name()).await.expect("inspect").owner;
 
     assert!(
         !held.release().await.expect("answered"),
@@ -209,7 +208,10 @@ async fn a_release_that_is_not_ours_hands_nothing_over() {
         outcome.is_err(),
         "the waiter got a lock that was not the releaser's to give"
     );
-    assert_eq!(store.inner.inspect(&name()).await.expect("inspect").owner, thief);
+    assert_eq!(
+        store.inner.inspect_lock(&name()).await.expect("inspect").owner,
+        thief
+    );
 }
 
 #[tokio::test]
@@ -219,7 +221,7 @@ async fn a_lock_handed_to_a_waiter_that_went_is_released() {
     let held = holder.acquire_with(name(), &slow_polling()).await.expect("free");
     let acquiring = queued_waiter(&waiter).await;
     assert!(held.release().await.expect("released"));
-    let handed_to = store.inner.inspect(&name()).await.expect("inspect").owner;
+    let handed_to = store.inner.inspect_lock(&name()).await.expect("inspect").owner;
     assert!(handed_to.is_some(), "handed over, not freed");
     // The waiter goes before it ever runs again: the lease left for it is never taken.
     drop(acquiring);
@@ -256,7 +258,7 @@ async fn a_hand_over_whose_outcome_is_unknown_is_cleaned_up_and_the_waiter_still
             .unwrap_or_else(|_| panic!("lost reply {lost_reply}: the waiter did not get the lock within 3s"))
             .expect("acquired");
         assert!(guard.release().await.expect("released"));
-        let state = store.inner.inspect(&name()).await.expect("inspect");
+        let state = store.inner.inspect_lock(&name()).await.expect("inspect");
         assert_eq!(
             state.owner, None,
             "lost reply {lost_reply}: nothing left held behind"

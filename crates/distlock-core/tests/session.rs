@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireOptions, Capabilities, DistributedLock, Error, Expiry, Fairness, Fencing, Lease, LockClient,
-    LockName, LossReason, MemoryLock, OwnerToken, Result, Session, SessionState, TryAcquire, WakeUp,
+    renew_each, AcquireOptions, Attempt, Capabilities, DistributedLock, DistributedLockExt, Error, Expiry,
+    Fairness, Fencing, Lease, LockClient, LockName, LossReason, MemoryLock, OwnerToken, Result, Session,
+    SessionState, TryAcquire, WakeUp,
 };
 use futures::future::BoxFuture;
 use tokio::sync::watch;
@@ -66,37 +67,15 @@ impl DistributedLock for Queued {
             .with_fairness(Fairness::Fifo)
             .with_expiry(Expiry::Session)
     }
-    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, _ttl: Duration) -> Result<TryAcquire> {
-        let now = Instant::now();
-        Ok(
-            match self
-                .store
-                .try_acquire(name, owner, Duration::from_secs(3600))
-                .await?
-            {
-                TryAcquire::Acquired(lease) => {
-                    let epoch = self.session.borrow().epoch;
-                    let fencing = lease.fencing_token().expect("memory issues tokens");
-                    TryAcquire::Acquired(
-                        Lease::session_bound(name.clone(), owner, epoch, now).with_fencing(fencing),
-                    )
-                }
-                held => held,
-            },
-        )
+    async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
+        self.try_mutex(&attempt.name, attempt.owner).await
     }
-    async fn acquire_queued(
-        &self,
-        name: &LockName,
-        owner: OwnerToken,
-        ttl: Duration,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Lease>> {
+    async fn wait_queued(&self, attempt: &Attempt, deadline: Option<Instant>) -> Result<Option<Lease>> {
         self.queued_calls.fetch_add(1, Ordering::SeqCst);
         self.in_queue.fetch_add(1, Ordering::SeqCst);
         let _entry = QueueEntry(self.in_queue.clone());
         loop {
-            if let TryAcquire::Acquired(lease) = self.try_acquire(name, owner, ttl).await? {
+            if let TryAcquire::Acquired(lease) = self.try_mutex(&attempt.name, attempt.owner).await? {
                 if self.lose_next_queued_reply.swap(false, Ordering::SeqCst) {
                     return Err(Error::unavailable("queued", "the reply was lost"));
                 }
@@ -114,12 +93,15 @@ impl DistributedLock for Queued {
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.store.release(lease).await
     }
-    async fn extend(&self, lease: &Lease, _ttl: Duration) -> Result<Option<Lease>> {
-        Ok(self
-            .store
-            .extend(lease, Duration::from_secs(3600))
-            .await?
-            .map(|_| lease.clone()))
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        renew_each(leases, |lease| async move {
+            Ok(self
+                .store
+                .extend(&lease, Duration::from_secs(3600))
+                .await?
+                .map(|_| lease.clone()))
+        })
+        .await
     }
     fn watch_lease(&self, _lease: &Lease) -> Option<BoxFuture<'static, LossReason>> {
         let mut stolen = self.stolen.subscribe();
@@ -133,6 +115,29 @@ impl DistributedLock for Queued {
     }
     async fn ping(&self) -> Result<()> {
         Ok(())
+    }
+}
+
+impl Queued {
+    /// One attempt at the mutex, as a session-bound lease of the current session.
+    async fn try_mutex(&self, name: &LockName, owner: OwnerToken) -> Result<TryAcquire> {
+        let now = Instant::now();
+        Ok(
+            match self
+                .store
+                .try_acquire(name, owner, Duration::from_secs(3600))
+                .await?
+            {
+                TryAcquire::Acquired(lease) => {
+                    let epoch = self.session.borrow().epoch;
+                    let fencing = lease.fencing_token().expect("memory issues tokens");
+                    TryAcquire::Acquired(
+                        Lease::session_bound(name.clone(), owner, epoch, now).with_fencing(fencing),
+                    )
+                }
+                held => held,
+            },
+        )
     }
 }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireOptions, Capabilities, DistributedLock, Lease, LockClient, LockName, MemoryLock, OwnerToken,
-    Result, TryAcquire,
+    renew_each, AcquireOptions, Attempt, Capabilities, DistributedLock, DistributedLockExt, Lease,
+    LockClient, MemoryLock, Result, TryAcquire,
 };
 
 /// A memory store that counts renewal calls.
@@ -27,19 +27,19 @@ impl DistributedLock for Counting {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
-    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
-        self.inner.try_acquire(name, owner, ttl).await
+    fn mechanics(&self) -> distlock_core::Mechanics {
+        self.inner.mechanics()
+    }
+    async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
+        self.inner.attempt(attempt).await
     }
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.inner.release(lease).await
     }
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
-        self.inner.extend(lease, ttl).await
-    }
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
         self.batches.fetch_add(1, Ordering::SeqCst);
         self.renewed.fetch_add(leases.len(), Ordering::SeqCst);
-        self.inner.extend_many(leases).await
+        self.inner.renew(leases).await
     }
     async fn ping(&self) -> Result<()> {
         Ok(())
@@ -130,8 +130,11 @@ impl DistributedLock for Margined {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
-    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
-        Ok(match self.inner.try_acquire(name, owner, ttl).await? {
+    fn mechanics(&self) -> distlock_core::Mechanics {
+        self.inner.mechanics()
+    }
+    async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
+        Ok(match self.inner.attempt(attempt).await? {
             TryAcquire::Acquired(lease) => TryAcquire::Acquired(lease.with_validity_margin(MARGIN)),
             held => held,
         })
@@ -139,13 +142,16 @@ impl DistributedLock for Margined {
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.inner.release(lease).await
     }
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
-        *self.last_extend.lock().expect("not poisoned") = Some(tokio::time::Instant::now());
-        Ok(self
-            .inner
-            .extend(lease, ttl)
-            .await?
-            .map(|l| l.with_validity_margin(MARGIN)))
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        renew_each(leases, |lease| async move {
+            *self.last_extend.lock().expect("not poisoned") = Some(tokio::time::Instant::now());
+            Ok(self
+                .inner
+                .extend(&lease, lease.ttl())
+                .await?
+                .map(|l| l.with_validity_margin(MARGIN)))
+        })
+        .await
     }
     async fn ping(&self) -> Result<()> {
         Ok(())

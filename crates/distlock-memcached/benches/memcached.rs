@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use distlock_core::{AcquireOptions, DistributedLock, LockName, OwnerToken, TryAcquire};
+use distlock_core::{AcquireOptions, DistributedLock, DistributedLockExt, LockName, OwnerToken, TryAcquire};
 use distlock_memcached::{MemcachedConfig, MemcachedLock};
 use distlock_testkit::shared;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -109,7 +109,7 @@ fn benches(c: &mut Criterion) {
     group.bench_function("renew_500_extend_many", |b| {
         b.to_async(&rt).iter(|| async {
             let mut held = held.lock().await;
-            let renewed = lock.extend_many(&held).await;
+            let renewed = lock.renew(&held).await;
             *held = renewed
                 .into_iter()
                 .map(|r| r.expect("works").expect("still ours"))

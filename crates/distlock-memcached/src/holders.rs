@@ -143,28 +143,6 @@ impl MemcachedLock {
     // ---------------------------------------------------------------------------------------
     // Extend
 
-    /// Moves the end of `lease`'s hold to the server's clock plus `ttl` (and the slack), if
-    /// its owner still holds it; `None` if the hold ended or the item is gone (an eviction or
-    /// a restart lost every hold of the object). **2 round trips**, more under contention (if
-    /// the races go on until the operation timeout, [`Error::Unavailable`]).
-    pub(crate) async fn extend_hold(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
-        let renewal = Renewal::of(lease, ttl)?;
-        let primitive = lease.kind().primitive();
-        let (server, key) = self.object_at(lease.name(), primitive);
-        let outcome = self
-            .update(server, std::slice::from_ref(&key), false, |_, found| {
-                let Some((item, read)) = found else {
-                    return Ok(Decision::Done(None));
-                };
-                Ok(match renewal.apply(item, read) {
-                    Some(renewed) => Decision::Write(Some(renewed)),
-                    None => Decision::Done(None),
-                })
-            })
-            .await;
-        single(outcome)?.ok_or_else(|| contended(server, primitive, lease.name()))
-    }
-
     /// The watchdog's renewal of the permit, read and write leases among `leases` (their
     /// positions in `which`): one job per object, so every lease of one object is renewed by
     /// one rewrite, and per server up to 64 objects per pipeline, every pipeline in flight at

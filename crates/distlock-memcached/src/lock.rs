@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    Capabilities, DistributedLock, Error, Fencing, Lease, LockKind, LockName, LockState, OwnerToken,
+    Attempt, Capabilities, DistributedLock, Error, Fencing, Lease, LockKind, LockName, ObjectState,
     Primitive, ReleaseWatch, Result, TryAcquire, WakeUp,
 };
 
@@ -374,8 +374,23 @@ impl DistributedLock for MemcachedLock {
             .with_primitives(true, true)
     }
 
-    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
-        self.acquire_once(name, owner, ttl).await
+    /// The mutex goes to the mutex's item (its waiter is not recorded: memcached wakes no
+    /// one); a permit, read or write to its object's item (`holders.rs`).
+    async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
+        let Attempt {
+            name,
+            kind,
+            owner,
+            ttl,
+            ..
+        } = attempt;
+        match kind {
+            LockKind::Exclusive => self.acquire_once(name, *owner, *ttl).await,
+            kind => {
+                self.acquire_hold(name, *kind, *owner, *ttl, attempt.waiter_parts())
+                    .await
+            }
+        }
     }
 
     /// The mutex's lease goes to the mutex's item; a permit, read or write lease to its
@@ -387,16 +402,9 @@ impl DistributedLock for MemcachedLock {
         }
     }
 
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
-        match lease.kind() {
-            LockKind::Exclusive => self.extend_once(lease, ttl).await,
-            _ => self.extend_hold(lease, ttl).await,
-        }
-    }
-
     /// The mutex's leases as before (64 per pipeline), the others one rewrite per object (64
     /// objects per pipeline); both at once.
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
         let (mutex, holds): (Vec<usize>, Vec<usize>) =
             (0..leases.len()).partition(|&i| leases[i].kind() == LockKind::Exclusive);
         if holds.is_empty() {
@@ -418,32 +426,21 @@ impl DistributedLock for MemcachedLock {
             .collect()
     }
 
-    async fn try_acquire_kind(
-        &self,
-        name: &LockName,
-        kind: LockKind,
-        owner: OwnerToken,
-        ttl: Duration,
-        waiter: Option<(&str, Duration)>,
-    ) -> Result<TryAcquire> {
-        self.acquire_hold(name, kind, owner, ttl, waiter).await
+    /// Polling, for every primitive: memcached publishes nothing. **0 round trips.**
+    async fn watch(&self, _name: &LockName, _primitive: Primitive) -> Result<ReleaseWatch> {
+        Ok(self.release_watch())
     }
 
     async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
         self.withdraw_waiter(name, kind, waiter).await
     }
 
-    /// Polling, as for the mutex: memcached publishes nothing. **0 round trips.**
-    async fn watch_kind(&self, _name: &LockName, _primitive: Primitive) -> Result<ReleaseWatch> {
-        Ok(self.release_watch())
-    }
-
-    async fn inspect_holders(&self, name: &LockName, primitive: Primitive) -> Result<Vec<LockState>> {
-        self.holders_of(name, primitive).await
-    }
-
-    async fn watch(&self, _name: &LockName) -> Result<ReleaseWatch> {
-        Ok(self.release_watch())
+    /// The mutex's item, or the object's item's live holders.
+    async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
+        match primitive {
+            Primitive::Mutex => self.inspect_once(name).await.map(ObjectState::from),
+            primitive => self.holders_of(name, primitive).await.map(ObjectState::held_by),
+        }
     }
 
     /// `memcache://<servers>#<namespace>`: a release by a client of this process wakes one of
@@ -455,10 +452,6 @@ impl DistributedLock for MemcachedLock {
             config.servers().join(","),
             config.namespace()
         ))
-    }
-
-    async fn inspect(&self, name: &LockName) -> Result<LockState> {
-        self.inspect_once(name).await
     }
 
     async fn ping(&self) -> Result<()> {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Lease, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Lease, LockName, OwnerToken, TryAcquire};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
@@ -37,7 +37,7 @@ async fn a_handle_less_release_frees_only_its_owners_lock() {
         !lock.release(&stranger).await.expect("works"),
         "another owner's handle-less release must not free the lock"
     );
-    let state = lock.inspect(&name).await.expect("works");
+    let state = lock.inspect_lock(&name).await.expect("works");
     assert_eq!(state.owner, Some(lease.owner().to_string()), "still held");
 
     let same_owner = Lease::new(name.clone(), lease.owner(), TTL, Instant::now());
@@ -45,7 +45,7 @@ async fn a_handle_less_release_frees_only_its_owners_lock() {
         lock.release(&same_owner).await.expect("works"),
         "the owner's handle-less release frees the lock"
     );
-    assert_eq!(lock.inspect(&name).await.expect("works").owner, None, "free");
+    assert_eq!(lock.inspect_lock(&name).await.expect("works").owner, None, "free");
     assert!(
         !lock.release(&same_owner).await.expect("works"),
         "a second release finds nothing"
@@ -114,7 +114,7 @@ async fn a_winner_whose_token_record_reply_is_lost_gives_the_lock_back() {
         outcome.is_err(),
         "the second round trip's reply never came: {outcome:?}"
     );
-    let state = direct.inspect(&name).await.expect("works");
+    let state = direct.inspect_lock(&name).await.expect("works");
     assert_eq!(
         state.owner, None,
         "the failed attempt must give the lock back, found {state:?}"

@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Error, LockName, OwnerToken};
+use distlock_core::{DistributedLock, DistributedLockExt, Error, LockName, OwnerToken};
 use distlock_testkit::MemcachedOptions;
 
 #[tokio::test]

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, DistributedLock, Error, LockClient, LockGuard, LockName, LossReason};
+use distlock_core::{AcquireOptions, DistributedLockExt, Error, LockClient, LockGuard, LockName, LossReason};
 use distlock_testkit::MemcachedOptions;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -161,7 +161,7 @@ async fn a_server_started_with_big_m_refuses_instead_of_evicting() {
     );
     // ... and every held lock is still there, owned by its holder.
     for guard in guards {
-        let state = lock.inspect(&guard.name()).await.expect("works");
+        let state = lock.inspect_lock(&guard.name()).await.expect("works");
         assert_eq!(
             state.owner,
             Some(guard.owner().to_string()),

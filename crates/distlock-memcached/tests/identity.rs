@@ -8,7 +8,7 @@ mod support;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use distlock_core::{DistributedLock, Lease, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Lease, LockName, OwnerToken, TryAcquire};
 use distlock_memcached::MemcachedLock;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -139,7 +139,7 @@ async fn a_restart_with_the_same_pid_in_the_same_second_is_still_another_server(
             !a.release(&old).await.expect("works"),
             "the old lease must not release the new holder's lock"
         );
-        let state = b.inspect(&name).await.expect("works");
+        let state = b.inspect_lock(&name).await.expect("works");
         assert_eq!(state.owner, Some(new.owner().to_string()), "B still holds it");
         assert!(b.release(&new).await.expect("works"));
         drop(server);

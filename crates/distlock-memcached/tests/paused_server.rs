@@ -9,7 +9,7 @@ mod support;
 
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Lease, LockKind, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Lease, LockKind, LockName, OwnerToken, TryAcquire};
 use distlock_memcached::{MemcachedConfig, MemcachedLock};
 use distlock_testkit::{MemcachedOptions, MemcachedServer};
 use futures::future::join_all;
@@ -149,7 +149,7 @@ async fn renew_during_a_stop(batched: bool, new_client: bool) {
             match batched {
                 // Several batches, on as many connections: each runs the race with the
                 // server's timer once.
-                true => join_all(leases.chunks(2).map(|batch| holder.extend_many(batch)))
+                true => join_all(leases.chunks(2).map(|batch| holder.renew(batch)))
                     .await
                     .into_iter()
                     .flatten()
@@ -191,7 +191,7 @@ async fn an_acquisition_queued_while_the_server_is_stopped_never_outlives_its_it
         .map(|i| LockName::new(format!("paused-acquire-{i}")).expect("valid"))
         .collect();
     // One connection per lock before the stop (the names are free again at once).
-    for outcome in join_all(names.iter().map(|name| holder.inspect(name))).await {
+    for outcome in join_all(names.iter().map(|name| holder.inspect_lock(name))).await {
         outcome.expect("works");
     }
 

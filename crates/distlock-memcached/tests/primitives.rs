@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, Error, Lease, LockClient, LockKind, LockName, LossReason, OwnerToken,
-    Primitive, TryAcquire,
+    AcquireOptions, DistributedLock, DistributedLockExt, Error, Lease, LockClient, LockKind, LockName,
+    LossReason, OwnerToken, Primitive, TryAcquire,
 };
 use distlock_memcached::MemcachedLock;
 use distlock_testkit::MemcachedOptions;
@@ -270,7 +270,7 @@ async fn renewal_keeps_a_permit_and_tokens_keep_increasing_after_the_last_releas
     let mut leases = vec![first, second, mutex];
     for _ in 0..4 {
         tokio::time::sleep(Duration::from_millis(600)).await;
-        let renewed = lock.extend_many(&leases).await;
+        let renewed = lock.renew(&leases).await;
         leases = renewed
             .into_iter()
             .map(|r| r.expect("works").expect("still held"))
@@ -291,7 +291,7 @@ async fn renewal_keeps_a_permit_and_tokens_keep_increasing_after_the_last_releas
     let mut batch = leases.clone();
     batch.extend([stranger, nowhere]);
     let renewed: Vec<Option<Lease>> = lock
-        .extend_many(&batch)
+        .renew(&batch)
         .await
         .into_iter()
         .map(|r| r.expect("works"))
@@ -557,7 +557,7 @@ async fn the_three_primitives_of_one_name_are_separate_objects() {
     assert!(lock.release(&permit).await.expect("works"));
     assert!(lock.release(&writer).await.expect("works"));
     assert!(
-        lock.inspect(&name).await.expect("works").is_held(),
+        lock.inspect_lock(&name).await.expect("works").is_held(),
         "the mutex is untouched"
     );
     assert!(lock.release(&mutex).await.expect("works"));

@@ -7,7 +7,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Lease, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Lease, LockName, OwnerToken, TryAcquire};
 use distlock_memcached::MemcachedLock;
 use tokio::time::Instant;
 
@@ -74,7 +74,7 @@ async fn round(
     let (lease_b, _) = winner.await.expect("joined");
     assert!(a_released <= 1, "A released twice");
     assert_eq!(a_extended, 0, "A's stale lease was extended");
-    let state = b.inspect(&name).await.expect("inspect works");
+    let state = b.inspect_lock(&name).await.expect("inspect works");
     assert_eq!(
         state.owner.as_deref(),
         Some(lease_b.owner().to_string().as_str()),

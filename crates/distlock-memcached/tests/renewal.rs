@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Error, Lease, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Error, Lease, LockName, OwnerToken, TryAcquire};
 use distlock_memcached::{MemcachedConfig, MemcachedLock};
 
 async fn take(lock: &MemcachedLock, name: &LockName) -> Lease {
@@ -48,7 +48,7 @@ async fn extend_many_renews_ours_and_reports_the_rest() {
         Duration::from_secs(5),
         tokio::time::Instant::now(),
     ));
-    let results = lock.extend_many(&batch).await;
+    let results = lock.renew(&batch).await;
     assert_eq!(results.len(), batch.len());
     for (i, result) in results.iter().enumerate() {
         match i {
@@ -89,7 +89,7 @@ async fn a_renewal_whose_reply_was_lost_does_not_lose_the_lock() {
         .expect("works")
         .expect("the item still holds our token, so the old lease recovers");
     let renewed_again = lock
-        .extend_many(std::slice::from_ref(&original))
+        .renew(std::slice::from_ref(&original))
         .await
         .pop()
         .expect("one result")
@@ -121,7 +121,7 @@ async fn a_failed_batch_gives_each_lease_the_error_once() {
         batch.push(take(&lock, &LockName::new(format!("batch-{run}-{i}")).expect("valid")).await);
     }
     server.pause().expect("paused");
-    let results = lock.extend_many(&batch).await;
+    let results = lock.renew(&batch).await;
     server.resume().expect("resumed");
     assert_eq!(results.len(), 2);
     for result in results {

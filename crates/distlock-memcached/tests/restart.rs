@@ -7,7 +7,8 @@ mod support;
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, Lease, LockClient, LockName, LossReason, OwnerToken, TryAcquire,
+    AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockClient, LockName, LossReason, OwnerToken,
+    TryAcquire,
 };
 use distlock_memcached::MemcachedLock;
 use distlock_testkit::MemcachedOptions;
@@ -80,7 +81,7 @@ async fn restart_frees_locks_and_old_holders_learn_it_without_harm() {
         !a.release(&old).await.expect("works"),
         "the old lease must not release the new holder's lock despite the equal CAS"
     );
-    let state = b.inspect(&raw_name).await.expect("works");
+    let state = b.inspect_lock(&raw_name).await.expect("works");
     assert_eq!(state.owner, Some(new.owner().to_string()), "B still holds it");
 
     // B takes the guarded names too, before A's watchdog runs again.

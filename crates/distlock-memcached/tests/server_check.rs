@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Error, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Error, LockName, OwnerToken, TryAcquire};
 use distlock_testkit::{FaultProxy, MemcachedOptions};
 use support::fake::{Behaviour, FakeMemcached};
 use tokio::net::{TcpListener, TcpStream};

@@ -6,7 +6,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, Error, LockClient, LockName, LossReason, OwnerToken, TryAcquire,
+    AcquireOptions, DistributedLock, DistributedLockExt, Error, LockClient, LockName, LossReason, OwnerToken,
+    TryAcquire,
 };
 use distlock_memcached::MemcachedConfig;
 use distlock_testkit::{MemcachedOptions, MemcachedServer};

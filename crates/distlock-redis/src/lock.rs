@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    Capabilities, DistributedLock, Error, Fencing, FencingToken, Lease, LockKind, LockName, LockState,
-    OwnerToken, Primitive, ReleaseWatch, Result, TryAcquire, WakeUp,
+    Attempt, Capabilities, DistributedLock, Error, Fencing, FencingToken, Lease, LockKind, LockName,
+    LockState, ObjectState, Primitive, ReleaseWatch, Result, TryAcquire, WakeUp,
 };
 use tokio::time::Instant;
 
@@ -38,7 +38,7 @@ pub(crate) use admin::{check_eviction_policy, scan_keys};
 use operations::stay_millis;
 pub(crate) use operations::ttl_millis;
 use renew::extend_many_in_cluster;
-pub(crate) use renew::{extend_many_on, extend_on, Renewal};
+pub(crate) use renew::{extend_many_on, Renewal};
 
 /// The longest TTL accepted (30 days), as [`Capabilities::new`] declares.
 const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -383,144 +383,43 @@ impl DistributedLock for RedisLock {
     /// read-write locks.
     fn capabilities(&self) -> Capabilities {
         let mut caps = Self::single_instance_capabilities().with_primitives(true, true);
-        if self.inner.config.notifications {
-            caps.wakes_one = true;
-            caps.permits_wake_one = true;
-        } else {
+        if !self.inner.config.notifications {
             caps.wake_up = WakeUp::Polling;
         }
         caps
     }
 
-    /// One round trip: the acquire script (`SET NX PX`, then `INCR` of the fencing counter,
-    /// or the holder's `PTTL`). With replica acknowledgement, the `WAIT` rides in the same
-    /// pipeline; if too few replicas confirm, the lock is released (one more round trip) and
-    /// the attempt fails with [`Error::Unavailable`].
-    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
-        self.attempt(name, owner, ttl, None).await
-    }
-
-    /// As `try_acquire`, in the same round trip: if the lock is held, the waiter is queued
-    /// (at the back) in the lock's queue of waiters, of which a release wakes the first;
-    /// if it wins, it leaves the queue.
-    async fn try_acquire_waiting(
-        &self,
-        name: &LockName,
-        owner: OwnerToken,
-        ttl: Duration,
-        waiter: &str,
-        stay: Duration,
-    ) -> Result<TryAcquire> {
-        self.inner
-            .waiters
-            .attempt(waiter, stay, |waiting| self.attempt(name, owner, ttl, waiting))
-            .await
-    }
-
-    /// One round trip: for the mutex, compare-and-delete, then wake the first queued waiter,
-    /// if any; for a permit, its release script, which wakes the first waiter of the
-    /// semaphore's queue; for a read or the write lock, its release script, which announces
-    /// the release to every waiter of the object. By the lease's kind, name and owner alone.
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        let owner = lease.owner().to_string();
-        let node = &self.inner.node;
-        match lease.kind() {
-            LockKind::Exclusive => {
-                release_waking_on(node, node.timeout(), &self.keys(lease.name()), &owner).await
-            }
-            kind => holds::release(node, node.timeout(), &self.inner.keys, lease.name(), kind, &owner).await,
-        }?
-        .for_lease(lease)
-    }
-
-    /// One round trip: compare-and-`PEXPIRE` (the mutex, the write lock), or a live member's
-    /// expiry moved (a permit, a read lock). With replica acknowledgement, the `WAIT` rides in
-    /// the same pipeline; a renewal too few replicas acknowledged is an ambiguous
-    /// [`Error::Unavailable`].
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
-        let renewal = self.renewal(lease, ttl)?;
-        let sent_at = Instant::now();
-        let node = &self.inner.node;
-        let ours = match self.inner.acks {
-            None => renewal.run(node, node.timeout()).await?,
-            Some(_) => {
-                let reply = self.renew_on_server(std::slice::from_ref(&renewal)).await.pop();
-                reply.unwrap_or_else(|| Err(Error::backend(BACKEND, "no reply for a renewal")))?
-            }
-        };
-        Ok(ours.then(|| lease.renewed(ttl, sent_at)))
-    }
-
-    /// One round trip for all leases, of any kinds: a pipeline of extend scripts (with replica
-    /// acknowledgement, `WAIT` behind them, as for `extend`).
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
-        let mut batch = Vec::with_capacity(leases.len());
-        let mut slots = Vec::with_capacity(leases.len());
-        let mut results: Vec<Option<Result<Option<Lease>>>> = Vec::with_capacity(leases.len());
-        for lease in leases {
-            match self.renewal(lease, lease.ttl()) {
-                Ok(renewal) => {
-                    slots.push(results.len());
-                    results.push(None);
-                    batch.push(renewal);
-                }
-                Err(e) => results.push(Some(Err(e))),
-            }
-        }
-        let sent_at = Instant::now();
-        let node = &self.inner.node;
-        let replies = if batch.is_empty() {
-            Vec::new()
-        } else if let Target::Cluster(seeds) = node.target() {
-            extend_many_in_cluster(node, &self.inner.slots, &seeds.first_host(), &batch).await
-        } else {
-            self.renew_on_server(&batch).await
-        };
-        for (slot, reply) in slots.into_iter().zip(replies) {
-            let lease = &leases[slot];
-            results[slot] = Some(reply.map(|ours| ours.then(|| lease.renewed(lease.ttl(), sent_at))));
-        }
-        results
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(Error::backend(BACKEND, "no reply for a renewal"))))
-            .collect()
-    }
-
-    /// Subscribes to the lock's release channel on this client's one pub/sub connection; the
-    /// watch fires on every release published after this returns.
-    async fn watch(&self, name: &LockName) -> Result<ReleaseWatch> {
-        if !self.inner.config.notifications {
-            return Ok(ReleaseWatch::polling());
-        }
-        let keys = self.keys(name);
-        let waiter: Arc<str> = format!("{:016x}", rand::random::<u64>()).into();
-        let (rx, keep) = self
-            .inner
-            .subscriber
-            .watch_as_waiter(&keys.channel, waiter.clone())
-            .await?;
-        let leave = self
-            .inner
-            .waiters
-            .leave_on_drop(vec![self.inner.node.clone()], keys, waiter.clone());
-        Ok(ReleaseWatch::for_waiter(rx, (keep, leave), waiter))
-    }
-
-    /// One attempt at a permit, a read or the write lock: one round trip (one script; with
-    /// replica acknowledgement, the `WAIT` rides in the same pipeline, as for `try_acquire`).
-    /// A failing write attempt with `waiter` records the waiting writer in the same script; a
-    /// failing permit attempt queues the waiter in the semaphore's queue.
-    /// The mutex ([`LockKind::Exclusive`]) goes to `try_acquire`.
-    async fn try_acquire_kind(
-        &self,
-        name: &LockName,
-        kind: LockKind,
-        owner: OwnerToken,
-        ttl: Duration,
-        waiter: Option<(&str, Duration)>,
-    ) -> Result<TryAcquire> {
+    /// The mutex: one round trip, the acquire script (`SET NX PX`, then `INCR` of the fencing
+    /// counter, or the holder's `PTTL`); with a waiter, in the same round trip, the waiter is
+    /// queued (at the back) in the lock's queue of waiters if the lock is held, of which a
+    /// release wakes the first, and leaves it if it wins. With replica acknowledgement, the
+    /// `WAIT` rides in the same pipeline; if too few replicas confirm, the lock is released
+    /// (one more round trip) and the attempt fails with [`Error::Unavailable`].
+    ///
+    /// A permit, a read or the write lock: one round trip (one script; with replica
+    /// acknowledgement, the `WAIT` rides in the same pipeline). A failing write attempt with a
+    /// waiter records the waiting writer in the same script; a failing permit attempt queues
+    /// the waiter in the semaphore's queue.
+    async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
+        let Attempt {
+            name,
+            kind,
+            owner,
+            ttl,
+            ..
+        } = attempt;
+        let (kind, owner, ttl) = (*kind, *owner, *ttl);
+        let waiter = attempt.waiter_parts();
         if kind == LockKind::Exclusive {
-            return self.attempt(name, owner, ttl, None).await;
+            return match waiter {
+                Some((waiter, stay)) => {
+                    self.inner
+                        .waiters
+                        .attempt(waiter, stay, |waiting| self.attempt(name, owner, ttl, waiting))
+                        .await
+                }
+                None => self.attempt(name, owner, ttl, None).await,
+            };
         }
         let ttl_ms = ttl_millis(ttl)?;
         let token = owner.to_string();
@@ -562,28 +461,88 @@ impl DistributedLock for RedisLock {
         }
     }
 
-    /// One round trip for a waiting writer (its record goes; if no writer holds and no other
-    /// writer waits, readers are told) and for a semaphore's waiter (it leaves the queue; if a
-    /// permit is free, the next waiter is woken in its place); nothing for readers.
-    async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
-        let (node, space) = (&self.inner.node, &self.inner.keys);
-        match kind {
-            LockKind::Write => holds::withdraw_writer(node, space, name, waiter).await,
-            LockKind::Permit { .. } => holds::withdraw_permit_waiter(node, space, name, waiter).await,
-            _ => Ok(()),
-        }
+    /// One round trip: for the mutex, compare-and-delete, then wake the first queued waiter,
+    /// if any; for a permit, its release script, which wakes the first waiter of the
+    /// semaphore's queue; for a read or the write lock, its release script, which announces
+    /// the release to every waiter of the object. By the lease's kind, name and owner alone.
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let owner = lease.owner().to_string();
+        let node = &self.inner.node;
+        match lease.kind() {
+            LockKind::Exclusive => {
+                release_waking_on(node, node.timeout(), &self.keys(lease.name()), &owner).await
+            }
+            kind => holds::release(node, node.timeout(), &self.inner.keys, lease.name(), kind, &owner).await,
+        }?
+        .for_lease(lease)
     }
 
-    /// Subscribes to the object's release channel on this client's one pub/sub connection
-    /// (0 round trips if already subscribed, else 1). A semaphore's waiter is woken alone
+    /// One round trip for all leases, of any kinds: a pipeline of extend scripts
+    /// (compare-and-`PEXPIRE` for the mutex and the write lock, a live member's expiry moved for
+    /// a permit and a read lock). With replica acknowledgement,
+    /// `WAIT` rides behind them in the same pipeline; a renewal too few replicas acknowledged
+    /// is an ambiguous [`Error::Unavailable`].
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        let mut batch = Vec::with_capacity(leases.len());
+        let mut slots = Vec::with_capacity(leases.len());
+        let mut results: Vec<Option<Result<Option<Lease>>>> = Vec::with_capacity(leases.len());
+        for lease in leases {
+            match self.renewal(lease, lease.ttl()) {
+                Ok(renewal) => {
+                    slots.push(results.len());
+                    results.push(None);
+                    batch.push(renewal);
+                }
+                Err(e) => results.push(Some(Err(e))),
+            }
+        }
+        let sent_at = Instant::now();
+        let node = &self.inner.node;
+        let replies = if batch.is_empty() {
+            Vec::new()
+        } else if let Target::Cluster(seeds) = node.target() {
+            extend_many_in_cluster(node, &self.inner.slots, &seeds.first_host(), &batch).await
+        } else {
+            self.renew_on_server(&batch).await
+        };
+        for (slot, reply) in slots.into_iter().zip(replies) {
+            let lease = &leases[slot];
+            results[slot] = Some(reply.map(|ours| ours.then(|| lease.renewed(lease.ttl(), sent_at))));
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::backend(BACKEND, "no reply for a renewal"))))
+            .collect()
+    }
+
+    /// Subscribes to the object's release channel on this client's one pub/sub connection;
+    /// the watch fires on every release published after this returns. The mutex's watch names
+    /// its waiter, whom a release wakes once it is first in the lock's queue.
+    ///
+    /// Semaphores and read-write locks: the object's release channel (0 round trips if
+    /// already subscribed, else 1). A semaphore's waiter is woken alone
     /// (`wake:<waiter>`) when a released permit is its to take: the release wakes the first
     /// waiter of the semaphore's queue. A release of the write lock, of the last reader and a
     /// withdrawal of the last waiting writer wake every watch of the read-write lock (which of
     /// them can get in depends on what each asks for). The waiters' safety-net re-check and
     /// their wake-up at the holders' expiry (which announces nothing) stay, as for the mutex.
-    async fn watch_kind(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
+    async fn watch(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
         if primitive == Primitive::Mutex {
-            return self.watch(name).await;
+            if !self.inner.config.notifications {
+                return Ok(ReleaseWatch::polling());
+            }
+            let keys = self.keys(name);
+            let waiter: Arc<str> = format!("{:016x}", rand::random::<u64>()).into();
+            let (rx, keep) = self
+                .inner
+                .subscriber
+                .watch_as_waiter(&keys.channel, waiter.clone())
+                .await?;
+            let leave = self
+                .inner
+                .waiters
+                .leave_on_drop(vec![self.inner.node.clone()], keys, waiter.clone());
+            return Ok(ReleaseWatch::for_waiter(rx, (keep, leave), waiter));
         }
         if !self.inner.config.notifications {
             return Ok(ReleaseWatch::polling());
@@ -604,35 +563,47 @@ impl DistributedLock for RedisLock {
         Ok(ReleaseWatch::notified(rx, keep))
     }
 
-    /// One round trip: the live holders, read atomically by a script. For the mutex, its
-    /// holder if held (as [`inspect`](DistributedLock::inspect)).
-    async fn inspect_holders(&self, name: &LockName, primitive: Primitive) -> Result<Vec<LockState>> {
+    /// One round trip for a waiting writer (its record goes; if no writer holds and no other
+    /// writer waits, readers are told) and for a semaphore's waiter (it leaves the queue; if a
+    /// permit is free, the next waiter is woken in its place); nothing for readers.
+    async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
         let (node, space) = (&self.inner.node, &self.inner.keys);
-        match primitive {
-            Primitive::Semaphore => holds::semaphore_holders(node, space, name).await,
-            Primitive::RwLock => holds::rw_lock_holders(node, space, name).await,
-            _ => {
-                let state = self.inspect(name).await?;
-                Ok(if state.is_held() { vec![state] } else { Vec::new() })
-            }
+        match kind {
+            LockKind::Write => holds::withdraw_writer(node, space, name, waiter).await,
+            LockKind::Permit { .. } => holds::withdraw_permit_waiter(node, space, name, waiter).await,
+            _ => Ok(()),
         }
     }
 
-    /// One round trip: `GET`, `PTTL` and the fencing counter, read atomically by a script.
-    async fn inspect(&self, name: &LockName) -> Result<LockState> {
-        let keys = self.keys(name);
-        let (owner, pttl, fencing): (Option<Vec<u8>>, i64, Option<u64>) = self
-            .inner
-            .node
-            .script(&scripts::INSPECT, &[&keys.lock, &keys.fence], &[])
-            .await?;
-        let fencing = fencing.map(FencingToken::new);
-        let remaining = u64::try_from(pttl).ok().map(Duration::from_millis);
-        // Other clients of the layout may store any bytes as the owner.
-        Ok(match owner {
-            Some(owner) => LockState::held(String::from_utf8_lossy(&owner).into_owned(), fencing, remaining),
-            None => LockState::free(fencing),
-        })
+    /// One round trip: the live holders, read atomically by a script; for the mutex, `GET`,
+    /// `PTTL` and the fencing counter (a free lock reports its last token).
+    async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
+        let (node, space) = (&self.inner.node, &self.inner.keys);
+        match primitive {
+            Primitive::Semaphore => holds::semaphore_holders(node, space, name)
+                .await
+                .map(ObjectState::held_by),
+            Primitive::RwLock => holds::rw_lock_holders(node, space, name)
+                .await
+                .map(ObjectState::held_by),
+            _ => {
+                let keys = self.keys(name);
+                let (owner, pttl, fencing): (Option<Vec<u8>>, i64, Option<u64>) = self
+                    .inner
+                    .node
+                    .script(&scripts::INSPECT, &[&keys.lock, &keys.fence], &[])
+                    .await?;
+                let fencing = fencing.map(FencingToken::new);
+                let remaining = u64::try_from(pttl).ok().map(Duration::from_millis);
+                // Other clients of the layout may store any bytes as the owner.
+                Ok(ObjectState::from(match owner {
+                    Some(owner) => {
+                        LockState::held(String::from_utf8_lossy(&owner).into_owned(), fencing, remaining)
+                    }
+                    None => LockState::free(fencing),
+                }))
+            }
+        }
     }
 
     /// One round trip: `PING`.

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    Capabilities, DistributedLock, Error, Fencing, Holder, Lease, LockKind, LockName, LockState, OwnerToken,
-    Result, TryAcquire, WakeUp,
+    Attempt, Capabilities, DistributedLock, Error, Fencing, Holder, Lease, LockKind, LockName, LockState,
+    ObjectState, OwnerToken, Primitive, Result, TryAcquire, WakeUp,
 };
 use futures::future::join_all;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use crate::acquire::{acquire_unfenced_on, AcquireReply};
 use crate::config::{RedlockConfig, Target, DEFAULT_RESTART_QUARANTINE};
 use crate::keys::{KeySpace, LockKeys};
-use crate::lock::{extend_many_on, extend_on, scan_keys, ttl_millis, Renewal};
+use crate::lock::{extend_many_on, scan_keys, ttl_millis, Renewal};
 use crate::node::{Node, BACKEND};
 use crate::release::{release_quietly_on, release_waking_on};
 use crate::subscriber::{Keep, Subscriber};
@@ -546,32 +546,30 @@ impl DistributedLock for Redlock {
             WakeUp::Polling
         };
         Capabilities::new(Fencing::None, wake_up)
-            .with_wakes_one(self.inner.config.notifications)
             .with_ttl_granularity(Duration::from_millis(1))
             .with_ttl_range(Duration::from_millis(10), Duration::from_secs(30 * 24 * 3600))
             .with_primitives(false, false)
     }
 
-    /// One parallel round trip to all masters (another to release where it got the lock, or
-    /// lost a reply, if it failed).
-    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
-        self.attempt(name, owner, ttl, None).await
-    }
-
-    /// As `try_acquire`, queueing the waiter on every master that finds the lock held (each
-    /// master's release wakes the first waiter of its own queue).
-    async fn try_acquire_waiting(
-        &self,
-        name: &LockName,
-        owner: OwnerToken,
-        ttl: Duration,
-        waiter: &str,
-        stay: Duration,
-    ) -> Result<TryAcquire> {
-        self.inner
-            .waiters
-            .attempt(waiter, stay, |waiting| self.attempt(name, owner, ttl, waiting))
-            .await
+    /// The mutex only: one parallel round trip to all masters (another to release where it
+    /// got the lock, or lost a reply, if it failed). With a waiter, the waiter is queued on
+    /// every master that finds the lock held (each master's release wakes the first waiter of
+    /// its own queue).
+    async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
+        if attempt.kind != LockKind::Exclusive {
+            return Err(attempt.not_supported(self.backend()));
+        }
+        let Attempt { name, owner, ttl, .. } = attempt;
+        let (owner, ttl) = (*owner, *ttl);
+        match attempt.waiter_parts() {
+            Some((waiter, stay)) => {
+                self.inner
+                    .waiters
+                    .attempt(waiter, stay, |waiting| self.attempt(name, owner, ttl, waiting))
+                    .await
+            }
+            None => self.attempt(name, owner, ttl, None).await,
+        }
     }
 
     /// One parallel round trip: compare-and-delete on all masters, each waking the first waiter
@@ -590,27 +588,9 @@ impl DistributedLock for Redlock {
         }
     }
 
-    /// One parallel round trip: compare-and-`PEXPIRE` on all masters; kept with a majority.
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
-        only_mutex(lease)?;
-        let ttl_ms = ttl_millis(ttl)?;
-        let keys = self.keys(lease.name());
-        let token = lease.owner().to_string();
-        let limit = self.inner.config.node_timeout;
-        let sent_at = Instant::now();
-        let replies = join_all(
-            self.inner
-                .nodes
-                .iter()
-                .map(|node| extend_on(node, limit, &keys, &token, ttl_ms)),
-        )
-        .await;
-        let tally = tally(replies);
-        self.judge_extension(lease, ttl, sent_at, &tally)
-    }
-
-    /// One pipeline per master, all masters at once.
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+    /// One pipeline per master (compare-and-`PEXPIRE` of each lease), all masters at once; a
+    /// renewal is kept with a majority.
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
         // Leases with an invalid TTL never reach the masters (`PEXPIRE 0` would delete).
         let mut batch = Vec::with_capacity(leases.len());
         let mut batched = Vec::with_capacity(leases.len());
@@ -654,9 +634,10 @@ impl DistributedLock for Redlock {
 
     /// Subscribes on every master at once (each bounded by the node timeout) and returns a
     /// watch that fires on the first announcement from any of them. Fails only if no master
-    /// confirmed the subscription (the waiter then polls).
-    async fn watch(&self, name: &LockName) -> Result<distlock_core::ReleaseWatch> {
-        if !self.inner.config.notifications {
+    /// confirmed the subscription (the waiter then polls). Semaphores and read-write locks
+    /// are not offered: polling.
+    async fn watch(&self, name: &LockName, primitive: Primitive) -> Result<distlock_core::ReleaseWatch> {
+        if !self.inner.config.notifications || primitive != Primitive::Mutex {
             return Ok(distlock_core::ReleaseWatch::polling());
         }
         let keys = self.keys(name);
@@ -694,8 +675,14 @@ impl DistributedLock for Redlock {
 
     /// Reads every master (one parallel round trip: a script reading the owner and its TTL
     /// at once, a key of another type named `<type>` as on one server); the holder is the
-    /// owner a majority agrees on.
-    async fn inspect(&self, name: &LockName) -> Result<LockState> {
+    /// owner a majority agrees on. The mutex only.
+    async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
+        if primitive != Primitive::Mutex {
+            return Err(Error::NotSupported {
+                backend: self.backend(),
+                what: "listing the holders of a semaphore or read-write lock",
+            });
+        }
         let keys = self.keys(name);
         let limit = self.inner.config.node_timeout;
         let lock_key: [&[u8]; 1] = [&keys.lock];
@@ -718,7 +705,7 @@ impl DistributedLock for Redlock {
         if answered < self.quorum() {
             return Err(self.no_majority("inspect", answered, &[]));
         }
-        Ok(
+        Ok(ObjectState::from(
             match owners.into_iter().find(|(_, ttls)| ttls.len() >= self.quorum()) {
                 Some((owner, ttls)) => {
                     let remaining = ttls.into_iter().flatten().min();
@@ -726,7 +713,7 @@ impl DistributedLock for Redlock {
                 }
                 None => LockState::free(None),
             },
-        )
+        ))
     }
 
     /// `PING` on all masters; fine with a majority.

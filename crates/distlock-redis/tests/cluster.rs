@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, Error, LockClient, LockKind, LockName, OwnerToken, Primitive,
-    ReleaseWatch, TryAcquire, Woke,
+    AcquireOptions, Attempt, DistributedLock, DistributedLockExt, Error, LockClient, LockKind, LockName,
+    OwnerToken, Primitive, ReleaseWatch, TryAcquire, Woke,
 };
 use distlock_redis::RedisLock;
 use distlock_testkit::{RedisCluster, RedisClusterOptions};
@@ -60,7 +60,7 @@ async fn a_silent_subscription_connection_is_replaced_and_its_watches_woken() {
     let holder = LockClient::new(lock_at(&cluster.url()).await);
     let name = name_on(&cluster, 1, "silent");
     let guard = holder.acquire(name.as_str()).await.expect("acquires");
-    let mut watch = waiter.watch(&name).await.expect("subscribes");
+    let mut watch = waiter.watch(&name, Primitive::Mutex).await.expect("subscribes");
 
     proxies.silence_open();
     let released = Instant::now();
@@ -91,16 +91,13 @@ async fn an_unreachable_master_without_subscriptions_leaves_the_others_watched()
     let holder = LockClient::new(lock_at(&cluster.url()).await);
     let name = name_on(&cluster, 1, "kept-watched");
     let guard = holder.acquire(name.as_str()).await.expect("acquires");
-    let mut watch = waiter.watch(&name).await.expect("subscribes");
+    let mut watch = waiter.watch(&name, Primitive::Mutex).await.expect("subscribes");
     // Queued, so that the release wakes this waiter (a release wakes the first queued one).
     let id = watch.waiter().cloned().expect("a waiter's watch");
     let attempt = waiter
-        .try_acquire_waiting(
-            &name,
-            OwnerToken::new(),
-            Duration::from_secs(30),
-            &id,
-            Duration::from_secs(60),
+        .attempt(
+            &Attempt::mutex(name.clone(), OwnerToken::new(), Duration::from_secs(30))
+                .waiting(&id, Duration::from_secs(60)),
         )
         .await
         .expect("answers");
@@ -151,7 +148,7 @@ async fn timeouts_of_many_callers_reopen_the_cluster_connection_once() {
     let lock = lock_at(&url).await;
     let slow = name_on(&cluster, 1, "slow");
     let fast = name_on(&cluster, 0, "fast");
-    lock.inspect(&fast).await.expect("answers");
+    lock.inspect_lock(&fast).await.expect("answers");
 
     let k = 8;
     proxies.0[1].set_latency(
@@ -159,14 +156,14 @@ async fn timeouts_of_many_callers_reopen_the_cluster_connection_once() {
         OPERATION_TIMEOUT * 2,
         Duration::ZERO,
     );
-    let timed_out = futures::future::join_all((0..k).map(|_| lock.inspect(&slow))).await;
+    let timed_out = futures::future::join_all((0..k).map(|_| lock.inspect_lock(&slow))).await;
     proxies.0[1].heal();
     assert!(
         timed_out.iter().all(Result::is_err),
         "requests to the slow master: {timed_out:?}"
     );
     let before = connections_received(&cluster, 0).await;
-    let answered = futures::future::join_all((0..k).map(|_| lock.inspect(&fast))).await;
+    let answered = futures::future::join_all((0..k).map(|_| lock.inspect_lock(&fast))).await;
     let opened = connections_received(&cluster, 0).await - before - 1;
     println!("{k} callers after the timeouts opened {opened} connections to master 0");
     assert!(answered.iter().all(Result::is_ok), "{answered:?}");
@@ -192,7 +189,7 @@ async fn a_timeout_on_a_slow_master_leaves_the_healthy_masters_connections_alone
     let slow = name_on(&cluster, 1, "slow");
     let fast = [name_on(&cluster, 0, "fast"), name_on(&cluster, 2, "fast")];
     for name in &fast {
-        lock.inspect(name).await.expect("answers");
+        lock.inspect_lock(name).await.expect("answers");
     }
 
     proxies.0[1].set_latency(
@@ -200,7 +197,7 @@ async fn a_timeout_on_a_slow_master_leaves_the_healthy_masters_connections_alone
         OPERATION_TIMEOUT * 4,
         Duration::ZERO,
     );
-    let timed_out = futures::future::join_all((0..4).map(|_| lock.inspect(&slow))).await;
+    let timed_out = futures::future::join_all((0..4).map(|_| lock.inspect_lock(&slow))).await;
     assert!(
         timed_out.iter().all(Result::is_err),
         "requests to the slow master: {timed_out:?}"
@@ -214,7 +211,7 @@ async fn a_timeout_on_a_slow_master_leaves_the_healthy_masters_connections_alone
     ];
     for _ in 0..3 {
         for name in &fast {
-            lock.inspect(name).await.expect("a healthy master answers");
+            lock.inspect_lock(name).await.expect("a healthy master answers");
         }
     }
     // Each count includes its own raw connection.
@@ -244,17 +241,17 @@ async fn a_timeout_on_a_silent_connection_to_a_live_master_reopens_the_cluster_c
     let (url, proxies) = cluster.proxies().expect("proxies");
     let lock = lock_at(&url).await;
     let name = name_on(&cluster, 1, "silent");
-    lock.inspect(&name).await.expect("answers");
+    lock.inspect_lock(&name).await.expect("answers");
 
     proxies.silence_open();
-    let timed_out = lock.inspect(&name).await;
+    let timed_out = lock.inspect_lock(&name).await;
     assert!(
         timed_out.is_err(),
         "a request on a silent connection: {timed_out:?}"
     );
     let started = Instant::now();
     let answered = loop {
-        match lock.inspect(&name).await {
+        match lock.inspect_lock(&name).await {
             Ok(_) => break started.elapsed(),
             Err(e) if started.elapsed() < Duration::from_secs(20) => {
                 println!("not yet: {e}");
@@ -317,10 +314,12 @@ async fn releases_wake_waiters_through_sharded_pubsub_on_each_master() {
         else {
             panic!("free lock held");
         };
-        let mut watch = waiter.watch(&name).await.expect("watch");
+        let mut watch = waiter.watch(&name, Primitive::Mutex).await.expect("watch");
         let id = watch.waiter().expect("a waiter's watch").clone();
         let queued = waiter
-            .try_acquire_waiting(&name, OwnerToken::new(), ttl, &id, Duration::from_secs(5))
+            .attempt(
+                &Attempt::mutex(name.clone(), OwnerToken::new(), ttl).waiting(&id, Duration::from_secs(5)),
+            )
             .await
             .expect("attempt");
         assert!(matches!(queued, TryAcquire::Held(_)), "held by the holder");
@@ -355,10 +354,7 @@ async fn releases_wake_waiters_through_sharded_pubsub_on_each_master() {
     else {
         panic!("free permit held");
     };
-    let mut watch = waiter
-        .watch_kind(&name, Primitive::Semaphore)
-        .await
-        .expect("watch");
+    let mut watch = waiter.watch(&name, Primitive::Semaphore).await.expect("watch");
     // A permit's release wakes the first waiter of the semaphore's queue: this one, queued.
     queue_for_permit(&waiter, &name, &watch).await;
     assert!(holder.release(&permit).await.expect("release"));
@@ -389,13 +385,13 @@ async fn extend_many_renews_across_masters_and_a_moved_slot() {
             TryAcquire::Held(_) => panic!("free lock held"),
         }
     }
-    let renewed = lock.extend_many(&leases).await;
+    let renewed = lock.renew(&leases).await;
     assert!(renewed.iter().all(|r| matches!(r, Ok(Some(_)))), "{renewed:?}");
 
     let moved = leases[0].name().clone();
     migrate_slot(&cluster, slot(&cluster, &moved), 0, 1).await;
     let started = Instant::now();
-    let renewed = lock.extend_many(&leases).await;
+    let renewed = lock.renew(&leases).await;
     eprintln!(
         "30 renewals over 3 masters, one slot moved: {:?}",
         started.elapsed()
@@ -405,7 +401,7 @@ async fn extend_many_renews_across_masters_and_a_moved_slot() {
     support::raw_del(&cluster.nodes()[1].url(), moved.as_str().as_bytes())
         .await
         .expect("steal on its new master");
-    let renewed = lock.extend_many(&leases).await;
+    let renewed = lock.renew(&leases).await;
     assert!(matches!(renewed[0], Ok(None)), "stolen: {:?}", renewed[0]);
     assert!(
         renewed[1..].iter().all(|r| matches!(r, Ok(Some(_)))),
@@ -414,7 +410,7 @@ async fn extend_many_renews_across_masters_and_a_moved_slot() {
 
     for _ in 0..10 {
         let started = Instant::now();
-        lock.extend_many(&leases).await;
+        lock.renew(&leases).await;
         eprintln!("extend_many of 30 leases on 3 masters: {:?}", started.elapsed());
     }
     for _ in 0..3 {
@@ -741,10 +737,7 @@ async fn subscriptions_follow_a_moved_slot_and_survive_a_killed_master() {
     };
 
     let moving = name_on(&cluster, 0, "follow");
-    let mut watch = waiter
-        .watch_kind(&moving, Primitive::Semaphore)
-        .await
-        .expect("watch");
+    let mut watch = waiter.watch(&moving, Primitive::Semaphore).await.expect("watch");
     let channel = holder
         .primitive_channel(&moving, Primitive::Semaphore)
         .expect("a semaphore channel");
@@ -775,10 +768,7 @@ async fn subscriptions_follow_a_moved_slot_and_survive_a_killed_master() {
     );
 
     let staying = name_on(&cluster, 2, "survive");
-    let mut staying_watch = waiter
-        .watch_kind(&staying, Primitive::Semaphore)
-        .await
-        .expect("watch");
+    let mut staying_watch = waiter.watch(&staying, Primitive::Semaphore).await.expect("watch");
     let mut cluster = tokio::task::spawn_blocking(move || {
         cluster
             .node_mut(0)
@@ -807,10 +797,7 @@ async fn subscriptions_follow_a_moved_slot_and_survive_a_killed_master() {
     .await
     .expect("joined");
     let back = name_on(&cluster, 0, "back");
-    let mut back_watch = waiter
-        .watch_kind(&back, Primitive::Semaphore)
-        .await
-        .expect("watch");
+    let mut back_watch = waiter.watch(&back, Primitive::Semaphore).await.expect("watch");
     let permit = take(back.clone()).await;
     queue_for_permit(&waiter, &back, &back_watch).await;
     assert!(holder.release(&permit).await.expect("release"));
@@ -1023,7 +1010,7 @@ async fn after_a_failover_renewals_and_releases_reach_the_promoted_master() {
     let a = take(&batched, &name_on(&cluster, 2, "batched"), FAILOVER_TTL).await;
     let b = take(&single, &name_on(&cluster, 2, "single"), FAILOVER_TTL).await;
     // The batch's slot map is read now, naming master 2.
-    let renewed = batched.extend_many(std::slice::from_ref(&a)).await;
+    let renewed = batched.renew(std::slice::from_ref(&a)).await;
     assert!(matches!(renewed[0], Ok(Some(_))), "{renewed:?}");
     let replica = cluster.replica_of(2).expect("a replica");
     for lease in [&a, &b] {
@@ -1036,7 +1023,7 @@ async fn after_a_failover_renewals_and_releases_reach_the_promoted_master() {
     }
 
     let (cluster, _) = on_cluster(cluster, |c| c.fail_over(2).expect("a failover")).await;
-    let renewed = batched.extend_many(std::slice::from_ref(&a)).await;
+    let renewed = batched.renew(std::slice::from_ref(&a)).await;
     assert!(
         matches!(renewed[0], Ok(Some(_))),
         "a batched renewal after the failover reaches the promoted master: {renewed:?}"
@@ -1107,7 +1094,7 @@ async fn a_release_the_cluster_client_sent_again_is_not_a_lost_lock() {
             matches!(outcome, Ok("done")),
             "work that finished under the lock on master {master} was reported as {outcome:?}"
         );
-        let state = observer.inspect(&name).await.expect("inspects");
+        let state = observer.inspect_lock(&name).await.expect("inspects");
         assert!(!state.is_held(), "the lock is left held: {state:?}");
     }
 }

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, LockName, OwnerToken, TryAcquire};
 use distlock_testkit::{RedisCluster, RedisClusterOptions};
 use support::{lock_at, start_cluster};
 
@@ -66,8 +66,8 @@ async fn a_full_master_still_renews_and_releases_but_refuses_acquisitions() {
         .try_acquire(&name("refused-when-full"), OwnerToken::new(), ttl)
         .await;
     let extended = lock.extend(&lease, ttl).await;
-    let many = lock.extend_many(&[lease.clone(), permit.clone()]).await;
-    let inspected = lock.inspect(&held).await;
+    let many = lock.renew(&[lease.clone(), permit.clone()]).await;
+    let inspected = lock.inspect_lock(&held).await;
     let released = lock.release(&lease).await;
     let permit_released = lock.release(&permit).await;
     set_maxmemory(&cluster, "0");

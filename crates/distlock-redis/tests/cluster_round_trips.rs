@@ -7,7 +7,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use distlock_core::{DistributedLock, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, LockName, OwnerToken, TryAcquire};
 use distlock_testkit::{Direction, RedisCluster, RedisClusterOptions};
 use support::{lock_at, start_cluster};
 
@@ -77,7 +77,7 @@ async fn operations_and_batched_renewals_are_one_round_trip() {
         }
     }
     // Once without latency: the client reads the slot map and every master knows the scripts.
-    let renewed = lock.extend_many(&leases).await;
+    let renewed = lock.renew(&leases).await;
     assert!(renewed.iter().all(|r| matches!(r, Ok(Some(_)))), "{renewed:?}");
     let single = name_on(&cluster, 1, "single");
     let warm = match lock
@@ -94,7 +94,7 @@ async fn operations_and_batched_renewals_are_one_round_trip() {
 
     let before = script_calls(&cluster);
     let started = Instant::now();
-    let renewed = lock.extend_many(&leases).await;
+    let renewed = lock.renew(&leases).await;
     let took = started.elapsed();
     let after = script_calls(&cluster);
     assert!(renewed.iter().all(|r| matches!(r, Ok(Some(_)))), "{renewed:?}");

@@ -6,7 +6,10 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use distlock_core::{AcquireOptions, DistributedLock, Lease, LockClient, LockName, OwnerToken, Woke};
+use distlock_core::{
+    AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockClient, LockName, OwnerToken, Primitive,
+    Woke,
+};
 use distlock_redis::{RedisConfig, RedisLock};
 use distlock_testkit::FaultProxy;
 
@@ -113,7 +116,7 @@ async fn a_silent_pubsub_connection_is_replaced_and_its_watches_woken() {
     let waiter = connect(&format!("redis://{}", proxy.host_port()), Duration::from_secs(2)).await;
     let lock = name("silent-pubsub");
     let guard = holder.acquire(lock.as_str()).await.expect("acquires");
-    let mut watch = waiter.watch(&lock).await.expect("subscribes");
+    let mut watch = waiter.watch(&lock, Primitive::Mutex).await.expect("subscribes");
 
     proxy.silence_open();
     let released = Instant::now();
@@ -174,7 +177,7 @@ async fn release_works_on_a_bare_lease_and_only_for_its_owner() {
         lock.release(&bare).await.expect("works"),
         "freed by the owner token"
     );
-    assert!(!lock.inspect(&name).await.expect("works").is_held());
+    assert!(!lock.inspect_lock(&name).await.expect("works").is_held());
 }
 
 /// A reply lost on the shared connection (the server ran the request; its reply never came)
@@ -282,6 +285,6 @@ async fn a_release_sent_again_that_finds_the_lock_gone_is_not_a_lost_lock() {
         matches!(outcome, Ok("done")),
         "work that finished under the lock was reported as {outcome:?}"
     );
-    let state = observer.inspect(&lock).await.expect("inspects");
+    let state = observer.inspect_lock(&lock).await.expect("inspects");
     assert!(!state.is_held(), "the lock is left held: {state:?}");
 }

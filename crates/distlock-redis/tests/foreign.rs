@@ -6,7 +6,8 @@ mod support;
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, Error, Lease, LockClient, LockName, OwnerToken, TryAcquire,
+    AcquireOptions, DistributedLock, DistributedLockExt, Error, Lease, LockClient, LockName, OwnerToken,
+    TryAcquire,
 };
 use distlock_redis::{RedisConfig, Redlock, RedlockConfig};
 
@@ -45,7 +46,7 @@ async fn checks<L: DistributedLock + Clone + 'static>(lock: L, url_for_hash: &[S
         matches!(attempt, Ok(TryAcquire::Held(_))),
         "a Redisson hash is a lock held by someone else: {attempt:?}"
     );
-    let state = lock.inspect(&lock_name).await.expect("inspects");
+    let state = lock.inspect_lock(&lock_name).await.expect("inspects");
     assert!(state.is_held(), "{state:?}");
     assert_eq!(
         state.owner.as_deref(),

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, Error, Lease, LockClient, LockKind, LockName, OwnerToken, Primitive,
-    TryAcquire,
+    AcquireOptions, DistributedLock, DistributedLockExt, Error, Lease, LockClient, LockKind, LockName,
+    OwnerToken, Primitive, TryAcquire,
 };
 use distlock_redis::{RedisConfig, RedisLock};
 use distlock_testkit::{shared, Direction, FaultProxy, RedisServer};
@@ -620,7 +620,7 @@ async fn the_three_primitives_of_one_name_do_not_collide() {
     let permit = take(&lock, &x, permits(1), LONG).await;
     let write = take(&lock, &x, LockKind::Write, LONG).await;
     assert_eq!(
-        lock.inspect(&x).await.expect("inspects").owner,
+        lock.inspect_lock(&x).await.expect("inspects").owner,
         Some(owner_of(&mutex))
     );
     assert_eq!(
@@ -637,7 +637,7 @@ async fn the_three_primitives_of_one_name_do_not_collide() {
     );
     // Releasing one frees only that one.
     assert!(lock.release(&permit).await.expect("releases"));
-    assert!(lock.inspect(&x).await.expect("inspects").is_held());
+    assert!(lock.inspect_lock(&x).await.expect("inspects").is_held());
     assert_eq!(owners(&lock, &x, Primitive::RwLock).await.len(), 1);
 
     let mut raw = support::raw(&url).await.expect("raw");
@@ -712,14 +712,14 @@ async fn extend_many_renews_every_kind() {
     let write = take(&lock, &x, LockKind::Write, short).await;
     let leases = [mutex, permit, gone, read, write]
         .map(|lease| lease.renewed(Duration::from_secs(5), tokio::time::Instant::now()));
-    let renewed = lock.extend_many(&leases).await;
+    let renewed = lock.renew(&leases).await;
     let ours: Vec<bool> = renewed
         .iter()
         .map(|r| r.as_ref().expect("answered").is_some())
         .collect();
     assert_eq!(ours, [true, true, false, true, true]);
     tokio::time::sleep(short + Duration::from_millis(200)).await;
-    assert!(lock.inspect(&x).await.expect("inspects").is_held());
+    assert!(lock.inspect_lock(&x).await.expect("inspects").is_held());
     assert_eq!(owners(&lock, &x, Primitive::Semaphore).await.len(), 1);
     assert_eq!(owners(&lock, &x, Primitive::RwLock).await.len(), 1);
     assert_eq!(owners(&lock, &other, Primitive::RwLock).await.len(), 1);
@@ -853,7 +853,7 @@ async fn every_operation_is_one_round_trip() {
     let renewed = one_round_trip!(
         "extend_many of 2 kinds",
         2,
-        lock.extend_many(&[p.clone(), w.clone()]).await
+        lock.renew(&[p.clone(), w.clone()]).await
     );
     assert!(renewed.iter().all(|r| matches!(r, Ok(Some(_)))), "{renewed:?}");
     one_round_trip!(

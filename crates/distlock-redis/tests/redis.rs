@@ -7,8 +7,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, Error, Lease, LockClient, LockName, LossReason, OwnerToken, TryAcquire,
-    WakeUp, Woke,
+    AcquireOptions, Attempt, DistributedLock, DistributedLockExt, Error, Lease, LockClient, LockName,
+    LossReason, OwnerToken, Primitive, TryAcquire, WakeUp, Woke,
 };
 use distlock_redis::{RedisConfig, RedisLock};
 use distlock_testkit::{shared, Direction, FaultProxy, RedisOptions, RedisServer};
@@ -214,7 +214,7 @@ async fn paused_server_gives_bounded_unavailable_errors() {
             .err(),
         lock.extend(&held, Duration::from_secs(30)).await.err(),
         lock.release(&held).await.err(),
-        lock.watch(&name("p2")).await.err(),
+        lock.watch(&name("p2"), Primitive::Mutex).await.err(),
         lock.ping().await.err(),
     ];
     let elapsed = started.elapsed();
@@ -271,7 +271,7 @@ async fn plain_set_nx_px_clients_and_ours_exclude_each_other() {
         }
         TryAcquire::Acquired(_) => panic!("took a lock held by a plain SET NX PX client"),
     }
-    let state = lock.inspect(&theirs).await.expect("inspect");
+    let state = lock.inspect_lock(&theirs).await.expect("inspect");
     assert_eq!(state.owner.as_deref(), Some("foreign-token"));
 
     let ours = name("ours");
@@ -307,7 +307,7 @@ async fn fencing_tokens_and_inspect() {
         let token = lease.fencing_token().expect("a fencing token");
         assert!(Some(token) > last, "{token} after {last:?}");
         last = Some(token);
-        let state = a.inspect(&lock).await.expect("inspect");
+        let state = a.inspect_lock(&lock).await.expect("inspect");
         assert_eq!(state.owner, Some(lease.owner().to_string()));
         assert_eq!(state.fencing, Some(token));
         assert!(
@@ -316,7 +316,7 @@ async fn fencing_tokens_and_inspect() {
         );
         assert!(client.release(&lease).await.expect("works"));
     }
-    let state = a.inspect(&lock).await.expect("inspect");
+    let state = a.inspect_lock(&lock).await.expect("inspect");
     assert!(!state.is_held());
     assert_eq!(state.fencing, last, "the counter outlives the hold");
 }
@@ -346,7 +346,7 @@ async fn an_acquire_sent_again_after_the_counter_vanished_is_an_error_not_token_
         matches!(&again, Err(e) if e.is_ambiguous()),
         "an acquire whose fencing token is unknown must fail: {again:?}"
     );
-    let state = lock.inspect(&name).await.expect("inspects");
+    let state = lock.inspect_lock(&name).await.expect("inspects");
     assert!(
         !state.is_held(),
         "the failed attempt left the lock held: {state:?}"
@@ -385,24 +385,18 @@ async fn dead_waiters_do_not_pile_up_in_the_queue_of_a_long_held_lock() {
     let _held = take(&lock, &name, ttl).await;
     // A live waiter keeps the queue's key alive.
     let first = lock
-        .try_acquire_waiting(
-            &name,
-            OwnerToken::new(),
-            ttl,
-            "alive-first",
-            Duration::from_secs(60),
+        .attempt(
+            &Attempt::mutex(name.clone(), OwnerToken::new(), ttl)
+                .waiting("alive-first", Duration::from_secs(60)),
         )
         .await
         .expect("answers");
     assert!(matches!(first, TryAcquire::Held(_)), "{first:?}");
     for i in 0..20 {
         let attempt = lock
-            .try_acquire_waiting(
-                &name,
-                OwnerToken::new(),
-                ttl,
-                &format!("dead-{i}"),
-                Duration::from_millis(50),
+            .attempt(
+                &Attempt::mutex(name.clone(), OwnerToken::new(), ttl)
+                    .waiting(format!("dead-{i}"), Duration::from_millis(50)),
             )
             .await
             .expect("answers");
@@ -411,7 +405,9 @@ async fn dead_waiters_do_not_pile_up_in_the_queue_of_a_long_held_lock() {
     // Their stays end; no release comes.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let attempt = lock
-        .try_acquire_waiting(&name, OwnerToken::new(), ttl, "alive", Duration::from_secs(60))
+        .attempt(
+            &Attempt::mutex(name.clone(), OwnerToken::new(), ttl).waiting("alive", Duration::from_secs(60)),
+        )
         .await
         .expect("answers");
     assert!(matches!(attempt, TryAcquire::Held(_)), "{attempt:?}");
@@ -437,10 +433,10 @@ async fn scripts_survive_a_script_flush() {
         .expect("works")
         .is_some());
     let () = flush().query_async(&mut raw).await.expect("flush");
-    let renewed = lock.extend_many(std::slice::from_ref(&lease)).await;
+    let renewed = lock.renew(std::slice::from_ref(&lease)).await;
     assert!(matches!(renewed.as_slice(), [Ok(Some(_))]), "{renewed:?}");
     let () = flush().query_async(&mut raw).await.expect("flush");
-    assert!(lock.inspect(&lock_name).await.expect("works").is_held());
+    assert!(lock.inspect_lock(&lock_name).await.expect("works").is_held());
     let () = flush().query_async(&mut raw).await.expect("flush");
     assert!(lock.release(&lease).await.expect("works"));
     let () = flush().query_async(&mut raw).await.expect("flush");
@@ -454,13 +450,12 @@ async fn watch_wakes_on_release_and_unsubscribes_when_dropped() {
     let url = shared_url().await;
     let (holder, waiter) = (connect(&url).await, connect(&url).await);
     assert_eq!(waiter.capabilities().wake_up, WakeUp::Notification);
-    assert!(waiter.capabilities().wakes_one);
     let lock = name("watched");
     let ttl = Duration::from_secs(30);
     let stay = Duration::from_secs(10);
     let lease = take(&holder, &lock, ttl).await;
-    let mut watch = waiter.watch(&lock).await.expect("subscribes");
-    let mut second = waiter.watch(&lock).await.expect("subscribes");
+    let mut watch = waiter.watch(&lock, Primitive::Mutex).await.expect("subscribes");
+    let mut second = waiter.watch(&lock, Primitive::Mutex).await.expect("subscribes");
     assert!(watch.is_notified());
     let (first_id, second_id) = (
         watch.waiter().expect("a waiter's watch").clone(),
@@ -469,7 +464,7 @@ async fn watch_wakes_on_release_and_unsubscribes_when_dropped() {
     assert_ne!(first_id, second_id);
     for id in [&first_id, &second_id] {
         let attempt = waiter
-            .try_acquire_waiting(&lock, OwnerToken::new(), ttl, id, stay)
+            .attempt(&Attempt::mutex(lock.clone(), OwnerToken::new(), ttl).waiting(id, stay))
             .await
             .expect("works");
         assert!(matches!(attempt, TryAcquire::Held(_)), "{attempt:?}");
@@ -489,7 +484,7 @@ async fn watch_wakes_on_release_and_unsubscribes_when_dropped() {
         "a release wakes the first queued waiter only"
     );
     let won = match waiter
-        .try_acquire_waiting(&lock, OwnerToken::new(), ttl, &first_id, stay)
+        .attempt(&Attempt::mutex(lock.clone(), OwnerToken::new(), ttl).waiting(&first_id, stay))
         .await
         .expect("works")
     {
@@ -518,7 +513,10 @@ async fn watch_wakes_on_release_and_unsubscribes_when_dropped() {
     drop(watch);
     drop(second);
     // The UNSUBSCRIBE goes out with the next watch.
-    let _other = waiter.watch(&name("other")).await.expect("subscribes");
+    let _other = waiter
+        .watch(&name("other"), Primitive::Mutex)
+        .await
+        .expect("subscribes");
     assert_eq!(
         subscribers(&mut raw).await,
         0,
@@ -537,7 +535,11 @@ async fn notifications_can_be_switched_off() {
         .await
         .expect("connects");
     assert_eq!(lock.capabilities().wake_up, WakeUp::Polling);
-    assert!(!lock.watch(&name("x")).await.expect("works").is_notified());
+    assert!(!lock
+        .watch(&name("x"), Primitive::Mutex)
+        .await
+        .expect("works")
+        .is_notified());
 }
 
 /// 1,000 renewals in one `extend_many` call (one pipeline); a stolen lock reports `None`.
@@ -555,7 +557,7 @@ async fn extend_many_renews_a_thousand_locks_in_one_pipeline() {
         .await
         .expect("DEL");
     let started = Instant::now();
-    let renewed = lock.extend_many(&leases).await;
+    let renewed = lock.renew(&leases).await;
     println!("1000 renewals in {:?}", started.elapsed());
     assert_eq!(renewed.len(), 1000);
     for (i, result) in renewed.iter().enumerate() {
@@ -655,7 +657,7 @@ async fn wait_for_replicas_confirms_or_fails_cleanly() {
         .await;
     assert!(matches!(outcome, Err(Error::Unavailable { .. })), "{outcome:?}");
     assert!(
-        !two.inspect(&lock).await.expect("works").is_held(),
+        !two.inspect_lock(&lock).await.expect("works").is_held(),
         "released again"
     );
     drop(replica);
@@ -765,7 +767,7 @@ async fn scripts_work_on_redis_cluster_for_any_name() {
             .await
             .expect("works")
             .is_some());
-        assert!(lock.inspect(&lock_name).await.expect("works").is_held());
+        assert!(lock.inspect_lock(&lock_name).await.expect("works").is_held());
         assert!(lock.release(&lease).await.expect("works"), "{suffix:?}");
     }
 }

@@ -5,7 +5,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use distlock_core::{DistributedLock, Error, Fencing, LockName, OwnerToken, TryAcquire};
+use distlock_core::{
+    Attempt, DistributedLock, DistributedLockExt, Error, Fencing, LockName, OwnerToken, Primitive, TryAcquire,
+};
 use distlock_redis::{Redlock, RedlockConfig};
 use distlock_testkit::RedisServer;
 
@@ -82,21 +84,21 @@ async fn works_with_minority_down(n: usize) {
         .await
         .expect("works")
         .is_some());
-    let renewed = a.extend_many(std::slice::from_ref(&lease)).await;
+    let renewed = a.renew(std::slice::from_ref(&lease)).await;
     assert!(matches!(renewed.as_slice(), [Ok(Some(_))]), "{renewed:?}");
-    assert!(a.inspect(&lock).await.expect("works").is_held());
+    assert!(a.inspect_lock(&lock).await.expect("works").is_held());
     a.ping().await.expect("a majority answers");
-    let mut watch = b.watch(&lock).await.expect("subscribes on the live masters");
+    let mut watch = b
+        .watch(&lock, Primitive::Mutex)
+        .await
+        .expect("subscribes on the live masters");
     assert!(watch.is_notified());
     let waiter = watch.waiter().expect("a waiter's watch").clone();
     assert!(
         matches!(
-            b.try_acquire_waiting(
-                &lock,
-                OwnerToken::new(),
-                Duration::from_secs(10),
-                &waiter,
-                Duration::from_secs(10)
+            b.attempt(
+                &Attempt::mutex(lock.clone(), OwnerToken::new(), Duration::from_secs(10))
+                    .waiting(&waiter, Duration::from_secs(10))
             )
             .await,
             Ok(TryAcquire::Held(_))

@@ -6,7 +6,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use distlock_core::{AcquireOptions, DistributedLock, LockClient, LockName, OwnerToken, TryAcquire};
+use distlock_core::{
+    AcquireOptions, DistributedLock, DistributedLockExt, LockClient, LockName, OwnerToken, TryAcquire,
+};
 use distlock_redis::{Redlock, RedlockConfig};
 use distlock_testkit::RedisServer;
 

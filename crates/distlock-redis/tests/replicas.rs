@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use distlock_core::{DistributedLock, Error, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Error, LockName, OwnerToken, TryAcquire};
 use distlock_redis::RedisConfig;
 use distlock_testkit::{RedisOptions, RedisServer};
 
@@ -118,7 +118,7 @@ async fn concurrent_acquisitions_wait_for_a_lagging_replica_in_parallel() {
                 if source.to_string().contains("replicas acknowledged") => {}
             other => wrong.push(format!("{name}: {other:?}")),
         }
-        let state = lock.inspect(name).await.expect("inspects");
+        let state = lock.inspect_lock(name).await.expect("inspects");
         assert!(
             !state.is_held(),
             "{name} was left held after a failed acknowledgement"
@@ -186,7 +186,7 @@ async fn renewals_not_acknowledged_by_the_replicas_are_not_successes() {
     let started = Instant::now();
     let single = lock.extend(&lease, Duration::from_secs(30)).await;
     let single_took = started.elapsed();
-    let many = lock.extend_many(std::slice::from_ref(&lease)).await;
+    let many = lock.renew(std::slice::from_ref(&lease)).await;
     // The replica is kept (dropping it stops it): it must answer again below.
     let _replica = tokio::task::spawn_blocking(move || {
         replica.resume().expect("SIGCONT");
@@ -226,8 +226,7 @@ async fn renewals_not_acknowledged_by_the_replicas_are_not_successes() {
         }
     }
     let renewed = renewed.expect("renewals succeed once the replica answers");
-    let [again] =
-        <[_; 1]>::try_from(lock.extend_many(std::slice::from_ref(&renewed)).await).expect("one result");
+    let [again] = <[_; 1]>::try_from(lock.renew(std::slice::from_ref(&renewed)).await).expect("one result");
     assert!(
         matches!(again, Ok(Some(_))),
         "extend_many once the replica answers: {again:?}"

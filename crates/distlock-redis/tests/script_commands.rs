@@ -11,7 +11,9 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Lease, LockKind, LockName, OwnerToken, TryAcquire};
+use distlock_core::{
+    Attempt, DistributedLock, DistributedLockExt, Lease, LockKind, LockName, OwnerToken, TryAcquire,
+};
 use distlock_redis::{RedisLock, Redlock, RedlockConfig};
 use distlock_testkit::RedisServer;
 
@@ -124,7 +126,7 @@ async fn each_operation_runs_the_same_commands_on_one_server() {
         &url,
         "a waiter's refusal",
         held(
-            lock.try_acquire_waiting(&m, OwnerToken::new(), TTL, "waiter-1", STAY)
+            lock.attempt(&Attempt::mutex(m.clone(), OwnerToken::new(), TTL).waiting("waiter-1", STAY))
                 .await
         ),
         [
@@ -165,7 +167,7 @@ async fn each_operation_runs_the_same_commands_on_one_server() {
         &url,
         "a waiter's grant",
         acquired(
-            lock.try_acquire_waiting(&m, OwnerToken::new(), TTL, "waiter-1", STAY)
+            lock.attempt(&Attempt::mutex(m.clone(), OwnerToken::new(), TTL).waiting("waiter-1", STAY))
                 .await
         )
         .await,
@@ -389,7 +391,7 @@ async fn each_redlock_operation_runs_the_same_commands_on_a_master() {
         "a Redlock waiter's refusal",
         held(
             redlock
-                .try_acquire_waiting(&m, OwnerToken::new(), TTL, "waiter-4", STAY)
+                .attempt(&Attempt::mutex(m.clone(), OwnerToken::new(), TTL).waiting("waiter-4", STAY))
                 .await
         ),
         [

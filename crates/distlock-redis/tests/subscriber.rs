@@ -5,7 +5,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use distlock_core::{DistributedLock, LockName, Woke};
+use distlock_core::{DistributedLock, LockName, Primitive, Woke};
 use distlock_redis::{RedisConfig, RedisLock};
 use distlock_testkit::{proxy::Direction, FaultProxy};
 
@@ -69,11 +69,11 @@ async fn watch_follows_its_own_confirmed_subscription_after_mass_unsubscribe() {
     let mut raw = support::raw(&server.url()).await.expect("raw");
     for round in 0..5 {
         let many: Vec<_> = (0..400).map(long_name).collect();
-        let watches = futures::future::join_all(many.iter().map(|n| lock.watch(n))).await;
+        let watches = futures::future::join_all(many.iter().map(|n| lock.watch(n, Primitive::Mutex))).await;
         assert!(watches.iter().all(Result::is_ok), "subscribes");
         drop(watches);
         let target = name("target");
-        let mut watch = lock.watch(&target).await.expect("subscribes");
+        let mut watch = lock.watch(&target, Primitive::Mutex).await.expect("subscribes");
         let receivers = publish(&mut raw, &target).await;
         let woke = watch.wait(Duration::from_secs(1)).await;
         assert_eq!(
@@ -96,12 +96,12 @@ async fn a_channel_recreated_during_a_pending_unsubscribe_keeps_its_subscription
     let mut failures = Vec::new();
     for round in 0..10 {
         let target = name("recreated");
-        let first = lock.watch(&target).await.expect("subscribes");
+        let first = lock.watch(&target, Primitive::Mutex).await.expect("subscribes");
         // Stale channels, so the next watch has unsubscriptions to send.
         let stale: Vec<_> = (0..200).map(long_name).collect();
         let mut watches = Vec::new();
         for n in &stale {
-            watches.push(lock.watch(n).await.expect("subscribes"));
+            watches.push(lock.watch(n, Primitive::Mutex).await.expect("subscribes"));
         }
         drop(watches);
         // A second watch of the target starts (and sends the stale unsubscriptions) while
@@ -109,13 +109,16 @@ async fn a_channel_recreated_during_a_pending_unsubscribe_keeps_its_subscription
         let second = tokio::spawn({
             let lock = lock.clone();
             let target = target.clone();
-            async move { lock.watch(&target).await.expect("subscribes") }
+            async move { lock.watch(&target, Primitive::Mutex).await.expect("subscribes") }
         });
         tokio::time::sleep(Duration::from_micros(500 * (round % 4 + 1))).await;
         drop(first);
         let mut second = second.await.expect("joined");
         // Any later watch flushes pending unsubscriptions.
-        let _flush = lock.watch(&name("flush")).await.expect("subscribes");
+        let _flush = lock
+            .watch(&name("flush"), Primitive::Mutex)
+            .await
+            .expect("subscribes");
         tokio::time::sleep(Duration::from_millis(50)).await;
         let subscribed = numsub(&mut raw, &target).await;
         publish(&mut raw, &target).await;
@@ -144,12 +147,12 @@ async fn watching_a_subscribed_channel_needs_no_round_trip() {
         .await
         .expect("connects");
     let target = name("subscribed");
-    let _held = lock.watch(&target).await.expect("subscribes");
+    let _held = lock.watch(&target, Primitive::Mutex).await.expect("subscribes");
     // Stale channels waiting to be unsubscribed, then the server stops answering.
     let stale: Vec<_> = (0..50).map(long_name).collect();
     let mut watches = Vec::new();
     for n in &stale {
-        watches.push(lock.watch(n).await.expect("subscribes"));
+        watches.push(lock.watch(n, Primitive::Mutex).await.expect("subscribes"));
     }
     let server = tokio::task::spawn_blocking(move || {
         server.pause().expect("SIGSTOP");
@@ -159,7 +162,7 @@ async fn watching_a_subscribed_channel_needs_no_round_trip() {
     .expect("joined");
     drop(watches);
     let started = Instant::now();
-    let again = lock.watch(&target).await;
+    let again = lock.watch(&target, Primitive::Mutex).await;
     let took = started.elapsed();
     let mut server = server;
     tokio::task::spawn_blocking(move || server.resume().expect("SIGCONT"))

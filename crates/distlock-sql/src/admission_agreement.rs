@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Error, LockKind, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLockExt, Error, LockKind, LockName, OwnerToken, TryAcquire};
 
 use crate::admission::{Census, Verdict};
 use crate::{SqlConfig, SqlLock};

@@ -55,8 +55,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    Capabilities, DistributedLock, Error, Fencing, FencingToken, Lease, LockKind, LockName, LockState,
-    OwnerToken, Primitive, ReleaseWatch, Result, TryAcquire, WakeUp,
+    renew_each, Attempt, Capabilities, DistributedLock, Error, Fencing, FencingToken, Lease, LockKind,
+    LockName, LockState, Mechanics, ObjectState, OwnerToken, Primitive, ReleaseWatch, Result, TryAcquire,
+    WakeUp,
 };
 use tokio::time::Instant;
 
@@ -138,8 +139,6 @@ use acquire::clock_micros;
 use prepare::open_sqlite;
 use run::reusable;
 
-/// How many renewals `extend_many` runs at once where it cannot batch them (as the default).
-const EXTEND_MANY_CONCURRENCY: usize = 32;
 /// The longest TTL accepted: 30 days, as [`Capabilities::new`] declares.
 const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
@@ -154,7 +153,7 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// database's clock never steps back and the clocks of failover peers or Galera nodes agree,
 /// see the crate docs), [`WakeUp::Polling`] (waiters back off with jitter and wake at the
 /// holder's expiry; on PostgreSQL [`WakeUp::Notification`], through `LISTEN`/`NOTIFY`, and
-/// [`Capabilities::wakes_one`]: a release of a mutex wakes its first queued waiter only), TTLs
+/// a release of a mutex wakes its first queued waiter only), TTLs
 /// from 1 ms to 30 days in 1 ms steps,
 /// [`inspect`](DistributedLock::inspect), semaphores and read-write locks (writer
 /// preference: a waiting writer keeps new readers out), each hold with its own fencing
@@ -256,22 +255,25 @@ impl DistributedLock for SqlLock {
         }
     }
 
-    /// PostgreSQL with notifications (the default) declares [`WakeUp::Notification`] and
-    /// [`Capabilities::wakes_one`]: a release of a mutex wakes the first waiter of its queue
+    /// PostgreSQL with notifications (the default) declares [`WakeUp::Notification`], and its
+    /// mutex watch names its waiter: a release of a mutex wakes the first waiter of its queue
     /// (`NOTIFY` naming that waiter), a release or withdrawal on a semaphore or read-write lock
     /// every waiter of it, and waiters keep only a safety-net poll. Every other configuration
     /// polls.
     fn capabilities(&self) -> Capabilities {
-        let notified = self.wake_up() == WakeUp::Notification;
         Capabilities::new(Fencing::Monotonic, self.wake_up())
-            .with_wakes_one(notified)
-            .with_hands_over(true)
             .with_ttl_granularity(Duration::from_millis(1))
             .with_ttl_range(Duration::from_millis(1), MAX_TTL)
             .with_primitives(true, true)
     }
 
-    /// Acquire: insert the row, or take it over if it is free or expired, bumping `version`.
+    /// Hands over: one `UPDATE` passes a mutex to the next owner (see
+    /// [`hand_over`](DistributedLock::hand_over)).
+    fn mechanics(&self) -> Mechanics {
+        Mechanics::default().with_hands_over(true)
+    }
+
+    /// The mutex: insert the row, or take it over if it is free or expired, bumping `version`.
     ///
     /// MySQL: **1 round trip**, won or held: `LAST_INSERT_ID` carries the new version, or the
     /// holder's remaining time so the waiter wakes at its expiry. SQLite: **1 statement** when
@@ -280,8 +282,51 @@ impl DistributedLock for SqlLock {
     /// or held (the holder's remaining time in the same statement). No ping precedes or
     /// follows a MySQL or PostgreSQL statement, except one before it on a MySQL connection
     /// idle for over 30 s.
-    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
-        self.acquire(name, owner, ttl, None).await
+    ///
+    /// With a waiter: PostgreSQL with notifications: in the same statement (**1 round
+    /// trip**, won or held), a waiter that finds the lock held joins the lock's queue of
+    /// waiters for `stay` (renewing its stay and keeping its place if queued already), and
+    /// one that wins leaves it. SQLite: a waiter that wins passes no wake on when its wait
+    /// ends.
+    ///
+    /// A permit of a semaphore, or a side of a read-write lock: one transaction over the
+    /// object's rows in the holds table (see `lock/holds.rs`). MySQL: **1 round trip**, won or
+    /// not. SQLite: 4 to 7 statements of one `BEGIN IMMEDIATE` transaction (local calls).
+    async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
+        let Attempt {
+            name,
+            kind,
+            owner,
+            ttl,
+            ..
+        } = attempt;
+        let (kind, owner, ttl) = (*kind, *owner, *ttl);
+        let waiter = attempt.waiter_parts();
+        if kind != LockKind::Exclusive {
+            let outcome = self.acquire_hold(name, kind, owner, ttl, waiter).await;
+            #[cfg(feature = "sqlite")]
+            if let (Ok(TryAcquire::Acquired(_)), Some(host), Some((waiter, _))) =
+                (&outcome, &self.inner.host, waiter)
+            {
+                host.won(waiter);
+            }
+            return outcome;
+        }
+        let Some((waiter, stay)) = waiter else {
+            return self.acquire(name, owner, ttl, None).await;
+        };
+        #[cfg(feature = "postgres")]
+        if self.inner.releases.is_some() {
+            return self.acquire_queued_as(name, owner, ttl, waiter, stay).await;
+        }
+        let _ = stay;
+        let outcome = self.acquire(name, owner, ttl, None).await;
+        #[cfg(feature = "sqlite")]
+        if let (Ok(TryAcquire::Acquired(_)), Some(host)) = (&outcome, &self.inner.host) {
+            host.won(waiter);
+        }
+        let _ = waiter;
+        outcome
     }
 
     /// Release: clear `owner` and `expires_at` where the owner is still ours and the hold has
@@ -444,55 +489,66 @@ impl DistributedLock for SqlLock {
         }
     }
 
-    /// Extend: move `expires_at` to the database's now + `ttl` where the owner is still ours
-    /// and the hold has not expired. **1 round trip.**
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
-        if lease.kind() != LockKind::Exclusive {
-            return self.extend_hold(lease, ttl).await;
+    /// PostgreSQL: every lease in **1 round trip** (one `UPDATE ... FROM unnest(...)` per
+    /// table, in one statement). Elsewhere each lease, up to 32 at once: move `expires_at` to
+    /// the database's now + `ttl` where the owner is still ours and the hold has not expired.
+    /// **1 round trip** each.
+    #[allow(irrefutable_let_patterns)] // with only the `postgres` feature
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        #[cfg(feature = "postgres")]
+        if let Pool::Postgres(pool) = &self.inner.pool {
+            return self.extend_many_pg(pool, leases).await;
         }
-        let units = self.ttl_units(ttl)?;
-        let key = lock_key(lease.name());
-        let key = key.as_ref();
-        let owner = lease.owner().to_string();
-        let owner = owner.as_str();
-        let sql = self.inner.sql.extend.as_str();
-        let sent = Instant::now();
-        let affected = match &self.inner.pool {
-            #[cfg(feature = "mysql")]
-            Pool::MySql(pool) => self
-                .run(
-                    pool,
-                    "extending",
-                    on_conn!(c => {
-                        sqlx::query(sql).bind(units).bind(key).bind(owner).execute(c.conn()?).await
-                    }),
-                )
-                .await?
-                .rows_affected(),
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => self
-                .run(
-                    pool,
-                    "extending",
-                    on_conn!(c => {
-                        sqlx::query(sql).bind(key).bind(owner).bind(units).execute(c.conn()?).await
-                    }),
-                )
-                .await?
-                .rows_affected(),
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => self
-                .run(
-                    pool,
-                    "extending",
-                    on_conn!(c => {
-                        sqlx::query(sql).bind(key).bind(owner).bind(units).execute(c.conn()?).await
-                    }),
-                )
-                .await?
-                .rows_affected(),
-        };
-        Ok((affected > 0).then(|| lease.renewed(ttl, sent)))
+        renew_each(leases, |lease| async move {
+            let (lease, ttl) = (&lease, lease.ttl());
+            if lease.kind() != LockKind::Exclusive {
+                return self.extend_hold(lease, ttl).await;
+            }
+            let units = self.ttl_units(ttl)?;
+            let key = lock_key(lease.name());
+            let key = key.as_ref();
+            let owner = lease.owner().to_string();
+            let owner = owner.as_str();
+            let sql = self.inner.sql.extend.as_str();
+            let sent = Instant::now();
+            let affected = match &self.inner.pool {
+                #[cfg(feature = "mysql")]
+                Pool::MySql(pool) => self
+                    .run(
+                        pool,
+                        "extending",
+                        on_conn!(c => {
+                            sqlx::query(sql).bind(units).bind(key).bind(owner).execute(c.conn()?).await
+                        }),
+                    )
+                    .await?
+                    .rows_affected(),
+                #[cfg(feature = "postgres")]
+                Pool::Postgres(pool) => self
+                    .run(
+                        pool,
+                        "extending",
+                        on_conn!(c => {
+                            sqlx::query(sql).bind(key).bind(owner).bind(units).execute(c.conn()?).await
+                        }),
+                    )
+                    .await?
+                    .rows_affected(),
+                #[cfg(feature = "sqlite")]
+                Pool::Sqlite(pool) => self
+                    .run(
+                        pool,
+                        "extending",
+                        on_conn!(c => {
+                            sqlx::query(sql).bind(key).bind(owner).bind(units).execute(c.conn()?).await
+                        }),
+                    )
+                    .await?
+                    .rows_affected(),
+            };
+            Ok((affected > 0).then(|| lease.renewed(ttl, sent)))
+        })
+        .await
     }
 
     /// Wait: MySQL and SQLite publish no release notifications, so waiters poll. `LockClient`
@@ -515,46 +571,44 @@ impl DistributedLock for SqlLock {
     /// Dropping the watch takes a waiter that may still be queued out of the queue (**1 round
     /// trip**, in the background; if the lock is free then, the next waiter is woken in its
     /// place). Waiters keep a safety-net poll.
-    async fn watch(&self, name: &LockName) -> Result<ReleaseWatch> {
+    ///
+    /// Semaphores and read-write locks. PostgreSQL: the releases and withdrawals of the
+    /// object, as for the mutex (payload `<primitive>:<key>`). SQLite: a release of a permit by
+    /// any process of this host wakes one waiter at once, a release of a read or write lock
+    /// (or a waiting writer's withdrawal) every waiter, as for the mutex (a socket per waiter
+    /// beside the database file). MySQL: a polling watch, which `LockClient` wakes on releases
+    /// in this process.
+    async fn watch(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
+        if primitive == Primitive::Mutex {
+            let watched = async {
+                #[cfg(feature = "postgres")]
+                if let Some(releases) = &self.inner.releases {
+                    return self.watch_queued(releases, name).await;
+                }
+                #[cfg(feature = "sqlite")]
+                if let Some(host) = &self.inner.host {
+                    if let Some(watch) = host.watch(&lock_key(name)) {
+                        return Ok(watch);
+                    }
+                }
+                let _ = name;
+                Ok(ReleaseWatch::polling())
+            };
+            return watched.await;
+        }
         #[cfg(feature = "postgres")]
         if let Some(releases) = &self.inner.releases {
-            return self.watch_queued(releases, name).await;
+            return releases.watch(primitive, &lock_key(name)).await;
         }
         #[cfg(feature = "sqlite")]
         if let Some(host) = &self.inner.host {
-            if let Some(watch) = host.watch(&lock_key(name)) {
+            let key = lock_key(name);
+            if let Some(watch) = host.watch(&holds::host_object(primitive, &key)) {
                 return Ok(watch);
             }
         }
-        let _ = name;
+        let _ = (name, primitive);
         Ok(ReleaseWatch::polling())
-    }
-
-    /// As `try_acquire`. PostgreSQL with notifications: in the same statement (**1 round
-    /// trip**, won or held), a waiter that finds the lock held joins the lock's queue of
-    /// waiters for `stay` (renewing its stay and keeping its place if queued already), and
-    /// one that wins leaves it. SQLite: a waiter that wins passes no wake on when its wait
-    /// ends.
-    async fn try_acquire_waiting(
-        &self,
-        name: &LockName,
-        owner: OwnerToken,
-        ttl: Duration,
-        waiter: &str,
-        stay: Duration,
-    ) -> Result<TryAcquire> {
-        #[cfg(feature = "postgres")]
-        if self.inner.releases.is_some() {
-            return self.acquire_queued_as(name, owner, ttl, waiter, stay).await;
-        }
-        let _ = stay;
-        let outcome = self.try_acquire(name, owner, ttl).await;
-        #[cfg(feature = "sqlite")]
-        if let (Ok(TryAcquire::Acquired(_)), Some(host)) = (&outcome, &self.inner.host) {
-            host.won(waiter);
-        }
-        let _ = waiter;
-        outcome
     }
 
     /// MySQL: `mysql://<user>@<host>:<port>/<db>#<table>`, so that a release by a client of
@@ -572,126 +626,69 @@ impl DistributedLock for SqlLock {
         }
     }
 
-    /// Inspect: the row's owner, version and remaining time. **1 round trip.**
-    async fn inspect(&self, name: &LockName) -> Result<LockState> {
-        let key = lock_key(name);
-        let key = key.as_ref();
-        let sql = self.inner.sql.inspect.as_str();
-        let row: Option<(Option<String>, i64, Option<i64>)> = match &self.inner.pool {
-            #[cfg(feature = "mysql")]
-            Pool::MySql(pool) => {
-                self.run(
-                    pool,
-                    "inspecting",
-                    on_conn!(c => {
-                        sqlx::query_as(sql).bind(key).fetch_optional(c.conn()?).await
-                    }),
-                )
-                .await?
-            }
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => {
-                self.run(
-                    pool,
-                    "inspecting",
-                    on_conn!(c => {
-                        sqlx::query_as(sql).bind(key).fetch_optional(c.conn()?).await
-                    }),
-                )
-                .await?
-            }
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => {
-                self.run(
-                    pool,
-                    "inspecting",
-                    on_conn!(c => {
-                        sqlx::query_as(sql).bind(key).fetch_optional(c.conn()?).await
-                    }),
-                )
-                .await?
-            }
-        };
-        let Some((owner, version, left)) = row else {
-            return Ok(LockState::free(None));
-        };
-        let fencing = u64::try_from(version).ok().map(FencingToken::new);
-        Ok(match (owner, self.remaining(left)) {
-            (Some(owner), Some(left)) => LockState::held(owner, fencing, Some(left)),
-            _ => LockState::free(fencing),
-        })
-    }
-
-    /// A permit of a semaphore, or a side of a read-write lock: one transaction over the
-    /// object's rows in the holds table (see `lock/holds.rs`). MySQL: **1 round trip**, won or
-    /// not. SQLite: 4 to 7 statements of one `BEGIN IMMEDIATE` transaction (local calls).
-    async fn try_acquire_kind(
-        &self,
-        name: &LockName,
-        kind: LockKind,
-        owner: OwnerToken,
-        ttl: Duration,
-        waiter: Option<(&str, Duration)>,
-    ) -> Result<TryAcquire> {
-        let outcome = self.acquire_hold(name, kind, owner, ttl, waiter).await;
-        #[cfg(feature = "sqlite")]
-        if let (Ok(TryAcquire::Acquired(_)), Some(host), Some((waiter, _))) =
-            (&outcome, &self.inner.host, waiter)
-        {
-            host.won(waiter);
+    /// The mutex: the row's owner, version and remaining time. **1 round trip.**
+    /// A semaphore or read-write lock, oldest first. **1 round trip.**
+    async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
+        if primitive != Primitive::Mutex {
+            return self
+                .holder_states(name, primitive)
+                .await
+                .map(ObjectState::held_by);
         }
-        outcome
+        let state = async {
+            let key = lock_key(name);
+            let key = key.as_ref();
+            let sql = self.inner.sql.inspect.as_str();
+            let row: Option<(Option<String>, i64, Option<i64>)> = match &self.inner.pool {
+                #[cfg(feature = "mysql")]
+                Pool::MySql(pool) => {
+                    self.run(
+                        pool,
+                        "inspecting",
+                        on_conn!(c => {
+                            sqlx::query_as(sql).bind(key).fetch_optional(c.conn()?).await
+                        }),
+                    )
+                    .await?
+                }
+                #[cfg(feature = "postgres")]
+                Pool::Postgres(pool) => {
+                    self.run(
+                        pool,
+                        "inspecting",
+                        on_conn!(c => {
+                            sqlx::query_as(sql).bind(key).fetch_optional(c.conn()?).await
+                        }),
+                    )
+                    .await?
+                }
+                #[cfg(feature = "sqlite")]
+                Pool::Sqlite(pool) => {
+                    self.run(
+                        pool,
+                        "inspecting",
+                        on_conn!(c => {
+                            sqlx::query_as(sql).bind(key).fetch_optional(c.conn()?).await
+                        }),
+                    )
+                    .await?
+                }
+            };
+            let Some((owner, version, left)) = row else {
+                return Ok(LockState::free(None));
+            };
+            let fencing = u64::try_from(version).ok().map(FencingToken::new);
+            Ok(match (owner, self.remaining(left)) {
+                (Some(owner), Some(left)) => LockState::held(owner, fencing, Some(left)),
+                _ => LockState::free(fencing),
+            })
+        };
+        state.await.map(ObjectState::from)
     }
 
     /// Deletes the waiting writer's record. **1 round trip**; nothing for other kinds.
     async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
         self.withdraw_waiter(name, kind, waiter).await
-    }
-
-    /// The live holds of a semaphore or read-write lock, oldest first. **1 round trip.**
-    async fn inspect_holders(&self, name: &LockName, primitive: Primitive) -> Result<Vec<LockState>> {
-        self.holder_states(name, primitive).await
-    }
-
-    /// PostgreSQL: the releases and withdrawals of the object, as for the mutex's
-    /// [`watch`](Self::watch) (payload `<primitive>:<key>`). SQLite: a release of a permit by
-    /// any process of this host wakes one waiter at once, a release of a read or write lock
-    /// (or a waiting writer's withdrawal) every waiter, as for the mutex (a socket per waiter
-    /// beside the database file). MySQL: a polling watch, which `LockClient` wakes on releases
-    /// in this process.
-    async fn watch_kind(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
-        #[cfg(feature = "postgres")]
-        if let Some(releases) = &self.inner.releases {
-            return releases.watch(primitive, &lock_key(name)).await;
-        }
-        #[cfg(feature = "sqlite")]
-        if let Some(host) = &self.inner.host {
-            let key = lock_key(name);
-            if let Some(watch) = host.watch(&holds::host_object(primitive, &key)) {
-                return Ok(watch);
-            }
-        }
-        let _ = (name, primitive);
-        Ok(ReleaseWatch::polling())
-    }
-
-    /// PostgreSQL: every lease in **1 round trip** (one `UPDATE ... FROM unnest(...)` per
-    /// table, in one statement). Elsewhere one `extend` per lease, up to 32 at once.
-    #[allow(irrefutable_let_patterns)] // with only the `postgres` feature
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
-        #[cfg(feature = "postgres")]
-        if let Pool::Postgres(pool) = &self.inner.pool {
-            return self.extend_many_pg(pool, leases).await;
-        }
-        use futures::stream::{self, StreamExt};
-        let renewals: Vec<_> = leases
-            .iter()
-            .map(|lease| self.extend(lease, lease.ttl()))
-            .collect();
-        stream::iter(renewals)
-            .buffered(EXTEND_MANY_CONCURRENCY)
-            .collect()
-            .await
     }
 
     /// `SELECT 1`. **1 round trip.**

@@ -10,7 +10,9 @@
 
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, DistributedLock, LockClient, LockName, OwnerToken, TryAcquire};
+use distlock_core::{
+    AcquireOptions, DistributedLock, DistributedLockExt, LockClient, LockName, OwnerToken, TryAcquire,
+};
 use distlock_sql::SqlConfig;
 use sqlx::{Connection, MySqlConnection};
 use tokio::time::Instant;

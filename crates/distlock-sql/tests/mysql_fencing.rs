@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, LockName, OwnerToken, TryAcquire};
 use distlock_sql::SqlLock;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

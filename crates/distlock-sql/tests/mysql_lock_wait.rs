@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use distlock_core::{DistributedLock, Error, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Error, LockName, OwnerToken, TryAcquire};
 use distlock_sql::{SqlConfig, SqlLock};
 use distlock_testkit::MariaDbServer;
 use sqlx::{Connection, Executor, MySqlConnection};
@@ -85,7 +85,7 @@ async fn blocked_acquire(timeout: Duration) {
     tokio::time::sleep(Duration::from_secs(2)).await;
     raw.execute("COMMIT").await.expect("commits");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let state = lock.inspect(&name).await.expect("works");
+    let state = lock.inspect_lock(&name).await.expect("works");
     assert!(
         !state.is_held(),
         "the timed-out acquire committed after the client gave up: {state:?}"
@@ -146,7 +146,7 @@ async fn an_acquire_behind_ddl_fails_in_time_and_leaves_nothing() {
     reader.execute("COMMIT").await.expect("commits");
     alter.await.expect("the ALTER task").expect("the ALTER runs");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let state = lock.inspect(&name).await.expect("works");
+    let state = lock.inspect_lock(&name).await.expect("works");
     assert!(
         !state.is_held(),
         "the timed-out acquire committed after the client gave up: {state:?}"

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, DistributedLock, Error, LockClient, LockName, OwnerToken, TryAcquire};
+use distlock_core::{
+    AcquireOptions, DistributedLock, DistributedLockExt, Error, LockClient, LockName, OwnerToken, TryAcquire,
+};
 use distlock_sql::{SqlConfig, SqlLock};
 use distlock_testkit::MariaDbServer;
 

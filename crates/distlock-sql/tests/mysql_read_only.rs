@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Error, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Error, LockName, OwnerToken, TryAcquire};
 use distlock_sql::{SqlConfig, SqlLock};
 use distlock_testkit::{MariaDbServer, MARIADB_DATABASE};
 
@@ -57,7 +57,7 @@ async fn read_only_is_unavailable() {
         );
     }
     // Reads still work.
-    assert!(lock.inspect(&held).await.expect("works").is_held());
+    assert!(lock.inspect_lock(&held).await.expect("works").is_held());
 
     server.sql("SET GLOBAL read_only = 0").expect("clears read_only");
     assert!(lock.extend(&lease, ttl).await.expect("works").is_some());

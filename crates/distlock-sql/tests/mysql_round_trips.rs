@@ -10,7 +10,9 @@
 
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, DistributedLock, Lease, LockClient, LockName, OwnerToken, TryAcquire};
+use distlock_core::{
+    AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockClient, LockName, OwnerToken, TryAcquire,
+};
 use distlock_sql::{SqlConfig, SqlLock};
 use distlock_testkit::{MariaDbServer, MARIADB_USER};
 

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Lease, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Lease, LockName, OwnerToken, TryAcquire};
 use distlock_sql::{SqlConfig, SqlLock};
 use distlock_testkit::{MariaDbOptions, MariaDbServer};
 
@@ -56,7 +56,7 @@ async fn acquire_release_takeover(lock: &SqlLock, server: &MariaDbServer) {
         lock.try_acquire(&name, b, ttl).await.expect("works"),
         TryAcquire::Held(_)
     ));
-    let state = lock.inspect(&name).await.expect("works");
+    let state = lock.inspect_lock(&name).await.expect("works");
     assert_eq!(
         state.owner.as_deref(),
         Some(a.owner().to_string().as_str()),
@@ -77,7 +77,7 @@ async fn acquire_release_takeover(lock: &SqlLock, server: &MariaDbServer) {
         .expect("the admin query runs");
     let c = acquired(c, &format!("C after A's release (row: {})", rows.trim()));
     assert!(c.fencing_token() > a.fencing_token());
-    let state = lock.inspect(&name).await.expect("works");
+    let state = lock.inspect_lock(&name).await.expect("works");
     assert_eq!(
         state.owner.as_deref(),
         Some(c.owner().to_string().as_str()),
@@ -99,7 +99,7 @@ async fn acquire_release_takeover(lock: &SqlLock, server: &MariaDbServer) {
         !lock.release(&c).await.expect("works"),
         "C's release must not free D's hold"
     );
-    assert!(lock.inspect(&name).await.expect("works").is_held());
+    assert!(lock.inspect_lock(&name).await.expect("works").is_held());
     assert!(lock.release(&d).await.expect("works"));
 }
 

@@ -9,8 +9,8 @@
 use std::time::{Duration, Instant};
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, LockClient, LockName, OwnerToken, Primitive, ReleaseWatch, TryAcquire,
-    WakeUp, Woke,
+    AcquireOptions, Attempt, DistributedLock, DistributedLockExt, LockClient, LockName, OwnerToken,
+    Primitive, ReleaseWatch, TryAcquire, WakeUp, Woke,
 };
 use distlock_sql::SqlLock;
 
@@ -91,7 +91,9 @@ async fn a_release_wakes_a_waiter_of_another_client_at_once() {
 async fn queue(lock: &SqlLock, name: &LockName, watch: &ReleaseWatch) {
     let waiter = watch.waiter().expect("a watch of one waiter");
     let outcome = lock
-        .try_acquire_waiting(name, OwnerToken::new(), Duration::from_secs(60), waiter, STAY)
+        .attempt(
+            &Attempt::mutex(name.clone(), OwnerToken::new(), Duration::from_secs(60)).waiting(waiter, STAY),
+        )
         .await
         .expect("works");
     assert!(matches!(outcome, TryAcquire::Held(_)), "{outcome:?}");
@@ -120,7 +122,15 @@ async fn a_release_wakes_the_first_waiter_of_the_released_name_only() {
     let url = support::shared_url().await;
     let holder = LockClient::new(support::client(&url).await.expect("connects"));
     let watcher = support::client(&url).await.expect("connects");
-    assert!(watcher.capabilities().wakes_one);
+    let probe = watcher
+        .watch(&LockName::new("notify-probe").expect("valid"), Primitive::Mutex)
+        .await
+        .expect("listens");
+    assert!(
+        probe.is_notified() && probe.waiter().is_some(),
+        "one waiter woken per release"
+    );
+    drop(probe);
     let released = LockName::new("notify-released").expect("valid");
     let other = LockName::new("notify-other").expect("valid");
     let guard = holder
@@ -132,11 +142,11 @@ async fn a_release_wakes_the_first_waiter_of_the_released_name_only() {
         .await
         .expect("acquired");
 
-    let mut first = watcher.watch(&released).await.expect("watches");
-    let mut second = watcher.watch(&released).await.expect("watches");
-    let mut on_other = watcher.watch(&other).await.expect("watches");
+    let mut first = watcher.watch(&released, Primitive::Mutex).await.expect("watches");
+    let mut second = watcher.watch(&released, Primitive::Mutex).await.expect("watches");
+    let mut on_other = watcher.watch(&other, Primitive::Mutex).await.expect("watches");
     let mut on_semaphore = watcher
-        .watch_kind(&released, Primitive::Semaphore)
+        .watch(&released, Primitive::Semaphore)
         .await
         .expect("watches");
     assert!(first.is_notified());
@@ -188,19 +198,16 @@ async fn a_waiter_that_gave_up_or_died_takes_no_wake_with_it() {
 
     // Queued first: a waiter that died (no watch, a stay of 300 ms) and one that gives up.
     let dead = holder
-        .try_acquire_waiting(
-            &name,
-            OwnerToken::new(),
-            ttl,
-            "dead-waiter",
-            Duration::from_millis(300),
+        .attempt(
+            &Attempt::mutex(name.clone(), OwnerToken::new(), ttl)
+                .waiting("dead-waiter", Duration::from_millis(300)),
         )
         .await
         .expect("works");
     assert!(matches!(dead, TryAcquire::Held(_)));
-    let gave_up = watcher.watch(&name).await.expect("watches");
+    let gave_up = watcher.watch(&name, Primitive::Mutex).await.expect("watches");
     queue(&watcher, &name, &gave_up).await;
-    let mut live = watcher.watch(&name).await.expect("watches");
+    let mut live = watcher.watch(&name, Primitive::Mutex).await.expect("watches");
     queue(&watcher, &name, &live).await;
     assert_eq!(queued(&url, &name).await, 3);
     drop(gave_up); // leaves the queue (in the background)
@@ -281,7 +288,7 @@ async fn a_release_sees_a_waiter_queued_while_it_waited_for_the_row() {
     else {
         panic!("the lock is free");
     };
-    let mut watch = watcher.watch(&name).await.expect("watches");
+    let mut watch = watcher.watch(&name, Primitive::Mutex).await.expect("watches");
     let id = watch.waiter().expect("one waiter").clone();
 
     let admin = sqlx::PgPool::connect(&url).await.expect("connects");

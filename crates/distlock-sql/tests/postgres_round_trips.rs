@@ -11,7 +11,10 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use distlock_core::{DistributedLock, Lease, LockKind, LockName, OwnerToken, Primitive, TryAcquire, Woke};
+use distlock_core::{
+    Attempt, DistributedLock, DistributedLockExt, Lease, LockKind, LockName, OwnerToken, Primitive,
+    TryAcquire, Woke,
+};
 use distlock_sql::SqlConfig;
 use distlock_testkit::Direction;
 
@@ -70,7 +73,7 @@ async fn one_round_trip_per_operation() {
         .await
         .expect("works")
         .expect("ours");
-    lock.extend_many(std::slice::from_ref(&a)).await;
+    lock.renew(std::slice::from_ref(&a)).await;
     assert!(lock.release(&a).await.expect("works"));
     let p = won(lock
         .try_acquire_kind(&sem, permit, OwnerToken::new(), ttl, None)
@@ -88,23 +91,23 @@ async fn one_round_trip_per_operation() {
         .try_acquire(&queued, OwnerToken::new(), ttl)
         .await
         .expect("works"));
-    let warm = lock.watch(&queued).await.expect("listens");
+    let warm = lock.watch(&queued, Primitive::Mutex).await.expect("listens");
     let warm_id = warm.waiter().expect("one waiter").clone();
     let _ = lock
-        .try_acquire_waiting(&queued, OwnerToken::new(), ttl, &warm_id, stay)
+        .attempt(&Attempt::mutex(queued.clone(), OwnerToken::new(), ttl).waiting(&warm_id, stay))
         .await
         .expect("works");
     assert!(lock.release(&q).await.expect("works"));
     let q = won(lock
-        .try_acquire_waiting(&queued, OwnerToken::new(), ttl, &warm_id, stay)
+        .attempt(&Attempt::mutex(queued.clone(), OwnerToken::new(), ttl).waiting(&warm_id, stay))
         .await
         .expect("works"));
     drop(warm);
     let admin = sqlx::PgPool::connect(&url).await.expect("connects");
-    let gone = lock.watch(&queued).await.expect("listens");
+    let gone = lock.watch(&queued, Primitive::Mutex).await.expect("listens");
     let gone_id = gone.waiter().expect("one waiter").clone();
     let _ = lock
-        .try_acquire_waiting(&queued, OwnerToken::new(), ttl, &gone_id, stay)
+        .attempt(&Attempt::mutex(queued.clone(), OwnerToken::new(), ttl).waiting(&gone_id, stay))
         .await
         .expect("works");
     drop(gone);
@@ -132,7 +135,7 @@ async fn one_round_trip_per_operation() {
     let (full, n) = round_trips(lock.try_acquire_kind(&sem, permit, OwnerToken::new(), ttl, None)).await;
     assert!(matches!(full.expect("works"), TryAcquire::Held(_)));
     counts.push(("permit acquire (full)", n));
-    let (renewed, n) = round_trips(lock.extend_many(&[a.clone(), p.clone()])).await;
+    let (renewed, n) = round_trips(lock.renew(&[a.clone(), p.clone()])).await;
     assert!(renewed.iter().all(|r| matches!(r, Ok(Some(_)))), "{renewed:?}");
     counts.push(("extend_many (a mutex and a permit)", n));
     let (released, n) = round_trips(lock.release(&p)).await;
@@ -143,25 +146,29 @@ async fn one_round_trip_per_operation() {
     counts.push(("release", n));
 
     // Waiting: `q` holds `queued`.
-    let (watch, n) = round_trips(lock.watch(&queued)).await;
+    let (watch, n) = round_trips(lock.watch(&queued, Primitive::Mutex)).await;
     let mut watch = watch.expect("listens");
     counts.push(("watch (listening)", n));
     let id = watch.waiter().expect("one waiter").clone();
-    let (held, n) = round_trips(lock.try_acquire_waiting(&queued, OwnerToken::new(), ttl, &id, stay)).await;
+    let (held, n) =
+        round_trips(lock.attempt(&Attempt::mutex(queued.clone(), OwnerToken::new(), ttl).waiting(&id, stay)))
+            .await;
     assert!(matches!(held.expect("works"), TryAcquire::Held(_)));
     counts.push(("waiter's attempt (held, queued)", n));
     let (released, n) = round_trips(lock.release(&q)).await;
     assert!(released.expect("works"));
     counts.push(("release (waking the first waiter)", n));
     assert_eq!(watch.wait(Duration::from_secs(5)).await, Woke::Released);
-    let (q, n) = round_trips(lock.try_acquire_waiting(&queued, OwnerToken::new(), ttl, &id, stay)).await;
+    let (q, n) =
+        round_trips(lock.attempt(&Attempt::mutex(queued.clone(), OwnerToken::new(), ttl).waiting(&id, stay)))
+            .await;
     let q = won(q.expect("works"));
     counts.push(("waiter's attempt (won, leaving the queue)", n));
     drop(watch);
-    let other = lock.watch(&queued).await.expect("listens");
+    let other = lock.watch(&queued, Primitive::Mutex).await.expect("listens");
     let other_id = other.waiter().expect("one waiter").clone();
     let _ = lock
-        .try_acquire_waiting(&queued, OwnerToken::new(), ttl, &other_id, stay)
+        .attempt(&Attempt::mutex(queued.clone(), OwnerToken::new(), ttl).waiting(&other_id, stay))
         .await
         .expect("works");
     let ((), n) = round_trips(async {

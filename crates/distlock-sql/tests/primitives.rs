@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, Error, Lease, LockClient, LockKind, LockName, OwnerToken, Primitive,
-    TryAcquire,
+    AcquireOptions, DistributedLock, DistributedLockExt, Error, Lease, LockClient, LockKind, LockName,
+    OwnerToken, Primitive, TryAcquire,
 };
 use distlock_sql::{SqlConfig, SqlLock};
 use distlock_testkit::shared::MYSQL_URL_ENV;
@@ -501,7 +501,7 @@ async fn one_name_three_objects(store: &Store) {
     assert!(!lock.release(&cross).await.expect("works"));
     assert!(lock.release(&sem).await.expect("works"));
     assert!(
-        lock.inspect(&name).await.expect("works").is_held(),
+        lock.inspect_lock(&name).await.expect("works").is_held(),
         "the mutex stays"
     );
     assert_eq!(
@@ -603,7 +603,7 @@ async fn renewal_keeps_a_hold(store: &Store) {
         attempt(&lock, &name, LockKind::Read).await,
         "the writer still holds",
     );
-    let renewed = lock.extend_many(std::slice::from_ref(&lease)).await;
+    let renewed = lock.renew(std::slice::from_ref(&lease)).await;
     assert!(matches!(renewed.as_slice(), [Ok(Some(_))]), "{renewed:?}");
     assert!(lock.release(&lease).await.expect("works"));
 

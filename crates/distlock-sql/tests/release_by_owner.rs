@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Lease, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Lease, LockName, OwnerToken, TryAcquire};
 use distlock_sql::SqlLock;
 use tokio::time::Instant;
 
@@ -20,10 +20,10 @@ async fn release_by_owner_only(lock: &SqlLock) {
     let bare = |owner| Lease::new(name.clone(), owner, ttl, Instant::now());
     // Someone else's token frees nothing.
     assert!(!lock.release(&bare(OwnerToken::new())).await.expect("works"));
-    assert!(lock.inspect(&name).await.expect("works").is_held());
+    assert!(lock.inspect_lock(&name).await.expect("works").is_held());
     // The holder's token frees it, once.
     assert!(lock.release(&bare(owner)).await.expect("works"));
-    assert!(!lock.inspect(&name).await.expect("works").is_held());
+    assert!(!lock.inspect_lock(&name).await.expect("works").is_held());
     assert!(!lock.release(&bare(owner)).await.expect("works"));
     // A bare release of a name never acquired is a clean "not held".
     let never = LockName::new(format!("never-{}", uuid::Uuid::new_v4())).expect("valid");

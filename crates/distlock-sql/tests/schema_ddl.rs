@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, LockKind, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, LockKind, LockName, OwnerToken, TryAcquire};
 use distlock_sql::{SqlConfig, SqlLock};
 
 async fn takes_every_kind(lock: &SqlLock) {

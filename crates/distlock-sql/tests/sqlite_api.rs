@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Error, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Error, LockName, OwnerToken, TryAcquire};
 use distlock_sql::{SqlConfig, SqlLock};
 
 async fn take(lock: &SqlLock, name: &LockName, ttl: Duration) -> distlock_core::Lease {
@@ -29,9 +29,9 @@ async fn custom_table_inspect_and_fencing() {
     let b = config.build().await.expect("opens");
     let name = LockName::new("inventory:sku-42").expect("valid");
 
-    assert!(!a.inspect(&name).await.expect("works").is_held());
+    assert!(!a.inspect_lock(&name).await.expect("works").is_held());
     let first = take(&a, &name, Duration::from_secs(30)).await;
-    let state = b.inspect(&name).await.expect("works");
+    let state = b.inspect_lock(&name).await.expect("works");
     assert_eq!(state.owner, Some(first.owner().to_string()));
     assert_eq!(state.fencing, first.fencing_token());
     assert!(state.remaining.is_some_and(|r| r <= Duration::from_secs(30)));
@@ -46,7 +46,7 @@ async fn custom_table_inspect_and_fencing() {
 
     // Release keeps the row and its version: the next token is larger.
     assert!(a.release(&first).await.expect("works"));
-    let state = b.inspect(&name).await.expect("works");
+    let state = b.inspect_lock(&name).await.expect("works");
     assert!(!state.is_held());
     assert_eq!(state.fencing, first.fencing_token());
     let second = take(&b, &name, Duration::from_millis(50)).await;

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use distlock_core::{DistributedLock, Error, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Error, LockName, OwnerToken, TryAcquire};
 use distlock_sql::SqlConfig;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Connection, Executor, SqliteConnection};
@@ -47,7 +47,7 @@ async fn a_blocked_write_fails_by_the_database_first() {
 
     raw.execute("COMMIT").await.expect("commits");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let state = lock.inspect(&name).await.expect("works");
+    let state = lock.inspect_lock(&name).await.expect("works");
     assert!(!state.is_held(), "a failed acquire left a hold: {state:?}");
     match lock
         .try_acquire(&name, OwnerToken::new(), Duration::from_secs(1))

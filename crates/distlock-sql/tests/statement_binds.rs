@@ -7,7 +7,9 @@
 
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, Lease, LockKind, LockName, OwnerToken, TryAcquire};
+use distlock_core::{
+    Attempt, DistributedLock, DistributedLockExt, Lease, LockKind, LockName, OwnerToken, TryAcquire,
+};
 use distlock_sql::{SqlConfig, SqlLock};
 use sqlx::Row as _;
 
@@ -335,7 +337,7 @@ async fn check(lock: &SqlLock, db: &Db, table: &str) {
         );
         let queued_stay = Duration::from_secs(9);
         let outcome = lock
-            .try_acquire_waiting(&name, OwnerToken::new(), ttl, "waiter-2", queued_stay)
+            .attempt(&Attempt::mutex(name.clone(), OwnerToken::new(), ttl).waiting("waiter-2", queued_stay))
             .await
             .expect("a waiter's attempt");
         assert!(matches!(outcome, TryAcquire::Held(_)), "{outcome:?}");

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock::{
-    Capabilities, DistributedLock, FencingToken, Holder, Lease, LockKind, LockName, LockState, LossReason,
-    OwnerToken, Primitive, ReleaseWatch, Result, Session, TryAcquire,
+    renew_each, Attempt, Capabilities, DistributedLock, DistributedLockExt, Error, FencingToken, Holder,
+    Lease, LockKind, LockName, LockState, LossReason, ObjectState, OwnerToken, Primitive, ReleaseWatch,
+    Result, Session, TryAcquire,
 };
 use futures::future::BoxFuture;
 use tokio::sync::watch;
@@ -142,41 +143,42 @@ impl DistributedLock for Broken {
         self.inner.backend()
     }
 
-    /// The store's, without hand-overs (every release goes through `release`, where the
-    /// breakage lives) and, for a breakage of the mutex, without the other primitives, which it
-    /// does not break.
+    /// The store's, for a breakage of the mutex without the other primitives, which it does
+    /// not break.
     fn capabilities(&self) -> Capabilities {
-        let capabilities = self.inner.capabilities().with_hands_over(false);
+        let capabilities = self.inner.capabilities();
         match self.of_primitives() {
             true => capabilities,
             false => capabilities.with_primitives(false, false),
         }
     }
 
-    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
-        if self.never_woken(name) {
-            return Ok(TryAcquire::Held(Holder::unknown()));
-        }
-        let outcome = self.inner.try_acquire(name, owner, self.store_ttl(ttl)).await?;
-        Ok(self.attempted(name, outcome, ttl))
+    /// The store's, without hand-overs: every release goes through `release`, where the
+    /// breakage lives.
+    fn mechanics(&self) -> distlock::Mechanics {
+        self.inner.mechanics().with_hands_over(false)
     }
 
-    async fn try_acquire_waiting(
-        &self,
-        name: &LockName,
-        owner: OwnerToken,
-        ttl: Duration,
-        waiter: &str,
-        stay: Duration,
-    ) -> Result<TryAcquire> {
+    async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
+        let Attempt { name, kind, ttl, .. } = attempt;
         if self.never_woken(name) {
             return Ok(TryAcquire::Held(Holder::unknown()));
         }
-        let outcome = self
-            .inner
-            .try_acquire_waiting(name, owner, self.store_ttl(ttl), waiter, stay)
-            .await?;
-        Ok(self.attempted(name, outcome, ttl))
+        let mut stored = Attempt::new(
+            name.clone(),
+            self.store_kind(*kind),
+            attempt.owner,
+            self.store_ttl(*ttl),
+        );
+        stored.waiter = attempt.waiter.clone();
+        let outcome = self.inner.attempt(&stored).await?;
+        Ok(match self.attempted(name, outcome, *ttl) {
+            // The guard believes it holds what was asked for.
+            TryAcquire::Acquired(lease) if *kind != LockKind::Exclusive => {
+                TryAcquire::Acquired(lease.with_kind(*kind))
+            }
+            outcome => outcome,
+        })
     }
 
     fn store_identity(&self) -> Option<String> {
@@ -191,7 +193,7 @@ impl DistributedLock for Broken {
             return self.inner.release(&self.store_lease(lease)).await;
         }
         // Whoever holds the name now is released, as a release by name alone would.
-        let state: LockState = self.inner.inspect(lease.name()).await?;
+        let state: LockState = self.inner.inspect_lock(lease.name()).await?;
         let Some(owner) = state.owner.and_then(|o| o.parse::<OwnerToken>().ok()) else {
             return Ok(false);
         };
@@ -199,46 +201,24 @@ impl DistributedLock for Broken {
         self.inner.release(&theirs).await
     }
 
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
-        Ok(self
-            .inner
-            .extend(&self.store_lease(lease), self.store_ttl(ttl))
-            .await?
-            .map(|renewed| self.as_granted(renewed, ttl).with_kind(lease.kind())))
-    }
-
-    async fn try_acquire_kind(
-        &self,
-        name: &LockName,
-        kind: LockKind,
-        owner: OwnerToken,
-        ttl: Duration,
-        waiter: Option<(&str, Duration)>,
-    ) -> Result<TryAcquire> {
-        if self.never_woken(name) {
-            return Ok(TryAcquire::Held(Holder::unknown()));
-        }
-        let outcome = self
-            .inner
-            .try_acquire_kind(name, self.store_kind(kind), owner, self.store_ttl(ttl), waiter)
-            .await?;
-        Ok(match self.attempted(name, outcome, ttl) {
-            // The guard believes it holds what was asked for.
-            TryAcquire::Acquired(lease) => TryAcquire::Acquired(lease.with_kind(kind)),
-            held => held,
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        renew_each(leases, |lease| async move {
+            let ttl = lease.ttl();
+            Ok(self
+                .inner
+                .extend(&self.store_lease(&lease), self.store_ttl(ttl))
+                .await?
+                .map(|renewed| self.as_granted(renewed, ttl).with_kind(lease.kind())))
         })
+        .await
     }
 
     async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
         self.inner.withdraw(name, self.store_kind(kind), waiter).await
     }
 
-    async fn watch_kind(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
-        self.inner.watch_kind(name, primitive).await
-    }
-
-    async fn watch(&self, name: &LockName) -> Result<ReleaseWatch> {
-        self.inner.watch(name).await
+    async fn watch(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
+        self.inner.watch(name, primitive).await
     }
 
     fn session(&self) -> Option<watch::Receiver<Session>> {
@@ -249,8 +229,15 @@ impl DistributedLock for Broken {
         self.inner.watch_lease(&self.store_lease(lease))
     }
 
-    async fn inspect(&self, name: &LockName) -> Result<LockState> {
-        self.inner.inspect(name).await
+    /// The mutex only.
+    async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
+        if primitive != Primitive::Mutex {
+            return Err(Error::NotSupported {
+                backend: self.backend(),
+                what: "listing the holders of a semaphore or read-write lock",
+            });
+        }
+        self.inner.inspect(name, primitive).await
     }
 
     async fn ping(&self) -> Result<()> {

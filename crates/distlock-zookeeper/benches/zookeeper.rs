@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use distlock_conformance::bench::{self, CONTENDERS};
-use distlock_core::{AcquireOptions, DistributedLock, LockClient, LockName, OwnerToken, TryAcquire};
+use distlock_core::{
+    AcquireOptions, DistributedLock, DistributedLockExt, LockClient, LockName, OwnerToken, TryAcquire,
+};
 use distlock_testkit::ZooKeeperServer;
 use distlock_zookeeper::{ZooKeeperConfig, ZooKeeperLock};
 use tokio::time::Instant;

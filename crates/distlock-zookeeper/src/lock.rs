@@ -81,9 +81,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    Capabilities, DistributedLock, Error, Expiry, Fairness, Fencing, FencingToken, Holder, Lease, LockKind,
-    LockName, LockState, LossReason, OwnerToken, Primitive, Result, Session, SessionState, TryAcquire,
-    WakeUp,
+    renew_each, Attempt, Capabilities, DistributedLock, Error, Expiry, Fairness, Fencing, FencingToken,
+    Holder, Lease, LockKind, LockName, LockState, LossReason, ObjectState, Primitive, Result, Session,
+    SessionState, TryAcquire, WakeUp,
 };
 use futures::future::BoxFuture;
 use tokio::sync::watch;
@@ -219,39 +219,57 @@ impl DistributedLock for ZooKeeperLock {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(Fencing::Monotonic, WakeUp::Notification)
             .with_fairness(Fairness::Fifo)
-            // Each waiter watches only its predecessor's node.
-            .with_wakes_one(true)
             .with_expiry(Expiry::Session)
             .with_primitives(true, true)
     }
 
-    /// One attempt: list the queue first, and only if it is empty create our node, list again
+    /// The mutex: list the queue first, and only if it is empty create our node, list again
     /// and keep the node if it is first (else delete it). A held lock thus costs 1 round trip
     /// (`getChildren`) and burns no sequence number; a free one 3 (`getChildren`, `create2`,
     /// `getChildren`), +1 the first time a name's parent is created (+1 more for the root,
     /// once). A node of ours already in the queue (left by an earlier attempt of the same owner
     /// whose reply was lost) is adopted, never duplicated.
-    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, _ttl: Duration) -> Result<TryAcquire> {
-        let inner = &self.inner;
-        inner
-            .bounded(async {
-                let sent_at = Instant::now();
-                let conn = inner.conn().await?;
-                let mut entry = QueueEntry::mutex(inner, &conn, name, owner);
-                let owner_data = owner.to_string();
-                match inner
-                    .take_once(&conn, &mut entry, Line::Mutex, owner_data.as_bytes(), None)
-                    .await?
-                {
-                    Some(node) => {
-                        let lease = inner.hold(&conn, name, owner, node, sent_at, LockKind::Exclusive)?;
-                        entry.disarm();
-                        Ok(TryAcquire::Acquired(lease))
-                    }
-                    None => Ok(TryAcquire::Held(Holder::unknown())),
-                }
-            })
-            .await
+    ///
+    /// A permit (see `semaphore.rs`: 2 round trips when full, 6 or 7 when there
+    /// is room) or at a read or the write lock (see `rw_lock.rs`: 1 when blocked, 3 when free).
+    /// The session is the lease's lifetime: `ttl` is ignored. `waiter` is ignored too: this
+    /// backend is [`Fairness::Fifo`], and [`LockClient`](distlock_core::LockClient) waits in
+    /// the store's queue ([`wait_queued`](Self::wait_queued)), where a waiting
+    /// writer's node keeps later readers out; a single attempt that fails leaves nothing
+    /// behind, so it records no waiting writer.
+    async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
+        let (name, owner) = (&attempt.name, attempt.owner);
+        match attempt.kind {
+            LockKind::Exclusive => {
+                let inner = &self.inner;
+                inner
+                    .bounded(async {
+                        let sent_at = Instant::now();
+                        let conn = inner.conn().await?;
+                        let mut entry = QueueEntry::mutex(inner, &conn, name, owner);
+                        let owner_data = owner.to_string();
+                        match inner
+                            .take_once(&conn, &mut entry, Line::Mutex, owner_data.as_bytes(), None)
+                            .await?
+                        {
+                            Some(node) => {
+                                let lease =
+                                    inner.hold(&conn, name, owner, node, sent_at, LockKind::Exclusive)?;
+                                entry.disarm();
+                                Ok(TryAcquire::Acquired(lease))
+                            }
+                            None => Ok(TryAcquire::Held(Holder::unknown())),
+                        }
+                    })
+                    .await
+            }
+            LockKind::Permit { permits } => {
+                validate_permits(permits)?;
+                self.inner.try_permit(name, permits, owner).await
+            }
+            LockKind::Read | LockKind::Write => self.inner.try_rw(name, attempt.kind, owner).await,
+            other => Err(not_a_kind(other)),
+        }
     }
 
     // -----------------------------------------------------------------------------------------
@@ -321,30 +339,34 @@ impl DistributedLock for ZooKeeperLock {
     /// belongs to the current session (1 round trip, `exists`), bounded once by the operation
     /// timeout. The same for every kind of hold (the handle is its node's path); a lease
     /// without a handle is not renewed (`None`).
-    async fn extend(&self, lease: &Lease, _ttl: Duration) -> Result<Option<Lease>> {
-        let Some(path) = lease.handle() else {
-            return Ok(None);
-        };
-        let inner = &self.inner;
-        inner
-            .bounded(async {
-                let conn = inner.conn().await?;
-                if lease.session_epoch() != Some(conn.epoch) {
-                    return Ok(None);
-                }
-                let stat = conn.client.check_stat(path).await.map_err(map_err)?;
-                let ours = stat.is_some_and(|s| s.ephemeral_owner == conn.client.session_id().0)
-                    && inner.session.borrow().keeps(conn.epoch);
-                Ok(ours.then(|| lease.clone()))
-            })
-            .await
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        renew_each(leases, |lease| async move {
+            let lease = &lease;
+            let Some(path) = lease.handle() else {
+                return Ok(None);
+            };
+            let inner = &self.inner;
+            inner
+                .bounded(async {
+                    let conn = inner.conn().await?;
+                    if lease.session_epoch() != Some(conn.epoch) {
+                        return Ok(None);
+                    }
+                    let stat = conn.client.check_stat(path).await.map_err(map_err)?;
+                    let ours = stat.is_some_and(|s| s.ephemeral_owner == conn.client.session_id().0)
+                        && inner.session.borrow().keeps(conn.epoch);
+                    Ok(ours.then(|| lease.clone()))
+                })
+                .await
+        })
+        .await
     }
 
     // -----------------------------------------------------------------------------------------
     // Wait
     // -----------------------------------------------------------------------------------------
 
-    /// Waits in the queue: create our node, then until it is first, watch only its immediate
+    /// The mutex: create our node, then until it is first, watch only its immediate
     /// predecessor (`exists` with a watch) and list again when that watch fires. Round trips:
     /// 2 when free; when queued, 3 to get in line (`create2`, `getChildren`, `exists`) and 1
     /// (`getChildren`) per wake-up, and each release wakes exactly one waiter.
@@ -353,91 +375,82 @@ impl DistributedLock for ZooKeeperLock {
     /// Cancel safe: dropped at any point, our node is deleted in the background (found by its
     /// GUID prefix if the drop came while `create` was in flight); a lock won but not yet
     /// returned cannot exist, since winning and returning happen without an await between.
-    async fn acquire_queued(
-        &self,
-        name: &LockName,
-        owner: OwnerToken,
-        _ttl: Duration,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Lease>> {
-        let inner = &self.inner;
-        let sent_at = Instant::now();
-        let conn = inner.bounded(inner.conn()).await?;
-        let mut entry = QueueEntry::mutex(inner, &conn, name, owner);
-        let owner_data = owner.to_string();
-        let created = inner.bounded(entry.create(owner_data.as_bytes())).await?;
-        let Some(node) = inner
-            .wait_in_line(&conn, &mut entry, &created, Line::Mutex, deadline)
-            .await?
-        else {
-            return Ok(None);
-        };
-        let lease = inner.hold(&conn, name, owner, node, sent_at, LockKind::Exclusive)?;
-        entry.disarm();
-        Ok(Some(lease))
+    ///
+    /// A permit: (the semaphore's `locks` mutex, then a count of
+    /// its leases) or for a read or the write lock (one FIFO queue). A dropped
+    /// wait deletes its nodes in the
+    /// background.
+    async fn wait_queued(&self, attempt: &Attempt, deadline: Option<Instant>) -> Result<Option<Lease>> {
+        let (name, owner) = (&attempt.name, attempt.owner);
+        match attempt.kind {
+            LockKind::Exclusive => {
+                let inner = &self.inner;
+                let sent_at = Instant::now();
+                let conn = inner.bounded(inner.conn()).await?;
+                let mut entry = QueueEntry::mutex(inner, &conn, name, owner);
+                let owner_data = owner.to_string();
+                let created = inner.bounded(entry.create(owner_data.as_bytes())).await?;
+                let Some(node) = inner
+                    .wait_in_line(&conn, &mut entry, &created, Line::Mutex, deadline)
+                    .await?
+                else {
+                    return Ok(None);
+                };
+                let lease = inner.hold(&conn, name, owner, node, sent_at, LockKind::Exclusive)?;
+                entry.disarm();
+                Ok(Some(lease))
+            }
+            LockKind::Permit { permits } => {
+                validate_permits(permits)?;
+                self.inner.queue_for_permit(name, permits, owner, deadline).await
+            }
+            LockKind::Read | LockKind::Write => {
+                self.inner.queue_for_rw(name, attempt.kind, owner, deadline).await
+            }
+            other => Err(not_a_kind(other)),
+        }
     }
 
     // -----------------------------------------------------------------------------------------
     // Semaphores and read-write locks
     // -----------------------------------------------------------------------------------------
 
-    /// One attempt at a permit (see `semaphore.rs`: 2 round trips when full, 6 or 7 when there
-    /// is room) or at a read or the write lock (see `rw_lock.rs`: 1 when blocked, 3 when free).
-    /// The session is the lease's lifetime: `ttl` is ignored. `waiter` is ignored too: this
-    /// backend is [`Fairness::Fifo`], and [`LockClient`](distlock_core::LockClient) waits in
-    /// the store's queue ([`acquire_kind_queued`](Self::acquire_kind_queued)), where a waiting
-    /// writer's node keeps later readers out; a single attempt that fails leaves nothing
-    /// behind, so it records no waiting writer.
-    async fn try_acquire_kind(
-        &self,
-        name: &LockName,
-        kind: LockKind,
-        owner: OwnerToken,
-        _ttl: Duration,
-        _waiter: Option<(&str, Duration)>,
-    ) -> Result<TryAcquire> {
-        match kind {
-            LockKind::Permit { permits } => {
-                validate_permits(permits)?;
-                self.inner.try_permit(name, permits, owner).await
-            }
-            LockKind::Read | LockKind::Write => self.inner.try_rw(name, kind, owner).await,
-            other => Err(not_a_kind(other)),
-        }
-    }
-
-    /// Waits in the store's queue for a permit (the semaphore's `locks` mutex, then a count of
-    /// its leases) or for a read or the write lock (one FIFO queue). Cancel safe as
-    /// [`acquire_queued`](Self::acquire_queued): a dropped wait deletes its nodes in the
-    /// background.
-    async fn acquire_kind_queued(
-        &self,
-        name: &LockName,
-        kind: LockKind,
-        owner: OwnerToken,
-        _ttl: Duration,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Lease>> {
-        match kind {
-            LockKind::Permit { permits } => {
-                validate_permits(permits)?;
-                self.inner.queue_for_permit(name, permits, owner, deadline).await
-            }
-            LockKind::Read | LockKind::Write => self.inner.queue_for_rw(name, kind, owner, deadline).await,
-            other => Err(not_a_kind(other)),
-        }
-    }
-
-    /// The holders of a mutex (its first contender, as [`inspect`](Self::inspect)), a
+    /// The holders of a mutex (its first contender: the queue listed and the first node read, 2 round trips, 1 when
+    /// free), a
     /// semaphore (its oldest leases, as many as its permits) or a read-write lock (its writer,
     /// or the readers before the first writer).
-    async fn inspect_holders(&self, name: &LockName, primitive: Primitive) -> Result<Vec<LockState>> {
+    async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
         match primitive {
-            Primitive::Semaphore => self.inner.permit_holders(name).await,
-            Primitive::RwLock => self.inner.rw_holders(name).await,
+            Primitive::Semaphore => self.inner.permit_holders(name).await.map(ObjectState::held_by),
+            Primitive::RwLock => self.inner.rw_holders(name).await.map(ObjectState::held_by),
             _ => {
-                let state = self.inspect(name).await?;
-                Ok(if state.is_held() { vec![state] } else { Vec::new() })
+                let state = async {
+                    let inner = &self.inner;
+                    inner
+                        .bounded(async {
+                            let conn = inner.conn().await?;
+                            let parent = lock_path(inner.config.root(), name);
+                            let children = match conn.client.list_children(&parent).await {
+                                Ok(children) => children,
+                                Err(zk::Error::NoNode) => return Ok(LockState::free(None)),
+                                Err(e) => return Err(map_err(e)),
+                            };
+                            let Some(first) = queue(children).into_iter().next() else {
+                                return Ok(LockState::free(None));
+                            };
+                            match conn.client.get_data(&format!("{parent}/{first}")).await {
+                                Ok((data, stat)) => Ok(LockState::held(
+                                    String::from_utf8_lossy(&data).into_owned(),
+                                    u64::try_from(stat.czxid).ok().map(FencingToken::new),
+                                    None,
+                                )),
+                                Err(zk::Error::NoNode) => Ok(LockState::free(None)),
+                                Err(e) => Err(map_err(e)),
+                            }
+                        })
+                        .await
+                };
+                state.await.map(ObjectState::from)
             }
         }
     }
@@ -464,34 +477,6 @@ impl DistributedLock for ZooKeeperLock {
                 Err(_) => LossReason::NotOwned,
             }
         }))
-    }
-
-    /// Lists the queue and reads the first node: 2 round trips (1 when free).
-    async fn inspect(&self, name: &LockName) -> Result<LockState> {
-        let inner = &self.inner;
-        inner
-            .bounded(async {
-                let conn = inner.conn().await?;
-                let parent = lock_path(inner.config.root(), name);
-                let children = match conn.client.list_children(&parent).await {
-                    Ok(children) => children,
-                    Err(zk::Error::NoNode) => return Ok(LockState::free(None)),
-                    Err(e) => return Err(map_err(e)),
-                };
-                let Some(first) = queue(children).into_iter().next() else {
-                    return Ok(LockState::free(None));
-                };
-                match conn.client.get_data(&format!("{parent}/{first}")).await {
-                    Ok((data, stat)) => Ok(LockState::held(
-                        String::from_utf8_lossy(&data).into_owned(),
-                        u64::try_from(stat.czxid).ok().map(FencingToken::new),
-                        None,
-                    )),
-                    Err(zk::Error::NoNode) => Ok(LockState::free(None)),
-                    Err(e) => Err(map_err(e)),
-                }
-            })
-            .await
     }
 
     /// `exists("/")`: 1 round trip.

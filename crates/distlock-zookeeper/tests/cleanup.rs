@@ -6,7 +6,9 @@ mod support;
 
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, LockKind, LockName, OwnerToken, TryAcquire};
+use distlock_core::{
+    Attempt, DistributedLock, DistributedLockExt, LockKind, LockName, OwnerToken, TryAcquire,
+};
 use distlock_testkit::proxy::through_proxies;
 use support::ZkFixture;
 use zookeeper_client as zk;
@@ -51,7 +53,7 @@ async fn cleanup_stops_on_a_permanent_error() {
     // server refuses with NoAuth.
     let waited = tokio::time::timeout(
         Duration::from_millis(500),
-        waiter.acquire_queued(&name, OwnerToken::new(), TTL, None),
+        waiter.wait_queued(&Attempt::mutex(name.clone(), OwnerToken::new(), TTL), None),
     )
     .await;
     assert!(waited.is_err(), "the waiter was still waiting");
@@ -121,7 +123,7 @@ async fn a_refused_lease_cleanup_still_deletes_the_locks_node() {
     let owner = OwnerToken::new();
     let waited = tokio::time::timeout(
         Duration::from_millis(800),
-        waiter.acquire_kind_queued(&name, kind, owner, TTL, None),
+        waiter.wait_queued(&Attempt::new(name.clone(), kind, owner, TTL), None),
     )
     .await;
     assert!(waited.is_err(), "the waiter was still waiting");
@@ -216,7 +218,7 @@ async fn a_cleanup_after_a_reconnection_to_a_lagging_follower_finds_the_node() {
     let owner = OwnerToken::new();
     let waited = tokio::time::timeout(
         Duration::from_millis(800),
-        waiter.acquire_queued(&name, owner, TTL, None),
+        waiter.wait_queued(&Attempt::mutex(name.clone(), owner, TTL), None),
     )
     .await;
     assert!(waited.is_err(), "the waiter's create got no reply");

@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, LockClient, LossReason};
+use distlock_core::{AcquireOptions, Attempt, DistributedLockExt, LockClient, LossReason};
 use distlock_testkit::proxy::through_proxies;
 use support::ZkFixture;
 use tokio::time::Instant;
@@ -279,8 +279,11 @@ async fn no_lease_of_a_session_declared_over_while_acquiring() {
     let queued = tokio::spawn({
         let lock = lock.clone();
         async move {
-            lock.acquire_queued(&queued_name, OwnerToken::new(), support::SESSION_TIMEOUT, None)
-                .await
+            lock.wait_queued(
+                &Attempt::mutex(queued_name.clone(), OwnerToken::new(), support::SESSION_TIMEOUT),
+                None,
+            )
+            .await
         }
     });
     tokio::time::timeout(

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, Error, Lease, LockClient, LockKind, LockName, LossReason, OwnerToken,
-    Primitive, TryAcquire,
+    AcquireOptions, Attempt, DistributedLock, DistributedLockExt, Error, Lease, LockClient, LockKind,
+    LockName, LossReason, OwnerToken, Primitive, TryAcquire,
 };
 use distlock_testkit::proxy::through_proxies;
 use distlock_zookeeper::ZooKeeperLock;
@@ -524,7 +524,10 @@ async fn a_dropped_wait_leaves_no_node() {
     );
     let waited = tokio::time::timeout(
         Duration::from_millis(500),
-        lock.acquire_kind_queued(&name, LockKind::Write, OwnerToken::new(), TTL, None),
+        lock.wait_queued(
+            &Attempt::new(name.clone(), LockKind::Write, OwnerToken::new(), TTL),
+            None,
+        ),
     )
     .await;
     assert!(waited.is_err(), "the writer was still waiting");
@@ -551,7 +554,7 @@ async fn a_dropped_wait_leaves_no_node() {
         let name = name.clone();
         async move {
             other
-                .acquire_kind_queued(&name, permit, OwnerToken::new(), TTL, None)
+                .wait_queued(&Attempt::new(name.clone(), permit, OwnerToken::new(), TTL), None)
                 .await
         }
     });
@@ -560,7 +563,7 @@ async fn a_dropped_wait_leaves_no_node() {
     until_children(&raw, &locks, Duration::from_secs(5), |c| c.len() == 1).await;
     let second = tokio::time::timeout(
         Duration::from_millis(500),
-        lock.acquire_kind_queued(&name, permit, OwnerToken::new(), TTL, None),
+        lock.wait_queued(&Attempt::new(name.clone(), permit, OwnerToken::new(), TTL), None),
     )
     .await;
     assert!(second.is_err(), "the second waiter was still waiting");
@@ -796,7 +799,7 @@ async fn nodes_follow_curators_layout() {
     let waiter = tokio::spawn({
         let (lock, name) = (lock.clone(), name.clone());
         async move {
-            lock.acquire_kind_queued(&name, permit, waiter_owner, TTL, None)
+            lock.wait_queued(&Attempt::new(name.clone(), permit, waiter_owner, TTL), None)
                 .await
         }
     });
@@ -930,8 +933,9 @@ async fn nodes_follow_curators_layout() {
     assert!(lock.release(&reader).await.expect("released"));
 }
 
-/// Bad input is a typed error: a semaphore of no permits, a mutex kind through the kind
-/// methods.
+/// Bad input is a typed error: a semaphore of no permits. The mutex goes through the same
+/// methods as the other kinds (one `wait_queued` for every kind): it is not bad input there,
+/// and waits in the mutex's own queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_kinds_are_typed_errors() {
     let fixture = ZkFixture::shared().await;
@@ -948,9 +952,16 @@ async fn bad_kinds_are_typed_errors() {
         .await;
     assert!(matches!(zero, Err(Error::InvalidOptions { .. })), "{zero:?}");
     let mutex = lock
-        .acquire_kind_queued(&name, LockKind::Exclusive, OwnerToken::new(), TTL, None)
-        .await;
-    assert!(matches!(mutex, Err(Error::InvalidOptions { .. })), "{mutex:?}");
+        .wait_queued(
+            &Attempt::new(name.clone(), LockKind::Exclusive, OwnerToken::new(), TTL),
+            None,
+        )
+        .await
+        .expect("waits in the mutex's queue")
+        .expect("the mutex is free");
+    assert_eq!(mutex.kind(), LockKind::Exclusive);
+    assert!(lock.inspect_lock(&name).await.expect("inspects").is_held());
+    assert!(lock.release(&mutex).await.expect("released"));
     let caps = lock.capabilities();
     assert!(caps.offers(Primitive::Semaphore) && caps.offers(Primitive::RwLock));
 }

@@ -6,7 +6,9 @@ mod support;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, DistributedLock, LockClient, LockName, OwnerToken, TryAcquire};
+use distlock_core::{
+    AcquireOptions, DistributedLock, DistributedLockExt, LockClient, LockName, OwnerToken, TryAcquire,
+};
 use support::ZkFixture;
 use zookeeper_client as zk;
 
@@ -143,11 +145,11 @@ async fn node_layout_and_inspect() {
     assert_eq!(Some(stat.czxid as u64), lease.fencing_token().map(|t| t.get()));
     assert_ne!(stat.ephemeral_owner, 0, "ephemeral");
 
-    let state = backend.inspect(&name).await.expect("inspects");
+    let state = backend.inspect_lock(&name).await.expect("inspects");
     assert_eq!(state.owner, Some(owner.to_string()));
     assert_eq!(state.fencing, lease.fencing_token());
     assert!(backend.release(&lease).await.expect("released"));
-    assert!(!backend.inspect(&name).await.expect("inspects").is_held());
+    assert!(!backend.inspect_lock(&name).await.expect("inspects").is_held());
     backend.ping().await.expect("pings");
 }
 
@@ -186,7 +188,12 @@ async fn foreign_recipes_exclude_us_and_fencing_survives_parent_recreation() {
             "{foreign} must exclude us"
         );
         assert_eq!(
-            backend.inspect(&name).await.expect("inspects").owner.as_deref(),
+            backend
+                .inspect_lock(&name)
+                .await
+                .expect("inspects")
+                .owner
+                .as_deref(),
             Some("other-service")
         );
         raw.delete(&format!("{foreign}{sequence}"), None)

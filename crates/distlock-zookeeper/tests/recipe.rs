@@ -6,7 +6,10 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use distlock_core::{DistributedLock, Lease, LockClient, LockName, LossReason, OwnerToken, TryAcquire};
+use distlock_core::{
+    Attempt, DistributedLock, DistributedLockExt, Lease, LockClient, LockName, LossReason, OwnerToken,
+    TryAcquire,
+};
 use distlock_zookeeper::ZooKeeperLock;
 use support::ZkFixture;
 use zookeeper_client as zk;
@@ -105,7 +108,7 @@ async fn an_orphan_with_our_prefix_does_not_block_us() {
     let orphan = plant(&raw, &lock, &name, &format!("_c_{owner}-lock-")).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
     let lease = lock
-        .acquire_queued(&name, owner, TTL, Some(deadline))
+        .wait_queued(&Attempt::mutex(name.clone(), owner, TTL), Some(deadline))
         .await
         .expect("no error");
     assert!(
@@ -179,7 +182,7 @@ async fn a_foreign_name_ending_in_a_hyphen_is_queued_by_its_sequence() {
     let planted = plant(&raw, &holder, &name, "x-").await;
     assert!(sequence(&planted) > 0, "{planted}");
 
-    let state = holder.inspect(&name).await.expect("inspected");
+    let state = holder.inspect_lock(&name).await.expect("inspected");
     assert_eq!(
         state.owner.as_deref(),
         Some(owner.to_string().as_str()),
@@ -218,7 +221,7 @@ async fn the_queue_keeps_arrival_order_across_the_counters_wrap() {
         .expect("created by name");
     }
     for (i, sequence) in arrivals.iter().enumerate() {
-        let state = lock.inspect(&name).await.expect("inspected");
+        let state = lock.inspect_lock(&name).await.expect("inspected");
         assert_eq!(
             state.owner.as_deref(),
             Some(format!("arrival-{i}").as_str()),

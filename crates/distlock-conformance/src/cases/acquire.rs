@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, Error, TryAcquire};
+use distlock_core::{AcquireOptions, DistributedLockExt, Error, TryAcquire};
 
 use super::{is_held, take, Outcome, LONG_TTL};
 use crate::Ctx;
@@ -34,7 +34,7 @@ pub async fn c01_try_acquire_reports_held(ctx: Ctx) -> Outcome {
         "the raw attempt must report Held"
     );
     if ctx.caps().inspect {
-        let state = raw.inspect(&name).await.expect("inspect works");
+        let state = raw.inspect_lock(&name).await.expect("inspect works");
         assert_eq!(
             state.owner,
             Some(guard.owner().to_string()),
@@ -54,7 +54,7 @@ pub async fn c01_try_acquire_reports_held(ctx: Ctx) -> Outcome {
     );
     if ctx.caps().inspect {
         assert!(
-            !raw.inspect(&name).await.expect("inspect works").is_held(),
+            !raw.inspect_lock(&name).await.expect("inspect works").is_held(),
             "inspect shows it free"
         );
     }

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use distlock_core::{AcquireOptions, Expiry};
+use distlock_core::{AcquireOptions, DistributedLockExt, Expiry};
 
 use super::{is_held, take, within, Outcome, LONG_TTL};
 use crate::expect::Reason;

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, Fencing, LockClient, OwnerToken, WakeUp};
+use distlock_core::{AcquireOptions, DistributedLockExt, Fencing, LockClient, OwnerToken, WakeUp};
 
 use super::wakeup::handoff_in_process;
 use super::{is_held, take, Outcome, LONG_TTL};
@@ -13,19 +13,19 @@ use crate::expect::Reason;
 use crate::observed::Observed;
 use crate::Ctx;
 
-/// Case 29: With [`Capabilities::hands_over`](distlock_core::Capabilities::hands_over),
+/// Case 29: With [`Mechanics::hands_over`](distlock_core::Mechanics::hands_over),
 /// `hand_over` passes a lock from its owner to the next (a higher fencing token, never free in
 /// between, the old owner holding nothing), changes nothing for a stale or expired lease, and,
 /// on a polling store that names itself, a release in this process hands the lock to this
 /// process's waiter: it holds it at once, without an attempt of its own.
 pub async fn c29_release_hands_over_to_the_next_owner(ctx: Ctx) -> Outcome {
-    if !ctx.caps().hands_over {
+    let raw = ctx.backend().await;
+    if !raw.mechanics().hands_over {
         return ctx.skip(
             Reason::HandOver,
             "the backend cannot hand a lock over in one operation",
         );
     }
-    let raw = ctx.backend().await;
     let fenced = ctx.caps().fencing == Fencing::Monotonic;
 
     // The contract of the primitive.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, Error, LockName, OwnerToken, MAX_NAME_BYTES};
+use distlock_core::{AcquireOptions, DistributedLockExt, Error, LockName, OwnerToken, MAX_NAME_BYTES};
 
 use super::Outcome;
 use crate::Ctx;

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use distlock_core::{AcquireOptions, Expiry};
+use distlock_core::{AcquireOptions, DistributedLockExt, Expiry};
 
 use super::{is_held, take, Outcome, LONG_TTL};
 use crate::expect::Reason;

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, Error, Expiry, Fencing, Lease, LockKind, LockName, OwnerToken,
-    Primitive, TryAcquire,
+    AcquireOptions, DistributedLock, DistributedLockExt, Error, Expiry, Fencing, Lease, LockKind, LockName,
+    OwnerToken, Primitive, TryAcquire,
 };
 
 use super::{within, Outcome, LONG_TTL};

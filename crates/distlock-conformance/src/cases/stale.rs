@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, Result};
+use distlock_core::{AcquireOptions, DistributedLockExt, Result};
 
 use super::faults::{proxied, warm_up, NO_HANG};
 use super::{is_held, take, within, Outcome, LONG_TTL};

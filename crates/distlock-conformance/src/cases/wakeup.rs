@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock_core::{AcquireOptions, Fairness, FencingToken, LockClient, LockGuard, LockName, WakeUp};
+use distlock_core::{
+    AcquireOptions, Fairness, FencingToken, LockClient, LockGuard, LockName, Primitive, WakeUp,
+};
 use tokio::task::JoinHandle;
 
 use super::semaphore::without_semaphores;
@@ -18,14 +20,16 @@ use crate::Ctx;
 /// How many clients wait in [`c27_release_wakes_one_waiter`].
 const WAITERS: usize = 6;
 
-/// Case 27: With [`Capabilities::wakes_one`](distlock_core::Capabilities::wakes_one), a release wakes one waiter: while six clients
+/// Case 27: Where a release wakes one waiter of a mutex (a store-side FIFO queue, or a notified
+/// watch [`for_waiter`](distlock_core::ReleaseWatch::for_waiter)), it does: while six clients
 /// wait, a release is followed by at most one attempt besides the winner's (not six), and
 /// every later release hands the lock on promptly although the waiters' safety-net re-check
 /// is 20 s away (no wake is lost: not to a waiter that won without being woken, nor to
 /// waiters that gave up).
 pub async fn c27_release_wakes_one_waiter(ctx: Ctx) -> Outcome {
     let caps = ctx.caps().clone();
-    if caps.wake_up != WakeUp::Notification || !caps.wakes_one {
+    let wakes_one = caps.fairness == Fairness::Fifo || wakes_one(&ctx, Primitive::Mutex).await;
+    if caps.wake_up != WakeUp::Notification || !wakes_one {
         return ctx.skip(
             Reason::WakeOne,
             "the backend wakes every waiter on a release (or polls)",
@@ -34,14 +38,15 @@ pub async fn c27_release_wakes_one_waiter(ctx: Ctx) -> Outcome {
     one_wake_per_release(ctx, Waited::Lock).await
 }
 
-/// Case 44: With [`Capabilities::permits_wake_one`](distlock_core::Capabilities::permits_wake_one), a permit's release wakes one waiter of
-/// the semaphore: c27 for a semaphore of one permit.
+/// Case 44: Where a permit's release wakes one waiter of the semaphore (a notified watch
+/// [`for_waiter`](distlock_core::ReleaseWatch::for_waiter)), it does: c27 for a semaphore of
+/// one permit.
 pub async fn c44_permit_release_wakes_one_waiter(ctx: Ctx) -> Outcome {
     if let Some(skipped) = without_semaphores(&ctx) {
         return skipped;
     }
     let caps = ctx.caps().clone();
-    if caps.wake_up != WakeUp::Notification || !caps.permits_wake_one {
+    if caps.wake_up != WakeUp::Notification || !wakes_one(&ctx, Primitive::Semaphore).await {
         return ctx.skip(
             Reason::PermitWakeOne,
             "a permit's release wakes every waiter of the semaphore (or waiters poll)",
@@ -51,6 +56,16 @@ pub async fn c44_permit_release_wakes_one_waiter(ctx: Ctx) -> Outcome {
         return ctx.skip(Reason::StoreQueue, "waits go through the store's own queue");
     }
     one_wake_per_release(ctx, Waited::Permit).await
+}
+
+/// Whether the backend wakes one waiter of a `primitive` object per release: its watch is
+/// notified and names its waiter (the store queues that waiter and wakes the first).
+async fn wakes_one(ctx: &Ctx, primitive: Primitive) -> bool {
+    let backend = ctx.backend().await;
+    backend
+        .watch(&ctx.name("wakes-one"), primitive)
+        .await
+        .is_ok_and(|watch| watch.is_notified() && watch.waiter().is_some())
 }
 
 /// What the waiters of [`one_wake_per_release`] wait for.
@@ -152,7 +167,10 @@ async fn one_wake_per_release(ctx: Ctx, waited: Waited) -> Outcome {
 pub async fn c28_release_in_process_wakes_a_polling_waiter(ctx: Ctx) -> Outcome {
     let probe = ctx.backend().await;
     let name = ctx.name("local-wake");
-    let wakes_itself = probe.watch(&name).await.is_ok_and(|w| w.waiter().is_some());
+    let wakes_itself = probe
+        .watch(&name, Primitive::Mutex)
+        .await
+        .is_ok_and(|w| w.waiter().is_some());
     if ctx.caps().wake_up == WakeUp::Polling && probe.store_identity().is_none() && !wakes_itself {
         return ctx.skip(
             Reason::LocalWake,

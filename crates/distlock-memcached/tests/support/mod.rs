@@ -14,7 +14,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_conformance::{Fixture, Needs, Outage, Plan, Proxied, Site};
 use distlock_core::{
-    DistributedLock, Error, Lease, LockKind, LockName, LockState, OwnerToken, Primitive, Result, TryAcquire,
+    Attempt, DistributedLock, DistributedLockExt, Error, Lease, LockKind, LockName, LockState, ObjectState,
+    Primitive, Result, TryAcquire,
 };
 use distlock_memcached::{MemcachedConfig, MemcachedLock};
 use distlock_testkit::{shared, MemcachedOptions, MemcachedServer};
@@ -130,7 +131,7 @@ impl Fixture for MemcachedFixture {
         let states: Vec<Result<LockState>> = stream::iter(names)
             .map(|name| {
                 let probe = probe.clone();
-                async move { probe.inspect(&name).await }
+                async move { probe.inspect_lock(&name).await }
             })
             .buffer_unordered(16)
             .collect()
@@ -174,80 +175,40 @@ impl DistributedLock for Recorded {
         self.inner.capabilities()
     }
 
-    async fn try_acquire(&self, name: &LockName, owner: OwnerToken, ttl: Duration) -> Result<TryAcquire> {
+    fn mechanics(&self) -> distlock_core::Mechanics {
+        self.inner.mechanics()
+    }
+
+    async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
         self.names
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(name.clone());
-        self.inner.try_acquire(name, owner, ttl).await
-    }
-
-    async fn try_acquire_waiting(
-        &self,
-        name: &LockName,
-        owner: OwnerToken,
-        ttl: Duration,
-        waiter: &str,
-        stay: Duration,
-    ) -> Result<TryAcquire> {
-        self.names
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(name.clone());
-        self.inner
-            .try_acquire_waiting(name, owner, ttl, waiter, stay)
-            .await
-    }
-
-    async fn watch(&self, name: &LockName) -> Result<distlock_core::ReleaseWatch> {
-        self.inner.watch(name).await
-    }
-
-    async fn try_acquire_kind(
-        &self,
-        name: &LockName,
-        kind: LockKind,
-        owner: OwnerToken,
-        ttl: Duration,
-        waiter: Option<(&str, Duration)>,
-    ) -> Result<TryAcquire> {
-        self.names
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(name.clone());
-        self.inner.try_acquire_kind(name, kind, owner, ttl, waiter).await
-    }
-
-    async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
-        self.inner.withdraw(name, kind, waiter).await
-    }
-
-    async fn watch_kind(&self, name: &LockName, primitive: Primitive) -> Result<distlock_core::ReleaseWatch> {
-        self.inner.watch_kind(name, primitive).await
-    }
-
-    async fn inspect_holders(&self, name: &LockName, primitive: Primitive) -> Result<Vec<LockState>> {
-        self.inner.inspect_holders(name, primitive).await
-    }
-
-    fn store_identity(&self) -> Option<String> {
-        self.inner.store_identity()
+            .insert(attempt.name.clone());
+        self.inner.attempt(attempt).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.inner.release(lease).await
     }
 
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
-        self.inner.extend(lease, ttl).await
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        self.inner.renew(leases).await
     }
 
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
-        self.inner.extend_many(leases).await
+    async fn watch(&self, name: &LockName, primitive: Primitive) -> Result<distlock_core::ReleaseWatch> {
+        self.inner.watch(name, primitive).await
     }
 
-    async fn inspect(&self, name: &LockName) -> Result<LockState> {
-        self.inner.inspect(name).await
+    async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
+        self.inner.withdraw(name, kind, waiter).await
+    }
+
+    async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
+        self.inner.inspect(name, primitive).await
+    }
+
+    fn store_identity(&self) -> Option<String> {
+        self.inner.store_identity()
     }
 
     async fn ping(&self) -> Result<()> {

@@ -28,26 +28,6 @@ impl RedisLock {
     }
 }
 
-/// Runs the extend script on `node` (bounded by `limit`): whether we still own the key.
-pub(crate) async fn extend_on(
-    node: &Node,
-    limit: Duration,
-    keys: &LockKeys,
-    owner: &str,
-    ttl_ms: u64,
-) -> Result<bool> {
-    let ttl_arg = ttl_ms.to_string();
-    let extended: i64 = node
-        .script_within(
-            limit,
-            &lua::EXTEND,
-            &[&keys.lock],
-            &[owner.as_bytes(), ttl_arg.as_bytes()],
-        )
-        .await?;
-    Ok(extended == 1)
-}
-
 /// One renewal: an extend script (`KEYS[1]` the hold's key; `ARGV[1]` owner token, `ARGV[2]`
 /// TTL in ms, replying 1 if renewed), for [`extend_many_on`]. The mutex's and the writer's is
 /// [`lua::EXTEND`] (compare-and-`PEXPIRE`); a permit's and a reader's moves its member's

@@ -66,7 +66,7 @@ impl SqlLock {
         waiter: Option<(&str, Duration)>,
     ) -> Result<TryAcquire> {
         if kind.primitive() == Primitive::Mutex {
-            return self.try_acquire(name, owner, ttl).await;
+            return self.acquire(name, owner, ttl, None).await;
         }
         self.storable(name)?;
         if let LockKind::Permit { permits: 0 } = kind {
@@ -348,8 +348,7 @@ impl SqlLock {
         primitive: Primitive,
     ) -> Result<Vec<LockState>> {
         if primitive == Primitive::Mutex {
-            let state = self.inspect(name).await?;
-            return Ok(if state.is_held() { vec![state] } else { Vec::new() });
+            return Ok(self.inspect(name, Primitive::Mutex).await?.holders);
         }
         let key = lock_key(name);
         let values = Values {
