@@ -412,32 +412,6 @@ impl Statements {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::statement::Param::{Clock, Key, Name, Next, Owner, Ttl};
-
-    /// The `DistributedLock` block binds these statements by position: the order their
-    /// placeholders take must stay the order it binds in.
-    #[test]
-    fn positional_binds_match_the_placeholders() {
-        let my = Statements::new(Dialect::MySql, "t");
-        assert_eq!(
-            my.acquire.params(),
-            [Key, Name, Owner, Ttl, Owner, Owner, Owner, Owner, Ttl]
-        );
-        assert_eq!(my.release.params(), [Key, Owner]);
-        assert_eq!(my.hand_over.params(), [Next, Ttl, Key, Owner]);
-        assert_eq!(my.extend.params(), [Ttl, Key, Owner]);
-        assert_eq!(my.inspect.params(), [Key]);
-        let pg = Statements::new(Dialect::Postgres, "t");
-        assert_eq!(pg.release.params(), [Key, Owner]);
-        assert_eq!(pg.hand_over.params(), [Key, Owner, Next, Ttl]);
-        assert_eq!(pg.extend.params(), [Key, Owner, Ttl]);
-        assert_eq!(pg.inspect.params(), [Key]);
-        let lite = Statements::new(Dialect::Sqlite, "t");
-        assert_eq!(lite.release.params(), [Key, Owner]);
-        assert_eq!(lite.hand_over.params(), [Key, Owner, Next, Ttl, Clock]);
-        assert_eq!(lite.extend.params(), [Key, Owner, Ttl]);
-        assert_eq!(lite.inspect.params(), [Key]);
-    }
 
     /// Every named placeholder was recognised: none is left in any statement's text.
     #[test]

@@ -106,6 +106,28 @@ pub(crate) struct Values<'a> {
     pub(crate) stay: Option<i64>,
 }
 
+impl Values<'_> {
+    /// Whether `param` has a value.
+    #[cfg(test)]
+    fn is_set(&self, param: Param) -> bool {
+        match param {
+            Param::Primitive => self.primitive.is_some(),
+            Param::Key => self.key.is_some(),
+            Param::Name => self.name.is_some(),
+            Param::Owner => self.owner.is_some(),
+            Param::Holder => self.holder.is_some(),
+            Param::Next => self.next.is_some(),
+            Param::Kind => self.kind.is_some(),
+            Param::Permits => self.permits.is_some(),
+            Param::Token => self.token.is_some(),
+            Param::Ttl => self.ttl.is_some(),
+            Param::Clock => self.clock.is_some(),
+            Param::Waiter => self.waiter.is_some(),
+            Param::Stay => self.stay.is_some(),
+        }
+    }
+}
+
 /// A statement's text in its dialect, and the parameter each placeholder takes, in order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Statement {
@@ -181,6 +203,16 @@ impl Statement {
     #[cfg(test)]
     pub(crate) fn params(&self) -> &[Param] {
         &self.params
+    }
+
+    /// The parameters this statement names that `values` leaves unset (each binds `NULL`).
+    #[cfg(test)]
+    pub(crate) fn unset(&self, values: &Values<'_>) -> Vec<Param> {
+        self.params
+            .iter()
+            .copied()
+            .filter(|&p| !values.is_set(p))
+            .collect()
     }
 
     /// The statement's arguments: each parameter it names, from `values`, in its order.
