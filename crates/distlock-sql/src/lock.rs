@@ -511,7 +511,7 @@ impl SqlLock {
                             sql.extend.as_str().to_owned(),
                             sql.release.as_str().to_owned(),
                             sql.waiters.leave.as_str().to_owned(),
-                            sql.extend_many.clone(),
+                            sql.extend_many.as_str().to_owned(),
                             sql.holds.attempt.as_str().to_owned(),
                             sql.holds.extend.as_str().to_owned(),
                             sql.holds.release.as_str().to_owned(),

@@ -1,4 +1,5 @@
-//! The by-name guarantee of the mutex's release, hand-over, extend and inspect: each
+//! The by-name guarantee of the mutex's release, hand-over, extend and inspect, and of
+//! PostgreSQL's batch renewal: each
 //! statement is bound from the [`Values`] its call site builds, by the names the statement's
 //! text uses, so what remains to check is that the call site gives a value for every name
 //! (an unset one would bind `NULL`). Where each value lands in the row is
@@ -41,4 +42,13 @@ fn mutex_statements_get_every_value_they_name() {
             );
         }
     }
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn the_batch_renewal_gets_every_array_it_names() {
+    let s = Statements::new(Dialect::Postgres, "t");
+    let batch = super::renew_many::Batch::default();
+    assert_eq!(s.extend_many.params().len(), 10, "{}", s.extend_many.as_str());
+    assert_eq!(s.extend_many.unset(&batch.values()), []);
 }
