@@ -253,6 +253,107 @@ impl SqlLock {
     }
 }
 
+/// Opening.
+impl SqlLock {
+    pub(crate) async fn open(config: SqlConfig) -> Result<Self> {
+        let sql = Statements::new(config.dialect(), &config.table);
+        let pool = match &config.target {
+            #[cfg(feature = "mysql")]
+            Target::MySql { options, .. } => Pool::MySql(MySqlConnections::new(
+                MySqlDial {
+                    options: (**options).clone(),
+                    session: Session {
+                        limits: session_limits(config.statement_limit()),
+                        warm: vec![
+                            sql.acquire.as_str().to_owned(),
+                            sql.extend.as_str().to_owned(),
+                            sql.release.as_str().to_owned(),
+                            sql.holds.extend.as_str().to_owned(),
+                            sql.holds.release.as_str().to_owned(),
+                            sql.holds.withdraw.as_str().to_owned(),
+                        ],
+                    },
+                },
+                config.max_connections,
+            )?),
+            #[cfg(feature = "postgres")]
+            Target::Postgres { options, .. } => {
+                if config.table.len() > 63 {
+                    return Err(Error::invalid_config(format!(
+                        "the table name {:?} is longer than PostgreSQL's 63-byte identifiers",
+                        config.table
+                    )));
+                }
+                Pool::Postgres(PgConnections::new(
+                    PgDial::new(
+                        options,
+                        config.statement_limit(),
+                        vec![
+                            sql.acquire.as_str().to_owned(),
+                            sql.acquire_waiting.as_str().to_owned(),
+                            sql.extend.as_str().to_owned(),
+                            sql.release.as_str().to_owned(),
+                            sql.waiters.leave.as_str().to_owned(),
+                            sql.extend_many.as_str().to_owned(),
+                            sql.holds.attempt.as_str().to_owned(),
+                            sql.holds.extend.as_str().to_owned(),
+                            sql.holds.release.as_str().to_owned(),
+                            sql.holds.withdraw.as_str().to_owned(),
+                        ],
+                    ),
+                    config.max_connections,
+                )?)
+            }
+            #[cfg(feature = "sqlite")]
+            Target::Sqlite { path } => Pool::Sqlite(open_sqlite(path, &config)?),
+        };
+        let lock = Self {
+            inner: Arc::new(Inner {
+                #[cfg(feature = "postgres")]
+                releases: match &config.target {
+                    Target::Postgres { options, .. } if config.notifications => Some(PgReleases::new(
+                        (**options).clone(),
+                        config.table.clone(),
+                        config.operation_timeout,
+                    )),
+                    #[allow(unreachable_patterns)] // with only the `postgres` feature
+                    _ => None,
+                },
+                #[cfg(feature = "postgres")]
+                waiters: PgWaiters::default(),
+                #[cfg(feature = "sqlite")]
+                host: match &config.target {
+                    Target::Sqlite { path } => Some(HostWaiters::new(path)),
+                    #[allow(unreachable_patterns)] // without the `mysql` feature
+                    _ => None,
+                },
+                pool,
+                sql,
+                config,
+            }),
+        };
+        lock.prepare().await?;
+        if let Some(idle_for) = lock.inner.config.purge_after {
+            purge::spawn_automatic(&lock, idle_for);
+        }
+        Ok(lock)
+    }
+
+    fn dialect(&self) -> Dialect {
+        self.inner.config.dialect()
+    }
+
+    /// How waiters learn of releases: by notification on PostgreSQL with its listener, else
+    /// by polling.
+    fn wake_up(&self) -> WakeUp {
+        #[cfg(feature = "postgres")]
+        if self.inner.releases.is_some() {
+            return WakeUp::Notification;
+        }
+        WakeUp::Polling
+    }
+}
+
 #[async_trait]
 impl DistributedLock for SqlLock {
     fn backend(&self) -> &'static str {
@@ -467,107 +568,6 @@ impl DistributedLock for SqlLock {
     /// `SELECT 1`. **1 round trip.**
     async fn ping(&self) -> Result<()> {
         self.ping_pool().await
-    }
-}
-
-/// Opening.
-impl SqlLock {
-    pub(crate) async fn open(config: SqlConfig) -> Result<Self> {
-        let sql = Statements::new(config.dialect(), &config.table);
-        let pool = match &config.target {
-            #[cfg(feature = "mysql")]
-            Target::MySql { options, .. } => Pool::MySql(MySqlConnections::new(
-                MySqlDial {
-                    options: (**options).clone(),
-                    session: Session {
-                        limits: session_limits(config.statement_limit()),
-                        warm: vec![
-                            sql.acquire.as_str().to_owned(),
-                            sql.extend.as_str().to_owned(),
-                            sql.release.as_str().to_owned(),
-                            sql.holds.extend.as_str().to_owned(),
-                            sql.holds.release.as_str().to_owned(),
-                            sql.holds.withdraw.as_str().to_owned(),
-                        ],
-                    },
-                },
-                config.max_connections,
-            )?),
-            #[cfg(feature = "postgres")]
-            Target::Postgres { options, .. } => {
-                if config.table.len() > 63 {
-                    return Err(Error::invalid_config(format!(
-                        "the table name {:?} is longer than PostgreSQL's 63-byte identifiers",
-                        config.table
-                    )));
-                }
-                Pool::Postgres(PgConnections::new(
-                    PgDial::new(
-                        options,
-                        config.statement_limit(),
-                        vec![
-                            sql.acquire.as_str().to_owned(),
-                            sql.acquire_waiting.as_str().to_owned(),
-                            sql.extend.as_str().to_owned(),
-                            sql.release.as_str().to_owned(),
-                            sql.waiters.leave.as_str().to_owned(),
-                            sql.extend_many.as_str().to_owned(),
-                            sql.holds.attempt.as_str().to_owned(),
-                            sql.holds.extend.as_str().to_owned(),
-                            sql.holds.release.as_str().to_owned(),
-                            sql.holds.withdraw.as_str().to_owned(),
-                        ],
-                    ),
-                    config.max_connections,
-                )?)
-            }
-            #[cfg(feature = "sqlite")]
-            Target::Sqlite { path } => Pool::Sqlite(open_sqlite(path, &config)?),
-        };
-        let lock = Self {
-            inner: Arc::new(Inner {
-                #[cfg(feature = "postgres")]
-                releases: match &config.target {
-                    Target::Postgres { options, .. } if config.notifications => Some(PgReleases::new(
-                        (**options).clone(),
-                        config.table.clone(),
-                        config.operation_timeout,
-                    )),
-                    #[allow(unreachable_patterns)] // with only the `postgres` feature
-                    _ => None,
-                },
-                #[cfg(feature = "postgres")]
-                waiters: PgWaiters::default(),
-                #[cfg(feature = "sqlite")]
-                host: match &config.target {
-                    Target::Sqlite { path } => Some(HostWaiters::new(path)),
-                    #[allow(unreachable_patterns)] // without the `mysql` feature
-                    _ => None,
-                },
-                pool,
-                sql,
-                config,
-            }),
-        };
-        lock.prepare().await?;
-        if let Some(idle_for) = lock.inner.config.purge_after {
-            purge::spawn_automatic(&lock, idle_for);
-        }
-        Ok(lock)
-    }
-
-    fn dialect(&self) -> Dialect {
-        self.inner.config.dialect()
-    }
-
-    /// How waiters learn of releases: by notification on PostgreSQL with its listener, else
-    /// by polling.
-    fn wake_up(&self) -> WakeUp {
-        #[cfg(feature = "postgres")]
-        if self.inner.releases.is_some() {
-            return WakeUp::Notification;
-        }
-        WakeUp::Polling
     }
 }
 
