@@ -486,7 +486,7 @@ impl DistributedLock for SqlLock {
     /// still poll, in case a socket cannot be bound.
     ///
     /// PostgreSQL: a watch of one waiter, with an id of its own: its attempts
-    /// ([`try_acquire_waiting`](Self::try_acquire_waiting)) queue it in the lock's queue of
+    /// ([`attempt`](Self::attempt) with its waiter record) queue it in the lock's queue of
     /// waiters, and a release wakes the first waiter of that queue only (`NOTIFY` naming it,
     /// heard by this client's one listening connection, see `pg_releases`). **0 round trips**
     /// once the connection listens; the first watch of a client waits for its `LISTEN`.
