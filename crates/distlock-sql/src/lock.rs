@@ -1,9 +1,12 @@
 //! [`SqlLock`]: the [`DistributedLock`] over one row per lock name with an optimistic
 //! `version` column, on MySQL/MariaDB, PostgreSQL or SQLite. This module owns the type, its
-//! constructor and its [`DistributedLock`] implementation (release, extend, hand-over and
-//! inspect of the mutex); the rest of what it runs lives in its submodules, one concern each:
+//! constructor and its [`DistributedLock`] implementation, which only dispatches by kind and
+//! dialect; what it runs lives in its submodules, one concern each:
 //!
 //! - `acquire.rs`: the mutex's attempt and the holder's remaining time;
+//! - `release.rs`, `hand_over.rs`: the mutex's release, and its hand-over to the next owner;
+//! - `renew.rs`: renewing leases, and the mutex's single extend;
+//! - `inspect.rs`: reading the mutex's row, and the ping;
 //! - `holds.rs` (and `holds/` per dialect): semaphores and read-write locks;
 //! - `renew_many.rs`: PostgreSQL's renewal of many leases in one round trip;
 //! - `queue.rs`: PostgreSQL's queue of the mutex's waiters;
@@ -12,8 +15,9 @@
 //! - `run.rs`: the operation timeout, retries and error mapping every statement runs through;
 //! - `units.rs`: TTLs and remaining times in each dialect's unit, and storable names.
 //!
-//! The SQL text lives in `sql.rs` and its siblings, bound by parameter name (`statement.rs`);
-//! code that is the same on every dialect is written once over `each_pool!`. The MySQL
+//! The SQL text lives in `sql.rs` and its siblings, bound by parameter name (`statement.rs`,
+//! each operation's values built beside it, `binds.rs` checks they cover every name); code
+//! that is the same on every dialect is written once over `each_pool!`. The MySQL
 //! connection pool is `mysql_pool.rs`'s and the rule for handing connections back
 //! `checkout.rs`'s.
 //!
@@ -55,11 +59,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    renew_each, Attempt, Capabilities, DistributedLock, Error, Fencing, FencingToken, Lease, LockKind,
-    LockName, LockState, Mechanics, ObjectState, OwnerToken, Primitive, ReleaseWatch, Result, TryAcquire,
-    WakeUp,
+    Attempt, Capabilities, DistributedLock, Error, Fencing, Lease, LockKind, LockName, Mechanics,
+    ObjectState, OwnerToken, Primitive, ReleaseWatch, Result, TryAcquire, WakeUp,
 };
-use tokio::time::Instant;
 
 #[cfg(doc)]
 use distlock_core::Holder;
@@ -121,11 +123,17 @@ macro_rules! each_pool {
 }
 
 mod acquire;
+#[cfg(test)]
+mod binds;
+mod hand_over;
 mod holds;
+mod inspect;
 mod prepare;
 mod purge;
 #[cfg(feature = "postgres")]
 mod queue;
+mod release;
+mod renew;
 #[cfg(feature = "postgres")]
 mod renew_many;
 mod run;
@@ -245,6 +253,107 @@ impl SqlLock {
     }
 }
 
+/// Opening.
+impl SqlLock {
+    pub(crate) async fn open(config: SqlConfig) -> Result<Self> {
+        let sql = Statements::new(config.dialect(), &config.table);
+        let pool = match &config.target {
+            #[cfg(feature = "mysql")]
+            Target::MySql { options, .. } => Pool::MySql(MySqlConnections::new(
+                MySqlDial {
+                    options: (**options).clone(),
+                    session: Session {
+                        limits: session_limits(config.statement_limit()),
+                        warm: vec![
+                            sql.acquire.as_str().to_owned(),
+                            sql.extend.as_str().to_owned(),
+                            sql.release.as_str().to_owned(),
+                            sql.holds.extend.as_str().to_owned(),
+                            sql.holds.release.as_str().to_owned(),
+                            sql.holds.withdraw.as_str().to_owned(),
+                        ],
+                    },
+                },
+                config.max_connections,
+            )?),
+            #[cfg(feature = "postgres")]
+            Target::Postgres { options, .. } => {
+                if config.table.len() > 63 {
+                    return Err(Error::invalid_config(format!(
+                        "the table name {:?} is longer than PostgreSQL's 63-byte identifiers",
+                        config.table
+                    )));
+                }
+                Pool::Postgres(PgConnections::new(
+                    PgDial::new(
+                        options,
+                        config.statement_limit(),
+                        vec![
+                            sql.acquire.as_str().to_owned(),
+                            sql.acquire_waiting.as_str().to_owned(),
+                            sql.extend.as_str().to_owned(),
+                            sql.release.as_str().to_owned(),
+                            sql.waiters.leave.as_str().to_owned(),
+                            sql.extend_many.as_str().to_owned(),
+                            sql.holds.attempt.as_str().to_owned(),
+                            sql.holds.extend.as_str().to_owned(),
+                            sql.holds.release.as_str().to_owned(),
+                            sql.holds.withdraw.as_str().to_owned(),
+                        ],
+                    ),
+                    config.max_connections,
+                )?)
+            }
+            #[cfg(feature = "sqlite")]
+            Target::Sqlite { path } => Pool::Sqlite(open_sqlite(path, &config)?),
+        };
+        let lock = Self {
+            inner: Arc::new(Inner {
+                #[cfg(feature = "postgres")]
+                releases: match &config.target {
+                    Target::Postgres { options, .. } if config.notifications => Some(PgReleases::new(
+                        (**options).clone(),
+                        config.table.clone(),
+                        config.operation_timeout,
+                    )),
+                    #[allow(unreachable_patterns)] // with only the `postgres` feature
+                    _ => None,
+                },
+                #[cfg(feature = "postgres")]
+                waiters: PgWaiters::default(),
+                #[cfg(feature = "sqlite")]
+                host: match &config.target {
+                    Target::Sqlite { path } => Some(HostWaiters::new(path)),
+                    #[allow(unreachable_patterns)] // without the `mysql` feature
+                    _ => None,
+                },
+                pool,
+                sql,
+                config,
+            }),
+        };
+        lock.prepare().await?;
+        if let Some(idle_for) = lock.inner.config.purge_after {
+            purge::spawn_automatic(&lock, idle_for);
+        }
+        Ok(lock)
+    }
+
+    fn dialect(&self) -> Dialect {
+        self.inner.config.dialect()
+    }
+
+    /// How waiters learn of releases: by notification on PostgreSQL with its listener, else
+    /// by polling.
+    fn wake_up(&self) -> WakeUp {
+        #[cfg(feature = "postgres")]
+        if self.inner.releases.is_some() {
+            return WakeUp::Notification;
+        }
+        WakeUp::Polling
+    }
+}
+
 #[async_trait]
 impl DistributedLock for SqlLock {
     fn backend(&self) -> &'static str {
@@ -333,71 +442,19 @@ impl DistributedLock for SqlLock {
     /// not expired; `version` stays. Matches by name and owner only, so a bare lease (no
     /// fencing token, as the core's cleanup after an ambiguous acquire sends) works.
     /// **1 round trip.** PostgreSQL: one call of `<table>_release`, which also takes the first
-    /// live waiter out of the lock's queue and wakes it alone (`NOTIFY` naming it).
+    /// live waiter out of the lock's queue and wakes it alone (`NOTIFY` naming it). A
+    /// semaphore's permit or a side of a read-write lock: its row of the holds table.
     async fn release(&self, lease: &Lease) -> Result<bool> {
         if lease.kind() != LockKind::Exclusive {
             return self.release_hold(lease).await;
         }
-        let key = lock_key(lease.name());
-        let key = key.as_ref();
-        let owner = lease.owner().to_string();
-        let owner = owner.as_str();
-        let sql = self.inner.sql.release.as_str();
-        let (affected, broken) = match &self.inner.pool {
-            #[cfg(feature = "mysql")]
-            Pool::MySql(pool) => self
-                .run_tracked(
-                    pool,
-                    "releasing",
-                    on_conn!(c => {
-                        sqlx::query(sql).bind(key).bind(owner).execute(c.conn()?).await
-                    }),
-                )
-                .await
-                .map(|(done, broken)| (done.rows_affected(), broken))?,
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => self
-                .run_tracked(
-                    pool,
-                    "releasing",
-                    on_conn!(c => {
-                        sqlx::query_scalar::<_, i64>(sql).bind(key).bind(owner).fetch_one(c.conn()?).await
-                    }),
-                )
-                .await
-                .map(|(count, broken)| (u64::try_from(count).unwrap_or(0), broken))?,
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => self
-                .run_tracked(
-                    pool,
-                    "releasing",
-                    on_conn!(c => {
-                        sqlx::query(sql).bind(key).bind(owner).execute(c.conn()?).await
-                    }),
-                )
-                .await
-                .map(|(done, broken)| (done.rows_affected(), broken))?,
-        };
-        match broken {
-            // An attempt broke mid-statement and the retry found nothing to release: the broken
-            // attempt may have released it, or it was not ours. Unknown, so an error.
-            Some(error) if affected == 0 => Err(error),
-            _ => {
-                #[cfg(feature = "sqlite")]
-                if affected > 0 {
-                    if let Some(host) = &self.inner.host {
-                        host.released(key);
-                    }
-                }
-                Ok(affected > 0)
-            }
-        }
+        self.release_mutex(lease).await
     }
 
     /// Hand over: where the owner is still ours (as `release` judges it), set the next owner,
     /// its expiry and a new `version` in one `UPDATE`. **1 round trip**, like a release alone:
     /// `LockClient` hands a lock released in this process to this process's first waiter
-    /// with it, which saves the waiter's round trip.
+    /// with it, which saves the waiter's round trip. The mutex only.
     async fn hand_over(&self, lease: &Lease, next: OwnerToken, ttl: Duration) -> Result<Option<Lease>> {
         if lease.kind() != LockKind::Exclusive {
             return Err(Error::NotSupported {
@@ -405,150 +462,15 @@ impl DistributedLock for SqlLock {
                 what: "handing a semaphore permit or a read-write lock over",
             });
         }
-        let units = self.ttl_units(ttl)?;
-        let key = lock_key(lease.name());
-        let key = key.as_ref();
-        let owner = lease.owner().to_string();
-        let owner = owner.as_str();
-        let next_str = next.to_string();
-        let next_str = next_str.as_str();
-        let sql = self.inner.sql.hand_over.as_str();
-        let sent = Instant::now();
-        let (version, broken): (Option<i64>, _) = match &self.inner.pool {
-            #[cfg(feature = "mysql")]
-            Pool::MySql(pool) => self
-                .run_tracked(
-                    pool,
-                    "handing over",
-                    on_conn!(c => {
-                        sqlx::query(sql)
-                            .bind(next_str)
-                            .bind(units)
-                            .bind(key)
-                            .bind(owner)
-                            .execute(c.conn()?)
-                            .await
-                    }),
-                )
-                .await
-                .map(|(done, broken)| {
-                    // A handed-over row always reports its new version (above zero); zero
-                    // would mean the server did not report it, and the token is unknown.
-                    let version =
-                        (done.rows_affected() > 0).then(|| i64::try_from(done.last_insert_id()).unwrap_or(0));
-                    (version, broken)
-                })?,
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => self
-                .run_tracked(
-                    pool,
-                    "handing over",
-                    on_conn!(c => {
-                        sqlx::query_scalar(sql)
-                            .bind(key)
-                            .bind(owner)
-                            .bind(next_str)
-                            .bind(units)
-                            .fetch_all(c.conn()?)
-                            .await
-                    }),
-                )
-                .await
-                .map(|(rows, broken)| (rows.first().copied(), broken))?,
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => self
-                .run_tracked(
-                    pool,
-                    "handing over",
-                    on_conn!(c => {
-                        sqlx::query_scalar(sql)
-                            .bind(key)
-                            .bind(owner)
-                            .bind(next_str)
-                            .bind(units)
-                            .bind(clock_micros())
-                            .fetch_all(c.conn()?)
-                            .await
-                    }),
-                )
-                .await
-                .map(|(rows, broken)| (rows.first().copied(), broken))?,
-        };
-        match (version.map(|v| u64::try_from(v).unwrap_or(0)), broken) {
-            (Some(0), _) => Err(Error::backend(
-                self.backend(),
-                "handing over: the database did not report the new fencing token",
-            )),
-            (Some(version), _) => Ok(Some(
-                Lease::new(lease.name().clone(), next, ttl, sent).with_fencing(FencingToken::new(version)),
-            )),
-            // An attempt broke mid-statement and the retry found the lock not ours: the broken
-            // attempt may have handed it over. Unknown, so an error.
-            (None, Some(error)) => Err(error),
-            (None, None) => Ok(None),
-        }
+        self.hand_over_mutex(lease, next, ttl).await
     }
 
     /// PostgreSQL: every lease in **1 round trip** (one `UPDATE ... FROM unnest(...)` per
     /// table, in one statement). Elsewhere each lease, up to 32 at once: move `expires_at` to
     /// the database's now + `ttl` where the owner is still ours and the hold has not expired.
     /// **1 round trip** each.
-    #[allow(irrefutable_let_patterns)] // with only the `postgres` feature
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
-        #[cfg(feature = "postgres")]
-        if let Pool::Postgres(pool) = &self.inner.pool {
-            return self.extend_many_pg(pool, leases).await;
-        }
-        renew_each(leases, |lease| async move {
-            let (lease, ttl) = (&lease, lease.ttl());
-            if lease.kind() != LockKind::Exclusive {
-                return self.extend_hold(lease, ttl).await;
-            }
-            let units = self.ttl_units(ttl)?;
-            let key = lock_key(lease.name());
-            let key = key.as_ref();
-            let owner = lease.owner().to_string();
-            let owner = owner.as_str();
-            let sql = self.inner.sql.extend.as_str();
-            let sent = Instant::now();
-            let affected = match &self.inner.pool {
-                #[cfg(feature = "mysql")]
-                Pool::MySql(pool) => self
-                    .run(
-                        pool,
-                        "extending",
-                        on_conn!(c => {
-                            sqlx::query(sql).bind(units).bind(key).bind(owner).execute(c.conn()?).await
-                        }),
-                    )
-                    .await?
-                    .rows_affected(),
-                #[cfg(feature = "postgres")]
-                Pool::Postgres(pool) => self
-                    .run(
-                        pool,
-                        "extending",
-                        on_conn!(c => {
-                            sqlx::query(sql).bind(key).bind(owner).bind(units).execute(c.conn()?).await
-                        }),
-                    )
-                    .await?
-                    .rows_affected(),
-                #[cfg(feature = "sqlite")]
-                Pool::Sqlite(pool) => self
-                    .run(
-                        pool,
-                        "extending",
-                        on_conn!(c => {
-                            sqlx::query(sql).bind(key).bind(owner).bind(units).execute(c.conn()?).await
-                        }),
-                    )
-                    .await?
-                    .rows_affected(),
-            };
-            Ok((affected > 0).then(|| lease.renewed(ttl, sent)))
-        })
-        .await
+        self.renew_leases(leases).await
     }
 
     /// Wait: MySQL and SQLite publish no release notifications, so waiters poll. `LockClient`
@@ -564,7 +486,7 @@ impl DistributedLock for SqlLock {
     /// still poll, in case a socket cannot be bound.
     ///
     /// PostgreSQL: a watch of one waiter, with an id of its own: its attempts
-    /// ([`try_acquire_waiting`](Self::try_acquire_waiting)) queue it in the lock's queue of
+    /// ([`attempt`](Self::attempt) with its waiter record) queue it in the lock's queue of
     /// waiters, and a release wakes the first waiter of that queue only (`NOTIFY` naming it,
     /// heard by this client's one listening connection, see `pg_releases`). **0 round trips**
     /// once the connection listens; the first watch of a client waits for its `LISTEN`.
@@ -635,55 +557,7 @@ impl DistributedLock for SqlLock {
                 .await
                 .map(ObjectState::held_by);
         }
-        let state = async {
-            let key = lock_key(name);
-            let key = key.as_ref();
-            let sql = self.inner.sql.inspect.as_str();
-            let row: Option<(Option<String>, i64, Option<i64>)> = match &self.inner.pool {
-                #[cfg(feature = "mysql")]
-                Pool::MySql(pool) => {
-                    self.run(
-                        pool,
-                        "inspecting",
-                        on_conn!(c => {
-                            sqlx::query_as(sql).bind(key).fetch_optional(c.conn()?).await
-                        }),
-                    )
-                    .await?
-                }
-                #[cfg(feature = "postgres")]
-                Pool::Postgres(pool) => {
-                    self.run(
-                        pool,
-                        "inspecting",
-                        on_conn!(c => {
-                            sqlx::query_as(sql).bind(key).fetch_optional(c.conn()?).await
-                        }),
-                    )
-                    .await?
-                }
-                #[cfg(feature = "sqlite")]
-                Pool::Sqlite(pool) => {
-                    self.run(
-                        pool,
-                        "inspecting",
-                        on_conn!(c => {
-                            sqlx::query_as(sql).bind(key).fetch_optional(c.conn()?).await
-                        }),
-                    )
-                    .await?
-                }
-            };
-            let Some((owner, version, left)) = row else {
-                return Ok(LockState::free(None));
-            };
-            let fencing = u64::try_from(version).ok().map(FencingToken::new);
-            Ok(match (owner, self.remaining(left)) {
-                (Some(owner), Some(left)) => LockState::held(owner, fencing, Some(left)),
-                _ => LockState::free(fencing),
-            })
-        };
-        state.await.map(ObjectState::from)
+        self.inspect_mutex(name).await.map(ObjectState::from)
     }
 
     /// Deletes the waiting writer's record. **1 round trip**; nothing for other kinds.
@@ -693,137 +567,7 @@ impl DistributedLock for SqlLock {
 
     /// `SELECT 1`. **1 round trip.**
     async fn ping(&self) -> Result<()> {
-        match &self.inner.pool {
-            #[cfg(feature = "mysql")]
-            Pool::MySql(pool) => {
-                self.run(
-                    pool,
-                    "ping",
-                    on_conn!(c => sqlx::query("SELECT 1").execute(c.conn()?).await),
-                )
-                .await?;
-            }
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => {
-                self.run(
-                    pool,
-                    "ping",
-                    on_conn!(c => sqlx::query("SELECT 1").execute(c.conn()?).await),
-                )
-                .await?;
-            }
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => {
-                self.run(
-                    pool,
-                    "ping",
-                    on_conn!(c => sqlx::query("SELECT 1").execute(c.conn()?).await),
-                )
-                .await?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Opening.
-impl SqlLock {
-    pub(crate) async fn open(config: SqlConfig) -> Result<Self> {
-        let sql = Statements::new(config.dialect(), &config.table);
-        let pool = match &config.target {
-            #[cfg(feature = "mysql")]
-            Target::MySql { options, .. } => Pool::MySql(MySqlConnections::new(
-                MySqlDial {
-                    options: (**options).clone(),
-                    session: Session {
-                        limits: session_limits(config.statement_limit()),
-                        warm: vec![
-                            sql.acquire.as_str().to_owned(),
-                            sql.extend.as_str().to_owned(),
-                            sql.release.as_str().to_owned(),
-                            sql.holds.extend.as_str().to_owned(),
-                            sql.holds.release.as_str().to_owned(),
-                            sql.holds.withdraw.as_str().to_owned(),
-                        ],
-                    },
-                },
-                config.max_connections,
-            )?),
-            #[cfg(feature = "postgres")]
-            Target::Postgres { options, .. } => {
-                if config.table.len() > 63 {
-                    return Err(Error::invalid_config(format!(
-                        "the table name {:?} is longer than PostgreSQL's 63-byte identifiers",
-                        config.table
-                    )));
-                }
-                Pool::Postgres(PgConnections::new(
-                    PgDial::new(
-                        options,
-                        config.statement_limit(),
-                        vec![
-                            sql.acquire.as_str().to_owned(),
-                            sql.acquire_waiting.as_str().to_owned(),
-                            sql.extend.as_str().to_owned(),
-                            sql.release.as_str().to_owned(),
-                            sql.waiters.leave.as_str().to_owned(),
-                            sql.extend_many.clone(),
-                            sql.holds.attempt.as_str().to_owned(),
-                            sql.holds.extend.as_str().to_owned(),
-                            sql.holds.release.as_str().to_owned(),
-                            sql.holds.withdraw.as_str().to_owned(),
-                        ],
-                    ),
-                    config.max_connections,
-                )?)
-            }
-            #[cfg(feature = "sqlite")]
-            Target::Sqlite { path } => Pool::Sqlite(open_sqlite(path, &config)?),
-        };
-        let lock = Self {
-            inner: Arc::new(Inner {
-                #[cfg(feature = "postgres")]
-                releases: match &config.target {
-                    Target::Postgres { options, .. } if config.notifications => Some(PgReleases::new(
-                        (**options).clone(),
-                        config.table.clone(),
-                        config.operation_timeout,
-                    )),
-                    #[allow(unreachable_patterns)] // with only the `postgres` feature
-                    _ => None,
-                },
-                #[cfg(feature = "postgres")]
-                waiters: PgWaiters::default(),
-                #[cfg(feature = "sqlite")]
-                host: match &config.target {
-                    Target::Sqlite { path } => Some(HostWaiters::new(path)),
-                    #[allow(unreachable_patterns)] // without the `mysql` feature
-                    _ => None,
-                },
-                pool,
-                sql,
-                config,
-            }),
-        };
-        lock.prepare().await?;
-        if let Some(idle_for) = lock.inner.config.purge_after {
-            purge::spawn_automatic(&lock, idle_for);
-        }
-        Ok(lock)
-    }
-
-    fn dialect(&self) -> Dialect {
-        self.inner.config.dialect()
-    }
-
-    /// How waiters learn of releases: by notification on PostgreSQL with its listener, else
-    /// by polling.
-    fn wake_up(&self) -> WakeUp {
-        #[cfg(feature = "postgres")]
-        if self.inner.releases.is_some() {
-            return WakeUp::Notification;
-        }
-        WakeUp::Polling
+        self.ping_pool().await
     }
 }
 

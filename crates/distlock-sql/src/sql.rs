@@ -126,12 +126,12 @@ pub(crate) struct Statements {
     pub(crate) extend: Statement,
     /// Yields owner, version, remaining time (µs / ms).
     pub(crate) inspect: Statement,
-    /// PostgreSQL: renews many leases of both tables in one statement. Binds: the mutex
-    /// leases' indexes (`int4[]`), keys, owners and TTLs in µs (`int8[]`), then the holds'
-    /// indexes, primitives, keys, holders, kinds and TTLs. Yields the index of every lease
-    /// renewed. Empty on the other dialects.
+    /// PostgreSQL: renews many leases of both tables in one statement. Binds arrays: the
+    /// mutex leases' `:indexes` (`int4[]`), `:keys`, `:owners` and `:ttls` in µs (`int8[]`),
+    /// and the holds' `:hold_indexes`, `:primitives`, `:hold_keys`, `:holders`, `:kinds` and
+    /// `:hold_ttls`. Yields the index of every lease renewed. Empty on the other dialects.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-    pub(crate) extend_many: String,
+    pub(crate) extend_many: Statement,
     /// The holds table's statements (semaphores and read-write locks), see `holds_sql.rs`.
     pub(crate) holds: HoldStatements,
     /// PostgreSQL: the mutex's queue of waiters, see `waiters_sql.rs`. Empty elsewhere.
@@ -241,7 +241,7 @@ impl Statements {
                 "SELECT CAST(owner AS CHAR CHARACTER SET utf8mb4), version, \
                  TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {t} WHERE lock_key = :key"
             )),
-            extend_many: String::new(),
+            extend_many: Statement::default(),
             holds: HoldStatements::new(Dialect::MySql, table),
             acquire_waiting: Statement::default(),
             waiters: WaiterStatements::default(),
@@ -323,19 +323,20 @@ impl Statements {
                  WHERE lock_key = :key AND owner = :owner AND expires_at > {now}"
             )),
             inspect: Statement::new(Dialect::Postgres, &format!("SELECT owner::text, version, {left} FROM {t} WHERE lock_key = :key")),
-            extend_many: format!(
+            extend_many: Statement::new(Dialect::Postgres, &format!(
                 "WITH m AS (UPDATE {t} AS l SET expires_at = {now} + {mttl} \
-                 FROM unnest($1::int4[], $2::text[], $3::text[], $4::int8[]) AS d(i, k, o, ttl) \
+                 FROM unnest(:indexes::int4[], :keys::text[], :owners::text[], :ttls::int8[]) AS d(i, k, o, ttl) \
                  WHERE l.lock_key = d.k AND l.owner = d.o AND l.expires_at > {now} RETURNING d.i), \
                  h AS (UPDATE {h} AS x SET expires_at = {now} + {httl} \
-                 FROM unnest($5::int4[], $6::text[], $7::text[], $8::text[], $9::text[], $10::int8[]) \
+                 FROM unnest(:hold_indexes::int4[], :primitives::text[], :hold_keys::text[], :holders::text[], \
+                 :kinds::text[], :hold_ttls::int8[]) \
                  AS d(i, p, k, o, kind, ttl) \
                  WHERE x.primitive = d.p AND x.lock_key = d.k AND x.holder = d.o AND x.kind = d.kind \
                  AND x.expires_at > {now} RETURNING d.i) \
                  SELECT i FROM m UNION ALL SELECT i FROM h",
                 mttl = pg_micros("d.ttl"),
                 httl = pg_micros("d.ttl"),
-            ),
+            )),
             holds,
             waiters,
         }
@@ -401,7 +402,7 @@ impl Statements {
                 Dialect::Sqlite,
                 &format!("SELECT owner, version, expires_at - {now} FROM {t} WHERE lock_key = :key"),
             ),
-            extend_many: String::new(),
+            extend_many: Statement::default(),
             holds: HoldStatements::new(Dialect::Sqlite, table),
             acquire_waiting: Statement::default(),
             waiters: WaiterStatements::default(),
@@ -412,32 +413,6 @@ impl Statements {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::statement::Param::{Clock, Key, Name, Next, Owner, Ttl};
-
-    /// The `DistributedLock` block binds these statements by position: the order their
-    /// placeholders take must stay the order it binds in.
-    #[test]
-    fn positional_binds_match_the_placeholders() {
-        let my = Statements::new(Dialect::MySql, "t");
-        assert_eq!(
-            my.acquire.params(),
-            [Key, Name, Owner, Ttl, Owner, Owner, Owner, Owner, Ttl]
-        );
-        assert_eq!(my.release.params(), [Key, Owner]);
-        assert_eq!(my.hand_over.params(), [Next, Ttl, Key, Owner]);
-        assert_eq!(my.extend.params(), [Ttl, Key, Owner]);
-        assert_eq!(my.inspect.params(), [Key]);
-        let pg = Statements::new(Dialect::Postgres, "t");
-        assert_eq!(pg.release.params(), [Key, Owner]);
-        assert_eq!(pg.hand_over.params(), [Key, Owner, Next, Ttl]);
-        assert_eq!(pg.extend.params(), [Key, Owner, Ttl]);
-        assert_eq!(pg.inspect.params(), [Key]);
-        let lite = Statements::new(Dialect::Sqlite, "t");
-        assert_eq!(lite.release.params(), [Key, Owner]);
-        assert_eq!(lite.hand_over.params(), [Key, Owner, Next, Ttl, Clock]);
-        assert_eq!(lite.extend.params(), [Key, Owner, Ttl]);
-        assert_eq!(lite.inspect.params(), [Key]);
-    }
 
     /// Every named placeholder was recognised: none is left in any statement's text.
     #[test]
@@ -466,6 +441,7 @@ mod tests {
                 &h.sqlite.record_waiter,
                 &s.waiters.release,
                 &s.waiters.leave,
+                &s.extend_many,
             ] {
                 let text = statement.as_str();
                 // PostgreSQL's casts (`::type`) aside, no `:` may start a name.

@@ -2,7 +2,9 @@
 //! placeholders (`:key`, `:owner`, `:ttl`, ...), and [`Statement::new`] turns them into the
 //! dialect's own (`?` on MySQL, `$n` on PostgreSQL, `?n` on SQLite) while recording which
 //! value each position takes. [`Statement::arguments`] then binds a [`Values`] by those
-//! names, so no caller lists binds by position and two values cannot trade places. This
+//! names, so no caller lists binds by position and two values cannot trade places. The arrays
+//! of PostgreSQL's batch renewal (`:indexes`, `:keys`, ...) are named and bound the same way,
+//! through [`BindArrays`], which only PostgreSQL's binding fills. This
 //! module owns the placeholders and the binding; the statements are `sql.rs`'s and its
 //! siblings', and nothing here runs them.
 //!
@@ -44,10 +46,30 @@ pub(crate) enum Param {
     Waiter,
     /// How long a waiter's entry lives, in the dialect's unit.
     Stay,
+    /// PostgreSQL's batch renewal: each mutex lease's index in the batch (`int4[]`).
+    Indexes,
+    /// Each mutex lease's key.
+    Keys,
+    /// Each mutex lease's owner token.
+    Owners,
+    /// Each mutex lease's TTL in µs (`int8[]`).
+    Ttls,
+    /// Each hold's index in the batch.
+    HoldIndexes,
+    /// Each hold's primitive.
+    Primitives,
+    /// Each hold's key.
+    HoldKeys,
+    /// Each hold's owner token (its `holder`).
+    Holders,
+    /// Each hold's `kind` column.
+    Kinds,
+    /// Each hold's TTL in µs.
+    HoldTtls,
 }
 
 impl Param {
-    const ALL: [Param; 13] = [
+    const ALL: [Param; 23] = [
         Param::Primitive,
         Param::Key,
         Param::Name,
@@ -61,6 +83,16 @@ impl Param {
         Param::Clock,
         Param::Waiter,
         Param::Stay,
+        Param::Indexes,
+        Param::Keys,
+        Param::Owners,
+        Param::Ttls,
+        Param::HoldIndexes,
+        Param::Primitives,
+        Param::HoldKeys,
+        Param::Holders,
+        Param::Kinds,
+        Param::HoldTtls,
     ];
 
     /// The placeholder's name in a statement's text.
@@ -79,6 +111,16 @@ impl Param {
             Param::Clock => "clock",
             Param::Waiter => "waiter",
             Param::Stay => "stay",
+            Param::Indexes => "indexes",
+            Param::Keys => "keys",
+            Param::Owners => "owners",
+            Param::Ttls => "ttls",
+            Param::HoldIndexes => "hold_indexes",
+            Param::Primitives => "primitives",
+            Param::HoldKeys => "hold_keys",
+            Param::Holders => "holders",
+            Param::Kinds => "kinds",
+            Param::HoldTtls => "hold_ttls",
         }
     }
 
@@ -88,8 +130,9 @@ impl Param {
 }
 
 /// The values of one run of a statement, by name; a statement binds those it names (an
-/// unset one as `NULL`).
+/// unset one as `NULL`). The arrays are PostgreSQL's only (see [`BindArrays`]).
 #[derive(Debug, Clone, Copy, Default)]
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))] // the arrays
 pub(crate) struct Values<'a> {
     pub(crate) primitive: Option<&'a str>,
     pub(crate) key: Option<&'a str>,
@@ -104,6 +147,48 @@ pub(crate) struct Values<'a> {
     pub(crate) clock: Option<i64>,
     pub(crate) waiter: Option<&'a str>,
     pub(crate) stay: Option<i64>,
+    pub(crate) indexes: Option<&'a [i32]>,
+    pub(crate) keys: Option<&'a [String]>,
+    pub(crate) owners: Option<&'a [String]>,
+    pub(crate) ttls: Option<&'a [i64]>,
+    pub(crate) hold_indexes: Option<&'a [i32]>,
+    pub(crate) primitives: Option<&'a [String]>,
+    pub(crate) hold_keys: Option<&'a [String]>,
+    pub(crate) holders: Option<&'a [String]>,
+    pub(crate) kinds: Option<&'a [String]>,
+    pub(crate) hold_ttls: Option<&'a [i64]>,
+}
+
+impl Values<'_> {
+    /// Whether `param` has a value.
+    #[cfg(test)]
+    fn is_set(&self, param: Param) -> bool {
+        match param {
+            Param::Primitive => self.primitive.is_some(),
+            Param::Key => self.key.is_some(),
+            Param::Name => self.name.is_some(),
+            Param::Owner => self.owner.is_some(),
+            Param::Holder => self.holder.is_some(),
+            Param::Next => self.next.is_some(),
+            Param::Kind => self.kind.is_some(),
+            Param::Permits => self.permits.is_some(),
+            Param::Token => self.token.is_some(),
+            Param::Ttl => self.ttl.is_some(),
+            Param::Clock => self.clock.is_some(),
+            Param::Waiter => self.waiter.is_some(),
+            Param::Stay => self.stay.is_some(),
+            Param::Indexes => self.indexes.is_some(),
+            Param::Keys => self.keys.is_some(),
+            Param::Owners => self.owners.is_some(),
+            Param::Ttls => self.ttls.is_some(),
+            Param::HoldIndexes => self.hold_indexes.is_some(),
+            Param::Primitives => self.primitives.is_some(),
+            Param::HoldKeys => self.hold_keys.is_some(),
+            Param::Holders => self.holders.is_some(),
+            Param::Kinds => self.kinds.is_some(),
+            Param::HoldTtls => self.hold_ttls.is_some(),
+        }
+    }
 }
 
 /// A statement's text in its dialect, and the parameter each placeholder takes, in order.
@@ -183,13 +268,23 @@ impl Statement {
         &self.params
     }
 
+    /// The parameters this statement names that `values` leaves unset (each binds `NULL`).
+    #[cfg(test)]
+    pub(crate) fn unset(&self, values: &Values<'_>) -> Vec<Param> {
+        self.params
+            .iter()
+            .copied()
+            .filter(|&p| !values.is_set(p))
+            .collect()
+    }
+
     /// The statement's arguments: each parameter it names, from `values`, in its order.
     ///
     /// # Errors
     /// Only what encoding a value to the database's format can fail with.
     pub(crate) fn arguments<'q, DB>(&self, values: &Values<'q>) -> Result<DB::Arguments<'q>, sqlx::Error>
     where
-        DB: Database,
+        DB: BindArrays,
         Option<&'q str>: Encode<'q, DB> + Type<DB>,
         Option<i32>: Encode<'q, DB> + Type<DB>,
         Option<i64>: Encode<'q, DB> + Type<DB>,
@@ -210,10 +305,76 @@ impl Statement {
                 Param::Clock => args.add(values.clock),
                 Param::Waiter => args.add(values.waiter),
                 Param::Stay => args.add(values.stay),
+                Param::Indexes
+                | Param::Keys
+                | Param::Owners
+                | Param::Ttls
+                | Param::HoldIndexes
+                | Param::Primitives
+                | Param::HoldKeys
+                | Param::Holders
+                | Param::Kinds
+                | Param::HoldTtls => DB::add_array(&mut args, *param, values),
             };
             added.map_err(sqlx::Error::Encode)?;
         }
         Ok(args)
+    }
+}
+
+/// A database's binding of [`Values`]' arrays: PostgreSQL's `int4[]`, `text[]` and `int8[]`;
+/// the other dialects have no arrays, and a statement of theirs that named one fails to bind.
+pub(crate) trait BindArrays: Database {
+    /// Adds the array `param` (one of the batch's) from `values` to `args`.
+    fn add_array<'q>(
+        args: &mut Self::Arguments<'q>,
+        param: Param,
+        values: &Values<'q>,
+    ) -> Result<(), sqlx::error::BoxDynError>;
+}
+
+#[cfg(feature = "postgres")]
+impl BindArrays for sqlx::Postgres {
+    fn add_array<'q>(
+        args: &mut sqlx::postgres::PgArguments,
+        param: Param,
+        values: &Values<'q>,
+    ) -> Result<(), sqlx::error::BoxDynError> {
+        match param {
+            Param::Indexes => args.add(values.indexes),
+            Param::Keys => args.add(values.keys),
+            Param::Owners => args.add(values.owners),
+            Param::Ttls => args.add(values.ttls),
+            Param::HoldIndexes => args.add(values.hold_indexes),
+            Param::Primitives => args.add(values.primitives),
+            Param::HoldKeys => args.add(values.hold_keys),
+            Param::Holders => args.add(values.holders),
+            Param::Kinds => args.add(values.kinds),
+            Param::HoldTtls => args.add(values.hold_ttls),
+            scalar => Err(format!("{scalar:?} is not an array").into()),
+        }
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl BindArrays for sqlx::MySql {
+    fn add_array<'q>(
+        _: &mut sqlx::mysql::MySqlArguments,
+        param: Param,
+        _: &Values<'q>,
+    ) -> Result<(), sqlx::error::BoxDynError> {
+        Err(format!("{param:?}: MySQL binds no arrays").into())
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl BindArrays for sqlx::Sqlite {
+    fn add_array<'q>(
+        _: &mut sqlx::sqlite::SqliteArguments<'q>,
+        param: Param,
+        _: &Values<'q>,
+    ) -> Result<(), sqlx::error::BoxDynError> {
+        Err(format!("{param:?}: SQLite binds no arrays").into())
     }
 }
 

@@ -1,6 +1,7 @@
 //! PostgreSQL's `extend_many`: every lease renewed by one statement (one `UPDATE ... FROM
 //! unnest(...)` per table). This module owns the batching and the meaning of its answer; the
-//! statement is `sql.rs`'s.
+//! statement is `sql.rs`'s, bound by name like every other (its arrays through
+//! `statement::BindArrays`).
 
 use std::collections::{HashMap, HashSet};
 
@@ -11,10 +12,11 @@ use super::{lock_key, reusable, SqlLock};
 use crate::checkout::Checkout;
 use crate::holds_sql::kind_column;
 use crate::pg_pool::PgConnections;
+use crate::statement::{DialectPool, Values};
 
 /// The bound columns of one batch: the mutex leases', then the holds'.
-#[derive(Default)]
-struct Batch {
+#[derive(Debug, Default)]
+pub(super) struct Batch {
     mutex_index: Vec<i32>,
     mutex_key: Vec<String>,
     mutex_owner: Vec<String>,
@@ -25,6 +27,25 @@ struct Batch {
     hold_owner: Vec<String>,
     hold_kind: Vec<String>,
     hold_ttl: Vec<i64>,
+}
+
+impl Batch {
+    /// The statement's values: each column by its name.
+    pub(super) fn values(&self) -> Values<'_> {
+        Values {
+            indexes: Some(&self.mutex_index),
+            keys: Some(&self.mutex_key),
+            owners: Some(&self.mutex_owner),
+            ttls: Some(&self.mutex_ttl),
+            hold_indexes: Some(&self.hold_index),
+            primitives: Some(&self.hold_primitive),
+            hold_keys: Some(&self.hold_key),
+            holders: Some(&self.hold_owner),
+            kinds: Some(&self.hold_kind),
+            hold_ttls: Some(&self.hold_ttl),
+            ..Values::default()
+        }
+    }
 }
 
 impl SqlLock {
@@ -82,25 +103,15 @@ impl SqlLock {
         let renewed: Result<HashSet<usize>> = if batch.mutex_index.is_empty() && batch.hold_index.is_empty() {
             Ok(HashSet::new())
         } else {
-            let sql = self.inner.sql.extend_many.as_str();
-            let batch = &batch;
+            let statement = &self.inner.sql.extend_many;
+            let sql = statement.as_str();
+            let values = batch.values();
             self.run(
                 pool,
                 "extending",
                 on_conn!(c => {
-                    sqlx::query_scalar::<_, i32>(sql)
-                        .bind(&batch.mutex_index)
-                        .bind(&batch.mutex_key)
-                        .bind(&batch.mutex_owner)
-                        .bind(&batch.mutex_ttl)
-                        .bind(&batch.hold_index)
-                        .bind(&batch.hold_primitive)
-                        .bind(&batch.hold_key)
-                        .bind(&batch.hold_owner)
-                        .bind(&batch.hold_kind)
-                        .bind(&batch.hold_ttl)
-                        .fetch_all(c.conn()?)
-                        .await
+                    let args = pool.arguments(statement, &values)?;
+                    sqlx::query_scalar_with::<_, i32, _>(sql, args).fetch_all(c.conn()?).await
                 }),
             )
             .await
