@@ -388,3 +388,17 @@ async fn a_release_of_a_permit_or_write_lock_here_wakes_the_waiters_here() {
         assert!(guard.release().await.expect("released"));
     }
 }
+
+/// `LockClient::backend` is the backend the client was built over, itself: the client's
+/// waiting layer is a part of the client, not a backend around the store.
+#[tokio::test]
+async fn the_backend_of_a_client_is_the_store_it_was_built_over() {
+    let store = PollingStore::new(true);
+    let client = store.client();
+    assert_eq!(
+        Arc::as_ptr(client.backend()).cast::<()>(),
+        Arc::as_ptr(&store).cast::<()>(),
+        "the client's backend is not the store it was built over: {:?}",
+        client.backend()
+    );
+}
