@@ -87,6 +87,8 @@ impl LockClient {
     /// Waits in the store's own FIFO queue ([`DistributedLock::wait_queued`]) in a task.
     /// If the caller goes away, the task drops the queued future, which removes the queue
     /// entry; a guard won meanwhile but not delivered is dropped, which releases it.
+    ///
+    /// [`DistributedLock::wait_queued`]: crate::DistributedLock::wait_queued
     pub(crate) async fn queued(
         &self,
         name: &LockName,

@@ -246,13 +246,13 @@ impl LockClient {
     /// backends that have them) and only then tries again, so a release in between is never
     /// missed; it then sleeps until a notification, the holder's expiry, or the next backoff
     /// step, whichever comes first. On backends with a store-side FIFO queue
-    /// ([`Fairness::Fifo`]), a wait instead takes a place in that queue
+    /// ([`Fairness::Fifo`](crate::Fairness::Fifo)), a wait instead takes a place in that queue
     /// ([`DistributedLock::wait_queued`]).
     ///
     /// # Errors
     /// [`Error::Timeout`] if the lock was still held when the wait ran out (at once with
-    /// [`Wait::No`]); [`Error::InvalidName`] / [`Error::InvalidOptions`]; store errors, which
-    /// end the wait.
+    /// [`Wait::No`](crate::Wait::No)); [`Error::InvalidName`] / [`Error::InvalidOptions`];
+    /// store errors, which end the wait.
     ///
     /// # Cancel safety
     /// Cancel safe. Each attempt runs to completion: inline, without a task of its own, unless

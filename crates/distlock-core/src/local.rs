@@ -9,6 +9,9 @@
 //! poll of a waiter that no release here woke is a read ([`DistributedLock::inspect`]) while
 //! the lock stays held: it writes only when a read found it free. How the client calls
 //! these tables around a polling store is in `local_wake`.
+//!
+//! [`DistributedLock::hand_over`]: crate::DistributedLock::hand_over
+//! [`DistributedLock::inspect`]: crate::DistributedLock::inspect
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};

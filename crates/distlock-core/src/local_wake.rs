@@ -1,11 +1,16 @@
 //! [`LocalWake`]: the component of [`LockClient`](crate::LockClient) that wakes this process's
 //! waiters of a polling store when a client of this process releases, and hands a released
-//! mutex straight to the first of them where the store can ([`Mechanics::hands_over`]).
+//! mutex straight to the first of them where the store can
+//! ([`Mechanics::hands_over`](crate::Mechanics::hands_over)).
 //!
-//! It is not a backend: [`Store`] calls it around the client's attempts, releases, watches
-//! and withdrawals, and it calls the backend's primitives. It owns the waiter tables of its
-//! store ([`LocalWaiters`]) and the hand-over; it may not touch holds, renewal or the wait
-//! loop.
+//! It is not a backend: [`Store`] calls it around the client's attempts, releases (a guard's,
+//! a dropped guard's, every owner-checked cleanup, [`LockClient::release_lease`]), watches and
+//! withdrawals, and it calls the backend's primitives; a new method of the trait is the
+//! client's to call, and never needs forwarding here. It owns the waiter tables of its store
+//! ([`LocalWaiters`]) and the hand-over, which passes the lease to the waiter through the
+//! waiter's [`Inbox`]; it may not touch holds, renewal or the wait loop.
+//!
+//! [`LockClient::release_lease`]: crate::LockClient::release_lease
 
 use std::sync::{Arc, Weak};
 

@@ -30,6 +30,8 @@ impl LockClient {
     /// [`DistributedLock::attempt`] (a waiting writer keeps new readers out) and
     /// withdraw when they end without a hold, also when dropped. Its outcome and times go to
     /// the [`metrics`](crate::metrics).
+    ///
+    /// [`DistributedLock::attempt`]: crate::DistributedLock::attempt
     pub(crate) async fn acquire_kind(
         &self,
         name: LockName,
