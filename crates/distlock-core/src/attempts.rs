@@ -48,7 +48,7 @@ impl LockClient {
                 request = request.waiting(waiter, stay);
             }
             let sent_at = Instant::now();
-            let attempt = inner.lock.attempt(&request);
+            let attempt = inner.store.attempt(&request);
             // A backend that panicked may have had the store apply the attempt first: its
             // outcome is unknown, and it is cleaned up by owner below like any such attempt.
             let outcome = AssertUnwindSafe(attempt)
@@ -56,7 +56,7 @@ impl LockClient {
                 .await
                 .unwrap_or_else(|_panic| {
                     Err(Error::backend(
-                        inner.lock.backend(),
+                        inner.store.lock().backend(),
                         "the backend panicked during the attempt",
                     ))
                 });
@@ -72,7 +72,7 @@ impl LockClient {
                     if error.is_ambiguous() {
                         tracing::debug!(lock = %name, %error, "distlock: acquisition outcome unknown; cleaning up by owner");
                         release_in_background(
-                            inner.lock.clone(),
+                            inner.store.clone(),
                             request.cleanup_lease(sent_at),
                             "an acquisition whose outcome is unknown",
                         );
@@ -87,6 +87,8 @@ impl LockClient {
     /// Waits in the store's own FIFO queue ([`DistributedLock::wait_queued`]) in a task.
     /// If the caller goes away, the task drops the queued future, which removes the queue
     /// entry; a guard won meanwhile but not delivered is dropped, which releases it.
+    ///
+    /// [`DistributedLock::wait_queued`]: crate::DistributedLock::wait_queued
     pub(crate) async fn queued(
         &self,
         name: &LockName,
@@ -105,7 +107,7 @@ impl LockClient {
             // The store may have applied a wait that ended in an ambiguous error, or in a
             // panic: either way it is cleaned up by owner, as an attempt is.
             let cleanup = request.cleanup_lease(sent_at);
-            let waiting = AssertUnwindSafe(inner.lock.wait_queued(&request, deadline)).catch_unwind();
+            let waiting = AssertUnwindSafe(inner.store.lock().wait_queued(&request, deadline)).catch_unwind();
             let outcome = tokio::select! {
                 outcome = waiting => outcome,
                 _ = tx.closed() => return,
@@ -114,7 +116,7 @@ impl LockClient {
                 Ok(Err(error)) if error.is_ambiguous() => {
                     tracing::debug!(lock = %name, %error, "distlock: queued acquisition outcome unknown; cleaning up by owner");
                     release_in_background(
-                        inner.lock.clone(),
+                        inner.store.clone(),
                         cleanup,
                         "a queued acquisition whose outcome is unknown",
                     );
@@ -123,12 +125,12 @@ impl LockClient {
                 Ok(outcome) => outcome,
                 Err(_panic) => {
                     release_in_background(
-                        inner.lock.clone(),
+                        inner.store.clone(),
                         cleanup,
                         "a queued acquisition whose backend panicked",
                     );
                     Err(Error::backend(
-                        inner.lock.backend(),
+                        inner.store.lock().backend(),
                         "the backend panicked while waiting in the queue",
                     ))
                 }
@@ -152,7 +154,7 @@ impl LockClient {
     /// The error for an acquisition that ended without an answer (it panicked).
     pub(crate) fn task_failed(&self) -> Error {
         Error::backend(
-            self.inner.lock.backend(),
+            self.inner.store.lock().backend(),
             "the acquisition task ended unexpectedly",
         )
     }

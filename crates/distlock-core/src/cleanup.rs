@@ -8,12 +8,12 @@
 //! An owner-checked release can never free someone else's lock, so sending one that was not
 //! needed costs one round trip and nothing else.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::{DistributedLock, Lease};
+use crate::store::Store;
+use crate::Lease;
 
 /// First pause before retrying a cleanup; it doubles up to [`RETRY_MAX`].
 const RETRY_MIN: Duration = Duration::from_millis(50);
@@ -22,14 +22,15 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 const SESSION_LEASE_LIMIT: Duration = Duration::from_secs(60);
 
 /// Releases `lease` by its owner token in a background task on the current runtime, retrying
-/// until the store answers or the lease could no longer be held. `why` goes to the log.
+/// until the store answers or the lease could no longer be held. The release goes through the
+/// client's waiting layer, as every release of the client does. `why` goes to the log.
 ///
 /// Must run inside a tokio runtime.
-pub(crate) fn release_in_background(lock: Arc<dyn DistributedLock>, lease: Lease, why: &'static str) {
-    tokio::spawn(release_until_answered(lock, lease, why));
+pub(crate) fn release_in_background(store: Store, lease: Lease, why: &'static str) {
+    tokio::spawn(release_until_answered(store, lease, why));
 }
 
-async fn release_until_answered(lock: Arc<dyn DistributedLock>, lease: Lease, why: &'static str) {
+async fn release_until_answered(store: Store, lease: Lease, why: &'static str) {
     let now = Instant::now();
     // Past the lease's end the store has freed it by itself; retry a little beyond, since the
     // local deadline is measured from the send and the store's from its arrival.
@@ -41,7 +42,7 @@ async fn release_until_answered(lock: Arc<dyn DistributedLock>, lease: Lease, wh
     let mut tries = 0u32;
     loop {
         tries += 1;
-        match lock.release(&lease).await {
+        match store.release(&lease).await {
             Ok(freed) => {
                 tracing::debug!(lock = %lease.name(), freed, tries, why, "distlock: owner-checked cleanup answered");
                 return;

@@ -10,12 +10,12 @@ use std::task::Poll;
 
 use crate::guard::LockGuard;
 use crate::hold::Status;
-use crate::local::LocallyWoken;
 use crate::meter::Meter;
+use crate::store::Store;
 use crate::watchdog::Watchdog;
 use crate::{
-    AcquireOptions, Capabilities, DistributedLock, Error, FencingToken, LockKind, LockName, LossReason,
-    LostSignal, OwnerToken, Result,
+    AcquireOptions, Capabilities, DistributedLock, Error, FencingToken, Lease, LockKind, LockName,
+    LossReason, LostSignal, OwnerToken, Result,
 };
 
 /// Anything that names a lock: `&str`, `String`, [`LockName`].
@@ -58,7 +58,8 @@ impl IntoLockName for &String {
 }
 
 pub(crate) struct ClientInner {
-    pub(crate) lock: Arc<dyn DistributedLock>,
+    /// The backend, with this process's waiting layer where it polls (see `local_wake`).
+    pub(crate) store: Store,
     pub(crate) capabilities: Capabilities,
     pub(crate) watchdog: Watchdog,
     pub(crate) meter: Meter,
@@ -105,14 +106,14 @@ impl LockClient {
 
     /// A client over a shared backend.
     pub fn from_arc(lock: Arc<dyn DistributedLock>) -> Self {
-        Self::with_defaults_inner(LocallyWoken::wrap(lock), AcquireOptions::new())
+        Self::with_defaults_inner(Store::new(lock), AcquireOptions::new())
     }
 
     /// A client with other defaults for [`acquire`](Self::acquire) and
     /// [`try_acquire`](Self::try_acquire). Clones made before this keep the old defaults.
     pub fn with_defaults(self, defaults: AcquireOptions) -> Self {
         let meter = self.inner.meter.clone();
-        Self::with_inner(self.inner.lock.clone(), defaults, meter)
+        Self::with_inner(self.inner.store.clone(), defaults, meter)
     }
 
     /// Adds (or with `false` removes) a `name` label with the lock's name to the per-lock
@@ -130,30 +131,60 @@ impl LockClient {
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn metrics_by_name(self, on: bool) -> Self {
         let meter = self.inner.meter.clone().by_name(on);
-        Self::with_inner(self.inner.lock.clone(), self.inner.defaults.clone(), meter)
+        Self::with_inner(self.inner.store.clone(), self.inner.defaults.clone(), meter)
     }
 
-    fn with_defaults_inner(lock: Arc<dyn DistributedLock>, defaults: AcquireOptions) -> Self {
-        let meter = Meter::new(lock.backend());
-        Self::with_inner(lock, defaults, meter)
+    fn with_defaults_inner(store: Store, defaults: AcquireOptions) -> Self {
+        let meter = Meter::new(store.lock().backend());
+        Self::with_inner(store, defaults, meter)
     }
 
-    fn with_inner(lock: Arc<dyn DistributedLock>, defaults: AcquireOptions, meter: Meter) -> Self {
+    fn with_inner(store: Store, defaults: AcquireOptions, meter: Meter) -> Self {
         Self {
             inner: Arc::new(ClientInner {
-                capabilities: lock.capabilities(),
-                watchdog: Watchdog::new(lock.clone()),
-                lock,
+                capabilities: store.lock().capabilities(),
+                watchdog: Watchdog::new(store.clone()),
+                store,
                 meter,
                 defaults,
             }),
         }
     }
 
-    /// The backend (for one that polls and names its store, wrapped so that releases by this
-    /// process wake this process's waiters: see [`DistributedLock::store_identity`]).
+    /// The backend this client was built over, itself. Its methods reach the store only:
+    /// a lease released through it is released as by another process (this process's waiters
+    /// of a polling store see it at their next poll). To release a lease kept with
+    /// [`LockGuard::leak`] so that they hear of it at once, use
+    /// [`release_lease`](Self::release_lease).
     pub fn backend(&self) -> &Arc<dyn DistributedLock> {
-        &self.inner.lock
+        self.inner.store.lock()
+    }
+
+    /// Releases `lease` (one kept with [`LockGuard::leak`]) as a guard's release does:
+    /// owner-checked, returning whether it still held; and on a polling store, a release of a
+    /// mutex hands it to this process's first waiter or wakes that waiter, and one of a permit
+    /// or of a read-write lock wakes this process's waiters of it.
+    ///
+    /// # Errors
+    /// Store errors: the release may or may not have been applied; sending it again is
+    /// harmless.
+    ///
+    /// # Cancel safety
+    /// As [`DistributedLock::release`]: if the future is dropped, the hold may or may not be
+    /// gone.
+    ///
+    /// ```
+    /// use distlock_core::{LockClient, MemoryLock};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+    /// let client = LockClient::new(MemoryLock::new());
+    /// let lease = client.acquire("batch").await?.leak();
+    /// assert!(client.release_lease(&lease).await?);
+    /// assert!(!client.release_lease(&lease).await?, "released already");
+    /// # Ok(()) }
+    /// ```
+    pub async fn release_lease(&self, lease: &Lease) -> Result<bool> {
+        self.inner.store.release(lease).await
     }
 
     /// The backend's capabilities.
@@ -215,13 +246,13 @@ impl LockClient {
     /// backends that have them) and only then tries again, so a release in between is never
     /// missed; it then sleeps until a notification, the holder's expiry, or the next backoff
     /// step, whichever comes first. On backends with a store-side FIFO queue
-    /// ([`Fairness::Fifo`]), a wait instead takes a place in that queue
+    /// ([`Fairness::Fifo`](crate::Fairness::Fifo)), a wait instead takes a place in that queue
     /// ([`DistributedLock::wait_queued`]).
     ///
     /// # Errors
     /// [`Error::Timeout`] if the lock was still held when the wait ran out (at once with
-    /// [`Wait::No`]); [`Error::InvalidName`] / [`Error::InvalidOptions`]; store errors, which
-    /// end the wait.
+    /// [`Wait::No`](crate::Wait::No)); [`Error::InvalidName`] / [`Error::InvalidOptions`];
+    /// store errors, which end the wait.
     ///
     /// # Cancel safety
     /// Cancel safe. Each attempt runs to completion: inline, without a task of its own, unless
@@ -335,7 +366,7 @@ where
 impl fmt::Debug for LockClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockClient")
-            .field("backend", &self.inner.lock)
+            .field("backend", self.inner.store.lock())
             .field("defaults", &self.inner.defaults)
             .finish()
     }

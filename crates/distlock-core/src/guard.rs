@@ -181,7 +181,7 @@ impl LockGuard {
         let task = Detaching::new(async move {
             let _one_at_a_time = hold.renewing.clone().lock_owned().await;
             let sent_at = Instant::now();
-            let outcome = client.lock.extend(&hold.lease(), ttl).await;
+            let outcome = client.store.lock().extend(&hold.lease(), ttl).await;
             let (renewal, answer) = match outcome {
                 Ok(Some(renewed)) => (Renewal::Renewed(renewed), Ok(true)),
                 Ok(None) => (Renewal::NotOwned, Ok(false)),
@@ -195,7 +195,7 @@ impl LockGuard {
                 answer => answer,
             }
         });
-        join(task, self.client.lock.backend()).await
+        join(task, self.client.store.lock().backend()).await
     }
 
     /// Releases the lock. Returns `true` if we still owned it, `false` if it had already
@@ -212,12 +212,13 @@ impl LockGuard {
         self.armed = false;
         self.client.watchdog.unregister(self.hold.id);
         let task = Detaching::new(release_task(self.client.clone(), self.hold.clone()));
-        join(task, self.client.lock.backend()).await
+        join(task, self.client.store.lock().backend()).await
     }
 
     /// Stops renewing and gives up the guard without releasing: the lock stays held until its
     /// TTL (or session) runs out. Returns the lease, for example to release it later through
-    /// [`DistributedLock::release`](crate::DistributedLock::release). Lost-lock signals report
+    /// [`LockClient::release_lease`](crate::LockClient::release_lease) (which wakes this
+    /// process's waiters, as a guard's release does). Lost-lock signals report
     /// the hold as ended ([`HoldEnd::Released`](crate::HoldEnd::Released)).
     pub fn leak(mut self) -> Lease {
         self.armed = false;
@@ -230,7 +231,7 @@ impl LockGuard {
 /// Releases a hold once; on an error, retries in the background.
 async fn release_task(client: Arc<ClientInner>, hold: Arc<Hold>) -> Result<bool> {
     let lease = hold.lease();
-    match client.lock.release(&lease).await {
+    match client.store.release(&lease).await {
         Ok(true) => {
             hold.end();
             tracing::debug!(lock = %lease.name(), "distlock: released");
@@ -242,7 +243,7 @@ async fn release_task(client: Arc<ClientInner>, hold: Arc<Hold>) -> Result<bool>
         }
         Err(error) => {
             hold.end();
-            release_in_background(client.lock.clone(), lease, "a release whose outcome is unknown");
+            release_in_background(client.store.clone(), lease, "a release whose outcome is unknown");
             Err(error)
         }
     }

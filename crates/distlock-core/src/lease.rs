@@ -9,7 +9,7 @@ use crate::{FencingToken, LockKind, LockName, OwnerToken};
 
 /// One successful acquisition of a lock: who holds it, since when, for how long.
 ///
-/// Backends build leases in [`DistributedLock::try_acquire`](crate::DistributedLock::try_acquire)
+/// Backends build leases in [`DistributedLock::attempt`](crate::DistributedLock::attempt)
 /// and return an updated copy from `extend`. `valid_until` is measured on this machine's
 /// monotonic clock from the moment the acquiring request was *sent*, so the local view always
 /// ends before the store's.

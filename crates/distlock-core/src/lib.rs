@@ -11,8 +11,10 @@
 //!   waiter where the store can address it (a watch [`for_waiter`](ReleaseWatch::for_waiter)),
 //!   and on stores that publish nothing, a release by a client of this process wakes one of
 //!   this process's waiters at once ([`LocalWaiters`]), or hands it straight to one
-//!   ([`Mechanics::hands_over`]). [`Capabilities`] say what users may rely on; [`Mechanics`]
-//!   what the client switches on.
+//!   ([`Mechanics::hands_over`]). That waiting layer is a part of the client, around the
+//!   backend's calls: [`LockClient::backend`] is the store itself, and
+//!   [`LockClient::release_lease`] releases a leaked lease as a guard's release does.
+//!   [`Capabilities`] say what users may rely on; [`Mechanics`] what the client switches on.
 //! - [`LockClient::acquire_all`] holds several locks together, all or none, taken in one
 //!   canonical order so that overlapping sets never deadlock: a [`MultiGuard`] with one
 //!   lost-lock signal for the set. It works on every backend.
@@ -60,6 +62,7 @@ mod hold;
 mod kind;
 mod lease;
 mod local;
+mod local_wake;
 mod lock;
 mod lock_ext;
 mod mechanics;
@@ -78,6 +81,7 @@ mod semaphore;
 mod session;
 mod signal;
 mod state;
+mod store;
 mod token;
 mod wait;
 mod watch;

@@ -1,5 +1,5 @@
 //! [`LocalWaiters`]: wakes this process's waiters of a lock, one per release, when a client of
-//! this process releases it.
+//! this process releases it, and the [`Inbox`] a lock handed over to a waiter arrives in.
 //!
 //! The memory store wakes its waiters with it. Stores that publish nothing (SQL, memcached)
 //! use it too: their waiters still poll for releases by other processes, but a release by
@@ -7,22 +7,22 @@
 //! next poll. Where the store can pass a lock from one owner to the next in one operation
 //! ([`DistributedLock::hand_over`]), such a release hands it straight to that waiter. And a
 //! poll of a waiter that no release here woke is a read ([`DistributedLock::inspect`]) while
-//! the lock stays held: it writes only when a read found it free.
+//! the lock stays held: it writes only when a read found it free. How the client calls
+//! these tables around a polling store is in `local_wake`.
+//!
+//! [`DistributedLock::hand_over`]: crate::DistributedLock::hand_over
+//! [`DistributedLock::inspect`]: crate::DistributedLock::inspect
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use async_trait::async_trait;
-use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::cleanup::release_in_background;
-use crate::{
-    Attempt, Capabilities, DistributedLock, Error, Holder, Lease, LockKind, LockName, LockState, LossReason,
-    Mechanics, ObjectState, OwnerToken, Primitive, ReleaseWatch, Result, Session, TryAcquire, WakeUp,
-};
+use crate::store::Store;
+use crate::{Lease, LockName, OwnerToken, ReleaseWatch};
 
 /// The waiter queues of every store identity in this process (see [`LocalWaiters::for_store`]).
 static STORES: LazyLock<Mutex<HashMap<String, Weak<Mutex<Names>>>>> = LazyLock::new(Mutex::default);
@@ -107,8 +107,8 @@ struct Watcher {
     tx: watch::Sender<u64>,
     /// Woken and has not tried since.
     woken: bool,
-    /// Where a lock handed over to this waiter waits for it (shared with its watch).
-    handed: HandedSlot,
+    /// Where a lock handed over to this waiter waits for it (shared with the waiter).
+    inbox: Inbox,
 }
 
 impl Watcher {
@@ -143,20 +143,38 @@ pub(crate) struct Taker {
     pub(crate) ticket: Ticket,
 }
 
-/// Where a lock handed over to a waiter is left until the waiter takes it.
-pub(crate) type HandedSlot = Arc<Mutex<Option<Handed>>>;
+/// Where a lock handed over to a waiter is left until the waiter takes it: the hand-over's
+/// channel, shared by the waiter and its entry in the table. Cheap to clone.
+#[derive(Clone, Default)]
+pub(crate) struct Inbox(Arc<Mutex<Option<Handed>>>);
+
+impl Inbox {
+    /// Leaves `handed` for the waiter; returns what was left before and not taken.
+    fn put(&self, handed: Handed) -> Option<Handed> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .replace(handed)
+    }
+
+    /// A lease handed over to the waiter by a release in this process, now the waiter's.
+    pub(crate) fn take(&self) -> Option<Lease> {
+        let handed = self.0.lock().unwrap_or_else(PoisonError::into_inner).take();
+        handed.and_then(Handed::into_lease)
+    }
+}
 
 /// A lock handed over to a waiter. If the waiter is gone before it takes it, dropping it
-/// releases the lock in the background (through the client that handed it over, so the next
-/// waiter gets it).
-pub(crate) struct Handed {
+/// releases the lock in the background (through the client's waiting layer that handed it
+/// over, so the next waiter gets it).
+struct Handed {
     lease: Option<Lease>,
-    lock: Arc<dyn DistributedLock>,
+    store: Store,
 }
 
 impl Handed {
     /// The lease, now the waiter's to hold.
-    pub(crate) fn into_lease(mut self) -> Option<Lease> {
+    fn into_lease(mut self) -> Option<Lease> {
         self.lease.take()
     }
 }
@@ -166,7 +184,7 @@ impl Drop for Handed {
         if let Some(lease) = self.lease.take() {
             if tokio::runtime::Handle::try_current().is_ok() {
                 release_in_background(
-                    self.lock.clone(),
+                    self.store.clone(),
                     lease,
                     "a lock handed over to a waiter that had gone",
                 );
@@ -226,17 +244,23 @@ impl LocalWaiters {
     /// the waiter to keep polling (its store does not announce releases by other processes):
     /// see [`ReleaseWatch::is_notified`].
     pub fn watch(&self, name: &LockName, polls: bool) -> ReleaseWatch {
+        self.watch_with_inbox(name, polls).0
+    }
+
+    /// As [`watch`](Self::watch), with the inbox a lock handed over to this waiter arrives in
+    /// (see [`deliver`](Self::deliver)).
+    pub(crate) fn watch_with_inbox(&self, name: &LockName, polls: bool) -> (ReleaseWatch, Inbox) {
         let mut names = self.names();
         names.next_id += 1;
         let id = names.next_id;
         let (tx, rx) = watch::channel(0);
-        let handed = HandedSlot::default();
+        let inbox = Inbox::default();
         names.by_name.entry(name.clone()).or_default().watches.insert(
             id,
             Watcher {
                 tx,
                 woken: false,
-                handed: handed.clone(),
+                inbox: inbox.clone(),
             },
         );
         let keep = Leave {
@@ -244,12 +268,9 @@ impl LocalWaiters {
             name: name.clone(),
             id,
         };
-        let watch = ReleaseWatch::for_waiter(rx, keep, names.waiter_id(id)).with_handed_slot(handed);
-        if polls {
-            watch.polling_too()
-        } else {
-            watch
-        }
+        let watch = ReleaseWatch::for_waiter(rx, keep, names.waiter_id(id));
+        let watch = if polls { watch.polling_too() } else { watch };
+        (watch, inbox)
     }
 
     /// How many releases of `name` were announced while it had waiters: read it before an
@@ -328,12 +349,12 @@ impl LocalWaiters {
         None
     }
 
-    /// Leaves `lease`, handed over to `taker`, for it to take, and wakes it; if it is gone,
-    /// the lease is dropped, which releases it (see [`Handed`]).
-    pub(crate) fn deliver(&self, taker: &Taker, lease: Lease, lock: Arc<dyn DistributedLock>) {
+    /// Leaves `lease`, handed over to `taker`, in its inbox and wakes it; if it is gone, the
+    /// lease is released through `store` in the background (see [`Handed`]).
+    pub(crate) fn deliver(&self, taker: &Taker, lease: Lease, store: Store) {
         let handed = Handed {
             lease: Some(lease),
-            lock,
+            store,
         };
         let mut names = self.names();
         let watcher = names
@@ -342,11 +363,7 @@ impl LocalWaiters {
             .and_then(|waiters| waiters.watches.get_mut(&taker.id));
         let undelivered = match watcher {
             Some(watcher) => {
-                let earlier = watcher
-                    .handed
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .replace(handed);
+                let earlier = watcher.inbox.put(handed);
                 watcher.tx.send_modify(|n| *n = n.wrapping_add(1));
                 earlier
             }
@@ -402,274 +419,6 @@ impl LocalWaiters {
     /// Whether no name has a live watch.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-}
-
-/// A polling backend with this process's waiters woken by this process's releases: what
-/// [`LockClient`](crate::LockClient) puts around a backend that polls and names its store
-/// ([`DistributedLock::store_identity`]).
-#[derive(Debug)]
-pub(crate) struct LocallyWoken {
-    inner: Arc<dyn DistributedLock>,
-    waiters: LocalWaiters,
-    /// Whether a release hands the lock to the first waiter ([`Mechanics::hands_over`]).
-    hands_over: bool,
-    /// Whether a waiter's poll reads first ([`Capabilities::inspect`]).
-    probes: bool,
-    /// This process's waiters of semaphores and of read-write locks on the store.
-    semaphore_waiters: LocalWaiters,
-    rw_lock_waiters: LocalWaiters,
-    /// This wrapper, for what a handed-over lock is released through if its waiter is gone.
-    me: Weak<LocallyWoken>,
-}
-
-impl LocallyWoken {
-    /// `lock` wrapped, if it polls and names its store; else `lock` itself.
-    pub(crate) fn wrap(lock: Arc<dyn DistributedLock>) -> Arc<dyn DistributedLock> {
-        if lock.capabilities().wake_up != WakeUp::Polling {
-            return lock;
-        }
-        match lock.store_identity() {
-            Some(identity) => Arc::new_cyclic(|me| Self {
-                waiters: LocalWaiters::for_store(&identity),
-                semaphore_waiters: LocalWaiters::for_store(&format!("{identity}#{}", Primitive::Semaphore)),
-                rw_lock_waiters: LocalWaiters::for_store(&format!("{identity}#{}", Primitive::RwLock)),
-                hands_over: lock.mechanics().hands_over,
-                probes: lock.capabilities().inspect,
-                inner: lock,
-                me: me.clone(),
-            }),
-            None => lock,
-        }
-    }
-
-    /// This process's waiters of the `primitive` objects (the mutex's are `waiters`).
-    fn waiters_of(&self, primitive: Primitive) -> &LocalWaiters {
-        match primitive {
-            Primitive::Semaphore => &self.semaphore_waiters,
-            Primitive::RwLock => &self.rw_lock_waiters,
-            Primitive::Mutex => &self.waiters,
-        }
-    }
-
-    /// This wrapper as a backend (for releases in the background).
-    fn as_lock(&self) -> Option<Arc<dyn DistributedLock>> {
-        self.me.upgrade().map(|me| me as Arc<dyn DistributedLock>)
-    }
-
-    /// Releases `lease` by handing it to `taker` in one store operation. If the outcome is
-    /// unknown, the lock may now be the taker's, which never hears of it: it is released by
-    /// the taker's owner token in the background. A taker not handed the lock is woken to try
-    /// itself.
-    async fn hand_to(&self, lease: &Lease, taker: Taker) -> Result<bool> {
-        let ticket = taker.ticket;
-        let mut pending = PendingHandOver {
-            waiters: &self.waiters,
-            lock: self.as_lock(),
-            taker: Some(taker),
-            sent: Instant::now(),
-            name: lease.name(),
-        };
-        match self.inner.hand_over(lease, ticket.owner, ticket.ttl).await {
-            Ok(Some(next)) => {
-                if let Some(taker) = pending.taker.take() {
-                    match self.as_lock() {
-                        Some(lock) => self.waiters.deliver(&taker, next, lock),
-                        None => self.waiters.wake(&taker),
-                    }
-                }
-                Ok(true)
-            }
-            Ok(None) => {
-                if let Some(taker) = pending.taker.take() {
-                    self.waiters.wake(&taker);
-                }
-                Ok(false)
-            }
-            Err(Error::NotSupported { .. }) => {
-                // A backend (or a wrapper around one) that declares hands_over without
-                // implementing it: an ordinary release, and the taker tries itself.
-                tracing::debug!("distlock: hand-over not supported after all; releasing");
-                let taker = pending.taker.take();
-                let released = self.release_and_wake(lease).await;
-                if let Some(taker) = taker {
-                    self.waiters.wake(&taker);
-                }
-                released
-            }
-            Err(error) => {
-                if !error.is_ambiguous() {
-                    if let Some(taker) = pending.taker.take() {
-                        self.waiters.wake(&taker);
-                    }
-                }
-                Err(error)
-            }
-        }
-    }
-
-    /// Releases `lease` and, if it was ours, wakes this process's first waiter.
-    async fn release_and_wake(&self, lease: &Lease) -> Result<bool> {
-        let released = self.inner.release(lease).await;
-        if matches!(released, Ok(true)) {
-            self.waiters.released(lease.name());
-        }
-        released
-    }
-}
-
-/// A hand-over under way. Dropped before it was settled (its outcome unknown: an ambiguous
-/// error, or the release's future dropped mid-flight), it releases by the taker's owner token
-/// in the background and wakes the taker.
-struct PendingHandOver<'a> {
-    waiters: &'a LocalWaiters,
-    lock: Option<Arc<dyn DistributedLock>>,
-    taker: Option<Taker>,
-    sent: Instant,
-    name: &'a LockName,
-}
-
-impl Drop for PendingHandOver<'_> {
-    fn drop(&mut self) {
-        let Some(taker) = self.taker.take() else { return };
-        if let (Some(lock), Ok(_)) = (self.lock.take(), tokio::runtime::Handle::try_current()) {
-            let lease = Lease::new(self.name.clone(), taker.ticket.owner, taker.ticket.ttl, self.sent);
-            release_in_background(lock, lease, "a hand-over whose outcome is unknown");
-        }
-        self.waiters.wake(&taker);
-    }
-}
-
-#[async_trait]
-impl DistributedLock for LocallyWoken {
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    fn mechanics(&self) -> Mechanics {
-        self.inner.mechanics()
-    }
-
-    /// A mutex attempt by a waiter queues it here if the lock is held (and, if its last
-    /// attempt found the lock held and no release here woke it since, reads first: most
-    /// polls find the lock still held and write nothing).
-    async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
-        let (Some(waiter), LockKind::Exclusive) = (&attempt.waiter, attempt.kind) else {
-            return self.inner.attempt(attempt).await;
-        };
-        let Attempt { name, owner, ttl, .. } = attempt;
-        let (waiter, stay) = (&*waiter.id, waiter.stay);
-        let seen = self.waiters.releases(name);
-        let ticket = self.hands_over.then_some(Ticket {
-            owner: *owner,
-            ttl: *ttl,
-        });
-        if self.probes && self.waiters.is_queued(name, waiter) {
-            // Its last attempt found the lock held and no release here woke it since: a poll
-            // for a release elsewhere. A read says whether a write could win.
-            match self
-                .inner
-                .inspect(name, Primitive::Mutex)
-                .await
-                .map(ObjectState::into_lock)
-            {
-                Ok(LockState {
-                    owner: Some(holder),
-                    remaining: Some(left),
-                    ..
-                }) if !left.is_zero() => {
-                    self.waiters.queue_with(name, waiter, stay, seen, ticket);
-                    return Ok(TryAcquire::Held(Holder::expiring_in(left).with_owner(holder)));
-                }
-                Ok(_) => {}
-                Err(error) => tracing::debug!(%error, "distlock: a waiter's read failed; trying instead"),
-            }
-        }
-        let outcome = self.inner.attempt(attempt).await;
-        match &outcome {
-            Ok(TryAcquire::Held(_)) => self.waiters.queue_with(name, waiter, stay, seen, ticket),
-            _ => self.waiters.dequeue(name, waiter),
-        }
-        outcome
-    }
-
-    /// Hands the lock to this process's first waiter if the store can; else releases it and
-    /// wakes that waiter.
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        if lease.kind() != LockKind::Exclusive {
-            let released = self.inner.release(lease).await;
-            if matches!(released, Ok(true)) {
-                self.waiters_of(lease.kind().primitive())
-                    .released_all(lease.name());
-            }
-            return released;
-        }
-        if self.hands_over {
-            if let Some(taker) = self.waiters.take_next(lease.name()) {
-                return self.hand_to(lease, taker).await;
-            }
-        }
-        self.release_and_wake(lease).await
-    }
-
-    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
-        self.inner.renew(leases).await
-    }
-
-    async fn hand_over(&self, lease: &Lease, next: OwnerToken, ttl: Duration) -> Result<Option<Lease>> {
-        self.inner.hand_over(lease, next, ttl).await
-    }
-
-    /// The mutex's watch is woken by this process's releases (still polling for others'); a
-    /// semaphore's or read-write lock's is the store's if it announces releases, else one
-    /// woken by this process's releases.
-    async fn watch(&self, name: &LockName, primitive: Primitive) -> Result<ReleaseWatch> {
-        if primitive == Primitive::Mutex {
-            return Ok(self.waiters.watch(name, true));
-        }
-        let watch = self.inner.watch(name, primitive).await?;
-        if watch.is_notified() {
-            return Ok(watch);
-        }
-        Ok(self.waiters_of(primitive).watch(name, true))
-    }
-
-    async fn wait_queued(&self, attempt: &Attempt, deadline: Option<Instant>) -> Result<Option<Lease>> {
-        self.inner.wait_queued(attempt, deadline).await
-    }
-
-    /// Withdraws the waiter; a waiting writer's withdrawal wakes this process's waiting
-    /// readers.
-    async fn withdraw(&self, name: &LockName, kind: LockKind, waiter: &str) -> Result<()> {
-        self.inner.withdraw(name, kind, waiter).await?;
-        if kind == LockKind::Write {
-            self.waiters_of(kind.primitive()).released_all(name);
-        }
-        Ok(())
-    }
-
-    async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
-        self.inner.inspect(name, primitive).await
-    }
-
-    fn session(&self) -> Option<watch::Receiver<Session>> {
-        self.inner.session()
-    }
-
-    fn watch_lease(&self, lease: &Lease) -> Option<BoxFuture<'static, LossReason>> {
-        self.inner.watch_lease(lease)
-    }
-
-    fn store_identity(&self) -> Option<String> {
-        self.inner.store_identity()
-    }
-
-    async fn ping(&self) -> Result<()> {
-        self.inner.ping().await
     }
 }
 

@@ -14,12 +14,11 @@ use crate::attempts::Outcome;
 use crate::client::LockClient;
 use crate::guard::LockGuard;
 use crate::hold::HoldOptions;
+use crate::local::Inbox;
 use crate::meter::AcquireMeter;
 use crate::schedule::WaitSchedule;
-use crate::{
-    AcquireOptions, DistributedLock, Error, Fairness, LockKind, LockName, OwnerToken, ReleaseWatch, Result,
-    Wait,
-};
+use crate::store::Store;
+use crate::{AcquireOptions, Error, Fairness, LockKind, LockName, OwnerToken, ReleaseWatch, Result, Wait};
 
 /// How much longer than a waiter's longest sleep its entry in a store's queue of waiters
 /// lives: the time to make its next attempt, which renews the entry.
@@ -31,6 +30,8 @@ impl LockClient {
     /// [`DistributedLock::attempt`] (a waiting writer keeps new readers out) and
     /// withdraw when they end without a hold, also when dropped. Its outcome and times go to
     /// the [`metrics`](crate::metrics).
+    ///
+    /// [`DistributedLock::attempt`]: crate::DistributedLock::attempt
     pub(crate) async fn acquire_kind(
         &self,
         name: LockName,
@@ -59,7 +60,7 @@ impl LockClient {
         let ttl = self.inner.capabilities.validate_ttl(opts.ttl_value())?;
         let started = Instant::now();
         let deadline = opts.wait_value().deadline(started)?;
-        let span = tracing::debug_span!("distlock.acquire", backend = self.inner.lock.backend(), lock = %name, %kind);
+        let span = tracing::debug_span!("distlock.acquire", backend = self.inner.store.lock().backend(), lock = %name, %kind);
         // Every step of a bounded wait is cut at its deadline (an attempt cut there still
         // runs to completion in its task, and cleans up after itself).
         let step_deadline = match opts.wait_value() {
@@ -92,19 +93,21 @@ impl LockClient {
                 return Err(timeout(&name, started));
             }
             meter.waiting();
-            let watching = self.inner.lock.watch(&name, kind.primitive());
-            let watch = match within_deadline(step_deadline, &name, started, watching).await? {
-                Ok(watch) => watch,
+            // The inbox is where a release by a client of this process may hand the lock to
+            // this waiter (see `local_wake`).
+            let watching = self.inner.store.watch(&name, kind.primitive());
+            let (watch, inbox) = match within_deadline(step_deadline, &name, started, watching).await? {
+                Ok(watching) => watching,
                 Err(error) => {
                     tracing::debug!(%error, "distlock: no release notifications, polling instead");
-                    ReleaseWatch::polling()
+                    (ReleaseWatch::polling(), None)
                 }
             };
             // A wait for a semaphore or read-write lock is one waiter on the store, under the
             // id its watch is woken by (or one of its own), withdrawn if the wait ends without
             // a hold.
             let withdraw = (kind != LockKind::Exclusive).then(|| Withdraw {
-                lock: self.inner.lock.clone(),
+                store: self.inner.store.clone(),
                 name: name.clone(),
                 kind,
                 id: watch
@@ -114,7 +117,7 @@ impl LockClient {
                 armed: true,
             });
             let mut schedule = WaitSchedule::new(opts, watch.is_notified());
-            let mut records = WaitRecords::new(self.inner.lock.clone(), watch, withdraw);
+            let mut records = WaitRecords::new(self.inner.store.clone(), watch, withdraw);
             loop {
                 // Subscribed first, then retried: a release in between is not lost. A waiter
                 // with an id stays queued for longer than it can sleep before its next attempt.
@@ -150,7 +153,7 @@ impl LockClient {
                     schedule.poll_instead(); // the notifications stopped
                 }
                 // A release by a client of this process may have handed the lock over to us.
-                if let Some(lease) = records.watch().take_handed() {
+                if let Some(lease) = inbox.as_ref().and_then(Inbox::take) {
                     // Handed over by a request sent before now, for our last attempt's TTL.
                     let lease = lease.bounded_by(Instant::now(), ttl);
                     tracing::debug!(lock = %name, fencing = ?lease.fencing_token(), "distlock: acquired by hand-over");
@@ -176,16 +179,16 @@ struct WaitRecords {
     attempts: Arc<tokio::sync::Mutex<()>>,
     /// The backend, kept until the records have ended (the watch may hold it weakly only,
     /// and the wait's client may be gone by then). Declared last: dropped last.
-    lock: Arc<dyn DistributedLock>,
+    store: Store,
 }
 
 impl WaitRecords {
-    fn new(lock: Arc<dyn DistributedLock>, watch: ReleaseWatch, withdraw: Option<Withdraw>) -> Self {
+    fn new(store: Store, watch: ReleaseWatch, withdraw: Option<Withdraw>) -> Self {
         Self {
             watch: Some(watch),
             withdraw,
             attempts: Arc::default(),
-            lock,
+            store,
         }
     }
 
@@ -225,12 +228,12 @@ impl Drop for WaitRecords {
             return;
         };
         let (watch, withdraw) = (self.watch.take(), self.withdraw.take());
-        let (attempts, lock) = (self.attempts.clone(), self.lock.clone());
+        let (attempts, store) = (self.attempts.clone(), self.store.clone());
         runtime.spawn(async move {
             let _ended = attempts.lock().await;
             drop(watch);
             drop(withdraw);
-            drop(lock);
+            drop(store);
         });
     }
 }
@@ -238,7 +241,7 @@ impl Drop for WaitRecords {
 /// A semaphore or read-write lock waiter's record on the store, withdrawn in the background
 /// when the wait ends without a hold (a timeout, an error, the caller dropping the future).
 struct Withdraw {
-    lock: Arc<dyn DistributedLock>,
+    store: Store,
     name: LockName,
     kind: LockKind,
     id: Arc<str>,
@@ -254,9 +257,9 @@ impl Drop for Withdraw {
         if tokio::runtime::Handle::try_current().is_err() {
             return;
         }
-        let (lock, name, kind, id) = (self.lock.clone(), self.name.clone(), self.kind, self.id.clone());
+        let (store, name, kind, id) = (self.store.clone(), self.name.clone(), self.kind, self.id.clone());
         tokio::spawn(async move {
-            if let Err(error) = lock.withdraw(&name, kind, &id).await {
+            if let Err(error) = store.withdraw(&name, kind, &id).await {
                 tracing::debug!(lock = %name, %error, "distlock: withdrawing a waiter failed; its record expires by itself");
             }
         });

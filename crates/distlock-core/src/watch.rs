@@ -2,13 +2,10 @@
 
 use std::any::Any;
 use std::fmt;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-
-use crate::local::{Handed, HandedSlot};
-use crate::Lease;
 
 /// A subscription to release events of one lock name, returned by
 /// [`DistributedLock::watch`](crate::DistributedLock::watch).
@@ -41,8 +38,6 @@ pub struct ReleaseWatch {
     waiter: Option<Arc<str>>,
     /// Whether the waiter must poll too: only releases by this process are announced.
     polls: bool,
-    /// Where a lock handed over to this waiter is left (see `LocalWaiters`).
-    handed: Option<HandedSlot>,
     // Kept alive while the watch lives (for example a subscription's reference count).
     _keep: Option<Box<dyn Any + Send + Sync>>,
 }
@@ -63,7 +58,6 @@ impl ReleaseWatch {
             rx: None,
             waiter: None,
             polls: false,
-            handed: None,
             _keep: None,
         }
     }
@@ -76,7 +70,6 @@ impl ReleaseWatch {
             rx: Some(rx),
             waiter: None,
             polls: false,
-            handed: None,
             _keep: Some(Box::new(keep)),
         }
     }
@@ -102,23 +95,6 @@ impl ReleaseWatch {
     pub fn polling_too(mut self) -> Self {
         self.polls = true;
         self
-    }
-
-    /// The same watch, where a lock handed over to its waiter is left in `slot`.
-    pub(crate) fn with_handed_slot(mut self, slot: HandedSlot) -> Self {
-        self.handed = Some(slot);
-        self
-    }
-
-    /// A lease handed over to this waiter by a release in this process, now the waiter's.
-    pub(crate) fn take_handed(&mut self) -> Option<Lease> {
-        let handed = self
-            .handed
-            .as_ref()?
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        handed.and_then(Handed::into_lease)
     }
 
     /// The waiter id of a watch [`for_waiter`](Self::for_waiter). It stays after the

@@ -13,9 +13,10 @@
 //!   registering one is O(log n) and wakes the task only when it is due before the task's
 //!   current sleep.
 //! - All holds due at one wake-up (and any due within a tenth of their TTL) go to the backend
-//!   in one [`DistributedLock::renew`] call, which a backend can pipeline. Each batch runs
-//!   in a task of its own, so a store that hangs on one batch delays neither other renewals
-//!   nor the detection of expiries; a panicking backend fails that batch's renewals only.
+//!   in one [`DistributedLock::renew`](crate::DistributedLock::renew) call, which a backend
+//!   can pipeline. Each batch runs in a task of its own, so a store that hangs on one batch
+//!   delays neither other renewals nor the detection of expiries; a panicking backend fails
+//!   that batch's renewals only.
 //! - The task starts with the first registration and ends when no hold is left. If it dies
 //!   with its runtime, it starts again on the runtime of a hold still registered (or, if
 //!   none is left, with the next registration), so no hold depends on the runtime that
@@ -37,7 +38,8 @@ use tokio::time::Instant;
 use crate::cleanup::release_in_background;
 use crate::clock;
 use crate::hold::{Hold, Renewal, Status};
-use crate::{DistributedLock, Lease, LossReason, Session, SessionState};
+use crate::store::Store;
+use crate::{Lease, LossReason, Session, SessionState};
 
 /// Holds due within `ttl / PIGGYBACK_DIVISOR` ride along with a batch that is due now.
 const PIGGYBACK_DIVISOR: u32 = 10;
@@ -52,7 +54,9 @@ pub(crate) struct Watchdog {
 }
 
 struct Shared {
-    lock: Arc<dyn DistributedLock>,
+    /// The backend: renewals go to it, the releases past the maximum hold time through its
+    /// waiting layer.
+    store: Store,
     session: Option<watch::Receiver<Session>>,
     state: Mutex<State>,
     wake: Notify,
@@ -68,7 +72,9 @@ struct State {
     timers: BinaryHeap<Reverse<(Instant, u64)>>,
     /// The time of each hold's one live timer entry.
     scheduled: HashMap<u64, Instant>,
-    /// Lease-loss futures from [`DistributedLock::watch_lease`] not yet picked up by the task.
+    /// Lease-loss futures from
+    /// [`DistributedLock::watch_lease`](crate::DistributedLock::watch_lease) not yet picked
+    /// up by the task.
     new_lease_watches: Vec<(u64, BoxFuture<'static, LossReason>)>,
     task_running: bool,
     /// The runtime each hold was registered on (kept until it is unregistered): where the
@@ -82,11 +88,11 @@ struct State {
 }
 
 impl Watchdog {
-    pub(crate) fn new(lock: Arc<dyn DistributedLock>) -> Self {
+    pub(crate) fn new(store: Store) -> Self {
         Self {
             shared: Arc::new(Shared {
-                session: lock.session(),
-                lock,
+                session: store.lock().session(),
+                store,
                 state: Mutex::new(State::default()),
                 wake: Notify::new(),
             }),
@@ -106,7 +112,7 @@ impl Watchdog {
                 return; // its session is already over
             }
         }
-        let lease_watch = self.shared.lock.watch_lease(&lease);
+        let lease_watch = self.shared.store.lock().watch_lease(&lease);
         let has_watch = lease_watch.is_some();
         let mut state = self.shared.lock_state();
         // Read again under the lock that `follow_session` takes: a session that ended since
@@ -293,7 +299,7 @@ async fn run(shared: Arc<Shared>, mut running: Running) {
             for lease in past_max_hold {
                 // A lease without a TTL of its own (session-bound) would stay held for as long
                 // as its session lives: it is released, owner-checked, like a dropped guard's.
-                release_in_background(shared.lock.clone(), lease, "the maximum hold time passed");
+                release_in_background(shared.store.clone(), lease, "the maximum hold time passed");
             }
             let next = state
                 .timers
@@ -440,7 +446,7 @@ async fn renew(shared: Arc<Shared>, batch: Vec<Due>) {
         .unwrap_or_else(|| Instant::now() + IDLE);
     let sent_at = Instant::now();
     tracing::debug!(count = leases.len(), "distlock: renewing");
-    let renewal = AssertUnwindSafe(shared.lock.renew(&leases)).catch_unwind();
+    let renewal = AssertUnwindSafe(shared.store.lock().renew(&leases)).catch_unwind();
     let results = match tokio::time::timeout_at(bound, renewal).await {
         Ok(Ok(results)) => Ok(results),
         Ok(Err(_panic)) => Err("the backend panicked while renewing"),
@@ -514,7 +520,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_long_hold_keeps_a_bounded_timer_heap() {
         let store = Arc::new(MemoryLock::new());
-        let watchdog = Watchdog::new(store.clone());
+        let watchdog = Watchdog::new(Store::new(store.clone()));
         let ttl = Duration::from_secs(3);
         let name = LockName::new("long").expect("valid");
         let TryAcquire::Acquired(lease) = store

@@ -388,3 +388,49 @@ async fn a_release_of_a_permit_or_write_lock_here_wakes_the_waiters_here() {
         assert!(guard.release().await.expect("released"));
     }
 }
+
+/// `LockClient::backend` is the backend the client was built over, itself: the client's
+/// waiting layer is a part of the client, not a backend around the store.
+#[tokio::test]
+async fn the_backend_of_a_client_is_the_store_it_was_built_over() {
+    let store = PollingStore::new(true);
+    let client = store.client();
+    assert_eq!(
+        Arc::as_ptr(client.backend()).cast::<()>(),
+        Arc::as_ptr(&store).cast::<()>(),
+        "the client's backend is not the store it was built over: {:?}",
+        client.backend()
+    );
+}
+
+/// A lease kept with `LockGuard::leak` and released through `LockClient::release_lease` goes
+/// to this process's waiter as a guard's release does: handed over at once, without an attempt
+/// of the waiter's own.
+#[tokio::test]
+async fn a_leaked_lease_released_through_the_client_is_handed_to_the_waiter_here() {
+    let store = PollingStore::new(true);
+    let (holder, waiter) = (store.client(), store.client());
+    let lease = holder
+        .acquire_with(name(), &slow_polling())
+        .await
+        .expect("free")
+        .leak();
+    let acquiring = queued_waiter(&waiter).await;
+    let attempts_before = store.attempts();
+
+    assert!(holder.release_lease(&lease).await.expect("released"));
+    let guard = tokio::time::timeout(Duration::from_secs(1), acquiring)
+        .await
+        .expect("handed over within 1s, not at the next poll in 20s")
+        .expect("acquired");
+    assert_eq!(
+        store.attempts(),
+        attempts_before,
+        "the waiter made an attempt of its own"
+    );
+    assert!(
+        !holder.release_lease(&lease).await.expect("answered"),
+        "not ours any more"
+    );
+    assert!(guard.release().await.expect("released"));
+}
