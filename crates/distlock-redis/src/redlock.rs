@@ -1,37 +1,32 @@
 //! [`Redlock`]: one lock over N independent Redis masters. Its type docs give the layout, the
 //! algorithm with its round trips, and why it issues no fencing tokens.
 
+mod quorum;
+mod trust;
+mod wake;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    Attempt, Capabilities, DistributedLock, Error, Fencing, Holder, Lease, LockKind, LockName, LockState,
-    ObjectState, OwnerToken, Primitive, Result, TryAcquire, WakeUp,
+    Attempt, Capabilities, DistributedLock, Error, Fencing, Lease, LockKind, LockName, LockState,
+    ObjectState, Primitive, Result, TryAcquire, WakeUp,
 };
 use futures::future::join_all;
-use futures::stream::{FuturesUnordered, StreamExt};
-use rand::Rng;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::acquire::{acquire_unfenced_on, AcquireReply};
-use crate::config::{RedlockConfig, Target, DEFAULT_RESTART_QUARANTINE};
+use crate::config::{RedlockConfig, Target};
 use crate::keys::{KeySpace, LockKeys};
 use crate::lock::{extend_many_on, scan_keys, ttl_millis, Renewal};
 use crate::node::{Node, BACKEND};
-use crate::release::{release_quietly_on, release_waking_on};
 use crate::subscriber::{Keep, Subscriber};
-use crate::waiters::{Waiters, Waiting};
+use crate::waiters::Waiters;
 
-/// The shortest per-node timeout during acquire, however short the TTL.
-const MIN_NODE_TIMEOUT: Duration = Duration::from_millis(5);
-/// The per-node timeout during acquire is at most `ttl / ACQUIRE_TIMEOUT_DIVISOR`: a guard for
-/// very short TTLs only (the default node timeout is far below usual TTLs). Safety does not
-/// depend on it: the validity left is checked after all answers.
-const ACQUIRE_TIMEOUT_DIVISOR: u32 = 2;
-/// The longest random pause after a split vote.
-const SPLIT_RETRY_MAX: Duration = Duration::from_millis(5);
+use quorum::tally;
+use trust::Trust;
+use wake::forward_releases;
 
 /// A lock over N independent Redis masters (N odd, 3 or 5), the algorithm of the Redis
 /// documentation ("Distributed Locks with Redis"). Cheap to clone; clones share the
@@ -195,21 +190,6 @@ struct Inner {
     waiters: Waiters,
 }
 
-/// What this client knows of one master's restarts.
-#[derive(Debug, Default)]
-struct Trust {
-    run_id: Option<String>,
-    untrusted_until: Option<Instant>,
-}
-
-/// What the masters said to one operation.
-#[derive(Debug, Default)]
-struct Tally {
-    yes: usize,
-    no: usize,
-    errors: Vec<String>,
-}
-
 impl Redlock {
     /// Sets up connections to every master; they connect on first use, so masters that are
     /// down now do not stop the others.
@@ -276,10 +256,6 @@ impl Redlock {
         &self.inner.config
     }
 
-    fn quorum(&self) -> usize {
-        self.inner.nodes.len() / 2 + 1
-    }
-
     fn keys(&self, name: &LockName) -> LockKeys {
         self.inner.keys.keys(name)
     }
@@ -308,201 +284,6 @@ impl Redlock {
         }
         Ok(counts.values().filter(|&&n| n >= self.quorum()).count())
     }
-
-    /// The per-node bound during acquire: the node timeout, at most half the TTL.
-    fn acquire_limit(&self, ttl: Duration) -> Duration {
-        self.inner
-            .config
-            .node_timeout
-            .min(ttl / ACQUIRE_TIMEOUT_DIVISOR)
-            .max(MIN_NODE_TIMEOUT)
-    }
-
-    fn no_majority(&self, what: &str, answered: usize, errors: &[String]) -> Error {
-        Error::unavailable(
-            BACKEND,
-            format!(
-                "Redlock {what}: only {answered} of {} masters answered, {} needed; {}",
-                self.inner.nodes.len(),
-                self.quorum(),
-                errors.join("; ")
-            ),
-        )
-    }
-
-    /// One attempt on every master, queueing `waiting`'s waiter where the lock is held.
-    async fn attempt(
-        &self,
-        name: &LockName,
-        owner: OwnerToken,
-        ttl: Duration,
-        waiting: Waiting<'_>,
-    ) -> Result<TryAcquire> {
-        let ttl_ms = ttl_millis(ttl)?;
-        self.inner
-            .longest_ttl_ms
-            .fetch_max(ttl_ms, std::sync::atomic::Ordering::Relaxed);
-        let keys = self.keys(name);
-        let token = owner.to_string();
-        let limit = self.acquire_limit(ttl);
-        // A waiter's score in every master's queue: the end of its stay by this client's
-        // clock, the same on all of them (see `acquire.lua`).
-        let queued_until_us = waiting.map_or(0, |(_, stay_ms)| {
-            clock_micros().saturating_add(stay_ms.saturating_mul(1000))
-        });
-        let sent_at = Instant::now();
-        let replies =
-            join_all(self.inner.nodes.iter().map(|node| {
-                acquire_unfenced_on(node, limit, &keys, &token, ttl_ms, waiting, queued_until_us)
-            }))
-            .await;
-        let elapsed = sent_at.elapsed();
-        let drift = self.inner.config.drift(ttl);
-        let (mut won, mut held, mut errors, mut untrusted) = (0, Vec::new(), Vec::new(), 0);
-        let mut holders = std::collections::HashMap::<Option<Vec<u8>>, usize>::new();
-        // The masters that may hold our key: those that granted it, and those whose reply
-        // was lost. The others refused it: a failed attempt has nothing to give back there.
-        let mut may_hold = vec![false; replies.len()];
-        for (i, reply) in replies.into_iter().enumerate() {
-            match reply {
-                Ok((acquired, run_id)) if !self.trusted(i, run_id.as_deref()) => {
-                    // A recently restarted master: its answer counts for nobody.
-                    untrusted += 1;
-                    match acquired {
-                        AcquireReply::Held { remaining, .. } => held.push(remaining),
-                        AcquireReply::Acquired(_) | AcquireReply::PermitsMismatch(_) => may_hold[i] = true,
-                    }
-                }
-                Ok((AcquireReply::Acquired(_), _)) => {
-                    won += 1;
-                    may_hold[i] = true;
-                }
-                Ok((AcquireReply::Held { remaining, holder }, _)) => {
-                    held.push(remaining);
-                    *holders.entry(holder).or_default() += 1;
-                }
-                Ok((AcquireReply::PermitsMismatch(_), _)) => {
-                    // Not a reply to a mutex: its outcome is unknown.
-                    errors.push("unexpected acquire reply for a mutex: a permit count".to_owned());
-                    may_hold[i] = true;
-                }
-                Err(e) => {
-                    errors.push(crate::node::detail(&e));
-                    may_hold[i] = true;
-                }
-            }
-        }
-        // Masters that failed to answer or restarted recently may hold the lock for anyone.
-        let unknown = errors.len() + untrusted;
-        let someone_may_hold_a_majority = holders
-            .iter()
-            .any(|(holder, &count)| holder.is_some() && count + unknown >= self.quorum());
-        let valid = ttl.checked_sub(elapsed).and_then(|t| t.checked_sub(drift));
-        if won >= self.quorum() && valid.is_some_and(|v| !v.is_zero()) {
-            return Ok(TryAcquire::Acquired(
-                Lease::new(name.clone(), owner, ttl, sent_at).with_validity_margin(drift),
-            ));
-        }
-        // Failed: give back whatever we got, including on masters whose reply was lost,
-        // without announcing it (the lock is not free for anyone). Nothing to give back if
-        // every master refused: no second round then.
-        self.release_quietly_where(&may_hold, &keys, &token).await;
-        let answered = self.inner.nodes.len() - errors.len();
-        if answered < self.quorum() {
-            return Err(self.no_majority("acquire", answered, &errors));
-        }
-        if won >= self.quorum() {
-            tracing::debug!(
-                ?elapsed,
-                "distlock-redis: Redlock majority came too late to be valid"
-            );
-            return Ok(TryAcquire::Held(Holder::unknown()));
-        }
-        if !someone_may_hold_a_majority {
-            // A split vote: nobody holds a majority. Retry after a short random pause.
-            let pause = rand::rng().random_range(Duration::from_millis(1)..=SPLIT_RETRY_MAX);
-            return Ok(TryAcquire::Held(Holder::expiring_in(pause)));
-        }
-        Ok(TryAcquire::Held(match self.remaining(won, held) {
-            Some(remaining) => Holder::expiring_in(remaining),
-            None => Holder::unknown(),
-        }))
-    }
-
-    /// Releases on every master, bounded by the node timeout.
-    async fn release_all(&self, keys: &LockKeys, token: &str) -> Tally {
-        let limit = self.inner.config.node_timeout;
-        let replies = join_all(
-            self.inner
-                .nodes
-                .iter()
-                .map(|node| async move { release_waking_on(node, limit, keys, token).await?.strict() }),
-        )
-        .await;
-        tally(replies)
-    }
-
-    /// Releases on the masters `i` with `on[i]`, in parallel, without announcing it (the
-    /// cleanup of a failed attempt): one round trip, none if `on` names no master.
-    async fn release_quietly_where(&self, on: &[bool], keys: &LockKeys, token: &str) {
-        let limit = self.inner.config.node_timeout;
-        join_all(
-            self.inner
-                .nodes
-                .iter()
-                .zip(on)
-                .filter(|(_, &on)| on)
-                .map(|(node, _)| release_quietly_on(node, limit, keys, token)),
-        )
-        .await;
-    }
-
-    /// Whether master `i`'s vote counts, given the run id it answered with: a master whose
-    /// run id changed since this client last saw it restarted (and, without persistence,
-    /// forgot the locks it granted), so its votes do not count until the quarantine (see
-    /// [`RedlockConfig::with_restart_quarantine`]) has passed since.
-    fn trusted(&self, i: usize, run_id: Option<&str>) -> bool {
-        let (Some(run_id), Some(trust)) = (run_id, self.inner.trust.get(i)) else {
-            return true;
-        };
-        let mut trust = trust.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let now = Instant::now();
-        match trust.run_id.as_deref() {
-            None => {
-                trust.run_id = Some(run_id.to_owned());
-                true
-            }
-            Some(known) if known == run_id => trust.untrusted_until.is_none_or(|until| now >= until),
-            Some(_) => {
-                let longest = Duration::from_millis(
-                    self.inner
-                        .longest_ttl_ms
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                );
-                let quarantine = self
-                    .inner
-                    .config
-                    .restart_quarantine
-                    .unwrap_or(DEFAULT_RESTART_QUARANTINE.max(longest));
-                tracing::warn!(
-                    master = %self.inner.nodes[i].url(),
-                    ?quarantine,
-                    "distlock-redis: a Redlock master restarted (its run id changed); its votes do not count until the quarantine has passed"
-                );
-                trust.run_id = Some(run_id.to_owned());
-                trust.untrusted_until = Some(now + quarantine);
-                quarantine.is_zero()
-            }
-        }
-    }
-
-    /// The time until enough masters are free for a majority, if the holders said.
-    fn remaining(&self, free: usize, mut held: Vec<Option<Duration>>) -> Option<Duration> {
-        let needed = self.quorum().checked_sub(free)?.checked_sub(1)?;
-        // `None` (no TTL) sorts last: it never frees by itself.
-        held.sort_by_key(|r| r.map_or((1, Duration::ZERO), |d| (0, d)));
-        held.get(needed).copied().flatten()
-    }
 }
 
 /// Redlock holds only mutexes (see the type docs): a lease of another kind was never granted
@@ -516,18 +297,6 @@ fn only_mutex(lease: &Lease) -> Result<()> {
             what: "semaphores and read-write locks",
         })
     }
-}
-
-fn tally(replies: Vec<Result<bool>>) -> Tally {
-    let mut tally = Tally::default();
-    for reply in replies {
-        match reply {
-            Ok(true) => tally.yes += 1,
-            Ok(false) => tally.no += 1,
-            Err(e) => tally.errors.push(crate::node::detail(&e)),
-        }
-    }
-    tally
 }
 
 #[async_trait]
@@ -731,103 +500,6 @@ impl DistributedLock for Redlock {
             Err(self.no_majority("ping", answered, &errors))
         }
     }
-}
-
-impl Redlock {
-    fn judge_extension(
-        &self,
-        lease: &Lease,
-        ttl: Duration,
-        sent_at: Instant,
-        tally: &Tally,
-    ) -> Result<Option<Lease>> {
-        let n = self.inner.nodes.len();
-        let drift = self.inner.config.drift(ttl);
-        if tally.yes >= self.quorum() {
-            let elapsed = sent_at.elapsed();
-            if ttl
-                .checked_sub(elapsed)
-                .and_then(|t| t.checked_sub(drift))
-                .is_none()
-            {
-                return Err(Error::unavailable(
-                    BACKEND,
-                    format!("Redlock extend took {elapsed:?}, longer than the TTL allows"),
-                ));
-            }
-            return Ok(Some(lease.renewed(ttl, sent_at).with_validity_margin(drift)));
-        }
-        if tally.no > n - self.quorum() {
-            return Ok(None);
-        }
-        Err(self.no_majority("extend", tally.yes + tally.no, &tally.errors))
-    }
-}
-
-/// Bumps `tx`, waking the waiter, once `quorum` masters woke it, or `grace` after the first
-/// of them did, whichever comes first; ends when the watch is dropped or every master's
-/// subscription is gone (then `tx` drops and the waiter polls).
-///
-/// A release reaches the masters in parallel, and each wakes the waiter as soon as it has
-/// released. A waiter that tried on the first wake would often find the lock still held on
-/// the others, fail, and queue again behind the waiters its attempt overtook: then the next
-/// master's release wakes one of them too. Waiting for a majority of wakes makes the first
-/// attempt the one that can win. A master that does not wake the waiter (it is down, its
-/// subscription broke, or the waiter was not in its queue) costs at most `grace`.
-async fn forward_releases(
-    masters: Vec<(watch::Receiver<u64>, Keep)>,
-    tx: watch::Sender<u64>,
-    quorum: usize,
-    grace: Duration,
-) {
-    let changed = |(i, mut rx, keep): (usize, watch::Receiver<u64>, Keep)| async move {
-        let alive = rx.changed().await.is_ok();
-        (alive, i, rx, keep)
-    };
-    let mut woke = vec![false; masters.len()];
-    let mut first_wake: Option<Instant> = None;
-    let mut pending: FuturesUnordered<_> = masters
-        .into_iter()
-        .enumerate()
-        .map(|(i, (rx, keep))| changed((i, rx, keep)))
-        .collect();
-    loop {
-        let wake_anyway = async {
-            match first_wake {
-                Some(at) => tokio::time::sleep_until(at + grace).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            () = tx.closed() => return,
-            () = wake_anyway => {
-                tx.send_modify(|n| *n = n.wrapping_add(1));
-                woke.fill(false);
-                first_wake = None;
-            }
-            next = pending.next() => match next {
-                Some((true, i, rx, keep)) => {
-                    woke[i] = true;
-                    first_wake.get_or_insert_with(Instant::now);
-                    if woke.iter().filter(|&&w| w).count() >= quorum {
-                        tx.send_modify(|n| *n = n.wrapping_add(1));
-                        woke.fill(false);
-                        first_wake = None;
-                    }
-                    pending.push(changed((i, rx, keep)));
-                }
-                Some((false, ..)) => {}
-                None => return,
-            },
-        }
-    }
-}
-
-/// This client's clock in microseconds since the Unix epoch (0 before it).
-fn clock_micros() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 impl std::fmt::Debug for Redlock {
