@@ -212,46 +212,7 @@ impl SqlLock {
             ..Values::default()
         };
         let statement = &self.inner.sql.holds.release;
-        let sql = statement.as_str();
-        let (affected, broken) = match &self.inner.pool {
-            #[cfg(feature = "mysql")]
-            Pool::MySql(pool) => self
-                .run_tracked(
-                    pool,
-                    "releasing",
-                    on_conn!(c => {
-                        let args = pool.arguments(statement, &values)?;
-                        sqlx::query_with(sql, args).execute(c.conn()?).await
-                    }),
-                )
-                .await
-                .map(|(done, broken)| (done.rows_affected(), broken))?,
-            // The statement's one row counts the holds released (its `NOTIFY` is in it too).
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => self
-                .run_tracked(
-                    pool,
-                    "releasing",
-                    on_conn!(c => {
-                        let args = pool.arguments(statement, &values)?;
-                        sqlx::query_scalar_with::<_, i64, _>(sql, args).fetch_one(c.conn()?).await
-                    }),
-                )
-                .await
-                .map(|(count, broken)| (u64::try_from(count).unwrap_or(0), broken))?,
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => self
-                .run_tracked(
-                    pool,
-                    "releasing",
-                    on_conn!(c => {
-                        let args = pool.arguments(statement, &values)?;
-                        sqlx::query_with(sql, args).execute(c.conn()?).await
-                    }),
-                )
-                .await
-                .map(|(done, broken)| (done.rows_affected(), broken))?,
-        };
+        let (affected, broken) = self.run_release(statement, &values).await?;
         match broken {
             // As the mutex's release: a broken attempt may have released it.
             Some(error) if affected == 0 => Err(error),
