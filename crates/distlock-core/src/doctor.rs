@@ -87,6 +87,12 @@ impl Finding {
         }
     }
 
+    /// The same finding with another verdict (a rule that refines another's).
+    pub fn with_verdict(mut self, verdict: Verdict) -> Self {
+        self.verdict = verdict;
+        self
+    }
+
     /// The server it was read from.
     pub fn at(mut self, server: impl Into<String>) -> Self {
         self.server = server.into();

@@ -113,6 +113,7 @@
 
 mod acquire;
 mod config;
+mod doctor;
 mod holds;
 mod keys;
 mod lock;
@@ -131,5 +132,6 @@ pub use config::{
     RedisConfig, RedlockConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_NODE_TIMEOUT, DEFAULT_OPERATION_TIMEOUT,
     DEFAULT_RESTART_QUARANTINE,
 };
+pub use doctor::{doctor, doctor_redlock};
 pub use lock::RedisLock;
 pub use redlock::Redlock;
