@@ -160,7 +160,7 @@ pub async fn open(url: &str) -> Result<Arc<dyn DistributedLock>> {
 }
 
 /// The URL's scheme, lowercased.
-fn scheme(url: &str) -> Result<String> {
+pub(crate) fn scheme(url: &str) -> Result<String> {
     let Some((scheme, _rest)) = url.split_once(':') else {
         return Err(Error::invalid_config(format!(
             "{url:?} is not a lock store URL (expected SCHEME://..., for example redis://127.0.0.1:6379)"
@@ -198,7 +198,7 @@ const FEATURES: &[(&str, &str)] = &[
     ("memcached", "memcached"),
 ];
 
-fn unknown_scheme(scheme: &str) -> Error {
+pub(crate) fn unknown_scheme(scheme: &str) -> Error {
     match FEATURES.iter().find(|(s, _)| *s == scheme) {
         Some((_, feature)) => Error::invalid_config(format!(
             "the {scheme}:// store is not compiled in: enable distlock's `{feature}` feature"

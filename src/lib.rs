@@ -38,8 +38,10 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod connect;
+mod doctor;
 
 pub use connect::{connect, connect_from_env, default_url, open, url_from_env, ClientBuilder, URL_ENV};
+pub use doctor::doctor;
 #[doc(inline)]
 pub use distlock_core::*;
 

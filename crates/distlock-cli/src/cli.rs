@@ -34,7 +34,7 @@ Exit codes of `exec`: the command's own code (128+N if killed by signal N), or
 Any command: 64 invalid name, duration or --permits (0, or another count than the live
 holders of the semaphore gave), 69 store unavailable, 78 bad URL, store not compiled in, or
 a store without what was asked (semaphores, read-write locks, fencing tokens), 2 usage
-error. `check` exits 1 if a case failed.
+error. `check` exits 1 if a case failed; `doctor` exits 3 if a setting is unsafe.
 
 `exec` runs the command in a process group of its own. On Linux that group is killed with
 SIGKILL when distlock dies, however it dies (kill -9 included), and at the lease's local
@@ -76,6 +76,9 @@ pub enum Command {
     /// Print the DDL a DBA runs once for a SQL store (mysql://, postgres://, sqlite://),
     /// for clients that may not create tables.
     Schema(crate::schema::SchemaArgs),
+    /// Judge the store's configuration (eviction, persistence, replication, timeouts): one
+    /// line per setting, ok, warn or unsafe, with the reason and the fix; exit 3 if unsafe.
+    Doctor(crate::doctor::DoctorArgs),
     /// Print shell completions.
     Completions {
         /// The shell.

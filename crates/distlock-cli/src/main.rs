@@ -6,6 +6,7 @@
 mod bench;
 mod check;
 mod cli;
+mod doctor;
 mod exec;
 mod exit;
 mod group;
@@ -56,6 +57,10 @@ async fn run(cli: Cli) -> u8 {
         },
         Command::Check(args) => match one_url(&cli.url) {
             Ok(url) => check::run(&url, args).await,
+            Err(e) => Err(e),
+        },
+        Command::Doctor(args) => match one_url(&cli.url) {
+            Ok(url) => doctor::run(&url, args).await,
             Err(e) => Err(e),
         },
         Command::Bench(args) => {
