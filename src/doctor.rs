@@ -40,6 +40,12 @@ pub async fn doctor(url: &str) -> Result<Vec<Finding>> {
         "redlock" | "redlocks" => {
             distlock_redis::doctor_redlock(&distlock_redis::RedlockConfig::from_url(url)?).await
         }
+        #[cfg(feature = "sqlite")]
+        "sqlite" => distlock_sql::doctor(&distlock_sql::SqlConfig::from_url(url)?).await,
+        #[cfg(feature = "mysql")]
+        "mysql" | "mariadb" => distlock_sql::doctor(&distlock_sql::SqlConfig::from_url(url)?).await,
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => distlock_sql::doctor(&distlock_sql::SqlConfig::from_url(url)?).await,
         other => Err(unknown_scheme(other)),
     }
 }

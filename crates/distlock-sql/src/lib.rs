@@ -212,6 +212,7 @@ mod admission;
 mod admission_agreement;
 mod checkout;
 mod config;
+mod doctor;
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 mod fs;
 mod holds_sql;
@@ -243,4 +244,5 @@ mod waiters_sql;
 pub use config::{
     SqlConfig, DEFAULT_MAX_CONNECTIONS, DEFAULT_OPERATION_TIMEOUT, DEFAULT_PURGE_AFTER, DEFAULT_TABLE,
 };
+pub use doctor::doctor;
 pub use lock::SqlLock;
