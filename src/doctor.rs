@@ -46,6 +46,10 @@ pub async fn doctor(url: &str) -> Result<Vec<Finding>> {
         "mysql" | "mariadb" => distlock_sql::doctor(&distlock_sql::SqlConfig::from_url(url)?).await,
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => distlock_sql::doctor(&distlock_sql::SqlConfig::from_url(url)?).await,
+        #[cfg(feature = "memcached")]
+        "memcache" | "memcached" => {
+            distlock_memcached::doctor(&distlock_memcached::MemcachedConfig::from_url(url)?).await
+        }
         other => Err(unknown_scheme(other)),
     }
 }

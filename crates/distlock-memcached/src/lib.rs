@@ -54,6 +54,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod config;
+mod doctor;
 mod exchange;
 mod expiry;
 mod holders;
@@ -72,5 +73,6 @@ pub use config::{
     MemcachedConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_NAMESPACE,
     DEFAULT_OPERATION_TIMEOUT, DEFAULT_PORT, URL_ENV,
 };
+pub use doctor::doctor;
 pub use expiry::{MAX_TTL, MIN_TTL};
 pub use lock::MemcachedLock;
