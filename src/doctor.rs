@@ -50,6 +50,10 @@ pub async fn doctor(url: &str) -> Result<Vec<Finding>> {
         "memcache" | "memcached" => {
             distlock_memcached::doctor(&distlock_memcached::MemcachedConfig::from_url(url)?).await
         }
+        #[cfg(feature = "zookeeper")]
+        "zk" | "zookeeper" => {
+            distlock_zookeeper::doctor(&distlock_zookeeper::ZooKeeperConfig::from_url(url)?).await
+        }
         other => Err(unknown_scheme(other)),
     }
 }

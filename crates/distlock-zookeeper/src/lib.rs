@@ -183,7 +183,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod config;
+mod doctor;
 mod lock;
 
 pub use config::{ZooKeeperConfig, DEFAULT_OPERATION_TIMEOUT, DEFAULT_ROOT, DEFAULT_SESSION_TIMEOUT};
+pub use doctor::doctor;
 pub use lock::{ZooKeeperLock, ZooKeeperStats};
