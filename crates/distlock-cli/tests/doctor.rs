@@ -1,5 +1,6 @@
-//! `distlock doctor` against real Redis servers: one line per finding, `--json` for machines,
-//! exit 0 for ok and warn, 3 when something is unsafe, 69 when the store does not answer.
+//! `distlock doctor` against real Redis servers and a SQLite file: one line per finding,
+//! `--json` for machines, exit 0 for ok and warn, 3 when something is unsafe, 69 when the
+//! store does not answer, 78 for a bad URL.
 
 mod support;
 use distlock_testkit::{RedisOptions, RedisServer};
@@ -86,4 +87,24 @@ fn a_store_that_does_not_answer_exits_69() {
         "{}",
         text(&out.stderr)
     );
+}
+
+#[test]
+fn a_bad_url_exits_78_and_a_local_sqlite_file_is_judged_without_a_server() {
+    let out = run(&mut distlock("nosuch://x", &["doctor"]));
+    assert_eq!(out.status.code(), Some(78), "{}", text(&out.stderr));
+
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let url = format!("sqlite://{}", dir.path().join("locks.db").display());
+    let out = run(&mut distlock(&url, &["doctor", "--json"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(report["verdict"], "ok", "{report}");
+    let items: Vec<&str> = report["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter_map(|f| f["item"].as_str())
+        .collect();
+    assert_eq!(items, ["journal mode", "file system"], "{report}");
 }
