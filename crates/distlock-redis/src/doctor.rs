@@ -34,7 +34,7 @@ pub async fn doctor(config: &RedisConfig) -> Result<Vec<Finding>> {
             label: node.url().to_owned(),
         };
         let facts = server.read().await?;
-        return Ok(facts.judge(&server.label, wanted));
+        return Ok(facts.judge(&server.label, Some(wanted)));
     };
     let mut findings = Vec::new();
     for master in SlotMap::default().masters(&node, &seeds.first_host()).await? {
@@ -43,7 +43,7 @@ pub async fn doctor(config: &RedisConfig) -> Result<Vec<Finding>> {
             at: Some((master.0.clone(), master.1)),
             label: format!("{}:{}", master.0, master.1),
         };
-        findings.extend(server.read().await?.judge(&server.label, wanted));
+        findings.extend(server.read().await?.judge(&server.label, None));
     }
     Ok(findings)
 }
@@ -183,8 +183,8 @@ const UNREADABLE: &str = "not shown (CONFIG or INFO refused)";
 
 impl Facts {
     /// The findings of a single server or cluster master; `wanted` is the configured
-    /// `with_wait_for_replicas` count (0 if none).
-    fn judge(&self, at: &str, wanted: u32) -> Vec<Finding> {
+    /// `with_wait_for_replicas` count (0 if none; `None` where it is not offered: a cluster).
+    fn judge(&self, at: &str, wanted: Option<u32>) -> Vec<Finding> {
         vec![
             self.role(at),
             self.eviction(at),
@@ -212,7 +212,7 @@ impl Facts {
                     .fix("delay every restart of a master by the longest TTL any client uses, or CONFIG SET appendonly yes and appendfsync always")
             };
         }
-        let mut replication = self.replication(at, 0);
+        let mut replication = self.replication(at, None);
         if self.replicas.is_some_and(|n| n > 0) {
             replication = replication.because(
                 "Redlock assumes independent masters: a failover to a replica that missed the last writes is a restart without data, which the quarantine cannot see (a new run id is read as a restart only by clients that saw the old one)",
@@ -277,17 +277,21 @@ impl Facts {
         finding
             .with_verdict(Verdict::Warn)
             .because(format!(
-                "{loses}: held locks are freed and fencing tokens go back (the docs promise best-effort tokens only)"
+                "{loses}: held locks are freed and fencing tokens go back (on Redis they are best effort)"
             ))
             .fix("CONFIG SET appendonly yes and appendfsync always, if fencing tokens must never repeat")
     }
 
-    fn replication(&self, at: &str, wanted: u32) -> Finding {
+    fn replication(&self, at: &str, offered: Option<u32>) -> Finding {
         let Some(replicas) = self.replicas else {
             return unreadable("replicas", at, "INFO replication");
         };
         let min = self.min_replicas.unwrap_or(0);
-        let found = format!("{replicas} connected, min-replicas-to-write {min}, wait_for_replicas {wanted}");
+        let wanted = offered.unwrap_or(0);
+        let mut found = format!("{replicas} connected, min-replicas-to-write {min}");
+        if offered.is_some() {
+            found.push_str(&format!(", wait_for_replicas {wanted}"));
+        }
         let finding = Finding::new("replicas", Verdict::Ok, found).at(at);
         if replicas < wanted {
             return finding
@@ -310,10 +314,15 @@ impl Facts {
                 .because("no replica: nothing to fail over to (persistence decides what a restart keeps)");
         }
         if wanted == 0 {
+            let fix = if offered.is_some() {
+                "wait_for_replicas (RedisConfig::with_wait_for_replicas) narrows that window, and min-replicas-to-write stops a master cut off from its replicas granting locks; fence the protected resource"
+            } else {
+                "min-replicas-to-write stops a master cut off from its replicas granting locks (a cluster offers no wait_for_replicas); fence the protected resource"
+            };
             return finding
                 .with_verdict(Verdict::Warn)
                 .because("replication is asynchronous: a failover to a replica that missed a lock frees it while its holder works on")
-                .fix("wait_for_replicas (RedisConfig::with_wait_for_replicas) narrows that window, and min-replicas-to-write stops a master cut off from its replicas granting locks; fence the protected resource");
+                .fix(fix);
         }
         finding.because(
             "each lock waits for replica acknowledgements (a failover can still lose one: fence the protected resource)",

@@ -184,6 +184,42 @@ async fn a_cluster_is_judged_master_by_master() {
 }
 
 #[tokio::test]
+async fn a_clusters_replicas_warn_without_offering_what_a_cluster_lacks() {
+    let cluster = start_cluster(RedisClusterOptions {
+        replicas_per_master: 1,
+        ..RedisClusterOptions::default()
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let findings = loop {
+        let findings = check(&cluster.url()).await;
+        let synced = findings
+            .iter()
+            .filter(|f| f.item == "replicas")
+            .all(|f| f.found.starts_with("1 connected"));
+        if synced {
+            break findings;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replicas never connected: {findings:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let replicas: Vec<&Finding> = findings.iter().filter(|f| f.item == "replicas").collect();
+    assert_eq!(
+        replicas.len(),
+        3,
+        "one per master, replicas not judged: {findings:#?}"
+    );
+    for finding in replicas {
+        assert_eq!(finding.verdict, Verdict::Warn, "{finding:?}");
+        assert_eq!(finding.found, "1 connected, min-replicas-to-write 0");
+        assert!(finding.fix.contains("no wait_for_replicas"), "{finding:?}");
+    }
+}
+
+#[tokio::test]
 async fn redlock_without_its_restart_quarantine_needs_aof_always() {
     let masters = [start_server().await, start_server().await, start_server().await];
     let hosts: Vec<String> = masters
