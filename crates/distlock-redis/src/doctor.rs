@@ -17,7 +17,8 @@ use crate::node::{self, Node};
 use crate::slots::SlotMap;
 
 /// Judges the server (every master of a cluster) `config` names, as its
-/// [`build`](RedisConfig::build) would use it: per server about six round trips.
+/// [`build`](RedisConfig::build) would use it: per server seven round trips (`INFO
+/// replication` and six `CONFIG GET`s).
 ///
 /// # Errors
 /// [`Error::InvalidConfig`] for bad settings; [`Error::Unavailable`] if the server cannot

@@ -107,7 +107,7 @@ fn privileges(grants: &[String], at: &str) -> Finding {
             .fix("check that the lock's user has neither SUPER nor READ_ONLY ADMIN");
     }
     match bypass {
-        Some(grant) => Finding::new("privileges", Verdict::Warn, grant.clone())
+        Some(grant) => Finding::new("privileges", Verdict::Warn, without_password(grant))
             .at(at)
             .because("this user writes even when the server is read_only: after a failover it would keep taking locks on the demoted primary, beside the clients of the new one")
             .fix("run the locks as a user with SELECT, INSERT, UPDATE, DELETE (and CREATE) on the lock tables only"),
@@ -115,6 +115,15 @@ fn privileges(grants: &[String], at: &str) -> Finding {
             .at(at)
             .because("a read-only server refuses this user's writes"),
     }
+}
+
+/// A grant as `SHOW GRANTS` prints it, without its `IDENTIFIED BY PASSWORD '<hash>'` tail.
+fn without_password(grant: &str) -> String {
+    let cut = grant
+        .to_ascii_uppercase()
+        .find(" IDENTIFIED")
+        .unwrap_or(grant.len());
+    grant[..cut].to_owned()
 }
 
 fn isolation(level: Option<&str>, at: &str) -> Finding {
@@ -156,4 +165,17 @@ fn binlog(log_bin: Option<&str>, format: Option<&str>, at: &str) -> Finding {
             .fix("SET GLOBAL binlog_format = 'ROW' (and in the server's configuration)");
     }
     finding.because("replicas copy the rows the primary wrote (a failover to an asynchronous replica can still lose the last locks: use semi-synchronous replication or Galera)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_is_shown_without_its_password_hash() {
+        let grant = "GRANT ALL PRIVILEGES ON *.* TO `app`@`%` IDENTIFIED BY PASSWORD '*A4B6157319038724E3560894F7F932C8886EBFCF' WITH GRANT OPTION";
+        let finding = privileges(&[grant.to_owned()], "db");
+        assert_eq!(finding.verdict, Verdict::Warn);
+        assert_eq!(finding.found, "GRANT ALL PRIVILEGES ON *.* TO `app`@`%`");
+    }
 }
