@@ -41,9 +41,9 @@ mod connect;
 mod doctor;
 
 pub use connect::{connect, connect_from_env, default_url, open, url_from_env, ClientBuilder, URL_ENV};
-pub use doctor::doctor;
 #[doc(inline)]
 pub use distlock_core::*;
+pub use doctor::doctor;
 
 /// The contract crate, for paths like `distlock::core::Lease`.
 pub use distlock_core as core;
