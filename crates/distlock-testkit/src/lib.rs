@@ -47,6 +47,7 @@
 mod client_run;
 mod error;
 mod mariadb;
+mod mariadb_replica;
 mod memcached;
 mod port;
 mod postgres;
@@ -62,6 +63,9 @@ mod zookeeper;
 
 pub use error::HarnessError;
 pub use mariadb::{MariaDbOptions, MariaDbServer, MARIADB_DATABASE, MARIADB_PASSWORD, MARIADB_USER};
+pub use mariadb_replica::{
+    MariaDbReplicated, MariaDbReplicatedOptions, MariaDbReplication, SEMI_SYNC_TIMEOUT,
+};
 pub use memcached::{MemcachedOptions, MemcachedServer};
 pub use port::free_port;
 pub use postgres::{

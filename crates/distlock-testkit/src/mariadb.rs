@@ -153,6 +153,16 @@ impl MariaDbServer {
     /// database [`MARIADB_DATABASE`]; returns the output (tab-separated,
     /// no column names). Blocks up to 10 s.
     pub fn sql(&self, statements: &str) -> Result<String, HarnessError> {
+        self.run_sql(statements, "--skip-column-names")
+    }
+
+    /// As [`sql`](Self::sql), each row printed vertically as `name: value` lines (for
+    /// statements such as `SHOW SLAVE STATUS`, whose columns are many and vary by version).
+    pub(crate) fn sql_vertical(&self, statements: &str) -> Result<String, HarnessError> {
+        self.run_sql(statements, "--vertical")
+    }
+
+    fn run_sql(&self, statements: &str, layout: &str) -> Result<String, HarnessError> {
         let socket = format!("--socket={}", self.socket_path().display());
         run_client(
             &self.client,
@@ -161,7 +171,7 @@ impl MariaDbServer {
                 &socket,
                 "--user=root",
                 "--batch",
-                "--skip-column-names",
+                layout,
                 "--execute",
                 statements,
                 MARIADB_DATABASE,
