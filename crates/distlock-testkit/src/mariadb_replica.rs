@@ -122,10 +122,19 @@ impl MariaDbReplicated {
         self.replica.as_ref()
     }
 
-    /// `kill -9` of the primary: its host is gone. The front still points at it (connections
-    /// are refused) until [`promote_replica`](Self::promote_replica).
+    /// `kill -9` of the primary, its host gone: the front falls silent (no RST, no FIN: a
+    /// client notices only by its own timeouts) until [`promote_replica`](Self::promote_replica)
+    /// moves it.
     pub fn kill_primary(&mut self) -> Result<(), HarnessError> {
+        self.front.blackhole();
         self.primary.kill()
+    }
+
+    /// A failover: [`kill_primary`](Self::kill_primary), then
+    /// [`promote_replica`](Self::promote_replica).
+    pub fn failover(&mut self) -> Result<(), HarnessError> {
+        self.kill_primary()?;
+        self.promote_replica()
     }
 
     /// Waits up to `timeout` until the replica has applied every transaction the primary has
@@ -142,8 +151,8 @@ impl MariaDbReplicated {
 
     /// Promotes the replica: stops its receiving, lets it apply what it has received
     /// (`MASTER_GTID_WAIT` on its `Gtid_IO_Pos`), `STOP SLAVE`, `RESET SLAVE ALL`,
-    /// `read_only = OFF`; then moves the front to it and resets the front's connections (the
-    /// new server knows nothing of them). The old primary is dropped (killed if it still ran,
+    /// `read_only = OFF`; then moves the front to it, resets the front's connections (the new
+    /// server knows nothing of them) and lets the front forward again. The old primary is dropped (killed if it still ran,
     /// its directory removed); there is no replica until [`add_replica`](Self::add_replica).
     pub fn promote_replica(&mut self) -> Result<(), HarnessError> {
         let replica = self.replica_server()?;
@@ -169,6 +178,7 @@ impl MariaDbReplicated {
         self.link = None;
         self.front.set_upstream(promoted.addr());
         self.front.reset();
+        self.front.heal();
         self.primary = promoted;
         Ok(())
     }
