@@ -140,6 +140,16 @@ fn postgres_survives() {
 }
 
 #[test]
+fn mariadb_with_a_semi_synchronous_replica_survives_failovers() {
+    survives("mariadb-semisync-replica");
+}
+
+#[test]
+fn mariadb_with_an_asynchronous_replica_survives_except_as_documented() {
+    survives("mariadb-async-replica");
+}
+
+#[test]
 fn memcached_survives_except_as_documented() {
     survives("memcached");
 }
