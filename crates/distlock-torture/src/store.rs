@@ -9,6 +9,7 @@ use distlock_testkit::{
     FaultProxies, HarnessError, MariaDbServer, MemcachedServer, PostgresServer, RedisCluster,
     RedisClusterOptions, RedisOptions, RedisServer, ZooKeeperEnsemble, ZooKeeperServer,
 };
+use distlock_testkit::{MariaDbReplicated, MariaDbReplicatedOptions, MariaDbReplication};
 
 use crate::faults::FaultKind;
 
@@ -40,11 +41,17 @@ pub enum Backend {
     Zookeeper,
     /// A three-node ZooKeeper ensemble.
     ZookeeperEnsemble,
+    /// MariaDB with a semi-synchronous replica (`AFTER_SYNC`): a failover promotes it and
+    /// keeps every acknowledged commit.
+    MariadbSemisyncReplica,
+    /// MariaDB with an asynchronous replica: a failover loses what the replica had not
+    /// received (documented).
+    MariadbAsyncReplica,
 }
 
 impl Backend {
     /// Every backend, in the order `--backend all` runs them.
-    pub const ALL: [Backend; 11] = [
+    pub const ALL: [Backend; 13] = [
         Backend::Sqlite,
         Backend::Redis,
         Backend::RedisVolatile,
@@ -56,6 +63,8 @@ impl Backend {
         Backend::Memcached,
         Backend::Zookeeper,
         Backend::ZookeeperEnsemble,
+        Backend::MariadbSemisyncReplica,
+        Backend::MariadbAsyncReplica,
     ];
 
     /// The name used on the command line and in reports.
@@ -72,6 +81,8 @@ impl Backend {
             Backend::Memcached => "memcached",
             Backend::Zookeeper => "zookeeper",
             Backend::ZookeeperEnsemble => "zookeeper-ensemble",
+            Backend::MariadbSemisyncReplica => "mariadb-semisync-replica",
+            Backend::MariadbAsyncReplica => "mariadb-async-replica",
         }
     }
 
@@ -81,6 +92,7 @@ impl Backend {
         match self {
             Backend::Sqlite | Backend::Mariadb | Backend::Postgres => Duration::from_secs(5),
             Backend::Zookeeper | Backend::ZookeeperEnsemble => Duration::from_secs(3),
+            Backend::MariadbSemisyncReplica | Backend::MariadbAsyncReplica => Duration::from_secs(5),
             _ => Duration::from_secs(2),
         }
     }
@@ -116,6 +128,10 @@ impl Backend {
             Backend::RedlockNoDelay => &[FaultKind::MajorityKill, FaultKind::ServerKill],
             // Replication is asynchronous: a lock the promoted replica never got is free on it.
             Backend::RedisCluster => &[FaultKind::Failover, FaultKind::LaggedFailover],
+            // Replication is asynchronous: an acquisition the replica had not received when the
+            // primary died (all of them while it was cut off; the last milliseconds' otherwise)
+            // is gone on the promoted replica (docs/src/stores/mysql.md, "Failover").
+            Backend::MariadbAsyncReplica => &[FaultKind::Failover, FaultKind::LaggedFailover],
             _ => &[],
         };
         kinds.iter().map(|k| k.name().to_owned()).collect()
@@ -142,6 +158,8 @@ pub enum Store {
     Zookeeper(ZooKeeperServer),
     /// A ZooKeeper ensemble.
     Ensemble(ZooKeeperEnsemble),
+    /// A MariaDB primary and its replica, behind a front that a failover moves.
+    MariadbPair(MariaDbReplicated),
     /// A store the harness did not start.
     Url(String),
 }
@@ -175,6 +193,8 @@ impl Store {
             Backend::Memcached => Store::Memcached(MemcachedServer::start()?),
             Backend::Zookeeper => Store::Zookeeper(ZooKeeperServer::start()?),
             Backend::ZookeeperEnsemble => Store::Ensemble(ZooKeeperEnsemble::start()?),
+            Backend::MariadbSemisyncReplica => mariadb_pair(MariaDbReplication::SemiSynchronous)?,
+            Backend::MariadbAsyncReplica => mariadb_pair(MariaDbReplication::Asynchronous)?,
         })
     }
 
@@ -200,6 +220,7 @@ impl Store {
             Store::Memcached(server) => server.url(),
             Store::Zookeeper(server) => zk(server.url()),
             Store::Ensemble(ensemble) => zk(ensemble.url()),
+            Store::MariadbPair(pair) => pair.url(),
             Store::Url(url) => url.clone(),
         }
     }
@@ -242,6 +263,9 @@ impl Store {
             }
             (Store::Cluster(_), _) => Err(HarnessError::Other(
                 "a cluster's master is killed by a failover".into(),
+            )),
+            (Store::MariadbPair(_), _) => Err(HarnessError::Other(
+                "a replicated MariaDB's primary is killed by a failover".into(),
             )),
             (Store::Memcached(s), _) => {
                 s.kill()?;
@@ -286,6 +310,9 @@ impl Store {
     /// lags behind); then the master is killed (`kill -9`), its replica promoted, and the old
     /// master restarted (empty) as a replica of the new one. Blocks until the cluster is ok.
     pub fn fail_over(&mut self, hot: &str, lag: Option<Duration>) -> Result<String, HarnessError> {
+        if let Store::MariadbPair(pair) = self {
+            return fail_over_mariadb(pair, lag);
+        }
         let Store::Cluster(cluster) = self else {
             return Ok("nothing".into());
         };
@@ -327,6 +354,9 @@ impl Store {
             Store::Redis(s) => hold(s.process_mut(), pause).map(|()| "the server".into()),
             Store::Mariadb(s) => hold(s.process_mut(), pause).map(|()| "the server".into()),
             Store::Postgres(s) => hold(s.process_mut(), pause).map(|()| "the server".into()),
+            Store::MariadbPair(pair) => {
+                hold(pair.primary_mut().process_mut(), pause).map(|()| "the primary".into())
+            }
             Store::Cluster(cluster) => {
                 let master = cluster_master_of(cluster, hot)?;
                 hold(cluster.node_mut(master).process_mut(), pause.min(CLUSTER_PAUSE))?;
@@ -357,4 +387,35 @@ fn cluster_master_of(cluster: &RedisCluster, key: &str) -> Result<usize, Harness
     cluster
         .node_of_slot(slot)
         .ok_or_else(|| HarnessError::Other(format!("no master serves slot {slot}")))
+}
+
+fn mariadb_pair(replication: MariaDbReplication) -> Result<Store, HarnessError> {
+    Ok(Store::MariadbPair(MariaDbReplicated::start_with(
+        MariaDbReplicatedOptions {
+            replication,
+            ..Default::default()
+        },
+    )?))
+}
+
+/// A failover of the MariaDB pair: with `lag`, the replica's replication link is cut first for
+/// that long (a semi-synchronous primary's commits wait meanwhile, and its clients' operations
+/// time out; an asynchronous primary's commits reach only itself); then the primary is killed
+/// (`kill -9`, its address silent), the replica promoted once it applied what it had received
+/// and the address moved to it, and a fresh replica started from the new primary's binary
+/// log (the old primary's data is discarded), so the next failover finds one.
+fn fail_over_mariadb(pair: &mut MariaDbReplicated, lag: Option<Duration>) -> Result<String, HarnessError> {
+    if let Some(lag) = lag {
+        pair.link()?.blackhole();
+        std::thread::sleep(lag);
+    }
+    let killed = Instant::now();
+    pair.failover()?;
+    let promoted = killed.elapsed();
+    pair.add_replica()?;
+    Ok(format!(
+        "the primary (the replica promoted and the address moved {} ms after the kill; a fresh replica caught up {} ms after it)",
+        promoted.as_millis(),
+        killed.elapsed().as_millis()
+    ))
 }
