@@ -318,3 +318,36 @@ async fn operations_end_within_their_timeout_while_the_primary_is_gone_and_work_
     guard.release().await.expect("releases");
     drop(pair);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_that_commits_after_its_timeout_on_a_stalled_semi_synchronous_primary_is_released() {
+    let pair = start(MariaDbReplication::SemiSynchronous).await;
+    let url = pair.url();
+    let first = client(&url).await;
+    let second = client(&url).await;
+    let hold = AcquireOptions::new().ttl(TTL);
+    let pair = with_pair(pair, |pair| pair.link().expect("a link").blackhole()).await;
+    let outcome = first.try_acquire_with("late", &hold).await;
+    assert!(
+        matches!(outcome, Err(Error::Timeout { .. } | Error::Unavailable { .. })),
+        "an acquisition the replica cannot acknowledge: {outcome:?}"
+    );
+    // The statement waits on the primary for the replica's acknowledgement (max_statement_time
+    // does not end that wait: only rpl_semi_sync_master_timeout does) and commits once the
+    // link heals, after the client gave up.
+    tokio::time::sleep(OPERATION_TIMEOUT).await;
+    let healed = Instant::now();
+    let pair = with_pair(pair, |pair| pair.link().expect("a link").heal()).await;
+    // The owner-checked cleanup of the unknown outcome frees it long before its TTL.
+    let got = second
+        .acquire_with("late", &hold.clone().wait_for(TTL * 2))
+        .await
+        .expect("acquires");
+    assert!(
+        healed.elapsed() < TTL / 2,
+        "the late acquisition held the lock {:?} after the heal (TTL {TTL:?})",
+        healed.elapsed()
+    );
+    got.release().await.expect("releases");
+    drop(pair);
+}
