@@ -159,7 +159,7 @@ pub enum Store {
     /// A ZooKeeper ensemble.
     Ensemble(ZooKeeperEnsemble),
     /// A MariaDB primary and its replica, behind a front that a failover moves.
-    MariadbPair(MariaDbReplicated),
+    MariadbPair(Box<MariaDbReplicated>),
     /// A store the harness did not start.
     Url(String),
 }
@@ -390,12 +390,12 @@ fn cluster_master_of(cluster: &RedisCluster, key: &str) -> Result<usize, Harness
 }
 
 fn mariadb_pair(replication: MariaDbReplication) -> Result<Store, HarnessError> {
-    Ok(Store::MariadbPair(MariaDbReplicated::start_with(
+    Ok(Store::MariadbPair(Box::new(MariaDbReplicated::start_with(
         MariaDbReplicatedOptions {
             replication,
             ..Default::default()
         },
-    )?))
+    )?)))
 }
 
 /// A failover of the MariaDB pair: with `lag`, the replica's replication link is cut first for
