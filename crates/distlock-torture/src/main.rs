@@ -98,7 +98,7 @@ struct RunArgs {
     /// Only these fault kinds (comma-separated: holder-kill, holder-pause, server-kill,
     /// server-pause, majority-kill, failover, lagged-failover, blackhole-holder, blackhole-all,
     /// drop-replies-holder, drop-replies-all, latency-holder, latency-all, reset-holder,
-    /// reset-all).
+    /// reset-all, partition-follower, partition-leader).
     #[arg(long, value_delimiter = ',')]
     faults: Vec<String>,
     /// The share of holds that outlast a third of the TTL, so renewals happen (fewer give

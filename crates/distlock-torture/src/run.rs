@@ -202,12 +202,16 @@ pub async fn run(setup: Setup) -> Result<Outcome, RunError> {
     let resource = Resource::start().await.map_err(|e| e.to_string())?;
     let permits = setup.workload.permits;
     let mut slots = Vec::new();
-    for _ in 0..setup.clients {
+    for index in 0..setup.clients {
+        let client_url = store
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .client_url(usize::try_from(index).unwrap_or(usize::MAX), &store_url);
         let (url, proxies) = if proxied {
-            let (url, proxies) = client_proxies(&store_url).map_err(|e| e.to_string())?;
+            let (url, proxies) = client_proxies(&client_url).map_err(|e| e.to_string())?;
             (url, Some(proxies))
         } else {
-            (store_url.clone(), None)
+            (client_url, None)
         };
         slots.push(Slot {
             child: None,
@@ -535,6 +539,18 @@ async fn inject(
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("cannot pause the server: {e}"))?;
+        }
+        FaultKind::PartitionFollower | FaultKind::PartitionLeader => {
+            let store = store.clone();
+            let (kind, duration) = (planned.kind, planned.duration);
+            target = tokio::task::spawn_blocking(move || {
+                let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
+                let prefer = store.pinned_member(holder);
+                store.partition(kind, duration, prefer)
+            })
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("cannot partition the ensemble: {e}"))?;
         }
         FaultKind::BlackholeHolder
         | FaultKind::DropRepliesHolder
