@@ -502,7 +502,11 @@ async fn pump(
             tokio::time::sleep_until(deliver_at).await;
             // Held while black-holed, delivered after heal (as TCP retransmission would).
             let mut mode = writer_control.mode.subscribe();
-            if mode.wait_for(|m| !m.silences(index, toward_server)).await.is_err() {
+            if mode
+                .wait_for(|m| !m.silences(index, toward_server))
+                .await
+                .is_err()
+            {
                 return;
             }
             if to.write_all(&bytes).await.is_err() {
@@ -521,7 +525,11 @@ async fn pump(
         let mut last = Instant::now();
         loop {
             // Nothing is read while black-holed: the bytes wait in the kernel's buffers.
-            if mode.wait_for(|m| !m.silences(index, toward_server)).await.is_err() {
+            if mode
+                .wait_for(|m| !m.silences(index, toward_server))
+                .await
+                .is_err()
+            {
                 return;
             }
             let n = tokio::select! {

@@ -189,10 +189,16 @@ mod tests {
         let partitions = [FaultKind::PartitionFollower, FaultKind::PartitionLeader];
         let kinds = FaultKind::applicable(Backend::ZookeeperEnsemble, true, true);
         assert!(partitions.iter().all(|p| kinds.contains(p)), "{kinds:?}");
-        assert_eq!(partitions.map(FaultKind::name), ["partition-follower", "partition-leader"]);
+        assert_eq!(
+            partitions.map(FaultKind::name),
+            ["partition-follower", "partition-leader"]
+        );
         let without_server = FaultKind::applicable(Backend::ZookeeperEnsemble, false, true);
         assert!(!partitions.iter().any(|p| without_server.contains(p)));
-        for backend in Backend::ALL.into_iter().filter(|b| *b != Backend::ZookeeperEnsemble) {
+        for backend in Backend::ALL
+            .into_iter()
+            .filter(|b| *b != Backend::ZookeeperEnsemble)
+        {
             let kinds = FaultKind::applicable(backend, true, true);
             assert!(!partitions.iter().any(|p| kinds.contains(p)), "{backend:?}");
         }
