@@ -251,10 +251,16 @@ impl Members for ZkMembers {
     }
 
     async fn client(&self, members: &[usize]) -> Result<Arc<dyn DistributedLock>> {
-        let hosts: Vec<String> = members
+        let nodes = self.ensemble.nodes();
+        let hosts = members
             .iter()
-            .map(|m| format!("127.0.0.1:{}", self.ensemble.node(*m).port()))
-            .collect();
+            .map(|m| {
+                let node = nodes
+                    .get(*m)
+                    .ok_or_else(|| Error::backend("zookeeper", format!("no member {m}")))?;
+                Ok(format!("127.0.0.1:{}", node.port()))
+            })
+            .collect::<Result<Vec<String>>>()?;
         let url = format!("zk://{}", hosts.join(","));
         Ok(Arc::new(ZooKeeperLock::connect(config(&url)).await?))
     }
