@@ -80,6 +80,8 @@ pub struct Workload {
     pub short_hold: Duration,
     /// The share of holds that outlast a third of the TTL.
     pub long_holds: f64,
+    /// The longest of those holds, in TTLs.
+    pub long_hold_max: f64,
     /// Tasks per client process, sharing its `LockClient`.
     pub tasks: u32,
     /// What every name is: a mutex, a semaphore, a read-write lock.
@@ -240,6 +242,7 @@ pub async fn run(setup: Setup) -> Result<Outcome, RunError> {
             .args(["--cold", &cold.to_string()])
             .args(["--seed", &setup.seed.to_string()])
             .args(["--long-holds", &setup.workload.long_holds.to_string()])
+            .args(["--long-hold-max", &setup.workload.long_hold_max.to_string()])
             .args(["--hot-share", &setup.workload.hot_share.to_string()])
             .args(["--tasks", &setup.workload.tasks.to_string()])
             .args(["--primitive", primitive.name()])
@@ -414,13 +417,14 @@ pub async fn run(setup: Setup) -> Result<Outcome, RunError> {
         permits: (primitive == Primitive::Semaphore).then_some(permits),
         broken: setup.broken.map(|b| format!("{b:?}")),
         workload: format!(
-            "{} clients; {}; {:.0}% of acquisitions on the hot lock, the rest on {} cold ones; holds up to {:?}, {:.1}% of them 0.34 to 0.9 TTL",
+            "{} clients; {}; {:.0}% of acquisitions on the hot lock, the rest on {} cold ones; holds up to {:?}, {:.1}% of them 0.34 to {} TTL",
             setup.clients,
             primitive.describe(permits, setup.workload.read_share),
             setup.workload.hot_share * 100.0,
             setup.workload.cold,
             setup.workload.short_hold,
-            setup.workload.long_holds * 100.0
+            setup.workload.long_holds * 100.0,
+            setup.workload.long_hold_max
         ),
         judgement,
         left_held,
