@@ -60,11 +60,14 @@ pub enum Reason {
     ChildEnv,
     /// No test binary to re-run as a child process (`distlock check`).
     ChildEntry,
+    /// The store has no members to partition from each other
+    /// ([`Fixture::members`](crate::Fixture::members)).
+    Members,
 }
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 19] = [
+    pub const ALL: [Reason; 20] = [
         Reason::Fencing,
         Reason::Ttl,
         Reason::Primitives,
@@ -84,6 +87,7 @@ impl Reason {
         Reason::FaultProxy,
         Reason::ChildEnv,
         Reason::ChildEntry,
+        Reason::Members,
     ];
 
     fn parse(word: &str) -> Option<Reason> {

@@ -74,6 +74,15 @@ pub trait Fixture: Send + Sync + 'static {
     fn short_ttl(&self) -> Duration {
         Duration::from_millis(500)
     }
+
+    /// Fault hook: a NEW store of several members (a ZooKeeper ensemble) of the case's own,
+    /// whose members the case can partition from each other while clients pinned to chosen
+    /// members still reach them ([`Members`]). `None` if the store has no members (a single
+    /// server, a store whose servers do not replicate to each other): the partition case then
+    /// skips with [`Reason::Members`](crate::Reason::Members).
+    async fn members(&self) -> Option<Result<Box<dyn Members>>> {
+        None
+    }
 }
 
 /// A store made unavailable by [`Fixture::outage`]; restore it to end the outage.
@@ -89,4 +98,25 @@ pub struct Proxied {
     pub lock: Arc<dyn DistributedLock>,
     /// The proxies between it and the store's servers; dropping them cuts the client off.
     pub faults: FaultProxies,
+}
+
+/// A store of several members that replicate to each other, from [`Fixture::members`]; members
+/// are numbered from 0. Dropping it stops the store.
+#[async_trait]
+pub trait Members: Send + Sync {
+    /// How many members.
+    fn count(&self) -> usize;
+
+    /// The member that leads now (waits for one, within the store's own election time).
+    async fn leader(&self) -> Result<usize>;
+
+    /// A new client of the store connected to `members` only (it never moves to another).
+    async fn client(&self, members: &[usize]) -> Result<Arc<dyn DistributedLock>>;
+
+    /// Cuts `member` off from every other member, both ways, silently (nothing is closed);
+    /// its clients still reach it.
+    async fn isolate(&self, member: usize) -> Result<()>;
+
+    /// Heals every partition between members.
+    async fn heal(&self) -> Result<()>;
 }

@@ -43,7 +43,7 @@ pub use cases::Outcome;
 pub use context::Ctx;
 pub use distlock_testkit::{Direction, FaultProxies, FaultProxy};
 pub use expect::{Expectations, Expected, Extent, Reason, Skip};
-pub use fixture::{Fixture, Outage, Proxied};
+pub use fixture::{Fixture, Members, Outage, Proxied};
 pub use live::LiveFixture;
 pub use memory::MemoryFixture;
 pub use report::{run_cases, Report};
@@ -315,6 +315,10 @@ pub const CASES: &[Case] = &[
         "a release whose reply is lost is never \"not ours\"; with_lock returns the work's output",
         Needs::FaultProxy
     ),
+    case!(
+        c52_partitioned_member_holder_hears_of_loss_first,
+        "a holder on a member cut off from the others (a follower, the leader) says lost before the majority grants the lock"
+    ),
 ];
 
 /// Runs the case `name` against `fixture`, failing (panicking) if it fails or runs past
@@ -457,6 +461,7 @@ macro_rules! conformance_tests {
             c48_cut_off_holder_frees_nothing_of_the_next,
             c49_waiters_are_served_in_arrival_order,
             c50_release_whose_reply_is_lost_is_not_not_owned,
+            c52_partitioned_member_holder_hears_of_loss_first,
         );
 
         #[test]

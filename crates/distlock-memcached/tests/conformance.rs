@@ -13,5 +13,6 @@ distlock_conformance::conformance_tests!(
         c29: HandOver,
         c44: PermitWakeOne,
         c49: NoQueue,
+        c52: Members,
     ],
 );

@@ -26,6 +26,7 @@ macro_rules! redlock_conformance {
                 c42: Primitives,
                 c44: Semaphores,
                 c49: NoQueue,
+                c52: Members,
             ],
             partial = [c50: Semaphores],
         );

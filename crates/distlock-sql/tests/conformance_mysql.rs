@@ -24,5 +24,6 @@ conformance_tests!(
         c27: WakeOne,
         c44: PermitWakeOne,
         c49: NoQueue,
+        c52: Members,
     ],
 );

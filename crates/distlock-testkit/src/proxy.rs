@@ -70,14 +70,22 @@ enum Mode {
     DropReplies,
     /// Connections accepted before the `n`th are black-holed; later ones forward.
     SilenceBefore(u64),
+    /// Nothing moves the given way (nothing is closed); the other way forwards.
+    BlackholeToward(Direction),
 }
 
 impl Mode {
-    /// Whether connection number `index` moves no byte.
-    fn silences(self, index: u64) -> bool {
+    /// Whether connection number `index` moves no byte toward the server (`toward_server`)
+    /// or toward the client.
+    fn silences(self, index: u64, toward_server: bool) -> bool {
         match self {
             Mode::Blackhole => true,
             Mode::SilenceBefore(n) => index < n,
+            Mode::BlackholeToward(direction) => match direction {
+                Direction::ToServer => toward_server,
+                Direction::ToClient => !toward_server,
+                Direction::Both => true,
+            },
             Mode::Forward | Mode::DropReplies => false,
         }
     }
@@ -238,6 +246,13 @@ impl FaultProxy {
     /// delivered after [`heal`](Self::heal), as TCP retransmission would.
     pub fn blackhole(&self) {
         self.control.mode.send_replace(Mode::Blackhole);
+    }
+
+    /// A one-way partition: no byte moves `direction` (held, delivered after
+    /// [`heal`](Self::heal), as with [`blackhole`](Self::blackhole)) while the other way
+    /// forwards; nothing is closed.
+    pub fn blackhole_toward(&self, direction: Direction) {
+        self.control.mode.send_replace(Mode::BlackholeToward(direction));
     }
 
     /// Lost replies: requests reach the server (the command runs), replies are discarded.
@@ -505,7 +520,11 @@ async fn pump(
             tokio::time::sleep_until(deliver_at).await;
             // Held while black-holed, delivered after heal (as TCP retransmission would).
             let mut mode = writer_control.mode.subscribe();
-            if mode.wait_for(|m| !m.silences(index)).await.is_err() {
+            if mode
+                .wait_for(|m| !m.silences(index, toward_server))
+                .await
+                .is_err()
+            {
                 return;
             }
             if to.write_all(&bytes).await.is_err() {
@@ -524,7 +543,11 @@ async fn pump(
         let mut last = Instant::now();
         loop {
             // Nothing is read while black-holed: the bytes wait in the kernel's buffers.
-            if mode.wait_for(|m| !m.silences(index)).await.is_err() {
+            if mode
+                .wait_for(|m| !m.silences(index, toward_server))
+                .await
+                .is_err()
+            {
                 return;
             }
             let n = tokio::select! {

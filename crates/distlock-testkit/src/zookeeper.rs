@@ -18,6 +18,7 @@ use crate::process::{delegate_process_controls, find_program, ProcessSpec};
 use crate::{temp_dir, HarnessError, ServerProcess};
 
 mod links;
+mod partition;
 
 pub use links::PeerLink;
 use links::PeerLinks;

@@ -215,3 +215,38 @@ fn proxies_apply_each_control_to_every_member() {
     assert_eq!(proxies.traffic().to_client, 14, "two PONGs, counted once each");
     assert_eq!(proxies.connections(), 2);
 }
+
+#[test]
+fn one_way_blackhole_silences_that_way_only() {
+    let server = redis();
+    let proxy = FaultProxy::start(server.addr()).expect("proxy starts");
+    let mut stream = connect(&proxy);
+    assert!(ping(&mut stream).is_ok());
+    std::thread::sleep(Duration::from_millis(50));
+    let before = proxy.traffic();
+
+    // Replies silenced: the request reaches the server, its reply is held.
+    proxy.blackhole_toward(Direction::ToClient);
+    assert!(matches!(ping(&mut stream), Err(kind) if is_timeout(kind)));
+    let during = proxy.traffic();
+    assert_eq!(during.to_server, before.to_server + 6, "the request went through");
+    assert_eq!(during.to_client, before.to_client, "no reply came back");
+    proxy.heal();
+    let mut buf = [0u8; 64];
+    let n = stream
+        .read(&mut buf)
+        .expect("the held reply arrives after the heal");
+    assert_eq!(&buf[..n], b"+PONG\r\n");
+
+    // Requests silenced: nothing reaches the server.
+    std::thread::sleep(Duration::from_millis(50));
+    let before = proxy.traffic();
+    proxy.blackhole_toward(Direction::ToServer);
+    assert!(matches!(ping(&mut stream), Err(kind) if is_timeout(kind)));
+    assert_eq!(proxy.traffic(), before, "nothing moved either way");
+    proxy.heal();
+    let n = stream
+        .read(&mut buf)
+        .expect("the held request runs after the heal");
+    assert_eq!(&buf[..n], b"+PONG\r\n");
+}

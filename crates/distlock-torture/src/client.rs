@@ -59,6 +59,9 @@ pub struct ClientArgs {
     /// The share of holds that outlast a third of the TTL (so renewals happen).
     #[arg(long, default_value_t = 0.2)]
     pub long_holds: f64,
+    /// The longest of those holds, in TTLs (above 0.34).
+    #[arg(long, default_value_t = 0.9)]
+    pub long_hold_max: f64,
     /// Break the backend on purpose (to prove the checker).
     #[arg(long, value_enum)]
     pub broken: Option<Breakage>,
@@ -251,7 +254,8 @@ async fn run_task(args: &ClientArgs, id: u32, client: &LockClient, stop: &Atomic
         // A long hold works in steps of at most a tenth of the TTL, checking its guard and
         // writing after each, as a careful critical section would.
         let hold = if rng.random_bool(args.long_holds.clamp(0.0, 1.0)) {
-            args.ttl.mul_f64(rng.random_range(0.34..0.9))
+            args.ttl
+                .mul_f64(rng.random_range(0.34..args.long_hold_max.max(0.35)))
         } else {
             args.short_hold.mul_f64(rng.random_range(0.0..1.0))
         };

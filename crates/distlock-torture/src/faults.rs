@@ -47,6 +47,12 @@ pub enum FaultKind {
     ResetHolder,
     /// Every client's connections reset.
     ResetAll,
+    /// ZooKeeper ensemble: a follower cut off from the other members (silently, both ways)
+    /// while the clients pinned to it stay connected to it, then healed.
+    PartitionFollower,
+    /// ZooKeeper ensemble: the leader isolated from the other members with the clients
+    /// pinned to it on its side, then healed.
+    PartitionLeader,
 }
 
 impl FaultKind {
@@ -68,6 +74,8 @@ impl FaultKind {
             FaultKind::LatencyAll => "latency-all",
             FaultKind::ResetHolder => "reset-holder",
             FaultKind::ResetAll => "reset-all",
+            FaultKind::PartitionFollower => "partition-follower",
+            FaultKind::PartitionLeader => "partition-leader",
         }
     }
 
@@ -90,6 +98,9 @@ impl FaultKind {
             kinds.extend([FaultKind::ServerKill, FaultKind::ServerPause]);
             if matches!(backend, Backend::Redlock | Backend::RedlockNoDelay) {
                 kinds.push(FaultKind::MajorityKill);
+            }
+            if backend == Backend::ZookeeperEnsemble {
+                kinds.extend([FaultKind::PartitionFollower, FaultKind::PartitionLeader]);
             }
         }
         if proxied {
@@ -139,6 +150,10 @@ pub fn schedule(seed: u64, kinds: &[FaultKind], ttl: Duration) -> impl Iterator<
                 rng.random_range(0.0..0.5)
             }
             FaultKind::LaggedFailover => rng.random_range(0.1..0.5),
+            // Past the session timeout (the TTL), often past the members' own limit
+            // (`syncLimit × tickTime`, 2.5 s), so that sessions expire on the majority side
+            // and, for a leader, the others elect another.
+            FaultKind::PartitionFollower | FaultKind::PartitionLeader => rng.random_range(1.0..4.0),
             _ => rng.random_range(0.3..1.5),
         };
         Some(Planned {
@@ -173,5 +188,25 @@ mod tests {
         // Every kind comes once per round.
         let first_round: std::collections::HashSet<_> = a.iter().take(kinds.len()).map(|p| p.0).collect();
         assert_eq!(first_round.len(), kinds.len());
+    }
+
+    #[test]
+    fn only_an_ensemble_the_harness_started_is_partitioned() {
+        let partitions = [FaultKind::PartitionFollower, FaultKind::PartitionLeader];
+        let kinds = FaultKind::applicable(Backend::ZookeeperEnsemble, true, true);
+        assert!(partitions.iter().all(|p| kinds.contains(p)), "{kinds:?}");
+        assert_eq!(
+            partitions.map(FaultKind::name),
+            ["partition-follower", "partition-leader"]
+        );
+        let without_server = FaultKind::applicable(Backend::ZookeeperEnsemble, false, true);
+        assert!(!partitions.iter().any(|p| without_server.contains(p)));
+        for backend in Backend::ALL
+            .into_iter()
+            .filter(|b| *b != Backend::ZookeeperEnsemble)
+        {
+            let kinds = FaultKind::applicable(backend, true, true);
+            assert!(!partitions.iter().any(|p| kinds.contains(p)), "{backend:?}");
+        }
     }
 }

@@ -98,13 +98,18 @@ struct RunArgs {
     /// Only these fault kinds (comma-separated: holder-kill, holder-pause, server-kill,
     /// server-pause, majority-kill, failover, lagged-failover, blackhole-holder, blackhole-all,
     /// drop-replies-holder, drop-replies-all, latency-holder, latency-all, reset-holder,
-    /// reset-all).
+    /// reset-all, partition-follower, partition-leader).
     #[arg(long, value_delimiter = ',')]
     faults: Vec<String>,
     /// The share of holds that outlast a third of the TTL, so renewals happen (fewer give
     /// more acquisitions per second).
     #[arg(long, default_value_t = 0.2)]
     long_holds: f64,
+    /// The longest of those holds, in TTLs (they are uniform from 0.34 TTL to this). Past 1, a
+    /// hold outlasts its TTL or session, so a partition that ends a ZooKeeper session finds
+    /// holders still in their critical section.
+    #[arg(long, default_value_t = 0.9)]
+    long_hold_max: f64,
     /// Tasks per client process: they share its `LockClient` and contend with each other as
     /// with other processes (a release can hand the lock to a waiter of its own process).
     #[arg(long, default_value_t = 2)]
@@ -243,6 +248,10 @@ async fn torture(args: RunArgs) -> ExitCode {
     if let Some(path) = &args.check {
         return check_again(&args, path);
     }
+    if args.long_hold_max.is_nan() || args.long_hold_max <= 0.34 {
+        eprintln!("distlock-torture: --long-hold-max must be above 0.34 (TTLs)");
+        return ExitCode::from(2);
+    }
     if args.clients < 8 {
         eprintln!("distlock-torture: --clients must be at least 8");
         return ExitCode::from(2);
@@ -290,6 +299,7 @@ async fn torture(args: RunArgs) -> ExitCode {
                 hot_share: args.hot_share,
                 short_hold: args.short_hold,
                 long_holds: args.long_holds,
+                long_hold_max: args.long_hold_max,
                 tasks: args.tasks,
                 primitive: args.primitive,
                 permits: args.permits,

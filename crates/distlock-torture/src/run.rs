@@ -80,6 +80,8 @@ pub struct Workload {
     pub short_hold: Duration,
     /// The share of holds that outlast a third of the TTL.
     pub long_holds: f64,
+    /// The longest of those holds, in TTLs.
+    pub long_hold_max: f64,
     /// Tasks per client process, sharing its `LockClient`.
     pub tasks: u32,
     /// What every name is: a mutex, a semaphore, a read-write lock.
@@ -202,12 +204,16 @@ pub async fn run(setup: Setup) -> Result<Outcome, RunError> {
     let resource = Resource::start().await.map_err(|e| e.to_string())?;
     let permits = setup.workload.permits;
     let mut slots = Vec::new();
-    for _ in 0..setup.clients {
+    for index in 0..setup.clients {
+        let client_url = store
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .client_url(usize::try_from(index).unwrap_or(usize::MAX), &store_url);
         let (url, proxies) = if proxied {
-            let (url, proxies) = client_proxies(&store_url).map_err(|e| e.to_string())?;
+            let (url, proxies) = client_proxies(&client_url).map_err(|e| e.to_string())?;
             (url, Some(proxies))
         } else {
-            (store_url.clone(), None)
+            (client_url, None)
         };
         slots.push(Slot {
             child: None,
@@ -236,6 +242,7 @@ pub async fn run(setup: Setup) -> Result<Outcome, RunError> {
             .args(["--cold", &cold.to_string()])
             .args(["--seed", &setup.seed.to_string()])
             .args(["--long-holds", &setup.workload.long_holds.to_string()])
+            .args(["--long-hold-max", &setup.workload.long_hold_max.to_string()])
             .args(["--hot-share", &setup.workload.hot_share.to_string()])
             .args(["--tasks", &setup.workload.tasks.to_string()])
             .args(["--primitive", primitive.name()])
@@ -410,13 +417,14 @@ pub async fn run(setup: Setup) -> Result<Outcome, RunError> {
         permits: (primitive == Primitive::Semaphore).then_some(permits),
         broken: setup.broken.map(|b| format!("{b:?}")),
         workload: format!(
-            "{} clients; {}; {:.0}% of acquisitions on the hot lock, the rest on {} cold ones; holds up to {:?}, {:.1}% of them 0.34 to 0.9 TTL",
+            "{} clients; {}; {:.0}% of acquisitions on the hot lock, the rest on {} cold ones; holds up to {:?}, {:.1}% of them 0.34 to {} TTL",
             setup.clients,
             primitive.describe(permits, setup.workload.read_share),
             setup.workload.hot_share * 100.0,
             setup.workload.cold,
             setup.workload.short_hold,
-            setup.workload.long_holds * 100.0
+            setup.workload.long_holds * 100.0,
+            setup.workload.long_hold_max
         ),
         judgement,
         left_held,
@@ -535,6 +543,18 @@ async fn inject(
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("cannot pause the server: {e}"))?;
+        }
+        FaultKind::PartitionFollower | FaultKind::PartitionLeader => {
+            let store = store.clone();
+            let (kind, duration) = (planned.kind, planned.duration);
+            target = tokio::task::spawn_blocking(move || {
+                let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
+                let prefer = store.pinned_member(holder);
+                store.partition(kind, duration, prefer)
+            })
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("cannot partition the ensemble: {e}"))?;
         }
         FaultKind::BlackholeHolder
         | FaultKind::DropRepliesHolder

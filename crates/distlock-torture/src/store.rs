@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use distlock_testkit::proxy::through_proxies;
 use distlock_testkit::{
     FaultProxies, HarnessError, MariaDbServer, MemcachedServer, PostgresServer, RedisCluster,
-    RedisClusterOptions, RedisOptions, RedisServer, ZooKeeperEnsemble, ZooKeeperServer,
+    RedisClusterOptions, RedisOptions, RedisServer, ZooKeeperEnsemble, ZooKeeperOptions, ZooKeeperServer,
 };
 use distlock_testkit::{MariaDbReplicated, MariaDbReplicatedOptions, MariaDbReplication};
 
@@ -192,7 +192,11 @@ impl Store {
             Backend::Postgres => Store::Postgres(PostgresServer::start()?),
             Backend::Memcached => Store::Memcached(MemcachedServer::start()?),
             Backend::Zookeeper => Store::Zookeeper(ZooKeeperServer::start()?),
-            Backend::ZookeeperEnsemble => Store::Ensemble(ZooKeeperEnsemble::start()?),
+            // Proxies between the members, for the partition faults.
+            Backend::ZookeeperEnsemble => Store::Ensemble(ZooKeeperEnsemble::start_with(ZooKeeperOptions {
+                peer_proxies: true,
+                ..ZooKeeperOptions::default()
+            })?),
             Backend::MariadbSemisyncReplica => mariadb_pair(MariaDbReplication::SemiSynchronous)?,
             Backend::MariadbAsyncReplica => mariadb_pair(MariaDbReplication::Asynchronous)?,
         })
@@ -232,6 +236,73 @@ impl Store {
             Store::Cluster(cluster) => cluster.proxies(),
             _ => through_proxies(url),
         }
+    }
+
+    /// The URL client number `client` connects with: an ensemble's first clients are pinned
+    /// to one member each, in turn ([`PINNED_CLIENTS`] of them), so that a partition has
+    /// clients on each side that cannot move to another member; every other client (and every
+    /// client of another store) is given `url`, the whole store.
+    pub fn client_url(&self, client: usize, url: &str) -> String {
+        let Store::Ensemble(ensemble) = self else {
+            return url.to_owned();
+        };
+        if client >= PINNED_CLIENTS {
+            return url.to_owned();
+        }
+        let member = ensemble.node(client % ensemble.nodes().len());
+        let query = url.find('?').map_or("", |at| &url[at..]);
+        format!("zk://127.0.0.1:{}{query}", member.port())
+    }
+
+    /// The member client number `client` is pinned to ([`client_url`](Self::client_url)).
+    pub fn pinned_member(&self, client: usize) -> Option<usize> {
+        match self {
+            Store::Ensemble(ensemble) if client < PINNED_CLIENTS => Some(client % ensemble.nodes().len()),
+            _ => None,
+        }
+    }
+
+    /// Cuts an ensemble's member off from the others (silently, both ways) for `duration`, then
+    /// heals and waits until every member serves again: the leader (`PartitionLeader`), or a
+    /// follower (`PartitionFollower`), `prefer` if it is one (the member the hot lock's holder
+    /// is pinned to). Blocks.
+    pub fn partition(
+        &mut self,
+        kind: FaultKind,
+        duration: Duration,
+        prefer: Option<usize>,
+    ) -> Result<String, HarnessError> {
+        let Store::Ensemble(ensemble) = self else {
+            return Ok("nothing".into());
+        };
+        let leader = ensemble.wait_for_leader(Duration::from_secs(30))?;
+        let size = ensemble.nodes().len();
+        let (member, role) = match kind {
+            FaultKind::PartitionLeader => (leader, "the leader"),
+            _ => (
+                prefer
+                    .filter(|m| *m != leader && *m < size)
+                    .unwrap_or((leader + 1) % size),
+                "follower",
+            ),
+        };
+        ensemble.isolate(member)?;
+        std::thread::sleep(duration);
+        ensemble.heal_links()?;
+        let healed = Instant::now();
+        while !ensemble.nodes().iter().all(|n| n.mode().is_some()) || ensemble.leader().is_none() {
+            if healed.elapsed() > Duration::from_secs(30) {
+                return Err(HarnessError::Other(format!(
+                    "the ensemble did not serve again within 30 s of healing member {member}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let pinned: Vec<usize> = (0..PINNED_CLIENTS).filter(|c| c % size == member).collect();
+        Ok(format!(
+            "{role} (node {member}, clients {pinned:?} pinned to it; serving again {} ms after the heal)",
+            healed.elapsed().as_millis()
+        ))
     }
 
     /// Whether it has a server process the harness controls.
@@ -376,6 +447,9 @@ impl Store {
         }
     }
 }
+
+/// How many of an ensemble's clients are pinned to one member each, in turn (two per member).
+pub const PINNED_CLIENTS: usize = 6;
 
 /// The longest pause of a cluster's master: below the node timeout (2 s), so the pause never
 /// turns into a failover (those are faults of their own).

@@ -22,6 +22,7 @@ mod lost_release;
 mod multi;
 mod order;
 mod outage;
+mod partition;
 mod process;
 mod renewal;
 mod rw_lock;
@@ -53,6 +54,7 @@ pub use lost_release::c50_release_whose_reply_is_lost_is_not_not_owned;
 pub use multi::{c30_multi_lock_all_or_none, c31_multi_lock_never_deadlocks, c32_multi_lock_lost_signal};
 pub use order::c49_waiters_are_served_in_arrival_order;
 pub use outage::c12_store_going_away;
+pub use partition::c52_partitioned_member_holder_hears_of_loss_first;
 pub use process::{
     c17_cross_process_holder, c26_paused_holder_knows_it_lost, c35_killed_permit_holder_frees_its_permit,
 };

@@ -11,7 +11,7 @@
 
 use super::Peer;
 use crate::probe::loopback;
-use crate::{FaultProxy, HarnessError};
+use crate::{Direction, FaultProxy, HarnessError};
 
 /// The two proxies through which one member reaches another.
 #[derive(Debug)]
@@ -47,6 +47,14 @@ impl PeerLink {
     pub fn blackhole(&self) {
         self.quorum.blackhole();
         self.election.blackhole();
+    }
+
+    /// Silences both proxies one way only ([`FaultProxy::blackhole_toward`]): toward
+    /// [`to`](Self::to) with [`Direction::ToServer`], toward [`from`](Self::from) with
+    /// [`Direction::ToClient`].
+    pub fn blackhole_toward(&self, direction: Direction) {
+        self.quorum.blackhole_toward(direction);
+        self.election.blackhole_toward(direction);
     }
 
     /// Undoes every fault on both proxies.
@@ -108,6 +116,11 @@ impl PeerLinks {
             .iter()
             .filter(|l| l.from == index || l.to == index)
             .for_each(PeerLink::blackhole);
+    }
+
+    /// Every link, both ways between every pair of members.
+    pub(super) fn all(&self) -> &[PeerLink] {
+        &self.links
     }
 
     /// Heals every link.

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_conformance::{Fixture, Needs, Outage, Plan, Proxied, Site};
+use distlock_conformance::{Fixture, Members, Needs, Outage, Plan, Proxied, Site};
 use distlock_core::{DistributedLock, Error, LockName, Result};
-use distlock_testkit::{shared, ZooKeeperEnsemble, ZooKeeperServer};
+use distlock_testkit::{shared, ZooKeeperEnsemble, ZooKeeperOptions, ZooKeeperServer};
 use distlock_zookeeper::{ZooKeeperConfig, ZooKeeperLock};
 use zookeeper_client as zk;
 
@@ -45,6 +45,8 @@ pub struct ZkFixture {
     site: Site,
     admin: ZooKeeperLock,
     raw: zk::Client,
+    /// Whether the store is an ensemble (it offers [`Fixture::members`]).
+    ensemble: bool,
 }
 
 impl ZkFixture {
@@ -71,6 +73,7 @@ impl ZkFixture {
             admin: connect(site.url()).await,
             raw: raw(site.url()).await,
             site,
+            ensemble: false,
         }
     }
 
@@ -111,7 +114,9 @@ pub async fn ensemble_fixture(needs: Needs) -> Arc<dyn Fixture> {
         shared: shared::zookeeper_ensemble_url,
         own_for_faults: false,
     };
-    Arc::new(ZkFixture::on(Site::open(needs, plan).await).await)
+    let mut fixture = ZkFixture::on(Site::open(needs, plan).await).await;
+    fixture.ensemble = true;
+    Arc::new(fixture)
 }
 
 #[async_trait]
@@ -191,5 +196,84 @@ impl Fixture for ZkFixture {
 
     fn short_ttl(&self) -> Duration {
         Duration::from_millis(500)
+    }
+
+    /// A new 3-node ensemble with proxies between its members (an ensemble fixture only).
+    async fn members(&self) -> Option<Result<Box<dyn Members>>> {
+        if !self.ensemble {
+            return None;
+        }
+        Some(ZkMembers::start().await.map(|m| Box::new(m) as Box<dyn Members>))
+    }
+}
+
+/// An ensemble of a case's own whose members can be partitioned ([`Fixture::members`]).
+/// `syncLimit` is 20 ticks (10 s, as ZooKeeper's sample configuration), well past the
+/// clients' 3 s session timeout: a cut-off follower keeps answering its clients long after
+/// the leader may have expired their sessions.
+pub struct ZkMembers {
+    ensemble: Arc<ZooKeeperEnsemble>,
+}
+
+impl ZkMembers {
+    pub async fn start() -> Result<Self> {
+        let options = ZooKeeperOptions {
+            sync_limit: 20,
+            peer_proxies: true,
+            ..ZooKeeperOptions::default()
+        };
+        let ensemble = blocking(move || ZooKeeperEnsemble::start_with(options)).await?;
+        Ok(Self {
+            ensemble: Arc::new(ensemble),
+        })
+    }
+}
+
+/// Runs a blocking harness call off the runtime.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> std::result::Result<T, distlock_testkit::HarnessError> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::backend("zookeeper", e))?
+        .map_err(|e| Error::backend("zookeeper", e))
+}
+
+#[async_trait]
+impl Members for ZkMembers {
+    fn count(&self) -> usize {
+        self.ensemble.nodes().len()
+    }
+
+    async fn leader(&self) -> Result<usize> {
+        let ensemble = self.ensemble.clone();
+        blocking(move || ensemble.wait_for_leader(Duration::from_secs(30))).await
+    }
+
+    async fn client(&self, members: &[usize]) -> Result<Arc<dyn DistributedLock>> {
+        let nodes = self.ensemble.nodes();
+        let hosts = members
+            .iter()
+            .map(|m| {
+                let node = nodes
+                    .get(*m)
+                    .ok_or_else(|| Error::backend("zookeeper", format!("no member {m}")))?;
+                Ok(format!("127.0.0.1:{}", node.port()))
+            })
+            .collect::<Result<Vec<String>>>()?;
+        let url = format!("zk://{}", hosts.join(","));
+        Ok(Arc::new(ZooKeeperLock::connect(config(&url)).await?))
+    }
+
+    async fn isolate(&self, member: usize) -> Result<()> {
+        self.ensemble
+            .isolate(member)
+            .map_err(|e| Error::backend("zookeeper", e))
+    }
+
+    async fn heal(&self) -> Result<()> {
+        self.ensemble
+            .heal_links()
+            .map_err(|e| Error::backend("zookeeper", e))
     }
 }
