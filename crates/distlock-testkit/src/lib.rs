@@ -50,6 +50,7 @@ mod mariadb;
 mod memcached;
 mod port;
 mod postgres;
+mod postgres_standby;
 pub mod probe;
 mod process;
 pub mod proxy;
@@ -67,6 +68,7 @@ pub use port::free_port;
 pub use postgres::{
     PausedBackend, PostgresOptions, PostgresServer, POSTGRES_DATABASE, POSTGRES_PASSWORD, POSTGRES_USER,
 };
+pub use postgres_standby::{PostgresReplicated, PostgresReplicatedOptions, Replication, STANDBY_NAME};
 pub use process::ServerProcess;
 pub use proxy::{Direction, FaultProxies, FaultProxy, Traffic};
 pub use redis::{RedisOptions, RedisServer};

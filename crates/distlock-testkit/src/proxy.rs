@@ -100,7 +100,8 @@ impl Latency {
 }
 
 struct Control {
-    upstream: SocketAddr,
+    /// Where new connections go; [`FaultProxy::set_upstream`] moves it.
+    upstream: Mutex<SocketAddr>,
     mode: watch::Sender<Mode>,
     /// Bumped by [`FaultProxy::reset`]: every connection alive then closes with RST.
     resets: watch::Sender<u64>,
@@ -147,7 +148,7 @@ impl FaultProxy {
             .local_addr()
             .map_err(|e| HarnessError::io("reading the fault proxy's address", e))?;
         let control = Arc::new(Control {
-            upstream,
+            upstream: Mutex::new(upstream),
             mode: watch::channel(Mode::Forward).0,
             resets: watch::channel(0).0,
             refuse: AtomicBool::new(false),
@@ -193,9 +194,25 @@ impl FaultProxy {
         self.addr.to_string()
     }
 
-    /// The server this proxy forwards to.
+    /// The server this proxy forwards new connections to.
     pub fn upstream(&self) -> SocketAddr {
-        self.control.upstream
+        *self
+            .control
+            .upstream
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sends connections opened from now on to `upstream` instead: the virtual IP or DNS name
+    /// that a failover moves to the new server. Connections open now stay with the old server;
+    /// a [`reset`](Self::reset) after the move ends them as the new server would (it knows
+    /// nothing of them and answers their next packet with RST).
+    pub fn set_upstream(&self, upstream: SocketAddr) {
+        *self
+            .control
+            .upstream
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = upstream;
     }
 
     /// Adds `base` plus up to `jitter` (uniform) of latency to every chunk of bytes going
@@ -283,7 +300,7 @@ impl std::fmt::Debug for FaultProxy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FaultProxy")
             .field("addr", &self.addr)
-            .field("upstream", &self.control.upstream)
+            .field("upstream", &self.upstream())
             .field("mode", &*self.control.mode.borrow())
             .finish()
     }
@@ -445,8 +462,9 @@ async fn connection(mut client: TcpStream, index: u64, control: Arc<Control>) {
     let _live = Live(control.clone());
     let mut resets = control.resets.subscribe();
     resets.mark_unchanged();
+    let upstream = *control.upstream.lock().unwrap_or_else(PoisonError::into_inner);
     let server = tokio::select! {
-        server = TcpStream::connect(control.upstream) => server,
+        server = TcpStream::connect(upstream) => server,
         _ = resets.changed() => Err(std::io::Error::other("reset")),
     };
     let Ok(mut server) = server else {
