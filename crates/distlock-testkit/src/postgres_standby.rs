@@ -146,6 +146,11 @@ impl PostgresReplicated {
         &self.primary
     }
 
+    /// The current primary, mutably (to pause or stop it).
+    pub fn primary_mut(&mut self) -> &mut PostgresServer {
+        &mut self.primary
+    }
+
     /// The current standby, if there is one.
     pub fn standby(&self) -> Option<&PostgresServer> {
         self.standby.as_ref()

@@ -24,10 +24,12 @@ pub enum FaultKind {
     /// Redlock: two of three masters killed and restarted empty.
     MajorityKill,
     /// Redis Cluster: the hot lock's master killed, its replica promoted, the old master
-    /// restarted as a replica.
+    /// restarted as a replica. PostgreSQL with a standby: the primary killed, the standby
+    /// promoted and the address moved to it, a fresh standby built.
     Failover,
     /// Redis Cluster: as `Failover`, after the master's replica was cut off from it for the
-    /// fault's duration (writes meanwhile reach no replica: a lagging replica).
+    /// fault's duration (writes meanwhile reach no replica: a lagging replica). PostgreSQL
+    /// with a standby: the same with the standby's replication link cut.
     LaggedFailover,
     /// The holder's link black-holed (a silent partition), then healed.
     BlackholeHolder,
@@ -73,7 +75,11 @@ impl FaultKind {
     /// `proxied`: whether clients go through fault proxies).
     pub fn applicable(backend: Backend, server: bool, proxied: bool) -> Vec<FaultKind> {
         let mut kinds = vec![FaultKind::HolderKill, FaultKind::HolderPause];
-        if server && backend == Backend::RedisCluster {
+        let fails_over = matches!(
+            backend,
+            Backend::RedisCluster | Backend::PostgresSyncStandby | Backend::PostgresAsyncStandby
+        );
+        if server && fails_over {
             // A killed master is replaced by its replica: the kill is a failover.
             kinds.extend([
                 FaultKind::Failover,

@@ -9,6 +9,7 @@ use distlock_testkit::{
     FaultProxies, HarnessError, MariaDbServer, MemcachedServer, PostgresServer, RedisCluster,
     RedisClusterOptions, RedisOptions, RedisServer, ZooKeeperEnsemble, ZooKeeperServer,
 };
+use distlock_testkit::{PostgresReplicated, PostgresReplicatedOptions, Replication};
 
 use crate::faults::FaultKind;
 
@@ -40,11 +41,17 @@ pub enum Backend {
     Zookeeper,
     /// A three-node ZooKeeper ensemble.
     ZookeeperEnsemble,
+    /// PostgreSQL with a synchronous streaming standby (`synchronous_commit = on`): a failover
+    /// promotes it and keeps every acknowledged commit.
+    PostgresSyncStandby,
+    /// PostgreSQL with an asynchronous streaming standby: a failover loses what the standby
+    /// had not received (documented).
+    PostgresAsyncStandby,
 }
 
 impl Backend {
     /// Every backend, in the order `--backend all` runs them.
-    pub const ALL: [Backend; 11] = [
+    pub const ALL: [Backend; 13] = [
         Backend::Sqlite,
         Backend::Redis,
         Backend::RedisVolatile,
@@ -56,6 +63,8 @@ impl Backend {
         Backend::Memcached,
         Backend::Zookeeper,
         Backend::ZookeeperEnsemble,
+        Backend::PostgresSyncStandby,
+        Backend::PostgresAsyncStandby,
     ];
 
     /// The name used on the command line and in reports.
@@ -72,6 +81,8 @@ impl Backend {
             Backend::Memcached => "memcached",
             Backend::Zookeeper => "zookeeper",
             Backend::ZookeeperEnsemble => "zookeeper-ensemble",
+            Backend::PostgresSyncStandby => "postgres-sync-standby",
+            Backend::PostgresAsyncStandby => "postgres-async-standby",
         }
     }
 
@@ -80,6 +91,7 @@ impl Backend {
     pub fn operation_timeout(self) -> Duration {
         match self {
             Backend::Sqlite | Backend::Mariadb | Backend::Postgres => Duration::from_secs(5),
+            Backend::PostgresSyncStandby | Backend::PostgresAsyncStandby => Duration::from_secs(5),
             Backend::Zookeeper | Backend::ZookeeperEnsemble => Duration::from_secs(3),
             _ => Duration::from_secs(2),
         }
@@ -116,6 +128,10 @@ impl Backend {
             Backend::RedlockNoDelay => &[FaultKind::MajorityKill, FaultKind::ServerKill],
             // Replication is asynchronous: a lock the promoted replica never got is free on it.
             Backend::RedisCluster => &[FaultKind::Failover, FaultKind::LaggedFailover],
+            // Replication is asynchronous: an acquisition the standby had not received when the
+            // primary died (all of them while it was cut off; the last milliseconds' otherwise)
+            // is gone on the promoted standby.
+            Backend::PostgresAsyncStandby => &[FaultKind::Failover, FaultKind::LaggedFailover],
             _ => &[],
         };
         kinds.iter().map(|k| k.name().to_owned()).collect()
@@ -142,6 +158,8 @@ pub enum Store {
     Zookeeper(ZooKeeperServer),
     /// A ZooKeeper ensemble.
     Ensemble(ZooKeeperEnsemble),
+    /// A PostgreSQL primary and its streaming standby, behind a front that a failover moves.
+    PostgresPair(Box<PostgresReplicated>),
     /// A store the harness did not start.
     Url(String),
 }
@@ -175,6 +193,18 @@ impl Store {
             Backend::Memcached => Store::Memcached(MemcachedServer::start()?),
             Backend::Zookeeper => Store::Zookeeper(ZooKeeperServer::start()?),
             Backend::ZookeeperEnsemble => Store::Ensemble(ZooKeeperEnsemble::start()?),
+            Backend::PostgresSyncStandby => Store::PostgresPair(Box::new(PostgresReplicated::start_with(
+                PostgresReplicatedOptions {
+                    replication: Replication::Synchronous,
+                    ..Default::default()
+                },
+            )?)),
+            Backend::PostgresAsyncStandby => Store::PostgresPair(Box::new(PostgresReplicated::start_with(
+                PostgresReplicatedOptions {
+                    replication: Replication::Asynchronous,
+                    ..Default::default()
+                },
+            )?)),
         })
     }
 
@@ -200,6 +230,7 @@ impl Store {
             Store::Memcached(server) => server.url(),
             Store::Zookeeper(server) => zk(server.url()),
             Store::Ensemble(ensemble) => zk(ensemble.url()),
+            Store::PostgresPair(pair) => pair.url(),
             Store::Url(url) => url.clone(),
         }
     }
@@ -242,6 +273,9 @@ impl Store {
             }
             (Store::Cluster(_), _) => Err(HarnessError::Other(
                 "a cluster's master is killed by a failover".into(),
+            )),
+            (Store::PostgresPair(_), _) => Err(HarnessError::Other(
+                "a replicated PostgreSQL's primary is killed by a failover".into(),
             )),
             (Store::Memcached(s), _) => {
                 s.kill()?;
@@ -286,6 +320,9 @@ impl Store {
     /// lags behind); then the master is killed (`kill -9`), its replica promoted, and the old
     /// master restarted (empty) as a replica of the new one. Blocks until the cluster is ok.
     pub fn fail_over(&mut self, hot: &str, lag: Option<Duration>) -> Result<String, HarnessError> {
+        if let Store::PostgresPair(pair) = self {
+            return fail_over_postgres(pair, lag);
+        }
         let Store::Cluster(cluster) = self else {
             return Ok("nothing".into());
         };
@@ -327,6 +364,9 @@ impl Store {
             Store::Redis(s) => hold(s.process_mut(), pause).map(|()| "the server".into()),
             Store::Mariadb(s) => hold(s.process_mut(), pause).map(|()| "the server".into()),
             Store::Postgres(s) => hold(s.process_mut(), pause).map(|()| "the server".into()),
+            Store::PostgresPair(pair) => {
+                hold(pair.primary_mut().process_mut(), pause).map(|()| "the primary".into())
+            }
             Store::Cluster(cluster) => {
                 let master = cluster_master_of(cluster, hot)?;
                 hold(cluster.node_mut(master).process_mut(), pause.min(CLUSTER_PAUSE))?;
@@ -357,4 +397,27 @@ fn cluster_master_of(cluster: &RedisCluster, key: &str) -> Result<usize, Harness
     cluster
         .node_of_slot(slot)
         .ok_or_else(|| HarnessError::Other(format!("no master serves slot {slot}")))
+}
+
+/// A failover of the PostgreSQL pair: with `lag`, the standby's replication link is cut first
+/// for that long (a synchronous primary's commits wait meanwhile, and its clients' operations
+/// time out; an asynchronous primary's commits reach only itself); then the primary is killed
+/// (`kill -9`, its address silent), the standby promoted and the address moved to it, and a
+/// fresh standby built from the new primary by a base backup (the old primary's data is
+/// discarded, not rewound), so the next failover finds one.
+fn fail_over_postgres(pair: &mut PostgresReplicated, lag: Option<Duration>) -> Result<String, HarnessError> {
+    if let Some(lag) = lag {
+        pair.link().blackhole();
+        std::thread::sleep(lag);
+    }
+    let killed = Instant::now();
+    pair.kill_primary()?;
+    pair.promote_standby()?;
+    let promoted = killed.elapsed();
+    pair.add_standby()?;
+    Ok(format!(
+        "the primary (the standby promoted and the address moved {} ms after the kill; a fresh standby streams {} ms after it)",
+        promoted.as_millis(),
+        killed.elapsed().as_millis()
+    ))
 }
