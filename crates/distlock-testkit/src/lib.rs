@@ -4,7 +4,9 @@
 //!
 //! * **Owned servers** — [`RedisServer::start`], [`MemcachedServer::start`],
 //!   [`MariaDbServer::start`], [`PostgresServer::start`], [`ZooKeeperServer::start`],
-//!   [`ZooKeeperEnsemble::start`], [`RedisCluster::start`] (three masters) — belong to one test, which may stop,
+//!   [`ZooKeeperEnsemble::start`], [`RedisCluster::start`] (three masters),
+//!   [`PostgresReplicated::start`] (a primary and a streaming standby, with failover) —
+//!   belong to one test, which may stop,
 //!   `kill -9`, pause (SIGSTOP), resume (SIGCONT) and restart them (same
 //!   port, same data directory). Dropping the handle kills the server and
 //!   removes its directory, also when the test panics.

@@ -71,7 +71,13 @@ fn synchronous_pair_keeps_every_acknowledged_commit_across_a_failover() {
             .args(["-X", "-q", "-h"])
             .arg(&primary_dir)
             .args(["-p", &port.to_string(), "-U", "distlock", "-d", "distlock_test"])
-            .args(["-c", "INSERT INTO kept VALUES (2)"])
+            // The wait for the standby is not the statement's: statement_timeout does not end it.
+            .args([
+                "-c",
+                "SET statement_timeout = 500",
+                "-c",
+                "INSERT INTO kept VALUES (2)",
+            ])
             .output();
         (started.elapsed(), out.map(|o| o.status.success()))
     });
