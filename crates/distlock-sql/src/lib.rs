@@ -145,6 +145,13 @@
 //!   (which the functions' reads after taking a row rely on, whatever the database's or
 //!   role's default), in its startup packet (no extra round trip). A session the server ended
 //!   (a restart) is retried on another connection, as a broken one.
+//! - A failover to a streaming standby keeps what the standby received: with a synchronous
+//!   standby (`synchronous_commit = on` or `remote_apply`) every acquisition, renewal and
+//!   release a client was told of, so holders keep their locks; with an asynchronous one an
+//!   acquisition it had not received is gone, and another client can hold that lock until the
+//!   first's next renewal reports [`LossReason::NotOwned`](distlock_core::LossReason::NotOwned)
+//!   (fencing tokens still grow while the servers' clocks agree). Operations against the dead
+//!   primary end within the operation timeout; a standby's refusal to write is `Unavailable`.
 //! - A name containing NUL is refused ([`Error::InvalidName`](distlock_core::Error::InvalidName)):
 //!   PostgreSQL's text cannot hold it. Table names are at most 63 bytes.
 //! - The backend's user needs `CREATE` on the schema for the tables and the functions (see

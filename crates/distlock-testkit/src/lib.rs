@@ -4,7 +4,9 @@
 //!
 //! * **Owned servers** — [`RedisServer::start`], [`MemcachedServer::start`],
 //!   [`MariaDbServer::start`], [`PostgresServer::start`], [`ZooKeeperServer::start`],
-//!   [`ZooKeeperEnsemble::start`], [`RedisCluster::start`] (three masters) — belong to one test, which may stop,
+//!   [`ZooKeeperEnsemble::start`], [`RedisCluster::start`] (three masters),
+//!   [`PostgresReplicated::start`] (a primary and a streaming standby, with failover) —
+//!   belong to one test, which may stop,
 //!   `kill -9`, pause (SIGSTOP), resume (SIGCONT) and restart them (same
 //!   port, same data directory). Dropping the handle kills the server and
 //!   removes its directory, also when the test panics.
@@ -51,6 +53,7 @@ mod mariadb_replica;
 mod memcached;
 mod port;
 mod postgres;
+mod postgres_standby;
 pub mod probe;
 mod process;
 pub mod proxy;
@@ -71,6 +74,7 @@ pub use port::free_port;
 pub use postgres::{
     PausedBackend, PostgresOptions, PostgresServer, POSTGRES_DATABASE, POSTGRES_PASSWORD, POSTGRES_USER,
 };
+pub use postgres_standby::{PostgresReplicated, PostgresReplicatedOptions, Replication, STANDBY_NAME};
 pub use process::ServerProcess;
 pub use proxy::{Direction, FaultProxies, FaultProxy, Traffic};
 pub use redis::{RedisOptions, RedisServer};

@@ -93,72 +93,11 @@ impl PostgresServer {
     /// Initialises and starts a server with `options`; blocks until
     /// `SELECT 1` works over TCP.
     pub fn start_with(options: PostgresOptions) -> Result<Self, HarnessError> {
-        let bin = bin_dir(options.bin_dir.as_deref())?;
-        let initdb = bin.join("initdb");
-        let postgres = bin.join("postgres");
-        let psql = bin.join("psql");
-        let run_as = if sys::is_root() {
-            Some(sys::user_ids(SERVER_USER).ok_or_else(|| {
-                HarnessError::Other(format!(
-                    "postgres refuses to run as root and there is no {SERVER_USER:?} user to run \
-                     it as: run scripts/install-test-deps (or: apt-get install -y {PACKAGE})"
-                ))
-            })?)
-        } else {
-            None
-        };
+        let programs = Programs::find(options.bin_dir.as_deref())?;
         retry_if_port_taken(|| {
-            let dir = temp_dir("postgres")?;
-            if let Some(ids) = run_as {
-                sys::chown(dir.path(), ids)
-                    .map_err(|e| HarnessError::io(format!("chown {}", dir.path().display()), e))?;
-            }
-            init(&initdb, dir.path(), run_as)?;
-            let port = free_port()?;
-            let mut args: Vec<OsString> = [
-                "-D".to_owned(),
-                dir.path().join("data").display().to_string(),
-                "-p".into(),
-                port.to_string(),
-            ]
-            .map(OsString::from)
-            .into();
-            for setting in [
-                "listen_addresses=127.0.0.1".to_owned(),
-                format!("unix_socket_directories={}", dir.path().display()),
-                "fsync=off".into(),
-                "full_page_writes=off".into(),
-                "max_connections=300".into(),
-                "shared_buffers=16MB".into(),
-                "log_min_messages=warning".into(),
-            ] {
-                args.push("-c".into());
-                args.push(setting.into());
-            }
-            args.extend(options.extra_args.iter().map(OsString::from));
-            let probe_psql = psql.clone();
-            let process = ServerProcess::start_with(
-                ProcessSpec {
-                    name: format!("postgres on 127.0.0.1:{port}"),
-                    program: postgres.clone(),
-                    args,
-                    cwd: dir.path().to_path_buf(),
-                    log_path: dir.path().join("server.log"),
-                    ready_timeout: READY_TIMEOUT,
-                    probe: Box::new(move || ready(&probe_psql, port)),
-                },
-                Launch {
-                    run_as,
-                    stop_signal: Signal::Int,
-                    settle: Some(shared_memory_released),
-                },
-            )?;
-            let server = PostgresServer {
-                process,
-                port,
-                psql: psql.clone(),
-                dir,
-            };
+            let dir = programs.owned_temp_dir("postgres")?;
+            init(&programs.initdb, dir.path(), programs.run_as)?;
+            let server = Self::launch(&programs, dir, free_port()?, &options.extra_args)?;
             server
                 .psql("postgres", &format!("CREATE DATABASE {POSTGRES_DATABASE}"))
                 .map_err(HarnessError::Other)?;
@@ -175,6 +114,60 @@ impl PostgresServer {
                 )
                 .map_err(HarnessError::Other)?;
             Ok(server)
+        })
+    }
+
+    /// Starts `postgres` on `port` over the data directory `dir/data` that is already there
+    /// (from `initdb`, or a base backup for a standby); blocks until `SELECT 1` works over TCP.
+    pub(crate) fn launch(
+        programs: &Programs,
+        dir: TempDir,
+        port: u16,
+        extra_args: &[String],
+    ) -> Result<Self, HarnessError> {
+        let mut args: Vec<OsString> = [
+            "-D".to_owned(),
+            dir.path().join("data").display().to_string(),
+            "-p".into(),
+            port.to_string(),
+        ]
+        .map(OsString::from)
+        .into();
+        for setting in [
+            "listen_addresses=127.0.0.1".to_owned(),
+            format!("unix_socket_directories={}", dir.path().display()),
+            "fsync=off".into(),
+            "full_page_writes=off".into(),
+            "max_connections=300".into(),
+            "shared_buffers=16MB".into(),
+            "log_min_messages=warning".into(),
+        ] {
+            args.push("-c".into());
+            args.push(setting.into());
+        }
+        args.extend(extra_args.iter().map(OsString::from));
+        let probe_psql = programs.psql.clone();
+        let process = ServerProcess::start_with(
+            ProcessSpec {
+                name: format!("postgres on 127.0.0.1:{port}"),
+                program: programs.postgres.clone(),
+                args,
+                cwd: dir.path().to_path_buf(),
+                log_path: dir.path().join("server.log"),
+                ready_timeout: READY_TIMEOUT,
+                probe: Box::new(move || ready(&probe_psql, port)),
+            },
+            Launch {
+                run_as: programs.run_as,
+                stop_signal: Signal::Int,
+                settle: Some(shared_memory_released),
+            },
+        )?;
+        Ok(PostgresServer {
+            process,
+            port,
+            psql: programs.psql.clone(),
+            dir,
         })
     }
 
@@ -311,6 +304,60 @@ impl Drop for PausedBackend {
     fn drop(&mut self) {
         // An error means the backend is gone (its server was stopped): nothing to thaw.
         let _ = sys::send_signal(self.pid, Signal::Cont);
+    }
+}
+
+/// The server programs of one PostgreSQL installation, and the user they run as.
+#[derive(Debug, Clone)]
+pub(crate) struct Programs {
+    pub(crate) initdb: PathBuf,
+    pub(crate) postgres: PathBuf,
+    pub(crate) psql: PathBuf,
+    /// The directory of them all (`pg_basebackup` is there too).
+    pub(crate) bin: PathBuf,
+    /// The unprivileged user the server runs as when the tests run as root.
+    pub(crate) run_as: Option<(u32, u32)>,
+}
+
+impl Programs {
+    /// The programs in `bin_dir` (default: see `bin_dir`), run as [`SERVER_USER`] when the
+    /// tests run as root.
+    pub(crate) fn find(bin_dir: Option<&Path>) -> Result<Self, HarnessError> {
+        let bin = self::bin_dir(bin_dir)?;
+        let run_as = if sys::is_root() {
+            Some(sys::user_ids(SERVER_USER).ok_or_else(|| {
+                HarnessError::Other(format!(
+                    "postgres refuses to run as root and there is no {SERVER_USER:?} user to run \
+                     it as: run scripts/install-test-deps (or: apt-get install -y {PACKAGE})"
+                ))
+            })?)
+        } else {
+            None
+        };
+        Ok(Self {
+            initdb: bin.join("initdb"),
+            postgres: bin.join("postgres"),
+            psql: bin.join("psql"),
+            bin,
+            run_as,
+        })
+    }
+
+    /// A fresh temporary directory `distlock-KIND-XXXXXX` that the server's user owns.
+    pub(crate) fn owned_temp_dir(&self, kind: &str) -> Result<TempDir, HarnessError> {
+        let dir = temp_dir(kind)?;
+        self.give(dir.path())?;
+        Ok(dir)
+    }
+
+    /// Makes `path` the server's user's (when the tests run as root).
+    pub(crate) fn give(&self, path: &Path) -> Result<(), HarnessError> {
+        match self.run_as {
+            Some(ids) => {
+                sys::chown(path, ids).map_err(|e| HarnessError::io(format!("chown {}", path.display()), e))
+            }
+            None => Ok(()),
+        }
     }
 }
 

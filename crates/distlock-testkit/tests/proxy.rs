@@ -250,3 +250,57 @@ fn one_way_blackhole_silences_that_way_only() {
         .expect("the held request runs after the heal");
     assert_eq!(&buf[..n], b"+PONG\r\n");
 }
+
+#[test]
+fn a_moved_upstream_takes_new_connections_and_open_ones_stay_until_reset() {
+    let (first, second) = (redis(), redis());
+    let proxy = FaultProxy::start(first.addr()).expect("proxy starts");
+    let mut old = connect(&proxy);
+    assert!(ping(&mut old).is_ok());
+    proxy.set_upstream(second.addr());
+    assert_eq!(proxy.upstream(), second.addr());
+    let mut new = connect(&proxy);
+    assert!(ping(&mut new).is_ok());
+    // Each server counts the connection that asks, and one through the proxy.
+    assert_eq!(
+        redis_client_count(first.addr()),
+        2,
+        "the old connection stays on the first"
+    );
+    assert_eq!(
+        redis_client_count(second.addr()),
+        2,
+        "the new connection goes to the second"
+    );
+    proxy.reset();
+    assert!(
+        ping(&mut old).is_err(),
+        "the reset ends the connection to the old server"
+    );
+    let mut again = connect(&proxy);
+    assert!(ping(&mut again).is_ok());
+}
+
+/// How many clients `addr`'s redis-server has connected, counted over a connection of its own.
+fn redis_client_count(addr: std::net::SocketAddr) -> usize {
+    let mut stream = TcpStream::connect(addr).expect("connects");
+    stream
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .expect("timeout set");
+    stream.write_all(b"CLIENT LIST\r\n").expect("writes");
+    // A bulk string: `$LEN\r\n`, LEN bytes, `\r\n`.
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = stream.read(&mut buf).expect("the reply");
+        assert!(n > 0, "the server closed the connection");
+        reply.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&reply);
+        if let Some((header, body)) = text.split_once("\r\n") {
+            let len: usize = header.trim_start_matches('$').parse().expect("a bulk reply");
+            if body.len() >= len {
+                return body[..len].matches("id=").count();
+            }
+        }
+    }
+}

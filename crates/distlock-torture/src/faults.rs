@@ -24,12 +24,12 @@ pub enum FaultKind {
     /// Redlock: two of three masters killed and restarted empty.
     MajorityKill,
     /// Redis Cluster: the hot lock's master killed, its replica promoted, the old master
-    /// restarted as a replica. MariaDB with a replica: the primary killed, the replica
-    /// promoted and the address moved to it, a fresh replica started.
+    /// restarted as a replica. MariaDB with a replica, PostgreSQL with a standby: the primary
+    /// killed, the replica (standby) promoted and the address moved to it, a fresh one started.
     Failover,
     /// Redis Cluster: as `Failover`, after the master's replica was cut off from it for the
     /// fault's duration (writes meanwhile reach no replica: a lagging replica). MariaDB with a
-    /// replica: the same with the replica's replication link cut.
+    /// replica, PostgreSQL with a standby: the same with the replication link cut.
     LaggedFailover,
     /// The holder's link black-holed (a silent partition), then healed.
     BlackholeHolder,
@@ -85,7 +85,11 @@ impl FaultKind {
         let mut kinds = vec![FaultKind::HolderKill, FaultKind::HolderPause];
         let fails_over = matches!(
             backend,
-            Backend::RedisCluster | Backend::MariadbSemisyncReplica | Backend::MariadbAsyncReplica
+            Backend::RedisCluster
+                | Backend::MariadbSemisyncReplica
+                | Backend::MariadbAsyncReplica
+                | Backend::PostgresSyncStandby
+                | Backend::PostgresAsyncStandby
         );
         if server && fails_over {
             // A killed master is replaced by its replica: the kill is a failover.

@@ -177,6 +177,8 @@ enum BackendChoice {
     ZookeeperEnsemble,
     MariadbSemisyncReplica,
     MariadbAsyncReplica,
+    PostgresSyncStandby,
+    PostgresAsyncStandby,
 }
 
 fn main() -> ExitCode {
@@ -358,5 +360,7 @@ fn to_backend(choice: BackendChoice) -> Option<Backend> {
         BackendChoice::ZookeeperEnsemble => Backend::ZookeeperEnsemble,
         BackendChoice::MariadbSemisyncReplica => Backend::MariadbSemisyncReplica,
         BackendChoice::MariadbAsyncReplica => Backend::MariadbAsyncReplica,
+        BackendChoice::PostgresSyncStandby => Backend::PostgresSyncStandby,
+        BackendChoice::PostgresAsyncStandby => Backend::PostgresAsyncStandby,
     })
 }

@@ -10,6 +10,7 @@ use distlock_testkit::{
     RedisClusterOptions, RedisOptions, RedisServer, ZooKeeperEnsemble, ZooKeeperOptions, ZooKeeperServer,
 };
 use distlock_testkit::{MariaDbReplicated, MariaDbReplicatedOptions, MariaDbReplication};
+use distlock_testkit::{PostgresReplicated, PostgresReplicatedOptions, Replication};
 
 use crate::faults::FaultKind;
 
@@ -47,15 +48,23 @@ pub enum Backend {
     /// MariaDB with an asynchronous replica: a failover loses what the replica had not
     /// received (documented).
     MariadbAsyncReplica,
+    /// PostgreSQL with a synchronous streaming standby (`synchronous_commit = on`): a failover
+    /// promotes it and keeps every acknowledged commit.
+    PostgresSyncStandby,
+    /// PostgreSQL with an asynchronous streaming standby: a failover loses what the standby
+    /// had not received (documented).
+    PostgresAsyncStandby,
 }
 
 impl Backend {
     /// Every backend, in the order `--backend all` runs them.
-    pub const ALL: [Backend; 13] = [
+    pub const ALL: [Backend; 15] = [
         Backend::Sqlite,
         Backend::Redis,
         Backend::RedisVolatile,
         Backend::Redlock,
+        Backend::PostgresSyncStandby,
+        Backend::PostgresAsyncStandby,
         Backend::RedlockNoDelay,
         Backend::RedisCluster,
         Backend::Mariadb,
@@ -72,6 +81,8 @@ impl Backend {
         match self {
             Backend::Sqlite => "sqlite",
             Backend::Redis => "redis",
+            Backend::PostgresSyncStandby => "postgres-sync-standby",
+            Backend::PostgresAsyncStandby => "postgres-async-standby",
             Backend::RedisVolatile => "redis-volatile",
             Backend::Redlock => "redlock",
             Backend::RedlockNoDelay => "redlock-no-delay",
@@ -91,6 +102,7 @@ impl Backend {
     pub fn operation_timeout(self) -> Duration {
         match self {
             Backend::Sqlite | Backend::Mariadb | Backend::Postgres => Duration::from_secs(5),
+            Backend::PostgresSyncStandby | Backend::PostgresAsyncStandby => Duration::from_secs(5),
             Backend::Zookeeper | Backend::ZookeeperEnsemble => Duration::from_secs(3),
             Backend::MariadbSemisyncReplica | Backend::MariadbAsyncReplica => Duration::from_secs(5),
             _ => Duration::from_secs(2),
@@ -127,6 +139,10 @@ impl Backend {
             // Without the delayed-restart rule, masters restarted empty vote again.
             Backend::RedlockNoDelay => &[FaultKind::MajorityKill, FaultKind::ServerKill],
             // Replication is asynchronous: a lock the promoted replica never got is free on it.
+            // Replication is asynchronous: an acquisition the standby had not received when the
+            // primary died (all of them while it was cut off; the last milliseconds' otherwise)
+            // is gone on the promoted standby.
+            Backend::PostgresAsyncStandby => &[FaultKind::Failover, FaultKind::LaggedFailover],
             Backend::RedisCluster => &[FaultKind::Failover, FaultKind::LaggedFailover],
             // Replication is asynchronous: an acquisition the replica had not received when the
             // primary died (all of them while it was cut off; the last milliseconds' otherwise)
@@ -153,6 +169,8 @@ pub enum Store {
     /// PostgreSQL.
     Postgres(PostgresServer),
     /// memcached.
+    /// A PostgreSQL primary and its streaming standby, behind a front that a failover moves.
+    PostgresPair(Box<PostgresReplicated>),
     Memcached(MemcachedServer),
     /// A standalone ZooKeeper.
     Zookeeper(ZooKeeperServer),
@@ -199,6 +217,18 @@ impl Store {
             })?),
             Backend::MariadbSemisyncReplica => mariadb_pair(MariaDbReplication::SemiSynchronous)?,
             Backend::MariadbAsyncReplica => mariadb_pair(MariaDbReplication::Asynchronous)?,
+            Backend::PostgresSyncStandby => Store::PostgresPair(Box::new(PostgresReplicated::start_with(
+                PostgresReplicatedOptions {
+                    replication: Replication::Synchronous,
+                    ..Default::default()
+                },
+            )?)),
+            Backend::PostgresAsyncStandby => Store::PostgresPair(Box::new(PostgresReplicated::start_with(
+                PostgresReplicatedOptions {
+                    replication: Replication::Asynchronous,
+                    ..Default::default()
+                },
+            )?)),
         })
     }
 
@@ -225,6 +255,7 @@ impl Store {
             Store::Zookeeper(server) => zk(server.url()),
             Store::Ensemble(ensemble) => zk(ensemble.url()),
             Store::MariadbPair(pair) => pair.url(),
+            Store::PostgresPair(pair) => pair.url(),
             Store::Url(url) => url.clone(),
         }
     }
@@ -338,6 +369,9 @@ impl Store {
             (Store::MariadbPair(_), _) => Err(HarnessError::Other(
                 "a replicated MariaDB's primary is killed by a failover".into(),
             )),
+            (Store::PostgresPair(_), _) => Err(HarnessError::Other(
+                "a replicated PostgreSQL's primary is killed by a failover".into(),
+            )),
             (Store::Memcached(s), _) => {
                 s.kill()?;
                 std::thread::sleep(pause);
@@ -381,6 +415,9 @@ impl Store {
     /// lags behind); then the master is killed (`kill -9`), its replica promoted, and the old
     /// master restarted (empty) as a replica of the new one. Blocks until the cluster is ok.
     pub fn fail_over(&mut self, hot: &str, lag: Option<Duration>) -> Result<String, HarnessError> {
+        if let Store::PostgresPair(pair) = self {
+            return fail_over_postgres(pair, lag);
+        }
         if let Store::MariadbPair(pair) = self {
             return fail_over_mariadb(pair, lag);
         }
@@ -422,6 +459,9 @@ impl Store {
             process.resume()
         }
         match self {
+            Store::PostgresPair(pair) => {
+                hold(pair.primary_mut().process_mut(), pause).map(|()| "the primary".into())
+            }
             Store::Redis(s) => hold(s.process_mut(), pause).map(|()| "the server".into()),
             Store::Mariadb(s) => hold(s.process_mut(), pause).map(|()| "the server".into()),
             Store::Postgres(s) => hold(s.process_mut(), pause).map(|()| "the server".into()),
@@ -489,6 +529,29 @@ fn fail_over_mariadb(pair: &mut MariaDbReplicated, lag: Option<Duration>) -> Res
     pair.add_replica()?;
     Ok(format!(
         "the primary (the replica promoted and the address moved {} ms after the kill; a fresh replica caught up {} ms after it)",
+        promoted.as_millis(),
+        killed.elapsed().as_millis()
+    ))
+}
+
+/// A failover of the PostgreSQL pair: with `lag`, the standby's replication link is cut first
+/// for that long (a synchronous primary's commits wait meanwhile, and its clients' operations
+/// time out; an asynchronous primary's commits reach only itself); then the primary is killed
+/// (`kill -9`, its address silent), the standby promoted and the address moved to it, and a
+/// fresh standby built from the new primary by a base backup (the old primary's data is
+/// discarded, not rewound), so the next failover finds one.
+fn fail_over_postgres(pair: &mut PostgresReplicated, lag: Option<Duration>) -> Result<String, HarnessError> {
+    if let Some(lag) = lag {
+        pair.link().blackhole();
+        std::thread::sleep(lag);
+    }
+    let killed = Instant::now();
+    pair.kill_primary()?;
+    pair.promote_standby()?;
+    let promoted = killed.elapsed();
+    pair.add_standby()?;
+    Ok(format!(
+        "the primary (the standby promoted and the address moved {} ms after the kill; a fresh standby streams {} ms after it)",
         promoted.as_millis(),
         killed.elapsed().as_millis()
     ))

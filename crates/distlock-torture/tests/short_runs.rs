@@ -150,6 +150,16 @@ fn mariadb_with_an_asynchronous_replica_survives_except_as_documented() {
 }
 
 #[test]
+fn postgres_with_a_synchronous_standby_survives_failovers() {
+    survives("postgres-sync-standby");
+}
+
+#[test]
+fn postgres_with_an_asynchronous_standby_survives_except_as_documented() {
+    survives("postgres-async-standby");
+}
+
+#[test]
 fn memcached_survives_except_as_documented() {
     survives("memcached");
 }
