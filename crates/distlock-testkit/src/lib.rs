@@ -45,6 +45,7 @@
 //! ```
 
 mod client_run;
+mod clock;
 mod error;
 mod mariadb;
 mod memcached;
@@ -60,6 +61,7 @@ mod spawner;
 mod sys;
 mod zookeeper;
 
+pub use clock::StoreClock;
 pub use error::HarnessError;
 pub use mariadb::{MariaDbOptions, MariaDbServer, MARIADB_DATABASE, MARIADB_PASSWORD, MARIADB_USER};
 pub use memcached::{MemcachedOptions, MemcachedServer};

@@ -48,6 +48,9 @@ pub struct PostgresOptions {
     /// The directory holding `initdb`, `postgres` and `psql`; default the
     /// newest `/usr/lib/postgresql/*/bin` (Debian's layout), else `PATH`.
     pub bin_dir: Option<PathBuf>,
+    /// Run the server on this wall clock, which the test can move
+    /// ([`StoreClock::jump`](crate::StoreClock::jump)). Default: the true clock.
+    pub clock: Option<crate::StoreClock>,
 }
 
 /// A PostgreSQL server owned by one test.
@@ -146,6 +149,7 @@ impl PostgresServer {
                     log_path: dir.path().join("server.log"),
                     ready_timeout: READY_TIMEOUT,
                     probe: Box::new(move || ready(&probe_psql, port)),
+                    env: crate::clock::env_of(options.clock.as_ref()),
                 },
                 Launch {
                     run_as,
