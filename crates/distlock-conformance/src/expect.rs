@@ -60,11 +60,17 @@ pub enum Reason {
     ChildEnv,
     /// No test binary to re-run as a child process (`distlock check`).
     ChildEntry,
+    /// The fixture cannot move the store's clock
+    /// ([`Fixture::store_clock`](crate::Fixture::store_clock)).
+    StoreClock,
+    /// The backend's docs page declares that a jump of the store's clock loses a lock, and
+    /// the case saw that loss.
+    StoreClockDeclared,
 }
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 19] = [
+    pub const ALL: [Reason; 21] = [
         Reason::Fencing,
         Reason::Ttl,
         Reason::Primitives,
@@ -84,6 +90,8 @@ impl Reason {
         Reason::FaultProxy,
         Reason::ChildEnv,
         Reason::ChildEntry,
+        Reason::StoreClock,
+        Reason::StoreClockDeclared,
     ];
 
     fn parse(word: &str) -> Option<Reason> {

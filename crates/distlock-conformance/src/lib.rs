@@ -30,6 +30,7 @@ use futures::future::BoxFuture;
 pub mod bench;
 pub mod cases;
 pub mod child;
+mod clocked;
 mod context;
 mod expect;
 mod fixture;
@@ -40,6 +41,7 @@ mod report;
 mod site;
 
 pub use cases::Outcome;
+pub use clocked::{Clocked, ClockedStore, OpenClient};
 pub use context::Ctx;
 pub use distlock_testkit::{Direction, FaultProxies, FaultProxy};
 pub use expect::{Expectations, Expected, Extent, Reason, Skip};
@@ -315,6 +317,10 @@ pub const CASES: &[Case] = &[
         "a release whose reply is lost is never \"not ours\"; with_lock returns the work's output",
         Needs::FaultProxy
     ),
+    case!(
+        c51_forward_clock_jump_lets_no_second_holder,
+        "a forward jump of the store's clock past the TTL lets nobody in while the holder says held"
+    ),
 ];
 
 /// Runs the case `name` against `fixture`, failing (panicking) if it fails or runs past
@@ -457,6 +463,7 @@ macro_rules! conformance_tests {
             c48_cut_off_holder_frees_nothing_of_the_next,
             c49_waiters_are_served_in_arrival_order,
             c50_release_whose_reply_is_lost_is_not_not_owned,
+            c51_forward_clock_jump_lets_no_second_holder,
         );
 
         #[test]

@@ -27,5 +27,6 @@ conformance_tests!(
         c48: FaultProxy,
         c49: NoQueue,
         c50: FaultProxy,
+        c51: StoreClock,
     ],
 );

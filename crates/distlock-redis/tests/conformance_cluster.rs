@@ -12,5 +12,6 @@ distlock_conformance::conformance_tests!(
     skips = [
         c29: HandOver,
         c49: NoQueue,
+        c51: StoreClock,
     ],
 );
