@@ -121,7 +121,7 @@ impl Fixture for RedisFixture {
     }
 
     async fn store_clock(&self) -> Option<Box<dyn ClockedStore>> {
-        Some(clocked::single(None).await)
+        Some(clocked::single(Some("docs/src/stores/redis.md")).await)
     }
 }
 

@@ -126,7 +126,7 @@ impl Fixture for MySqlFixture {
             open: |url| {
                 Box::pin(async move { Ok(Arc::new(client(&url).await?) as Arc<dyn DistributedLock>) })
             },
-            declared_loss: None,
+            declared_loss: Some("docs/src/stores/mysql.md"),
         }))
     }
 }
