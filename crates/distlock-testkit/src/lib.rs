@@ -20,6 +20,10 @@
 //!   loopback and adds latency, black-holes traffic (a silent partition),
 //!   drops replies, resets or refuses connections, and counts bytes.
 //!
+//! * **Moveable clocks** — [`StoreClock`] starts a server under libfaketime (the `clock` field
+//!   of each server's options) and steps its wall clock while it runs (an NTP step); the
+//!   monotonic clock stays true.
+//!
 //! The API is synchronous: `start` and `restart` block until the server
 //! passes a readiness check (a protocol-level ping, polled every 25 ms, at
 //! most 10 s for redis/memcached and 30 s for MariaDB/PostgreSQL/ZooKeeper). From async
