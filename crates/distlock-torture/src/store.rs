@@ -137,8 +137,17 @@ impl Backend {
             // A restarted memcached has forgotten every item; the holder learns it only at its
             // next renewal.
             Backend::Memcached => &[FaultKind::ServerKill],
-            // Without the delayed-restart rule, masters restarted empty vote again.
-            Backend::RedlockNoDelay => &[FaultKind::MajorityKill, FaultKind::ServerKill],
+            // Without the delayed-restart rule, masters restarted empty vote again; a step of one
+            // master's clock as for Redlock below.
+            Backend::RedlockNoDelay => &[
+                FaultKind::MajorityKill,
+                FaultKind::ServerKill,
+                FaultKind::ClockJumpForward,
+                FaultKind::ClockJumpBack,
+            ],
+            // One master's forward step frees its key: a holder of a bare majority loses the lock
+            // (docs/src/stores/redlock.md, "Clock jumps"); a step back ends with a step forward.
+            Backend::Redlock => &[FaultKind::ClockJumpForward, FaultKind::ClockJumpBack],
             // Replication is asynchronous: a lock the promoted replica never got is free on it.
             Backend::RedisCluster => &[FaultKind::Failover, FaultKind::LaggedFailover],
             // Expiry is judged by the server's wall clock: a forward step frees held locks
