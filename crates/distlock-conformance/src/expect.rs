@@ -63,11 +63,17 @@ pub enum Reason {
     /// The store has no members to partition from each other
     /// ([`Fixture::members`](crate::Fixture::members)).
     Members,
+    /// The fixture cannot move the store's clock
+    /// ([`Fixture::store_clock`](crate::Fixture::store_clock)).
+    StoreClock,
+    /// The backend's docs page declares that a jump of the store's clock loses a lock, and
+    /// the case saw that loss.
+    StoreClockDeclared,
 }
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 20] = [
+    pub const ALL: [Reason; 22] = [
         Reason::Fencing,
         Reason::Ttl,
         Reason::Primitives,
@@ -88,6 +94,8 @@ impl Reason {
         Reason::ChildEnv,
         Reason::ChildEntry,
         Reason::Members,
+        Reason::StoreClock,
+        Reason::StoreClockDeclared,
     ];
 
     fn parse(word: &str) -> Option<Reason> {

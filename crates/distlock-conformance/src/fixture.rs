@@ -7,6 +7,8 @@ use async_trait::async_trait;
 use distlock_core::{DistributedLock, LockName, Result};
 use distlock_testkit::FaultProxies;
 
+use crate::ClockedStore;
+
 /// One store under test, as the suite sees it. Each backend's `tests/conformance.rs`
 /// implements it in a few lines and calls [`conformance_tests!`](crate::conformance_tests).
 #[async_trait]
@@ -73,6 +75,15 @@ pub trait Fixture: Send + Sync + 'static {
     /// backend's TTL granularity; keep it short so the suite stays fast.
     fn short_ttl(&self) -> Duration {
         Duration::from_millis(500)
+    }
+
+    /// Fault hook: a NEW store of the case's own whose server runs on a wall clock the case
+    /// jumps (Redlock: one master's), for the clock-jump case. `None` if the fixture cannot
+    /// start its server on a moveable clock (an embedded store runs on the client's own
+    /// clock; a live store): the case then skips with
+    /// [`Reason::StoreClock`](crate::Reason::StoreClock).
+    async fn store_clock(&self) -> Option<Box<dyn ClockedStore>> {
+        None
     }
 
     /// Fault hook: a NEW store of several members (a ZooKeeper ensemble) of the case's own,

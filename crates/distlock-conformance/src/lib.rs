@@ -30,6 +30,7 @@ use futures::future::BoxFuture;
 pub mod bench;
 pub mod cases;
 pub mod child;
+mod clocked;
 mod context;
 mod expect;
 mod fixture;
@@ -40,6 +41,7 @@ mod report;
 mod site;
 
 pub use cases::Outcome;
+pub use clocked::{Clocked, ClockedStore, OpenClient};
 pub use context::Ctx;
 pub use distlock_testkit::{Direction, FaultProxies, FaultProxy};
 pub use expect::{Expectations, Expected, Extent, Reason, Skip};
@@ -316,6 +318,10 @@ pub const CASES: &[Case] = &[
         Needs::FaultProxy
     ),
     case!(
+        c51_forward_clock_jump_lets_no_second_holder,
+        "a forward jump of the store's clock past the TTL lets nobody in while the holder says held"
+    ),
+    case!(
         c52_partitioned_member_holder_hears_of_loss_first,
         "a holder on a member cut off from the others (a follower, the leader) says lost before the majority grants the lock"
     ),
@@ -461,6 +467,7 @@ macro_rules! conformance_tests {
             c48_cut_off_holder_frees_nothing_of_the_next,
             c49_waiters_are_served_in_arrival_order,
             c50_release_whose_reply_is_lost_is_not_not_owned,
+            c51_forward_clock_jump_lets_no_second_holder,
             c52_partitioned_member_holder_hears_of_loss_first,
         );
 

@@ -27,6 +27,7 @@ conformance_tests!(
         c48: FaultProxy,
         c49: NoQueue,
         c50: FaultProxy,
+        c51: StoreClock,
         c52: Members,
     ],
 );

@@ -12,6 +12,7 @@ distlock_conformance::conformance_tests!(
     skips = [
         c29: HandOver,
         c49: NoQueue,
+        c51: StoreClock,
         c52: Members,
     ],
 );

@@ -22,6 +22,10 @@
 //!   loopback and adds latency, black-holes traffic (a silent partition),
 //!   drops replies, resets or refuses connections, and counts bytes.
 //!
+//! * **Moveable clocks** — [`StoreClock`] starts a server under libfaketime (the `clock` field
+//!   of each server's options) and steps its wall clock while it runs (an NTP step); the
+//!   monotonic clock stays true.
+//!
 //! The API is synchronous: `start` and `restart` block until the server
 //! passes a readiness check (a protocol-level ping, polled every 25 ms, at
 //! most 10 s for redis/memcached and 30 s for MariaDB/PostgreSQL/ZooKeeper). From async
@@ -47,6 +51,7 @@
 //! ```
 
 mod client_run;
+mod clock;
 mod error;
 mod mariadb;
 mod mariadb_replica;
@@ -64,6 +69,7 @@ mod spawner;
 mod sys;
 mod zookeeper;
 
+pub use clock::StoreClock;
 pub use error::HarnessError;
 pub use mariadb::{MariaDbOptions, MariaDbServer, MARIADB_DATABASE, MARIADB_PASSWORD, MARIADB_USER};
 pub use mariadb_replica::{

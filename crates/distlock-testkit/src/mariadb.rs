@@ -42,6 +42,9 @@ pub struct MariaDbOptions {
     pub install_db: Option<PathBuf>,
     /// The `mariadb` command-line client; default `mariadb`.
     pub client: Option<PathBuf>,
+    /// Run the server on this wall clock, which the test can move
+    /// ([`StoreClock::jump`](crate::StoreClock::jump)). Default: the true clock.
+    pub clock: Option<crate::StoreClock>,
 }
 
 /// A MariaDB server owned by one test.
@@ -111,6 +114,7 @@ impl MariaDbServer {
                 log_path: dir.path().join("server.log"),
                 ready_timeout: READY_TIMEOUT,
                 probe: Box::new(move || ready(&probe_client, port)),
+                env: crate::clock::env_of(options.clock.as_ref()),
             })?;
             Ok(MariaDbServer {
                 process,

@@ -26,6 +26,9 @@ pub struct MemcachedOptions {
     /// The `memcached` executable; a bare name is looked up in `PATH`.
     /// Default: `memcached`.
     pub binary: Option<PathBuf>,
+    /// Run the server on this wall clock, which the test can move
+    /// ([`StoreClock::jump`](crate::StoreClock::jump)). Default: the true clock.
+    pub clock: Option<crate::StoreClock>,
 }
 
 impl Default for MemcachedOptions {
@@ -34,6 +37,7 @@ impl Default for MemcachedOptions {
             memory_mb: 64,
             extra_args: Vec::new(),
             binary: None,
+            clock: None,
         }
     }
 }
@@ -90,6 +94,7 @@ impl MemcachedServer {
                 log_path: dir.path().join("server.log"),
                 ready_timeout: READY_TIMEOUT,
                 probe: Box::new(move || version(loopback(port))),
+                env: crate::clock::env_of(options.clock.as_ref()),
             })?;
             Ok(MemcachedServer { process, port, dir })
         })

@@ -48,6 +48,9 @@ pub struct PostgresOptions {
     /// The directory holding `initdb`, `postgres` and `psql`; default the
     /// newest `/usr/lib/postgresql/*/bin` (Debian's layout), else `PATH`.
     pub bin_dir: Option<PathBuf>,
+    /// Run the server on this wall clock, which the test can move
+    /// ([`StoreClock::jump`](crate::StoreClock::jump)). Default: the true clock.
+    pub clock: Option<crate::StoreClock>,
 }
 
 /// A PostgreSQL server owned by one test.
@@ -97,7 +100,13 @@ impl PostgresServer {
         retry_if_port_taken(|| {
             let dir = programs.owned_temp_dir("postgres")?;
             init(&programs.initdb, dir.path(), programs.run_as)?;
-            let server = Self::launch(&programs, dir, free_port()?, &options.extra_args)?;
+            let server = Self::launch(
+                &programs,
+                dir,
+                free_port()?,
+                &options.extra_args,
+                options.clock.as_ref(),
+            )?;
             server
                 .psql("postgres", &format!("CREATE DATABASE {POSTGRES_DATABASE}"))
                 .map_err(HarnessError::Other)?;
@@ -124,6 +133,7 @@ impl PostgresServer {
         dir: TempDir,
         port: u16,
         extra_args: &[String],
+        clock: Option<&crate::StoreClock>,
     ) -> Result<Self, HarnessError> {
         let mut args: Vec<OsString> = [
             "-D".to_owned(),
@@ -156,6 +166,7 @@ impl PostgresServer {
                 log_path: dir.path().join("server.log"),
                 ready_timeout: READY_TIMEOUT,
                 probe: Box::new(move || ready(&probe_psql, port)),
+                env: crate::clock::env_of(clock),
             },
             Launch {
                 run_as: programs.run_as,

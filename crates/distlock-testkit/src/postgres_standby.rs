@@ -105,6 +105,7 @@ impl PostgresReplicated {
         let primary = PostgresServer::start_with(crate::PostgresOptions {
             extra_args: vec!["-c".into(), WAL_KEEP.into()],
             bin_dir: Some(programs.bin.clone()),
+            ..crate::PostgresOptions::default()
         })?;
         let front = FaultProxy::start(primary.addr())?;
         let link = FaultProxy::start(primary.addr())?;
@@ -289,7 +290,13 @@ impl PostgresReplicated {
         std::fs::write(&auto, conf)
             .map_err(|e| HarnessError::io(format!("writing {}", auto.display()), e))?;
         self.programs.give(&auto)?;
-        PostgresServer::launch(&self.programs, dir, free_port()?, &["-c".into(), WAL_KEEP.into()])
+        PostgresServer::launch(
+            &self.programs,
+            dir,
+            free_port()?,
+            &["-c".into(), WAL_KEEP.into()],
+            None,
+        )
     }
 }
 

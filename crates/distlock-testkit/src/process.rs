@@ -39,6 +39,8 @@ pub(crate) struct ProcessSpec {
     pub(crate) log_path: PathBuf,
     pub(crate) ready_timeout: Duration,
     pub(crate) probe: Probe,
+    /// Extra environment variables (a [`StoreClock`](crate::StoreClock)'s).
+    pub(crate) env: Vec<(OsString, OsString)>,
 }
 
 /// How a server process is launched and stopped, beyond its command line.
@@ -145,7 +147,8 @@ impl ServerProcess {
             .current_dir(&spec.cwd)
             .stdin(Stdio::null())
             .stdout(log)
-            .stderr(stderr);
+            .stderr(stderr)
+            .envs(spec.env.iter().map(|(k, v)| (k, v)));
         if let Some((uid, gid)) = self.how.run_as {
             cmd.uid(uid).gid(gid);
         }

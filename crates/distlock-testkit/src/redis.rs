@@ -26,6 +26,9 @@ pub struct RedisOptions {
     /// The `redis-server` executable; a bare name is looked up in `PATH`.
     /// Default: `redis-server`.
     pub binary: Option<PathBuf>,
+    /// Run the server on this wall clock, which the test can move
+    /// ([`StoreClock::jump`](crate::StoreClock::jump)). Default: the true clock.
+    pub clock: Option<crate::StoreClock>,
 }
 
 /// A `redis-server` owned by one test: listens on `127.0.0.1` on a free
@@ -83,6 +86,7 @@ impl RedisServer {
                 log_path: dir.path().join("server.log"),
                 ready_timeout: READY_TIMEOUT,
                 probe: Box::new(move || ping(loopback(port))),
+                env: crate::clock::env_of(options.clock.as_ref()),
             })?;
             Ok(RedisServer { process, port, dir })
         })

@@ -69,6 +69,9 @@ pub struct ZooKeeperOptions {
     /// else the jars of the Debian package's `CLASSPATH` (from
     /// `/etc/zookeeper/conf/environment`) plus its log4j binding.
     pub classpath: Option<String>,
+    /// Run the server on this wall clock, which the test can move
+    /// ([`StoreClock::jump`](crate::StoreClock::jump)). Default: the true clock.
+    pub clock: Option<crate::StoreClock>,
 }
 
 impl Default for ZooKeeperOptions {
@@ -83,6 +86,7 @@ impl Default for ZooKeeperOptions {
             jvm_args: Vec::new(),
             java: None,
             classpath: None,
+            clock: None,
         }
     }
 }
@@ -536,6 +540,7 @@ impl Launcher {
             log_path: dir.join("server.log"),
             ready_timeout: READY_TIMEOUT,
             probe: Box::new(move || serving(loopback(client_port), standalone)),
+            env: crate::clock::env_of(options.clock.as_ref()),
         })
     }
 }

@@ -53,6 +53,12 @@ pub enum FaultKind {
     /// ZooKeeper ensemble: the leader isolated from the other members with the clients
     /// pinned to it on its side, then healed.
     PartitionLeader,
+    /// The server's wall clock stepped forward by more than the TTL (Redlock: one master's),
+    /// then back to the true time (a step back) after the fault's duration.
+    ClockJumpForward,
+    /// The server's wall clock stepped back by more than the TTL (Redlock: one master's),
+    /// then forward to the true time after the fault's duration.
+    ClockJumpBack,
 }
 
 impl FaultKind {
@@ -76,11 +82,14 @@ impl FaultKind {
             FaultKind::ResetAll => "reset-all",
             FaultKind::PartitionFollower => "partition-follower",
             FaultKind::PartitionLeader => "partition-leader",
+            FaultKind::ClockJumpForward => "clock-jump-forward",
+            FaultKind::ClockJumpBack => "clock-jump-back",
         }
     }
 
     /// The kinds that apply to `backend` (`server`: whether the harness controls the server;
-    /// `proxied`: whether clients go through fault proxies).
+    /// `proxied`: whether clients go through fault proxies). The clock jumps apply only to a
+    /// store started on a moveable clock: a run asks for them by name (`--faults`).
     pub fn applicable(backend: Backend, server: bool, proxied: bool) -> Vec<FaultKind> {
         let mut kinds = vec![FaultKind::HolderKill, FaultKind::HolderPause];
         let fails_over = matches!(
@@ -106,6 +115,9 @@ impl FaultKind {
             if backend == Backend::ZookeeperEnsemble {
                 kinds.extend([FaultKind::PartitionFollower, FaultKind::PartitionLeader]);
             }
+        }
+        if server && backend.clock_jumps() {
+            kinds.extend([FaultKind::ClockJumpForward, FaultKind::ClockJumpBack]);
         }
         if proxied {
             kinds.extend([
@@ -166,6 +178,13 @@ pub fn schedule(seed: u64, kinds: &[FaultKind], ttl: Duration) -> impl Iterator<
             gap: ttl.mul_f64(rng.random_range(0.2..1.0)),
         })
     })
+}
+
+impl FaultKind {
+    /// Whether it steps the server's clock (run only when `--faults` names it).
+    pub fn is_clock_jump(self) -> bool {
+        matches!(self, FaultKind::ClockJumpForward | FaultKind::ClockJumpBack)
+    }
 }
 
 #[cfg(test)]

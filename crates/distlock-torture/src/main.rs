@@ -98,7 +98,9 @@ struct RunArgs {
     /// Only these fault kinds (comma-separated: holder-kill, holder-pause, server-kill,
     /// server-pause, majority-kill, failover, lagged-failover, blackhole-holder, blackhole-all,
     /// drop-replies-holder, drop-replies-all, latency-holder, latency-all, reset-holder,
-    /// reset-all, partition-follower, partition-leader).
+    /// reset-all, partition-follower, partition-leader; and, only when named here,
+    /// clock-jump-forward and clock-jump-back, which start the server on a clock they step by
+    /// three TTLs: Redis, Redlock's master 1, MariaDB, PostgreSQL, memcached).
     #[arg(long, value_delimiter = ',')]
     faults: Vec<String>,
     /// The share of holds that outlast a third of the TTL, so renewals happen (fewer give

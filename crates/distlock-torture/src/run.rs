@@ -156,9 +156,16 @@ impl From<String> for RunError {
 /// the resource or a client cannot be started.
 pub async fn run(setup: Setup) -> Result<Outcome, RunError> {
     let backend = setup.backend;
+    // A clock the harness steps slows every time call of the server: only when asked for. Its
+    // steps: three TTLs and a second, in whole seconds (libfaketime's offsets).
+    let clock_step = setup
+        .only
+        .iter()
+        .any(|o| o.starts_with("clock-jump"))
+        .then(|| setup.ttl * 3 + Duration::from_secs(1));
     let store = match &setup.url {
         Some(url) => Store::Url(url.clone()),
-        None => tokio::task::spawn_blocking(move || Store::start(backend))
+        None => tokio::task::spawn_blocking(move || Store::start_on(backend, clock_step))
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("cannot start {}: {e}", backend.name()))?,
@@ -167,6 +174,7 @@ pub async fn run(setup: Setup) -> Result<Outcome, RunError> {
     let quarantine = backend.restart_quarantine(setup.ttl);
     let store_url = store.url(session, quarantine);
     let has_server = store.has_server();
+    let has_clock = store.has_clock();
     let store = Arc::new(Mutex::new(store));
     let proxied = backend != Backend::Sqlite;
     let client_proxies = |url: &str| {
@@ -307,6 +315,7 @@ pub async fn run(setup: Setup) -> Result<Outcome, RunError> {
     if !setup.only.is_empty() {
         kinds.retain(|k| setup.only.iter().any(|o| o == k.name()));
     }
+    kinds.retain(|k| has_clock || !k.is_clock_jump());
     let mut plan = schedule(setup.seed, &kinds, setup.ttl);
     let end_at = started + setup.duration;
     let hard_end = started + setup.duration * 3;
@@ -473,6 +482,9 @@ async fn inject(
     let lost_at = match planned.kind {
         FaultKind::ServerKill | FaultKind::MajorityKill | FaultKind::Failover => Some(start),
         FaultKind::LaggedFailover => Some(start + nanos(planned.duration)),
+        // A step forward frees what the store expires by its clock; a step back does at its end.
+        FaultKind::ClockJumpForward => Some(start),
+        FaultKind::ClockJumpBack => Some(start + nanos(planned.duration)),
         _ => None,
     };
     match planned.kind {
@@ -555,6 +567,19 @@ async fn inject(
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("cannot partition the ensemble: {e}"))?;
+        }
+        FaultKind::ClockJumpForward | FaultKind::ClockJumpBack => {
+            let store = store.clone();
+            let (back, duration) = (planned.kind == FaultKind::ClockJumpBack, planned.duration);
+            target = tokio::task::spawn_blocking(move || {
+                store
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .jump_clock(back, duration)
+            })
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("cannot step the server's clock: {e}"))?;
         }
         FaultKind::BlackholeHolder
         | FaultKind::DropRepliesHolder

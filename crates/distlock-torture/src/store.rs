@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use distlock_testkit::proxy::through_proxies;
 use distlock_testkit::{
-    FaultProxies, HarnessError, MariaDbServer, MemcachedServer, PostgresServer, RedisCluster,
-    RedisClusterOptions, RedisOptions, RedisServer, ZooKeeperEnsemble, ZooKeeperOptions, ZooKeeperServer,
+    FaultProxies, HarnessError, MariaDbOptions, MariaDbServer, MemcachedOptions, MemcachedServer,
+    PostgresOptions, PostgresServer, RedisCluster, RedisClusterOptions, RedisOptions, RedisServer,
+    StoreClock, ZooKeeperEnsemble, ZooKeeperOptions, ZooKeeperServer,
 };
 use distlock_testkit::{MariaDbReplicated, MariaDbReplicatedOptions, MariaDbReplication};
 use distlock_testkit::{PostgresReplicated, PostgresReplicatedOptions, Replication};
@@ -127,17 +128,50 @@ impl Backend {
         }
     }
 
+    /// Whether the harness can step its server's clock (libfaketime): Redis, Redlock (one
+    /// master), MariaDB, PostgreSQL and memcached.
+    pub fn clock_jumps(self) -> bool {
+        matches!(
+            self,
+            Backend::Redis
+                | Backend::RedisVolatile
+                | Backend::Redlock
+                | Backend::RedlockNoDelay
+                | Backend::Mariadb
+                | Backend::Postgres
+                | Backend::Memcached
+        )
+    }
+
+    fn is_redlock(self) -> bool {
+        matches!(self, Backend::Redlock | Backend::RedlockNoDelay)
+    }
+
     /// The fault kinds under which the backend's docs say a lock can be lost or two holders
     /// can overlap (shown in the table, not failed).
     pub fn documented_losses(self) -> HashSet<String> {
         let kinds: &[FaultKind] = match self {
-            // Without persistence a restarted server has forgotten every lock.
-            Backend::RedisVolatile => &[FaultKind::ServerKill],
+            // Without persistence a restarted server has forgotten every lock; a step of its
+            // clock as for Redis below.
+            Backend::RedisVolatile => &[
+                FaultKind::ServerKill,
+                FaultKind::ClockJumpForward,
+                FaultKind::ClockJumpBack,
+            ],
             // A restarted memcached has forgotten every item; the holder learns it only at its
             // next renewal.
             Backend::Memcached => &[FaultKind::ServerKill],
-            // Without the delayed-restart rule, masters restarted empty vote again.
-            Backend::RedlockNoDelay => &[FaultKind::MajorityKill, FaultKind::ServerKill],
+            // Without the delayed-restart rule, masters restarted empty vote again; a step of one
+            // master's clock as for Redlock below.
+            Backend::RedlockNoDelay => &[
+                FaultKind::MajorityKill,
+                FaultKind::ServerKill,
+                FaultKind::ClockJumpForward,
+                FaultKind::ClockJumpBack,
+            ],
+            // One master's forward step frees its key: a holder of a bare majority loses the lock
+            // (docs/src/stores/redlock.md, "Clock jumps"); a step back ends with a step forward.
+            Backend::Redlock => &[FaultKind::ClockJumpForward, FaultKind::ClockJumpBack],
             // Replication is asynchronous: a lock the promoted replica never got is free on it.
             // Replication is asynchronous: an acquisition the standby had not received when the
             // primary died (all of them while it was cut off; the last milliseconds' otherwise)
@@ -148,6 +182,12 @@ impl Backend {
             // primary died (all of them while it was cut off; the last milliseconds' otherwise)
             // is gone on the promoted replica (docs/src/stores/mysql.md, "Failover").
             Backend::MariadbAsyncReplica => &[FaultKind::Failover, FaultKind::LaggedFailover],
+            // Expiry is judged by the server's wall clock: a forward step frees held locks
+            // (docs/src/stores/{redis,mysql,postgres}.md, "Clock jumps"). A step back ends with
+            // the step forward to the true time.
+            Backend::Redis | Backend::Mariadb | Backend::Postgres => {
+                &[FaultKind::ClockJumpForward, FaultKind::ClockJumpBack]
+            }
             _ => &[],
         };
         kinds.iter().map(|k| k.name().to_owned()).collect()
@@ -180,6 +220,9 @@ pub enum Store {
     MariadbPair(Box<MariaDbReplicated>),
     /// A store the harness did not start.
     Url(String),
+    /// A store whose server (Redlock: master 1) runs on a clock the harness steps, and how far
+    /// it steps it.
+    Clocked(Box<Store>, StoreClock, Duration),
 }
 
 impl Store {
@@ -232,6 +275,70 @@ impl Store {
         })
     }
 
+    /// Starts `backend`'s server as [`start`](Self::start) does, on a clock the harness steps by
+    /// `clock_step` (see [`jump_clock`](Self::jump_clock)) when given and the backend has one
+    /// (see [`Backend::clock_jumps`]).
+    pub fn start_on(backend: Backend, clock_step: Option<Duration>) -> Result<Self, HarnessError> {
+        let Some(step) = clock_step.filter(|_| backend.clock_jumps()) else {
+            return Self::start(backend);
+        };
+        let clock = StoreClock::new()?;
+        let on_clock = || RedisOptions {
+            clock: Some(clock.clone()),
+            ..RedisOptions::default()
+        };
+        let store = match backend {
+            Backend::Redis => Store::Redis(RedisServer::start_with(RedisOptions {
+                persistence: true,
+                ..on_clock()
+            })?),
+            Backend::RedisVolatile => Store::Redis(RedisServer::start_with(on_clock())?),
+            // Master 1 only: master 0 is the one killed, master 2 the one paused.
+            _ if backend.is_redlock() => Store::Redlock(vec![
+                RedisServer::start()?,
+                RedisServer::start_with(on_clock())?,
+                RedisServer::start()?,
+            ]),
+            Backend::Mariadb => Store::Mariadb(MariaDbServer::start_with(MariaDbOptions {
+                clock: Some(clock.clone()),
+                ..MariaDbOptions::default()
+            })?),
+            Backend::Postgres => Store::Postgres(PostgresServer::start_with(PostgresOptions {
+                clock: Some(clock.clone()),
+                ..PostgresOptions::default()
+            })?),
+            Backend::Memcached => Store::Memcached(MemcachedServer::start_with(MemcachedOptions {
+                clock: Some(clock.clone()),
+                ..MemcachedOptions::default()
+            })?),
+            _ => return Self::start(backend),
+        };
+        Ok(Store::Clocked(Box::new(store), clock, step))
+    }
+
+    /// Whether its server runs on a clock the harness steps.
+    pub fn has_clock(&self) -> bool {
+        matches!(self, Store::Clocked(..))
+    }
+
+    /// Steps the server's clock by its step (ahead, or back with `back`), holds it there for
+    /// `duration`, then steps it to the true time again (blocking).
+    pub fn jump_clock(&self, back: bool, duration: Duration) -> Result<String, HarnessError> {
+        let Store::Clocked(store, clock, step) = self else {
+            return Ok("nothing".into());
+        };
+        let step = i64::try_from(step.as_secs().max(1)).unwrap_or(i64::MAX);
+        let step = if back { -step } else { step };
+        clock.jump(step)?;
+        std::thread::sleep(duration);
+        clock.jump(0)?;
+        let whose = match **store {
+            Store::Redlock(_) => "master 1",
+            _ => "the server",
+        };
+        Ok(format!("{whose} ({step:+} s)"))
+    }
+
     /// The store's URL (clients reach it through their own fault proxies): ZooKeeper's with
     /// `session` as its session timeout, Redlock's with `quarantine` as its restart quarantine.
     pub fn url(&self, session: Duration, quarantine: Duration) -> String {
@@ -257,6 +364,7 @@ impl Store {
             Store::MariadbPair(pair) => pair.url(),
             Store::PostgresPair(pair) => pair.url(),
             Store::Url(url) => url.clone(),
+            Store::Clocked(store, ..) => store.url(session, quarantine),
         }
     }
 
@@ -407,6 +515,7 @@ impl Store {
                 Ok(format!("the leader (node {leader})"))
             }
             (Store::Sqlite(_) | Store::Url(_), _) => Ok("nothing".into()),
+            (Store::Clocked(store, ..), kind) => store.kill_and_restart(kind, pause),
         }
     }
 
@@ -484,6 +593,7 @@ impl Store {
                     .map(|()| format!("follower {follower}"))
             }
             Store::Sqlite(_) | Store::Url(_) => Ok("nothing".into()),
+            Store::Clocked(store, ..) => store.pause_for(pause, hot),
         }
     }
 }

@@ -9,6 +9,7 @@ use distlock_core::{DistributedLock, DistributedLockExt, Lease, LockName, OwnerT
 use crate::expect::Skip;
 
 mod acquire;
+mod clock;
 mod cut_off;
 mod exclusion;
 mod expiry;
@@ -35,6 +36,7 @@ mod wakeup;
 pub use acquire::{
     c01_try_acquire_reports_held, c02_release_then_not_owned, c14_no_reentrancy, c15_names_are_exact,
 };
+pub use clock::c51_forward_clock_jump_lets_no_second_holder;
 pub use cut_off::c43_wait_cut_off_mid_attempt_leaves_nothing;
 pub use exclusion::{c09_mutual_exclusion_under_contention, c10_many_locks_at_once};
 pub use expiry::{

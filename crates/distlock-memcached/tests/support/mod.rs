@@ -12,13 +12,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_conformance::{Fixture, Needs, Outage, Plan, Proxied, Site};
+use distlock_conformance::{Clocked, ClockedStore, Fixture, Needs, Outage, Plan, Proxied, Site};
 use distlock_core::{
     Attempt, DistributedLock, DistributedLockExt, Error, Lease, LockKind, LockName, LockState, ObjectState,
     Primitive, Result, TryAcquire,
 };
 use distlock_memcached::{MemcachedConfig, MemcachedLock};
-use distlock_testkit::{shared, MemcachedOptions, MemcachedServer};
+use distlock_testkit::{shared, MemcachedOptions, MemcachedServer, StoreClock};
 use futures::stream::{self, StreamExt};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -154,6 +154,22 @@ impl Fixture for MemcachedFixture {
 
     fn short_ttl(&self) -> Duration {
         Duration::from_secs(2)
+    }
+
+    async fn store_clock(&self) -> Option<Box<dyn ClockedStore>> {
+        let clock = StoreClock::new().expect("libfaketime is installed (run scripts/install-test-deps)");
+        let server = start_server(MemcachedOptions {
+            clock: Some(clock.clone()),
+            ..MemcachedOptions::default()
+        })
+        .await;
+        Some(Box::new(Clocked {
+            url: server.url(),
+            servers: server,
+            clock,
+            open: |url| Box::pin(async move { Ok(Arc::new(lock(&url)) as Arc<dyn DistributedLock>) }),
+            declared_loss: None,
+        }))
     }
 }
 

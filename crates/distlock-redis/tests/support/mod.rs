@@ -6,11 +6,13 @@
 //! servers of its own, and so do the Redis Cluster's fault cases (see [`cluster`]).
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod clocked;
+
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_conformance::{Fixture, Needs, Outage, Plan, Proxied, Site};
+use distlock_conformance::{ClockedStore, Fixture, Needs, Outage, Plan, Proxied, Site};
 use distlock_core::{DistributedLock, Error, LockName, Result};
 use distlock_redis::{RedisConfig, RedisLock, Redlock, RedlockConfig};
 use distlock_testkit::{shared, HarnessError, RedisCluster, RedisClusterOptions, RedisServer};
@@ -116,6 +118,10 @@ impl Fixture for RedisFixture {
 
     fn child_env(&self) -> Option<Vec<(String, String)>> {
         Some(self.site.child_env())
+    }
+
+    async fn store_clock(&self) -> Option<Box<dyn ClockedStore>> {
+        Some(clocked::single(Some("docs/src/stores/redis.md")).await)
     }
 }
 
@@ -267,6 +273,11 @@ impl Fixture for RedlockFixture {
 
     fn child_env(&self) -> Option<Vec<(String, String)>> {
         Some(self.site.child_env())
+    }
+
+    /// As many masters as the fixture's, the first on the clock.
+    async fn store_clock(&self) -> Option<Box<dyn ClockedStore>> {
+        Some(clocked::redlock(self.urls().len(), None).await)
     }
 }
 

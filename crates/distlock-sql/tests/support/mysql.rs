@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_conformance::{Fixture, Needs, Outage, Plan, Proxied, Site};
+use distlock_conformance::{Clocked, ClockedStore, Fixture, Needs, Outage, Plan, Proxied, Site};
 use distlock_core::{DistributedLock, Error, LockName, OwnerToken, Result};
 use distlock_sql::{SqlConfig, SqlLock};
-use distlock_testkit::MariaDbServer;
+use distlock_testkit::{MariaDbOptions, MariaDbServer, StoreClock};
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 
 /// The operation timeout of the fixture's clients: short, so outage cases end quickly.
@@ -105,5 +105,28 @@ impl Fixture for MySqlFixture {
 
     fn child_env(&self) -> Option<Vec<(String, String)>> {
         Some(self.site.child_env())
+    }
+
+    async fn store_clock(&self) -> Option<Box<dyn ClockedStore>> {
+        let (server, clock) = tokio::task::spawn_blocking(|| {
+            let clock = StoreClock::new().expect("libfaketime is installed (run scripts/install-test-deps)");
+            let server = MariaDbServer::start_with(MariaDbOptions {
+                clock: Some(clock.clone()),
+                ..MariaDbOptions::default()
+            })
+            .expect("mariadbd starts (run scripts/install-test-deps to install mariadb-server)");
+            (server, clock)
+        })
+        .await
+        .expect("the starter thread");
+        Some(Box::new(Clocked {
+            url: server.url(),
+            servers: server,
+            clock,
+            open: |url| {
+                Box::pin(async move { Ok(Arc::new(client(&url).await?) as Arc<dyn DistributedLock>) })
+            },
+            declared_loss: Some("docs/src/stores/mysql.md"),
+        }))
     }
 }

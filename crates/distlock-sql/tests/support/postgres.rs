@@ -6,10 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_conformance::{Fixture, Needs, Outage, Plan, Proxied, Site};
+use distlock_conformance::{Clocked, ClockedStore, Fixture, Needs, Outage, Plan, Proxied, Site};
 use distlock_core::{DistributedLock, Error, LockName, OwnerToken, Result};
 use distlock_sql::{SqlConfig, SqlLock};
-use distlock_testkit::PostgresServer;
+use distlock_testkit::{PostgresOptions, PostgresServer, StoreClock};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 /// The operation timeout of the fixture's clients: short, so outage cases end quickly.
@@ -121,5 +121,28 @@ impl Fixture for PostgresFixture {
 
     fn child_env(&self) -> Option<Vec<(String, String)>> {
         Some(self.site.child_env())
+    }
+
+    async fn store_clock(&self) -> Option<Box<dyn ClockedStore>> {
+        let (server, clock) = tokio::task::spawn_blocking(|| {
+            let clock = StoreClock::new().expect("libfaketime is installed (run scripts/install-test-deps)");
+            let server = PostgresServer::start_with(PostgresOptions {
+                clock: Some(clock.clone()),
+                ..PostgresOptions::default()
+            })
+            .expect("postgres starts (run scripts/install-test-deps to install postgresql)");
+            (server, clock)
+        })
+        .await
+        .expect("the starter thread");
+        Some(Box::new(Clocked {
+            url: server.url(),
+            servers: server,
+            clock,
+            open: |url| {
+                Box::pin(async move { Ok(Arc::new(client(&url).await?) as Arc<dyn DistributedLock>) })
+            },
+            declared_loss: Some("docs/src/stores/postgres.md"),
+        }))
     }
 }
