@@ -122,6 +122,7 @@ mod redlock;
 mod release;
 mod released;
 mod replica_ack;
+mod sentinel;
 mod server_run;
 mod slots;
 mod subscriber;
@@ -133,3 +134,4 @@ pub use config::{
 };
 pub use lock::RedisLock;
 pub use redlock::Redlock;
+pub use sentinel::DEFAULT_REPLICA_TIMEOUT;

@@ -172,7 +172,7 @@ impl Node {
     /// How its scripts announce releases.
     pub(crate) fn publish(&self) -> Publish {
         match self.target {
-            Target::Server(_) => Publish::Plain,
+            Target::Server(_) | Target::Sentinel(_) => Publish::Plain,
             Target::Cluster(_) => Publish::Sharded,
         }
     }
@@ -319,11 +319,18 @@ impl Node {
                     self.timed_out(generation, &at);
                     return Err(with_context(map_error(e), &self.url));
                 }
-                Ok(Err(e)) if !retried && (e.is_connection_dropped() || e.is_io_error()) => {
-                    tracing::debug!(url = %self.url, error = %e, "distlock-redis: connection broken; sending once more");
+                Ok(Err(e)) => {
+                    let stale = self.stale_primary(&e);
+                    if stale {
+                        // Behind Sentinel: the next connection goes to the primary they name.
+                        self.replace(generation);
+                    }
+                    if retried || !(e.is_connection_dropped() || e.is_io_error() || stale) {
+                        return Err(with_context(map_error(e), &self.url));
+                    }
+                    tracing::debug!(url = %self.url, error = %e, "distlock-redis: connection broken or not the primary; sending once more");
                     retried = true;
                 }
-                Ok(Err(e)) => return Err(with_context(map_error(e), &self.url)),
                 Err(_) => {
                     self.timed_out(generation, &at);
                     return Err(Error::unavailable(
@@ -333,6 +340,22 @@ impl Node {
                 }
             }
         }
+    }
+
+    /// Behind Sentinel: whether `e` says the connection no longer reaches the primary (it
+    /// broke, was refused, or the server answered as a replica: `READONLY`, or `MASTERDOWN`),
+    /// so that the Sentinels must be asked again. A request refused so did not run (a script
+    /// on a replica stops at its first write), and a broken connection's is sent once more
+    /// anyway, so such a request is sent once more on the new connection.
+    fn stale_primary(&self, e: &redis::RedisError) -> bool {
+        matches!(self.target, Target::Sentinel(_))
+            && (e.is_connection_dropped()
+                || e.is_io_error()
+                || e.is_connection_refusal()
+                || matches!(
+                    e.kind(),
+                    ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
+                ))
     }
 
     /// The connection to use and its generation; a cluster connection that was dropped is
@@ -402,8 +425,8 @@ impl Node {
         }
         let client = match &self.target {
             Target::Server(client) => client,
-            Target::Cluster(_) => {
-                tracing::debug!(url = %self.url, "distlock-redis: a request timed out; reopening the cluster connection");
+            Target::Cluster(_) | Target::Sentinel(_) => {
+                tracing::debug!(url = %self.url, "distlock-redis: reopening the connection (a cluster's, or to the primary the Sentinels name)");
                 current.generation += 1;
                 current.conn = None;
                 current.opening = None;

@@ -35,12 +35,14 @@ impl ReplicaAcks {
     /// the configuration's validation).
     pub(crate) fn new(config: &RedisConfig) -> Option<Self> {
         let ack = config.replicas?;
-        let Target::Server(client) = &config.target else {
-            return None;
+        let primary = match &config.target {
+            Target::Server(client) => Primary::Server(client.clone()),
+            Target::Sentinel(sentinels) => Primary::Sentinel(sentinels.clone()),
+            Target::Cluster(_) => return None,
         };
         Some(Self {
             connections: AckConnections {
-                client: client.clone(),
+                primary,
                 url: config.url.clone(),
                 connect_timeout: config.connect_timeout,
                 idle: std::sync::Mutex::default(),
@@ -136,10 +138,17 @@ impl ReplicaAcks {
 /// a clean answer, so concurrent acquisitions and renewals wait for their replicas in
 /// parallel. A connection that failed or timed out is dropped, not reused.
 struct AckConnections {
-    client: redis::Client,
+    primary: Primary,
     url: String,
     connect_timeout: Duration,
     idle: std::sync::Mutex<Vec<redis::aio::MultiplexedConnection>>,
+}
+
+/// The server acknowledgement connections go to: one server, or the primary the Sentinels
+/// name when the connection is opened.
+enum Primary {
+    Server(redis::Client),
+    Sentinel(crate::sentinel::SentinelTarget),
 }
 
 /// At most this many idle acknowledgement connections are kept.
@@ -157,18 +166,27 @@ impl AckConnections {
         let mut conn = match idle {
             Some(conn) => conn,
             None => {
-                node::bounded(
-                    self.connect_timeout,
-                    &self.url,
-                    self.client
-                        .get_multiplexed_async_connection_with_config(&ack_connection_config(
-                            self.connect_timeout,
-                        )),
-                )
-                .await?
+                let config = ack_connection_config(self.connect_timeout);
+                let open = async {
+                    match &self.primary {
+                        Primary::Server(client) => {
+                            client.get_multiplexed_async_connection_with_config(&config).await
+                        }
+                        Primary::Sentinel(sentinels) => {
+                            let client = sentinels.primary().await?;
+                            client.get_multiplexed_async_connection_with_config(&config).await
+                        }
+                    }
+                };
+                node::bounded(self.connect_timeout, &self.url, open).await?
             }
         };
-        let replies = node::bounded(limit, &self.url, pipe.query_async(&mut conn)).await?;
+        let replies: Vec<Value> = node::bounded(limit, &self.url, pipe.query_async(&mut conn)).await?;
+        if replies.iter().any(|reply| matches!(reply, Value::ServerError(_))) {
+            // Perhaps no longer the primary (`READONLY`, `WAIT` refused on a replica): a new
+            // connection goes where the Sentinels now point.
+            return Ok(replies);
+        }
         let mut idle = self
             .idle
             .lock()

@@ -1,0 +1,201 @@
+//! Redis with Sentinel (`redis+sentinel://`): the parsing of its URL and the discovery of the
+//! current primary through the Sentinels.
+//!
+//! Discovery is the `redis` crate's Sentinel client: it asks the Sentinels in turn for the
+//! masters they monitor (`SENTINEL MASTERS`), takes the named one unless it is marked down,
+//! connects to it and checks that it says it is a master (`ROLE`). Every new connection to the
+//! data (the shared one, the pub/sub one, those that `WAIT` for replicas) is opened after a
+//! discovery; when a connection breaks, times out or meets a replica (`READONLY`), the
+//! [`Node`](crate::node::Node) drops it and discovers again, so that after a failover the
+//! client reaches the promoted primary. It owns no connection to the data itself.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock_core::{Error, Result};
+use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
+
+use crate::config::{redact, tcp_settings, ReplicaAck};
+
+/// How long `WAIT` waits for the replicas by default when a `redis+sentinel://` URL asks for
+/// them (`wait_for_replicas=N`, no `replica_timeout`).
+pub const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The Sentinels of one primary, and how to reach the data servers they name.
+#[derive(Clone)]
+pub(crate) struct SentinelTarget {
+    /// The Sentinel client (its connections to the Sentinels are cached), shared by clones.
+    sentinels: Arc<tokio::sync::Mutex<Sentinel>>,
+    /// The name the Sentinels monitor the primary under.
+    master: String,
+    /// Credentials, database and TLS of the data servers.
+    node: Arc<SentinelNodeConnectionInfo>,
+}
+
+impl SentinelTarget {
+    /// A client of the current primary, as the Sentinels name it and it confirms (`ROLE`).
+    /// Unbounded in time: the callers bound it.
+    pub(crate) async fn primary(&self) -> redis::RedisResult<redis::Client> {
+        self.sentinels
+            .lock()
+            .await
+            .async_master_for(&self.master, Some(&self.node))
+            .await
+    }
+}
+
+/// Parses `redis+sentinel://[user:pass@]s1:p1[,s2:p2...]/<master>[?db=N&wait_for_replicas=N&replica_timeout=1s]`
+/// (`rediss+sentinel://` for TLS to the Sentinels and the data servers): the credentials and
+/// the database are the data servers'; the Sentinels are asked without credentials.
+pub(crate) fn parse_url(url: &str) -> Result<(SentinelTarget, Option<ReplicaAck>)> {
+    let bad = |why: &str| {
+        Error::invalid_config(format!(
+            "not a Redis Sentinel URL (redis+sentinel://host1:port1[,host2:port2...]/master-name): {why}: {}",
+            redact(url)
+        ))
+    };
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
+    let (node_scheme, tls) = match scheme {
+        "redis+sentinel" => ("redis", false),
+        "rediss+sentinel" => ("rediss", true),
+        _ => return Err(bad("another scheme")),
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => (Some(userinfo), hosts),
+        None => (None, authority),
+    };
+    if hosts.is_empty() || hosts.split(',').any(str::is_empty) {
+        return Err(bad("an empty host"));
+    }
+    let (path, query) = tail.split_once('?').unwrap_or((tail, ""));
+    let master = path.strip_prefix('/').unwrap_or(path);
+    if master.is_empty() || master.contains('/') {
+        return Err(bad("the path must be the master's name"));
+    }
+    let mut db = 0;
+    let mut count = 0;
+    let mut timeout = DEFAULT_REPLICA_TIMEOUT;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "db" => {
+                db = value
+                    .parse()
+                    .map_err(|_| bad(&format!("db={value:?} is not a number")))?
+            }
+            "wait_for_replicas" => {
+                count = value
+                    .parse()
+                    .map_err(|_| bad(&format!("wait_for_replicas={value:?} is not a count")))?
+            }
+            "replica_timeout" => {
+                timeout = humantime::parse_duration(value)
+                    .map_err(|e| bad(&format!("replica_timeout={value:?} is not a duration: {e}")))?
+            }
+            other => return Err(bad(&format!("unknown parameter {other:?}"))),
+        }
+    }
+    let sentinels = hosts
+        .split(',')
+        .map(|host| {
+            let client = crate::config::parse_url(&format!("{node_scheme}://{host}"))?;
+            Ok(client.get_connection_info().clone())
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut redis_info = redis::RedisConnectionInfo::default().set_db(db);
+    if let Some(userinfo) = userinfo {
+        let (user, pass) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+        if !user.is_empty() {
+            redis_info = redis_info.set_username(decode(user).map_err(|why| bad(&why))?);
+        }
+        if !pass.is_empty() {
+            redis_info = redis_info.set_password(decode(pass).map_err(|why| bad(&why))?);
+        }
+    }
+    let mut node = SentinelNodeConnectionInfo::default()
+        .set_redis_connection_info(redis_info)
+        .set_tcp_settings(tcp_settings());
+    if tls {
+        node = node.set_tls_mode(redis::TlsMode::Secure);
+    }
+    let sentinel = Sentinel::build(sentinels).map_err(|e| bad(&e.to_string()))?;
+    let replicas = (count > 0).then_some(ReplicaAck { count, timeout });
+    Ok((
+        SentinelTarget {
+            sentinels: Arc::new(tokio::sync::Mutex::new(sentinel)),
+            master: master.to_owned(),
+            node: Arc::new(node),
+        },
+        replicas,
+    ))
+}
+
+/// A URL's user or password, percent-decoded.
+fn decode(part: &str) -> std::result::Result<String, String> {
+    let bytes = part.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = part
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| "a malformed percent escape in the user info".to_owned())?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "the user info is not UTF-8".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sentinel_urls() {
+        let (target, replicas) =
+            parse_url("redis+sentinel://u:p%40ss@a:1,b:2,c:3/mymaster?db=2&wait_for_replicas=1")
+                .expect("valid");
+        assert_eq!(target.master, "mymaster");
+        assert_eq!(
+            replicas,
+            Some(ReplicaAck {
+                count: 1,
+                timeout: DEFAULT_REPLICA_TIMEOUT
+            })
+        );
+        let (_, replicas) =
+            parse_url("redis+sentinel://a:1/m?wait_for_replicas=2&replica_timeout=250ms").expect("valid");
+        assert_eq!(replicas.map(|r| r.timeout), Some(Duration::from_millis(250)));
+        assert_eq!(parse_url("redis+sentinel://a:1/m").expect("valid").1, None);
+        for bad in [
+            "redis+sentinel://",
+            "redis+sentinel://a:1",
+            "redis+sentinel://a:1/",
+            "redis+sentinel://a:1,,b:2/m",
+            "redis+sentinel://a:port/m",
+            "redis+sentinel://a:1/m/0",
+            "redis+sentinel://a:1/m?db=x",
+            "redis+sentinel://a:1/m?wait_for_replicas=-1",
+            "redis+sentinel://a:1/m?replica_timeout=soon",
+            "redis+sentinel://a:1/m?nosuch=1",
+            "redis+sentinel://u:%zz@a:1/m",
+            "sentinel://a:1/m",
+        ] {
+            assert!(
+                matches!(parse_url(bad), Err(Error::InvalidConfig { .. })),
+                "{bad}"
+            );
+        }
+        let err = parse_url("redis+sentinel://u:hunter2@a:1/m?nosuch=1")
+            .err()
+            .expect("refused");
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+    }
+}
