@@ -426,6 +426,9 @@ impl Node {
         let client = match &self.target {
             Target::Server(client) => client,
             Target::Cluster(_) | Target::Sentinel(_) => {
+                if let Target::Sentinel(sentinels) = &self.target {
+                    sentinels.forget();
+                }
                 tracing::debug!(url = %self.url, "distlock-redis: reopening the connection (a cluster's, or to the primary the Sentinels name)");
                 current.generation += 1;
                 current.conn = None;

@@ -151,6 +151,16 @@ enum Primary {
     Sentinel(crate::sentinel::SentinelTarget),
 }
 
+impl AckConnections {
+    /// Behind Sentinel: the primary discovered is forgotten (see
+    /// [`SentinelTarget::forget`](crate::sentinel::SentinelTarget::forget)).
+    fn forget(&self) {
+        if let Primary::Sentinel(sentinels) = &self.primary {
+            sentinels.forget();
+        }
+    }
+}
+
 /// At most this many idle acknowledgement connections are kept.
 const MAX_IDLE_ACK_CONNECTIONS: usize = 16;
 
@@ -178,13 +188,22 @@ impl AckConnections {
                         }
                     }
                 };
-                node::bounded(self.connect_timeout, &self.url, open).await?
+                node::bounded(self.connect_timeout, &self.url, open)
+                    .await
+                    .inspect_err(|_| self.forget())?
             }
         };
-        let replies: Vec<Value> = node::bounded(limit, &self.url, pipe.query_async(&mut conn)).await?;
+        let replies: Vec<Value> = match node::bounded(limit, &self.url, pipe.query_async(&mut conn)).await {
+            Ok(replies) => replies,
+            Err(e) => {
+                self.forget();
+                return Err(e);
+            }
+        };
         if replies.iter().any(|reply| matches!(reply, Value::ServerError(_))) {
             // Perhaps no longer the primary (`READONLY`, `WAIT` refused on a replica): a new
-            // connection goes where the Sentinels now point.
+            // connection goes where the Sentinels point then.
+            self.forget();
             return Ok(replies);
         }
         let mut idle = self

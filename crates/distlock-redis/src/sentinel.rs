@@ -3,13 +3,14 @@
 //!
 //! Discovery is the `redis` crate's Sentinel client: it asks the Sentinels in turn for the
 //! masters they monitor (`SENTINEL MASTERS`), takes the named one unless it is marked down,
-//! connects to it and checks that it says it is a master (`ROLE`). Every new connection to the
-//! data (the shared one, the pub/sub one, those that `WAIT` for replicas) is opened after a
-//! discovery; when a connection breaks, times out or meets a replica (`READONLY`), the
-//! [`Node`](crate::node::Node) drops it and discovers again, so that after a failover the
-//! client reaches the promoted primary. It owns no connection to the data itself.
+//! connects to it and checks that it says it is a master (`ROLE`). Its answer is kept: new
+//! connections to the data (the shared one, the pub/sub one, those that `WAIT` for replicas)
+//! go to it until a connection breaks, times out, is refused or meets a replica (`READONLY`):
+//! then it is forgotten ([`SentinelTarget::forget`]) and the next connection asks the
+//! Sentinels again, so that after a failover the client reaches the promoted primary. It owns
+//! no connection to the data itself.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use distlock_core::{Error, Result};
@@ -30,17 +31,38 @@ pub(crate) struct SentinelTarget {
     master: String,
     /// Credentials, database and TLS of the data servers.
     node: Arc<SentinelNodeConnectionInfo>,
+    /// The primary last discovered, until forgotten.
+    current: Arc<std::sync::Mutex<Option<redis::Client>>>,
 }
 
 impl SentinelTarget {
-    /// A client of the current primary, as the Sentinels name it and it confirms (`ROLE`).
+    /// A client of the current primary: the one last discovered, else the one the Sentinels
+    /// name now and that confirms it (`ROLE`), one discovery at a time for every caller.
     /// Unbounded in time: the callers bound it.
     pub(crate) async fn primary(&self) -> redis::RedisResult<redis::Client> {
-        self.sentinels
+        if let Some(client) = self.cached() {
+            return Ok(client);
+        }
+        let mut sentinels = self.sentinels.lock().await;
+        if let Some(client) = self.cached() {
+            return Ok(client); // another caller discovered it meanwhile
+        }
+        let client = sentinels.async_master_for(&self.master, Some(&self.node)).await?;
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Forgets the primary discovered: a connection to it broke, timed out, was refused or
+    /// met a replica, so the next connection asks the Sentinels again.
+    pub(crate) fn forget(&self) {
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    fn cached(&self) -> Option<redis::Client> {
+        self.current
             .lock()
-            .await
-            .async_master_for(&self.master, Some(&self.node))
-            .await
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -127,6 +149,7 @@ pub(crate) fn parse_url(url: &str) -> Result<(SentinelTarget, Option<ReplicaAck>
             sentinels: Arc::new(tokio::sync::Mutex::new(sentinel)),
             master: master.to_owned(),
             node: Arc::new(node),
+            current: Arc::default(),
         },
         replicas,
     ))

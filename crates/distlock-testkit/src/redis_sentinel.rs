@@ -196,6 +196,25 @@ impl RedisSentinelSet {
         Ok(())
     }
 
+    /// `kill -9` of both data servers (no persistence: they come back empty); the Sentinels
+    /// stay.
+    pub fn kill_data_servers(&mut self) -> Result<(), HarnessError> {
+        self.data.iter_mut().try_for_each(|server| server.process.kill())
+    }
+
+    /// Restarts the data servers that are not running, each in the role its configuration
+    /// gives it, and waits until the replica is in sync.
+    pub fn restart_data_servers(&mut self) -> Result<(), HarnessError> {
+        for server in &mut self.data {
+            if !server.process.is_running() {
+                server.process.restart()?;
+            }
+        }
+        self.wait_until(SETTLE_TIMEOUT, "the replica to be in sync again", |set| {
+            set.replica_in_sync()
+        })
+    }
+
     /// Waits until a majority of the Sentinels name a primary other than the one the set
     /// knew and that server answers `ROLE` as a master; returns its address and from then on
     /// calls it the primary.

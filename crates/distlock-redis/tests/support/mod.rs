@@ -6,6 +6,8 @@
 //! servers of its own, and so do the Redis Cluster's fault cases (see [`cluster`]).
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod sentinel;
+
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
