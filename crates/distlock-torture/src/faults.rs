@@ -24,10 +24,12 @@ pub enum FaultKind {
     /// Redlock: two of three masters killed and restarted empty.
     MajorityKill,
     /// Redis Cluster: the hot lock's master killed, its replica promoted, the old master
-    /// restarted as a replica.
+    /// restarted as a replica. Redis Sentinel: the primary killed, the replica promoted by the
+    /// Sentinels, the old primary restarted as a replica.
     Failover,
     /// Redis Cluster: as `Failover`, after the master's replica was cut off from it for the
-    /// fault's duration (writes meanwhile reach no replica: a lagging replica).
+    /// fault's duration (writes meanwhile reach no replica: a lagging replica). Redis
+    /// Sentinel: the same with the primary's replication link cut.
     LaggedFailover,
     /// The holder's link black-holed (a silent partition), then healed.
     BlackholeHolder,
@@ -86,7 +88,15 @@ impl FaultKind {
                 kinds.push(FaultKind::MajorityKill);
             }
         }
-        if proxied {
+        let sentinel = matches!(backend, Backend::RedisSentinel | Backend::RedisSentinelReplicas);
+        if server && sentinel {
+            // The Sentinels replace a killed primary: the kill is a failover.
+            kinds.retain(|k| *k != FaultKind::ServerKill);
+            kinds.extend([FaultKind::Failover, FaultKind::LaggedFailover]);
+        }
+        // A Sentinel set's clients reach the data servers at the addresses the Sentinels name,
+        // around any proxy: no client-link faults.
+        if proxied && !sentinel {
             kinds.extend([
                 FaultKind::BlackholeHolder,
                 FaultKind::BlackholeAll,

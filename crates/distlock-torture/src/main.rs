@@ -170,6 +170,8 @@ enum BackendChoice {
     Memcached,
     Zookeeper,
     ZookeeperEnsemble,
+    RedisSentinel,
+    RedisSentinelReplicas,
 }
 
 fn main() -> ExitCode {
@@ -344,5 +346,7 @@ fn to_backend(choice: BackendChoice) -> Option<Backend> {
         BackendChoice::Memcached => Backend::Memcached,
         BackendChoice::Zookeeper => Backend::Zookeeper,
         BackendChoice::ZookeeperEnsemble => Backend::ZookeeperEnsemble,
+        BackendChoice::RedisSentinel => Backend::RedisSentinel,
+        BackendChoice::RedisSentinelReplicas => Backend::RedisSentinelReplicas,
     })
 }

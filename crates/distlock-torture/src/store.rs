@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use distlock_testkit::proxy::through_proxies;
 use distlock_testkit::{
     FaultProxies, HarnessError, MariaDbServer, MemcachedServer, PostgresServer, RedisCluster,
-    RedisClusterOptions, RedisOptions, RedisServer, ZooKeeperEnsemble, ZooKeeperServer,
+    RedisClusterOptions, RedisOptions, RedisSentinelSet, RedisServer, ZooKeeperEnsemble, ZooKeeperServer,
 };
 
 use crate::faults::FaultKind;
@@ -40,11 +40,18 @@ pub enum Backend {
     Zookeeper,
     /// A three-node ZooKeeper ensemble.
     ZookeeperEnsemble,
+    /// A Redis primary with one replica and three Sentinels, without persistence, replicas not
+    /// required: a killed primary is replaced by its replica (a failover can lose a lock:
+    /// documented).
+    RedisSentinel,
+    /// The same with `wait_for_replicas=1`: every acquisition and renewal acknowledged by the
+    /// replica.
+    RedisSentinelReplicas,
 }
 
 impl Backend {
     /// Every backend, in the order `--backend all` runs them.
-    pub const ALL: [Backend; 11] = [
+    pub const ALL: [Backend; 13] = [
         Backend::Sqlite,
         Backend::Redis,
         Backend::RedisVolatile,
@@ -56,6 +63,8 @@ impl Backend {
         Backend::Memcached,
         Backend::Zookeeper,
         Backend::ZookeeperEnsemble,
+        Backend::RedisSentinel,
+        Backend::RedisSentinelReplicas,
     ];
 
     /// The name used on the command line and in reports.
@@ -72,6 +81,8 @@ impl Backend {
             Backend::Memcached => "memcached",
             Backend::Zookeeper => "zookeeper",
             Backend::ZookeeperEnsemble => "zookeeper-ensemble",
+            Backend::RedisSentinel => "redis-sentinel",
+            Backend::RedisSentinelReplicas => "redis-sentinel-replicas",
         }
     }
 
@@ -116,6 +127,8 @@ impl Backend {
             Backend::RedlockNoDelay => &[FaultKind::MajorityKill, FaultKind::ServerKill],
             // Replication is asynchronous: a lock the promoted replica never got is free on it.
             Backend::RedisCluster => &[FaultKind::Failover, FaultKind::LaggedFailover],
+            // The same without replicas required: the promoted replica may lack the lock.
+            Backend::RedisSentinel => &[FaultKind::Failover, FaultKind::LaggedFailover],
             _ => &[],
         };
         kinds.iter().map(|k| k.name().to_owned()).collect()
@@ -144,6 +157,8 @@ pub enum Store {
     Ensemble(ZooKeeperEnsemble),
     /// A store the harness did not start.
     Url(String),
+    /// A Redis Sentinel set, and how many replicas acknowledge each write (0: none asked).
+    Sentinel(RedisSentinelSet, u32),
 }
 
 impl Store {
@@ -175,6 +190,8 @@ impl Store {
             Backend::Memcached => Store::Memcached(MemcachedServer::start()?),
             Backend::Zookeeper => Store::Zookeeper(ZooKeeperServer::start()?),
             Backend::ZookeeperEnsemble => Store::Ensemble(ZooKeeperEnsemble::start()?),
+            Backend::RedisSentinel => Store::Sentinel(RedisSentinelSet::start()?, 0),
+            Backend::RedisSentinelReplicas => Store::Sentinel(RedisSentinelSet::start()?, 1),
         })
     }
 
@@ -201,6 +218,7 @@ impl Store {
             Store::Zookeeper(server) => zk(server.url()),
             Store::Ensemble(ensemble) => zk(ensemble.url()),
             Store::Url(url) => url.clone(),
+            Store::Sentinel(set, replicas) => set.url(*replicas),
         }
     }
 
@@ -209,6 +227,9 @@ impl Store {
     pub fn client_proxies(&self, url: &str) -> Result<(String, FaultProxies), HarnessError> {
         match self {
             Store::Cluster(cluster) => cluster.proxies(),
+            // A client reaches the data servers at the addresses the Sentinels name, around
+            // any proxy: no client-link faults (see `FaultKind::applicable`).
+            Store::Sentinel(..) => Ok((url.to_owned(), FaultProxies(Vec::new()))),
             _ => through_proxies(url),
         }
     }
@@ -278,6 +299,9 @@ impl Store {
                 Ok(format!("the leader (node {leader})"))
             }
             (Store::Sqlite(_) | Store::Url(_), _) => Ok("nothing".into()),
+            (Store::Sentinel(..), _) => Err(HarnessError::Other(
+                "a Sentinel set's primary is killed by a failover".into(),
+            )),
         }
     }
 
@@ -286,6 +310,9 @@ impl Store {
     /// lags behind); then the master is killed (`kill -9`), its replica promoted, and the old
     /// master restarted (empty) as a replica of the new one. Blocks until the cluster is ok.
     pub fn fail_over(&mut self, hot: &str, lag: Option<Duration>) -> Result<String, HarnessError> {
+        if let Store::Sentinel(set, _) = self {
+            return sentinel_fail_over(set, lag);
+        }
         let Store::Cluster(cluster) = self else {
             return Ok("nothing".into());
         };
@@ -343,8 +370,39 @@ impl Store {
                     .map(|()| format!("follower {follower}"))
             }
             Store::Sqlite(_) | Store::Url(_) => Ok("nothing".into()),
+            Store::Sentinel(set, _) => {
+                set.isolate_primary()?;
+                std::thread::sleep(pause.min(SENTINEL_PAUSE));
+                set.heal_primary()?;
+                Ok("the primary".into())
+            }
         }
     }
+}
+
+/// The longest pause of a Sentinel set's primary: below the Sentinels' down-after time (1 s),
+/// so the pause never turns into a failover (those are faults of their own).
+const SENTINEL_PAUSE: Duration = Duration::from_millis(600);
+
+/// A failover of a Sentinel set: with `lag`, the replication link is cut first for that long
+/// (the primary's writes meanwhile reach no replica); then the primary is killed (`kill -9`),
+/// the Sentinels promote the replica, and the old primary is restarted (empty) as a replica
+/// of the new one.
+fn sentinel_fail_over(set: &mut RedisSentinelSet, lag: Option<Duration>) -> Result<String, HarnessError> {
+    let old = set.primary_addr();
+    if let Some(lag) = lag {
+        set.cut_replication()?;
+        std::thread::sleep(lag);
+    }
+    let killed = Instant::now();
+    set.kill_primary()?;
+    let new = set.wait_for_failover(Duration::from_secs(60))?;
+    let promoted = killed.elapsed();
+    set.restart_old_primary_as_replica()?;
+    Ok(format!(
+        "the primary {old} ({new} promoted {} ms after the kill)",
+        promoted.as_millis()
+    ))
 }
 
 /// The longest pause of a cluster's master: below the node timeout (2 s), so the pause never
