@@ -9,8 +9,10 @@
 //! Sentinel sees the replica's `master_port` (the proxy's) differ from the primary's and,
 //! after the failover timeout, reconfigures the replica to replicate from the primary directly
 //! (`+fix-slave-config`), around the proxy. The Sentinels use short timeouts
-//! (`down-after-milliseconds` 1000, `failover-timeout` 3000), so a failover takes a few
-//! seconds.
+//! (`down-after-milliseconds` 2000, `failover-timeout` 3000), so a failover takes a few
+//! seconds. A Sentinel drops its link to a server that has not answered for half the
+//! down-after time and counts the reconnection against it, so a pause of the primary meant
+//! not to be a failover must stay well below 1 s.
 //!
 //! "Primary unreachable" ([`RedisSentinelSet::isolate_primary`]) is a `SIGSTOP` of the
 //! primary: every peer (the replica, the Sentinels, every client) then sees it as a real
@@ -356,7 +358,7 @@ fn start_sentinel(
     let conf = format!(
         "port {port}\nbind 127.0.0.1\ndir {}\ndaemonize no\nlogfile \"\"\n\
          sentinel monitor {SENTINEL_MASTER_NAME} 127.0.0.1 {primary_port} 2\n\
-         sentinel down-after-milliseconds {SENTINEL_MASTER_NAME} 1000\n\
+         sentinel down-after-milliseconds {SENTINEL_MASTER_NAME} 2000\n\
          sentinel failover-timeout {SENTINEL_MASTER_NAME} 3000\n\
          sentinel parallel-syncs {SENTINEL_MASTER_NAME} 1\n",
         home.display()
