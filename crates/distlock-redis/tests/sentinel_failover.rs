@@ -193,3 +193,30 @@ async fn without_replicas_required_a_lagging_replica_loses_the_lock() {
         .expect("the holder says lost at its next renewal");
     assert!(second.release().await.expect("released"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_primary_replaced_by_the_sentinels_grants_no_second_holder() {
+    let set = start_set().await;
+    let url = on_set(&set, |set| set.url(1)).await;
+    let holder = client(&url).await;
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(9));
+    let mut held = Vec::new();
+    for i in 0..2 {
+        held.push(
+            holder
+                .acquire_with(unique(&format!("isolated-{i}")).as_str(), &opts)
+                .await
+                .expect("acquired and acknowledged by the replica"),
+        );
+    }
+    // Frozen: every peer reaches an open socket that answers nothing.
+    on_set(&set, |set| set.isolate_primary()).await.expect("SIGSTOP");
+    on_set(&set, |set| set.wait_for_failover(FAILOVER_TIMEOUT))
+        .await
+        .expect("the Sentinels promote the replica");
+    // Back, and still a primary until the Sentinels demote it (about 10 s): without a
+    // replica of its own it acknowledges nothing.
+    on_set(&set, |set| set.heal_primary()).await.expect("SIGCONT");
+    let other = client(&url).await;
+    never_two_holders(&other, &held, Instant::now() + Duration::from_secs(20)).await;
+}
