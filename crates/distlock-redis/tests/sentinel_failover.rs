@@ -220,3 +220,45 @@ async fn an_isolated_primary_replaced_by_the_sentinels_grants_no_second_holder()
     let other = client(&url).await;
     never_two_holders(&other, &held, Instant::now() + Duration::from_secs(20)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_leaves_a_primary_the_sentinels_replaced_while_it_still_answered() {
+    let set = start_set().await;
+    let url = on_set(&set, |set| set.url(0)).await;
+    // Its requests outlast the freeze: no timeout tells it that anything happened.
+    let patient = LockClient::new(
+        RedisConfig::from_url(&url)
+            .expect("a redis+sentinel:// URL")
+            .with_operation_timeout(Duration::from_secs(20))
+            .build()
+            .await
+            .expect("connects through the Sentinels"),
+    );
+    let warm = unique("warm");
+    let _warm = patient
+        .try_acquire(warm.as_str())
+        .await
+        .expect("answers")
+        .expect("free");
+    on_set(&set, |set| set.isolate_primary()).await.expect("SIGSTOP");
+    on_set(&set, |set| set.wait_for_failover(FAILOVER_TIMEOUT))
+        .await
+        .expect("the Sentinels promote the replica");
+    // Thawed, the old primary answers as a primary until the Sentinels demote it.
+    on_set(&set, |set| set.heal_primary()).await.expect("SIGCONT");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let name = unique("switched");
+    let first = patient
+        .try_acquire(name.as_str())
+        .await
+        .expect("answers")
+        .expect("free");
+    let other = client(&url).await;
+    let second = other.try_acquire(name.as_str()).await.expect("answers");
+    assert!(
+        second.is_none(),
+        "two holders: the first client acquired on the replaced primary (fencing {:?}), the second on the new one (fencing {:?})",
+        first.fencing_token(),
+        second.as_ref().and_then(LockGuard::fencing_token)
+    );
+}
