@@ -33,8 +33,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// [`with_wait_for_replicas`](Self::with_wait_for_replicas)`(N, replica_timeout)`
 /// (default timeout 1 s). Every new connection goes to the primary the Sentinels name (and
 /// that confirms its role); a connection that breaks, times out or meets a replica
-/// (`READONLY`) is dropped and the Sentinels asked again, so after a failover the client
-/// reaches the promoted replica.
+/// (`READONLY`), or that was opened before the Sentinels announced a switch of the primary
+/// (`+switch-master`), is dropped and the Sentinels asked again, so after a failover the
+/// client reaches the promoted replica.
 ///
 /// ```
 /// use distlock_redis::RedisConfig;

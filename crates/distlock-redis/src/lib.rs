@@ -24,8 +24,9 @@
 //! - The same [`RedisLock`] on the primary of a **Redis Sentinel** set, from
 //!   `redis+sentinel://s1:p1,s2:p2,s3:p3/<master-name>[?db=N&wait_for_replicas=N]`: the
 //!   client asks the Sentinels for the primary (and checks its `ROLE`), and asks again when
-//!   a connection to it breaks, times out or meets a replica (`READONLY`), so after a
-//!   failover it reaches the promoted replica. As for one server with replicas, **a failover
+//!   a connection to it breaks, times out or meets a replica (`READONLY`), or the Sentinels
+//!   announce a switch (`+switch-master`), so after a failover it reaches the promoted
+//!   replica. As for one server with replicas, **a failover
 //!   loses locks the promoted replica had not received**; with `wait_for_replicas` every
 //!   acquisition and renewal waits for the replicas ([`RedisConfig::with_wait_for_replicas`]),
 //!   so a lock whose holder still says held was on the replica.

@@ -60,6 +60,9 @@ struct Current {
     masters: Option<Masters>,
     /// Whether a master is being probed after a timeout (one probe for every caller).
     probing: bool,
+    /// Behind Sentinel: the switches of the primary announced when the connection was
+    /// opened (see [`SentinelTarget::switches`](crate::sentinel::SentinelTarget::switches)).
+    switches: u64,
 }
 
 /// Which master served which slots when a cluster connection was opened.
@@ -110,6 +113,13 @@ impl Node {
         timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<Self> {
+        let switches = match &target {
+            Target::Sentinel(sentinels) => {
+                sentinels.listen();
+                sentinels.switches()
+            }
+            _ => 0,
+        };
         let (conn, masters) = bounded(connect_timeout, &url, open(&target, timeout, connect_timeout)).await?;
         Ok(Self {
             target,
@@ -119,6 +129,7 @@ impl Node {
                 opening: None,
                 masters,
                 probing: false,
+                switches,
             })),
             timeout,
             connect_timeout,
@@ -146,6 +157,7 @@ impl Node {
                 opening: None,
                 masters: None,
                 probing: false,
+                switches: 0,
             })),
             timeout,
             connect_timeout,
@@ -365,6 +377,17 @@ impl Node {
     async fn current(&self, deadline: tokio::time::Instant, limit: Duration) -> Result<(u64, Conn)> {
         let (generation, opening) = {
             let mut current = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Target::Sentinel(sentinels) = &self.target {
+                let switches = sentinels.switches();
+                if current.switches != switches {
+                    // The Sentinels replaced the primary this connection goes to.
+                    tracing::debug!(url = %self.url, "distlock-redis: the primary was switched; reconnecting");
+                    current.switches = switches;
+                    current.generation += 1;
+                    current.conn = None;
+                    current.opening = None;
+                }
+            }
             if let Some(conn) = &current.conn {
                 return Ok((current.generation, conn.clone()));
             }

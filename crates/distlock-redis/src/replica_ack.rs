@@ -141,7 +141,8 @@ struct AckConnections {
     primary: Primary,
     url: String,
     connect_timeout: Duration,
-    idle: std::sync::Mutex<Vec<redis::aio::MultiplexedConnection>>,
+    /// Each with the switches of the primary announced when it was opened (behind Sentinel).
+    idle: std::sync::Mutex<Vec<(redis::aio::MultiplexedConnection, u64)>>,
 }
 
 /// The server acknowledgement connections go to: one server, or the primary the Sentinels
@@ -154,6 +155,13 @@ enum Primary {
 impl AckConnections {
     /// Behind Sentinel: the primary discovered is forgotten (see
     /// [`SentinelTarget::forget`](crate::sentinel::SentinelTarget::forget)).
+    fn switches(&self) -> u64 {
+        match &self.primary {
+            Primary::Sentinel(sentinels) => sentinels.switches(),
+            Primary::Server(_) => 0,
+        }
+    }
+
     fn forget(&self) {
         if let Primary::Sentinel(sentinels) = &self.primary {
             sentinels.forget();
@@ -168,13 +176,15 @@ impl AckConnections {
     /// Runs `pipe` on a connection of its own, bounded by `limit` (plus connecting if no
     /// connection is idle).
     async fn pipeline(&self, limit: Duration, pipe: &redis::Pipeline) -> Result<Vec<Value>> {
+        let switches = self.switches();
         let idle = self
             .idle
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .pop();
+            .pop()
+            .filter(|(_, opened)| *opened == switches);
         let mut conn = match idle {
-            Some(conn) => conn,
+            Some((conn, _)) => conn,
             None => {
                 let config = ack_connection_config(self.connect_timeout);
                 let open = async {
@@ -211,7 +221,7 @@ impl AckConnections {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if idle.len() < MAX_IDLE_ACK_CONNECTIONS {
-            idle.push(conn);
+            idle.push((conn, switches));
         }
         Ok(replies)
     }

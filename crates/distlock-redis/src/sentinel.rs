@@ -7,10 +7,15 @@
 //! connections to the data (the shared one, the pub/sub one, those that `WAIT` for replicas)
 //! go to it until a connection breaks, times out, is refused or meets a replica (`READONLY`):
 //! then it is forgotten ([`SentinelTarget::forget`]) and the next connection asks the
-//! Sentinels again, so that after a failover the client reaches the promoted primary. It owns
-//! no connection to the data itself.
+//! Sentinels again, so that after a failover the client reaches the promoted primary. It also
+//! listens to the Sentinels' `+switch-master` announcements (one pub/sub connection to one
+//! Sentinel at a time, per client): a switch of this primary forgets it and counts a switch
+//! ([`SentinelTarget::switches`]), so that connections opened before it are dropped even if
+//! the old primary still answers (it does until the Sentinels demote it). It owns no
+//! connection to the data itself.
 
-use std::sync::{Arc, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, Weak};
 use std::time::Duration;
 
 use distlock_core::{Error, Result};
@@ -33,6 +38,12 @@ pub(crate) struct SentinelTarget {
     node: Arc<SentinelNodeConnectionInfo>,
     /// The primary last discovered, until forgotten.
     current: Arc<std::sync::Mutex<Option<redis::Client>>>,
+    /// How many switches of this primary the Sentinels announced.
+    switches: Arc<AtomicU64>,
+    /// The Sentinels' addresses, for the announcements.
+    addresses: Arc<Vec<redis::ConnectionInfo>>,
+    /// Whether the announcements are listened to.
+    listening: Arc<AtomicBool>,
 }
 
 impl SentinelTarget {
@@ -58,11 +69,78 @@ impl SentinelTarget {
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 
+    /// How many switches of this primary the Sentinels announced since this client started
+    /// listening: a connection opened before the last one goes to a replaced primary.
+    pub(crate) fn switches(&self) -> u64 {
+        self.switches.load(Ordering::SeqCst)
+    }
+
+    /// Starts listening to the Sentinels' `+switch-master` announcements, once per client
+    /// (call it within a Tokio runtime). The listener ends when the client is dropped.
+    pub(crate) fn listen(&self) {
+        if self.listening.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        tokio::spawn(listen(
+            Arc::downgrade(&self.switches),
+            Arc::downgrade(&self.current),
+            self.addresses.clone(),
+            self.master.clone(),
+        ));
+    }
+
     fn cached(&self) -> Option<redis::Client> {
         self.current
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+}
+
+/// Listens to `+switch-master` on one Sentinel after another: a switch of `master` forgets the
+/// primary discovered and counts a switch. Ends once the client is gone.
+async fn listen(
+    switches: Weak<AtomicU64>,
+    current: Weak<std::sync::Mutex<Option<redis::Client>>>,
+    addresses: Arc<Vec<redis::ConnectionInfo>>,
+    master: String,
+) {
+    use futures::StreamExt;
+    let mut next = 0;
+    loop {
+        if switches.strong_count() == 0 {
+            return;
+        }
+        let address = addresses[next % addresses.len()].clone();
+        next += 1;
+        let subscribed = async {
+            let mut pubsub = redis::Client::open(address)?.get_async_pubsub().await?;
+            pubsub.subscribe("+switch-master").await?;
+            redis::RedisResult::Ok(pubsub.into_on_message())
+        };
+        if let Ok(Ok(mut messages)) = tokio::time::timeout(Duration::from_secs(2), subscribed).await {
+            loop {
+                // Wakes now and then to end once the client is gone.
+                let message = match tokio::time::timeout(Duration::from_secs(5), messages.next()).await {
+                    Ok(Some(message)) => message,
+                    Ok(None) => break, // the connection ended: the next Sentinel
+                    Err(_) if switches.strong_count() == 0 => return,
+                    Err(_) => continue,
+                };
+                // `<master name> <old ip> <old port> <new ip> <new port>`
+                let payload: String = message.get_payload().unwrap_or_default();
+                if payload.split(' ').next() != Some(master.as_str()) {
+                    continue;
+                }
+                let (Some(switches), Some(current)) = (switches.upgrade(), current.upgrade()) else {
+                    return;
+                };
+                tracing::debug!(switch = %payload, "distlock-redis: the Sentinels switched the primary");
+                *current.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                switches.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
@@ -142,6 +220,7 @@ pub(crate) fn parse_url(url: &str) -> Result<(SentinelTarget, Option<ReplicaAck>
     if tls {
         node = node.set_tls_mode(redis::TlsMode::Secure);
     }
+    let addresses = Arc::new(sentinels.clone());
     let sentinel = Sentinel::build(sentinels).map_err(|e| bad(&e.to_string()))?;
     let replicas = (count > 0).then_some(ReplicaAck { count, timeout });
     Ok((
@@ -150,6 +229,9 @@ pub(crate) fn parse_url(url: &str) -> Result<(SentinelTarget, Option<ReplicaAck>
             master: master.to_owned(),
             node: Arc::new(node),
             current: Arc::default(),
+            switches: Arc::default(),
+            addresses,
+            listening: Arc::default(),
         },
         replicas,
     ))
