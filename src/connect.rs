@@ -16,6 +16,7 @@ pub const URL_ENV: &str = "DISTLOCK_URL";
 /// | `sqlite://PATH` | a SQLite file, created if missing (the embedded default) | `sqlite` (default) |
 /// | `redis://[USER:PASS@]HOST:PORT[/DB]`, `rediss://...` | one Redis server | `redis` (`redis-tls` for `rediss`) |
 /// | `redis+cluster://[USER:PASS@]H1:P1[,H2:P2...]`, `rediss+cluster://...` | a Redis Cluster, from one or more seed nodes | `redis` |
+/// | `redis+sentinel://[USER:PASS@]S1:P1[,S2:P2...]/MASTER[?db=N&wait_for_replicas=N]`, `rediss+sentinel://...` | the primary Redis Sentinel names, found again after a failover | `redis` |
 /// | `redlock://[USER:PASS@]H1:P1,H2:P2,H3:P3[/DB]` | Redlock over independent Redis masters | `redis` |
 /// | `mysql://USER:PASS@HOST:PORT/DB`, `mariadb://...` | MySQL or MariaDB | `mysql` |
 /// | `postgres://USER:PASS@HOST:PORT/DB`, `postgresql://...` | PostgreSQL (waiters woken by `LISTEN`/`NOTIFY`) | `postgres` |
@@ -136,7 +137,8 @@ pub async fn open(url: &str) -> Result<Arc<dyn DistributedLock>> {
     match scheme.as_str() {
         "memory" => Ok(Arc::new(memory_store(url))),
         #[cfg(feature = "redis")]
-        "redis" | "rediss" | "redis+unix" | "valkey" | "valkeys" | "redis+cluster" | "rediss+cluster" => {
+        "redis" | "rediss" | "redis+unix" | "valkey" | "valkeys" | "redis+cluster" | "rediss+cluster"
+        | "redis+sentinel" | "rediss+sentinel" => {
             Ok(Arc::new(distlock_redis::RedisLock::connect(url).await?))
         }
         #[cfg(feature = "redis")]
@@ -183,6 +185,8 @@ const FEATURES: &[(&str, &str)] = &[
     ("redis+unix", "redis"),
     ("redis+cluster", "redis"),
     ("rediss+cluster", "redis"),
+    ("redis+sentinel", "redis"),
+    ("rediss+sentinel", "redis"),
     ("valkey", "redis"),
     ("valkeys", "redis"),
     ("redlock", "redis"),
@@ -240,6 +244,8 @@ mod tests {
         let err = unknown_scheme("zk").to_string();
         assert!(err.contains("`zookeeper` feature"), "{err}");
         let err = unknown_scheme("redis+cluster").to_string();
+        assert!(err.contains("`redis` feature"), "{err}");
+        let err = unknown_scheme("redis+sentinel").to_string();
         assert!(err.contains("`redis` feature"), "{err}");
         assert_eq!(
             scheme("redis+cluster://a:1,b:2").ok().as_deref(),

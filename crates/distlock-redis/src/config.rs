@@ -26,6 +26,17 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// scheme, not a query flag, says "cluster", so a tool that does not know it refuses the URL
 /// instead of talking to one master as if it were the whole store.
 ///
+/// A primary behind Redis Sentinel:
+/// `redis+sentinel://[user:pass@]s1:p1[,s2:p2...]/<master-name>[?db=N&wait_for_replicas=N&replica_timeout=1s]`
+/// (`rediss+sentinel://` for TLS), naming the Sentinels and the name they monitor the primary
+/// under; the credentials and database are the data servers'. `wait_for_replicas=N` is
+/// [`with_wait_for_replicas`](Self::with_wait_for_replicas)`(N, replica_timeout)`
+/// (default timeout 1 s). Every new connection goes to the primary the Sentinels name (and
+/// that confirms its role); a connection that breaks, times out or meets a replica
+/// (`READONLY`), or that was opened before the Sentinels announced a switch of the primary
+/// (`+switch-master`), is dropped and the Sentinels asked again, so after a failover the
+/// client reaches the promoted replica.
+///
 /// ```
 /// use distlock_redis::RedisConfig;
 /// use std::time::Duration;
@@ -49,12 +60,14 @@ pub struct RedisConfig {
     pub(crate) require_noeviction: bool,
 }
 
-/// Where the lock's data lives: one server, or a cluster.
+/// Where the lock's data lives: one server, a cluster, or the primary of a Sentinel set.
 #[derive(Clone)]
 #[allow(clippy::large_enum_variant)] // one per client, cloned only at connect time
 pub(crate) enum Target {
     Server(redis::Client),
     Cluster(ClusterSeeds),
+    /// The primary the Sentinels name, discovered again for every new connection.
+    Sentinel(crate::sentinel::SentinelTarget),
 }
 
 /// A cluster's seed nodes, and the client settings every cluster connection shares.
@@ -134,9 +147,13 @@ impl RedisConfig {
     /// # Errors
     /// [`Error::InvalidConfig`] if the URL is malformed or names an unsupported scheme.
     pub fn from_url(url: &str) -> Result<Self> {
-        let target = match url.split_once("://") {
-            Some(("redis+cluster" | "rediss+cluster", _)) => Target::Cluster(parse_cluster_url(url)?),
-            _ => Target::Server(parse_url(url)?),
+        let (target, replicas) = match url.split_once("://") {
+            Some(("redis+cluster" | "rediss+cluster", _)) => (Target::Cluster(parse_cluster_url(url)?), None),
+            Some(("redis+sentinel" | "rediss+sentinel", _)) => {
+                let (target, replicas) = crate::sentinel::parse_url(url)?;
+                (Target::Sentinel(target), replicas)
+            }
+            _ => (Target::Server(parse_url(url)?), None),
         };
         Ok(Self {
             target,
@@ -144,7 +161,7 @@ impl RedisConfig {
             prefix: String::new(),
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            replicas: None,
+            replicas,
             notifications: true,
             require_noeviction: false,
         })
@@ -548,7 +565,7 @@ fn parse_cluster_url(url: &str) -> Result<ClusterSeeds> {
     Ok(seeds)
 }
 
-fn parse_url(url: &str) -> Result<redis::Client> {
+pub(crate) fn parse_url(url: &str) -> Result<redis::Client> {
     #[cfg(feature = "tls-rustls")]
     if url.starts_with("rediss://") || url.starts_with("valkeys://") {
         // rustls needs a process-wide crypto provider; install ring unless the application
@@ -578,7 +595,7 @@ fn parse_url(url: &str) -> Result<redis::Client> {
 /// keepalive probes, so a peer that vanished without a FIN or RST (a silent partition, a
 /// crashed host) is noticed by the kernel within about a minute even on an idle connection
 /// (the pub/sub one). Requests are bounded by our own timeouts regardless.
-fn tcp_settings() -> redis::io::tcp::TcpSettings {
+pub(crate) fn tcp_settings() -> redis::io::tcp::TcpSettings {
     use redis::io::tcp::socket2::TcpKeepalive;
     let keepalive = TcpKeepalive::new()
         .with_time(Duration::from_secs(30))

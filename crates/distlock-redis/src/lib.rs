@@ -21,6 +21,15 @@
 //!   is asynchronous, so a lock acquired on a master that dies before replicating is gone
 //!   once its replica is promoted (another client may acquire it; the holder's lost signal
 //!   fires at its next renewal). Measuring how often is the torture harness's job.
+//! - The same [`RedisLock`] on the primary of a **Redis Sentinel** set, from
+//!   `redis+sentinel://s1:p1,s2:p2,s3:p3/<master-name>[?db=N&wait_for_replicas=N]`: the
+//!   client asks the Sentinels for the primary (and checks its `ROLE`), and asks again when
+//!   a connection to it breaks, times out or meets a replica (`READONLY`), or the Sentinels
+//!   announce a switch (`+switch-master`), so after a failover it reaches the promoted
+//!   replica. As for one server with replicas, **a failover
+//!   loses locks the promoted replica had not received**; with `wait_for_replicas` every
+//!   acquisition and renewal waits for the replicas ([`RedisConfig::with_wait_for_replicas`]),
+//!   so a lock whose holder still says held was on the replica.
 //! - [`Redlock`] (built from a [`RedlockConfig`]) is the majority algorithm over 3 or 5
 //!   masters, without fencing tokens (its docs say why; its capabilities say
 //!   `Fencing::None`). A single-instance client on one of its masters does **not** exclude a
@@ -123,6 +132,7 @@ mod redlock;
 mod release;
 mod released;
 mod replica_ack;
+mod sentinel;
 mod server_run;
 mod slots;
 mod subscriber;
@@ -135,3 +145,4 @@ pub use config::{
 pub use doctor::{doctor, doctor_redlock};
 pub use lock::RedisLock;
 pub use redlock::Redlock;
+pub use sentinel::DEFAULT_REPLICA_TIMEOUT;

@@ -60,6 +60,9 @@ struct Current {
     masters: Option<Masters>,
     /// Whether a master is being probed after a timeout (one probe for every caller).
     probing: bool,
+    /// Behind Sentinel: the switches of the primary announced when the connection was
+    /// opened (see [`SentinelTarget::switches`](crate::sentinel::SentinelTarget::switches)).
+    switches: u64,
 }
 
 /// Which master served which slots when a cluster connection was opened.
@@ -110,6 +113,13 @@ impl Node {
         timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<Self> {
+        let switches = match &target {
+            Target::Sentinel(sentinels) => {
+                sentinels.listen();
+                sentinels.switches()
+            }
+            _ => 0,
+        };
         let (conn, masters) = bounded(connect_timeout, &url, open(&target, timeout, connect_timeout)).await?;
         Ok(Self {
             target,
@@ -119,6 +129,7 @@ impl Node {
                 opening: None,
                 masters,
                 probing: false,
+                switches,
             })),
             timeout,
             connect_timeout,
@@ -146,6 +157,7 @@ impl Node {
                 opening: None,
                 masters: None,
                 probing: false,
+                switches: 0,
             })),
             timeout,
             connect_timeout,
@@ -172,7 +184,7 @@ impl Node {
     /// How its scripts announce releases.
     pub(crate) fn publish(&self) -> Publish {
         match self.target {
-            Target::Server(_) => Publish::Plain,
+            Target::Server(_) | Target::Sentinel(_) => Publish::Plain,
             Target::Cluster(_) => Publish::Sharded,
         }
     }
@@ -319,11 +331,18 @@ impl Node {
                     self.timed_out(generation, &at);
                     return Err(with_context(map_error(e), &self.url));
                 }
-                Ok(Err(e)) if !retried && (e.is_connection_dropped() || e.is_io_error()) => {
-                    tracing::debug!(url = %self.url, error = %e, "distlock-redis: connection broken; sending once more");
+                Ok(Err(e)) => {
+                    let stale = self.stale_primary(&e);
+                    if stale {
+                        // Behind Sentinel: the next connection goes to the primary they name.
+                        self.replace(generation);
+                    }
+                    if retried || !(e.is_connection_dropped() || e.is_io_error() || stale) {
+                        return Err(with_context(map_error(e), &self.url));
+                    }
+                    tracing::debug!(url = %self.url, error = %e, "distlock-redis: connection broken or not the primary; sending once more");
                     retried = true;
                 }
-                Ok(Err(e)) => return Err(with_context(map_error(e), &self.url)),
                 Err(_) => {
                     self.timed_out(generation, &at);
                     return Err(Error::unavailable(
@@ -335,6 +354,22 @@ impl Node {
         }
     }
 
+    /// Behind Sentinel: whether `e` says the connection no longer reaches the primary (it
+    /// broke, was refused, or the server answered as a replica: `READONLY`, or `MASTERDOWN`),
+    /// so that the Sentinels must be asked again. A request refused so did not run (a script
+    /// on a replica stops at its first write), and a broken connection's is sent once more
+    /// anyway, so such a request is sent once more on the new connection.
+    fn stale_primary(&self, e: &redis::RedisError) -> bool {
+        matches!(self.target, Target::Sentinel(_))
+            && (e.is_connection_dropped()
+                || e.is_io_error()
+                || e.is_connection_refusal()
+                || matches!(
+                    e.kind(),
+                    ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
+                ))
+    }
+
     /// The connection to use and its generation; a cluster connection that was dropped is
     /// opened again first, within `deadline`: once for every caller waiting for it (the
     /// opening goes on, bounded by the connect and operation timeouts, if the caller that
@@ -342,6 +377,17 @@ impl Node {
     async fn current(&self, deadline: tokio::time::Instant, limit: Duration) -> Result<(u64, Conn)> {
         let (generation, opening) = {
             let mut current = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Target::Sentinel(sentinels) = &self.target {
+                let switches = sentinels.switches();
+                if current.switches != switches {
+                    // The Sentinels replaced the primary this connection goes to.
+                    tracing::debug!(url = %self.url, "distlock-redis: the primary was switched; reconnecting");
+                    current.switches = switches;
+                    current.generation += 1;
+                    current.conn = None;
+                    current.opening = None;
+                }
+            }
             if let Some(conn) = &current.conn {
                 return Ok((current.generation, conn.clone()));
             }
@@ -402,8 +448,11 @@ impl Node {
         }
         let client = match &self.target {
             Target::Server(client) => client,
-            Target::Cluster(_) => {
-                tracing::debug!(url = %self.url, "distlock-redis: a request timed out; reopening the cluster connection");
+            Target::Cluster(_) | Target::Sentinel(_) => {
+                if let Target::Sentinel(sentinels) = &self.target {
+                    sentinels.forget();
+                }
+                tracing::debug!(url = %self.url, "distlock-redis: reopening the connection (a cluster's, or to the primary the Sentinels name)");
                 current.generation += 1;
                 current.conn = None;
                 current.opening = None;

@@ -35,12 +35,14 @@ impl ReplicaAcks {
     /// the configuration's validation).
     pub(crate) fn new(config: &RedisConfig) -> Option<Self> {
         let ack = config.replicas?;
-        let Target::Server(client) = &config.target else {
-            return None;
+        let primary = match &config.target {
+            Target::Server(client) => Primary::Server(client.clone()),
+            Target::Sentinel(sentinels) => Primary::Sentinel(sentinels.clone()),
+            Target::Cluster(_) => return None,
         };
         Some(Self {
             connections: AckConnections {
-                client: client.clone(),
+                primary,
                 url: config.url.clone(),
                 connect_timeout: config.connect_timeout,
                 idle: std::sync::Mutex::default(),
@@ -136,10 +138,35 @@ impl ReplicaAcks {
 /// a clean answer, so concurrent acquisitions and renewals wait for their replicas in
 /// parallel. A connection that failed or timed out is dropped, not reused.
 struct AckConnections {
-    client: redis::Client,
+    primary: Primary,
     url: String,
     connect_timeout: Duration,
-    idle: std::sync::Mutex<Vec<redis::aio::MultiplexedConnection>>,
+    /// Each with the switches of the primary announced when it was opened (behind Sentinel).
+    idle: std::sync::Mutex<Vec<(redis::aio::MultiplexedConnection, u64)>>,
+}
+
+/// The server acknowledgement connections go to: one server, or the primary the Sentinels
+/// name when the connection is opened.
+enum Primary {
+    Server(redis::Client),
+    Sentinel(crate::sentinel::SentinelTarget),
+}
+
+impl AckConnections {
+    /// Behind Sentinel: the primary discovered is forgotten (see
+    /// [`SentinelTarget::forget`](crate::sentinel::SentinelTarget::forget)).
+    fn switches(&self) -> u64 {
+        match &self.primary {
+            Primary::Sentinel(sentinels) => sentinels.switches(),
+            Primary::Server(_) => 0,
+        }
+    }
+
+    fn forget(&self) {
+        if let Primary::Sentinel(sentinels) = &self.primary {
+            sentinels.forget();
+        }
+    }
 }
 
 /// At most this many idle acknowledgement connections are kept.
@@ -149,32 +176,52 @@ impl AckConnections {
     /// Runs `pipe` on a connection of its own, bounded by `limit` (plus connecting if no
     /// connection is idle).
     async fn pipeline(&self, limit: Duration, pipe: &redis::Pipeline) -> Result<Vec<Value>> {
+        let switches = self.switches();
         let idle = self
             .idle
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .pop();
+            .pop()
+            .filter(|(_, opened)| *opened == switches);
         let mut conn = match idle {
-            Some(conn) => conn,
+            Some((conn, _)) => conn,
             None => {
-                node::bounded(
-                    self.connect_timeout,
-                    &self.url,
-                    self.client
-                        .get_multiplexed_async_connection_with_config(&ack_connection_config(
-                            self.connect_timeout,
-                        )),
-                )
-                .await?
+                let config = ack_connection_config(self.connect_timeout);
+                let open = async {
+                    match &self.primary {
+                        Primary::Server(client) => {
+                            client.get_multiplexed_async_connection_with_config(&config).await
+                        }
+                        Primary::Sentinel(sentinels) => {
+                            let client = sentinels.primary().await?;
+                            client.get_multiplexed_async_connection_with_config(&config).await
+                        }
+                    }
+                };
+                node::bounded(self.connect_timeout, &self.url, open)
+                    .await
+                    .inspect_err(|_| self.forget())?
             }
         };
-        let replies = node::bounded(limit, &self.url, pipe.query_async(&mut conn)).await?;
+        let replies: Vec<Value> = match node::bounded(limit, &self.url, pipe.query_async(&mut conn)).await {
+            Ok(replies) => replies,
+            Err(e) => {
+                self.forget();
+                return Err(e);
+            }
+        };
+        if replies.iter().any(|reply| matches!(reply, Value::ServerError(_))) {
+            // Perhaps no longer the primary (`READONLY`, `WAIT` refused on a replica): a new
+            // connection goes where the Sentinels point then.
+            self.forget();
+            return Ok(replies);
+        }
         let mut idle = self
             .idle
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if idle.len() < MAX_IDLE_ACK_CONNECTIONS {
-            idle.push(conn);
+            idle.push((conn, switches));
         }
         Ok(replies)
     }

@@ -623,6 +623,16 @@ async fn connect(
             let (sink, stream) = bounded(limit, url, client.get_async_pubsub()).await?.split();
             (Sink::Server(sink), Messages::Server(stream))
         }
+        Target::Sentinel(sentinels) => {
+            // The primary the Sentinels name now (a release's PUBLISH also reaches its
+            // replicas, so a connection left on a demoted primary still hears it).
+            let pubsub = async { sentinels.primary().await?.get_async_pubsub().await };
+            let (sink, stream) = bounded(limit, url, pubsub)
+                .await
+                .inspect_err(|_| sentinels.forget())?
+                .split();
+            (Sink::Server(sink), Messages::Server(stream))
+        }
         Target::Cluster(seeds) => {
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
             let client = seeds

@@ -64,6 +64,7 @@ mod process;
 pub mod proxy;
 mod redis;
 mod redis_cluster;
+mod redis_sentinel;
 pub mod shared;
 mod spawner;
 mod sys;
@@ -85,6 +86,7 @@ pub use process::ServerProcess;
 pub use proxy::{Direction, FaultProxies, FaultProxy, Traffic};
 pub use redis::{RedisOptions, RedisServer};
 pub use redis_cluster::{ClusterRole, RedisCluster, RedisClusterOptions, CLUSTER_MASTERS};
+pub use redis_sentinel::{RedisSentinelSet, SENTINELS, SENTINEL_MASTER_NAME};
 pub use zookeeper::{
     four_letter_word, zk_mode, PeerLink, ZkMode, ZooKeeperEnsemble, ZooKeeperNode, ZooKeeperOptions,
     ZooKeeperServer, ENSEMBLE_SIZE,

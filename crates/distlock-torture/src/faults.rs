@@ -26,10 +26,13 @@ pub enum FaultKind {
     /// Redis Cluster: the hot lock's master killed, its replica promoted, the old master
     /// restarted as a replica. MariaDB with a replica, PostgreSQL with a standby: the primary
     /// killed, the replica (standby) promoted and the address moved to it, a fresh one started.
+    /// Redis Sentinel: the primary killed, the replica promoted by the Sentinels, the old
+    /// primary restarted as a replica.
     Failover,
     /// Redis Cluster: as `Failover`, after the master's replica was cut off from it for the
     /// fault's duration (writes meanwhile reach no replica: a lagging replica). MariaDB with a
-    /// replica, PostgreSQL with a standby: the same with the replication link cut.
+    /// replica, PostgreSQL with a standby, Redis Sentinel: the same with the replication link
+    /// cut.
     LaggedFailover,
     /// The holder's link black-holed (a silent partition), then healed.
     BlackholeHolder,
@@ -119,7 +122,15 @@ impl FaultKind {
         if server && backend.clock_jumps() {
             kinds.extend([FaultKind::ClockJumpForward, FaultKind::ClockJumpBack]);
         }
-        if proxied {
+        let sentinel = matches!(backend, Backend::RedisSentinel | Backend::RedisSentinelReplicas);
+        if server && sentinel {
+            // The Sentinels replace a killed primary: the kill is a failover.
+            kinds.retain(|k| *k != FaultKind::ServerKill);
+            kinds.extend([FaultKind::Failover, FaultKind::LaggedFailover]);
+        }
+        // A Sentinel set's clients reach the data servers at the addresses the Sentinels name,
+        // around any proxy: no client-link faults.
+        if proxied && !sentinel {
             kinds.extend([
                 FaultKind::BlackholeHolder,
                 FaultKind::BlackholeAll,

@@ -181,6 +181,8 @@ enum BackendChoice {
     MariadbAsyncReplica,
     PostgresSyncStandby,
     PostgresAsyncStandby,
+    RedisSentinel,
+    RedisSentinelReplicas,
 }
 
 fn main() -> ExitCode {
@@ -364,5 +366,7 @@ fn to_backend(choice: BackendChoice) -> Option<Backend> {
         BackendChoice::MariadbAsyncReplica => Backend::MariadbAsyncReplica,
         BackendChoice::PostgresSyncStandby => Backend::PostgresSyncStandby,
         BackendChoice::PostgresAsyncStandby => Backend::PostgresAsyncStandby,
+        BackendChoice::RedisSentinel => Backend::RedisSentinel,
+        BackendChoice::RedisSentinelReplicas => Backend::RedisSentinelReplicas,
     })
 }

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use distlock_testkit::proxy::through_proxies;
 use distlock_testkit::{
     FaultProxies, HarnessError, MariaDbOptions, MariaDbServer, MemcachedOptions, MemcachedServer,
-    PostgresOptions, PostgresServer, RedisCluster, RedisClusterOptions, RedisOptions, RedisServer,
-    StoreClock, ZooKeeperEnsemble, ZooKeeperOptions, ZooKeeperServer,
+    PostgresOptions, PostgresServer, RedisCluster, RedisClusterOptions, RedisOptions, RedisSentinelSet,
+    RedisServer, StoreClock, ZooKeeperEnsemble, ZooKeeperOptions, ZooKeeperServer,
 };
 use distlock_testkit::{MariaDbReplicated, MariaDbReplicatedOptions, MariaDbReplication};
 use distlock_testkit::{PostgresReplicated, PostgresReplicatedOptions, Replication};
@@ -55,11 +55,18 @@ pub enum Backend {
     /// PostgreSQL with an asynchronous streaming standby: a failover loses what the standby
     /// had not received (documented).
     PostgresAsyncStandby,
+    /// A Redis primary with one replica and three Sentinels, without persistence, replicas not
+    /// required: a killed primary is replaced by its replica (a failover can lose a lock:
+    /// documented).
+    RedisSentinel,
+    /// The same with `wait_for_replicas=1`: every acquisition and renewal acknowledged by the
+    /// replica.
+    RedisSentinelReplicas,
 }
 
 impl Backend {
     /// Every backend, in the order `--backend all` runs them.
-    pub const ALL: [Backend; 15] = [
+    pub const ALL: [Backend; 17] = [
         Backend::Sqlite,
         Backend::Redis,
         Backend::RedisVolatile,
@@ -75,6 +82,8 @@ impl Backend {
         Backend::ZookeeperEnsemble,
         Backend::MariadbSemisyncReplica,
         Backend::MariadbAsyncReplica,
+        Backend::RedisSentinel,
+        Backend::RedisSentinelReplicas,
     ];
 
     /// The name used on the command line and in reports.
@@ -95,6 +104,8 @@ impl Backend {
             Backend::ZookeeperEnsemble => "zookeeper-ensemble",
             Backend::MariadbSemisyncReplica => "mariadb-semisync-replica",
             Backend::MariadbAsyncReplica => "mariadb-async-replica",
+            Backend::RedisSentinel => "redis-sentinel",
+            Backend::RedisSentinelReplicas => "redis-sentinel-replicas",
         }
     }
 
@@ -188,6 +199,8 @@ impl Backend {
             Backend::Redis | Backend::Mariadb | Backend::Postgres => {
                 &[FaultKind::ClockJumpForward, FaultKind::ClockJumpBack]
             }
+            // The same without replicas required: the promoted replica may lack the lock.
+            Backend::RedisSentinel => &[FaultKind::Failover, FaultKind::LaggedFailover],
             _ => &[],
         };
         kinds.iter().map(|k| k.name().to_owned()).collect()
@@ -223,6 +236,8 @@ pub enum Store {
     /// A store whose server (Redlock: master 1) runs on a clock the harness steps, and how far
     /// it steps it.
     Clocked(Box<Store>, StoreClock, Duration),
+    /// A Redis Sentinel set, and how many replicas acknowledge each write (0: none asked).
+    Sentinel(RedisSentinelSet, u32),
 }
 
 impl Store {
@@ -272,6 +287,8 @@ impl Store {
                     ..Default::default()
                 },
             )?)),
+            Backend::RedisSentinel => Store::Sentinel(RedisSentinelSet::start()?, 0),
+            Backend::RedisSentinelReplicas => Store::Sentinel(RedisSentinelSet::start()?, 1),
         })
     }
 
@@ -365,6 +382,7 @@ impl Store {
             Store::PostgresPair(pair) => pair.url(),
             Store::Url(url) => url.clone(),
             Store::Clocked(store, ..) => store.url(session, quarantine),
+            Store::Sentinel(set, replicas) => set.url(*replicas),
         }
     }
 
@@ -373,6 +391,9 @@ impl Store {
     pub fn client_proxies(&self, url: &str) -> Result<(String, FaultProxies), HarnessError> {
         match self {
             Store::Cluster(cluster) => cluster.proxies(),
+            // A client reaches the data servers at the addresses the Sentinels name, around
+            // any proxy: no client-link faults (see `FaultKind::applicable`).
+            Store::Sentinel(..) => Ok((url.to_owned(), FaultProxies(Vec::new()))),
             _ => through_proxies(url),
         }
     }
@@ -516,6 +537,9 @@ impl Store {
             }
             (Store::Sqlite(_) | Store::Url(_), _) => Ok("nothing".into()),
             (Store::Clocked(store, ..), kind) => store.kill_and_restart(kind, pause),
+            (Store::Sentinel(..), _) => Err(HarnessError::Other(
+                "a Sentinel set's primary is killed by a failover".into(),
+            )),
         }
     }
 
@@ -529,6 +553,9 @@ impl Store {
         }
         if let Store::MariadbPair(pair) = self {
             return fail_over_mariadb(pair, lag);
+        }
+        if let Store::Sentinel(set, _) = self {
+            return sentinel_fail_over(set, lag);
         }
         let Store::Cluster(cluster) = self else {
             return Ok("nothing".into());
@@ -594,12 +621,45 @@ impl Store {
             }
             Store::Sqlite(_) | Store::Url(_) => Ok("nothing".into()),
             Store::Clocked(store, ..) => store.pause_for(pause, hot),
+            Store::Sentinel(set, _) => {
+                set.isolate_primary()?;
+                std::thread::sleep(pause.min(SENTINEL_PAUSE));
+                set.heal_primary()?;
+                Ok("the primary".into())
+            }
         }
     }
 }
 
 /// How many of an ensemble's clients are pinned to one member each, in turn (two per member).
 pub const PINNED_CLIENTS: usize = 6;
+
+/// The longest pause of a Sentinel set's primary: below half the Sentinels' down-after time
+/// (2 s), past which a Sentinel drops its link to the primary and the reconnection can turn a
+/// pause into a failover (600 ms with a 1 s down-after time did, under load: the next
+/// failover found the replica promoted already).
+const SENTINEL_PAUSE: Duration = Duration::from_millis(500);
+
+/// A failover of a Sentinel set: with `lag`, the replication link is cut first for that long
+/// (the primary's writes meanwhile reach no replica); then the primary is killed (`kill -9`),
+/// the Sentinels promote the replica, and the old primary is restarted (empty) as a replica
+/// of the new one.
+fn sentinel_fail_over(set: &mut RedisSentinelSet, lag: Option<Duration>) -> Result<String, HarnessError> {
+    let old = set.primary_addr();
+    if let Some(lag) = lag {
+        set.cut_replication()?;
+        std::thread::sleep(lag);
+    }
+    let killed = Instant::now();
+    set.kill_primary()?;
+    let new = set.wait_for_failover(Duration::from_secs(60))?;
+    let promoted = killed.elapsed();
+    set.restart_old_primary_as_replica()?;
+    Ok(format!(
+        "the primary {old} ({new} promoted {} ms after the kill)",
+        promoted.as_millis()
+    ))
+}
 
 /// The longest pause of a cluster's master: below the node timeout (2 s), so the pause never
 /// turns into a failover (those are faults of their own).

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::{RedisFuture, Value};
 
@@ -12,11 +12,14 @@ use super::Opened;
 use crate::config::Target;
 use crate::slots;
 
-/// One server's connection manager, or a cluster's connection.
+/// One server's connection manager, a cluster's connection, or one connection to the
+/// primary the Sentinels named (not reconnecting by itself: a new connection is opened after
+/// asking the Sentinels again).
 #[derive(Clone)]
 pub(crate) enum Conn {
     Server(ConnectionManager),
     Cluster(ClusterConnection),
+    Primary(MultiplexedConnection),
 }
 
 impl ConnectionLike for Conn {
@@ -24,6 +27,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Server(conn) => conn.req_packed_command(cmd),
             Conn::Cluster(conn) => conn.req_packed_command(cmd),
+            Conn::Primary(conn) => conn.req_packed_command(cmd),
         }
     }
 
@@ -36,6 +40,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Server(conn) => conn.req_packed_commands(cmd, offset, count),
             Conn::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+            Conn::Primary(conn) => conn.req_packed_commands(cmd, offset, count),
         }
     }
 
@@ -43,11 +48,13 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Server(conn) => conn.get_db(),
             Conn::Cluster(conn) => conn.get_db(),
+            Conn::Primary(conn) => conn.get_db(),
         }
     }
 }
 
-/// Opens the connection to `target`: a connection manager, or a cluster connection (which
+/// Opens the connection to `target`: a connection manager, a connection to the primary the
+/// Sentinels name (asking them first), or a cluster connection (which
 /// reads the slot map from the seeds and connects to every master), then reads which master
 /// serves which slots (`CLUSTER SLOTS`, one round trip; `None` if it fails).
 pub(super) async fn open(
@@ -62,6 +69,16 @@ pub(super) async fn open(
                 Conn::Server(ConnectionManager::new_with_config(client.clone(), config).await?),
                 None,
             ))
+        }
+        Target::Sentinel(sentinels) => {
+            let client = sentinels.primary().await?;
+            let config = redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(connect_timeout))
+                .set_response_timeout(Some(timeout));
+            let conn = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            Ok((Conn::Primary(conn), None))
         }
         Target::Cluster(seeds) => {
             let client = seeds.client(timeout, connect_timeout, None)?;

@@ -7,6 +7,7 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 pub mod clocked;
+pub mod sentinel;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
