@@ -58,7 +58,9 @@ impl SentinelTarget {
         if let Some(client) = self.cached() {
             return Ok(client); // another caller discovered it meanwhile
         }
-        let client = sentinels.async_master_for(&self.master, Some(&self.node)).await?;
+        // Boxed: the redis crate's discovery is a deep future, and nested in every caller's
+        // (`distlock::open`'s, an application's `main`) it overflowed the compiler's query depth.
+        let client = Box::pin(sentinels.async_master_for(&self.master, Some(&self.node))).await?;
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(client.clone());
         Ok(client)
     }
