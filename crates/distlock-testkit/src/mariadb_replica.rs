@@ -46,7 +46,7 @@ pub struct MariaDbReplicatedOptions {
     pub server: MariaDbOptions,
 }
 
-/// A primary, its replica and the two proxies. See the [module docs](self). Dropping it kills
+/// A primary, its replica and the two proxies. See [`MariaDbReplicated::start_with`]. Dropping it kills
 /// both servers and removes their directories.
 #[derive(Debug)]
 pub struct MariaDbReplicated {
