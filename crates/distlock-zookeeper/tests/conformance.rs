@@ -15,6 +15,7 @@ distlock_conformance::conformance_tests!(
         c29: HandOver,
         c43: StoreQueue,
         c44: PermitWakeOne,
+        c51: StoreClock,
         c52: Members,
     ],
 );
