@@ -298,7 +298,13 @@ async fn a_sentinel_set_reports_whether_its_sentinels_can_fail_the_primary_over(
     for port in set.sentinel_ports() {
         set.command(
             std::net::SocketAddr::from(([127, 0, 0, 1], port)),
-            &["SENTINEL", "SET", distlock_testkit::SENTINEL_MASTER_NAME, "quorum", "4"],
+            &[
+                "SENTINEL",
+                "SET",
+                distlock_testkit::SENTINEL_MASTER_NAME,
+                "quorum",
+                "4",
+            ],
         )
         .expect("SENTINEL SET quorum");
     }
