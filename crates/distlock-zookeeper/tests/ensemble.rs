@@ -208,14 +208,7 @@ async fn holder_on_a_follower_cut_off_from_its_leader_is_lost_before_another_cli
         peer_proxies: true,
         ..ZooKeeperOptions::default()
     };
-    let ensemble = tokio::task::spawn_blocking(move || {
-        let ensemble = ZooKeeperEnsemble::start_with(options)?;
-        let leader = ensemble.wait_for_leader(Duration::from_secs(30))?;
-        Ok::<_, distlock_testkit::HarnessError>((ensemble, leader))
-    })
-    .await
-    .expect("joined");
-    let (ensemble, leader) = ensemble.expect("the ensemble starts with proxies between its members");
+    let (ensemble, leader) = support::proxied_ensemble(options).await;
     let follower = (leader + 1) % 3;
     let majority: Vec<String> = (0..3)
         .filter(|i| *i != follower)

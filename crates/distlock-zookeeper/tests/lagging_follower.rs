@@ -12,7 +12,7 @@ mod support;
 use std::time::Duration;
 
 use distlock_core::{LockClient, LockName, Primitive};
-use distlock_testkit::{ZooKeeperEnsemble, ZooKeeperOptions};
+use distlock_testkit::ZooKeeperOptions;
 use distlock_zookeeper::ZooKeeperLock;
 
 const LAG: Duration = Duration::from_millis(300);
@@ -39,14 +39,7 @@ async fn a_lock_released_through_the_leader_is_free_on_a_lagging_follower() {
         peer_proxies: true,
         ..ZooKeeperOptions::default()
     };
-    let started = tokio::task::spawn_blocking(move || {
-        let ensemble = ZooKeeperEnsemble::start_with(options)?;
-        let leader = ensemble.wait_for_leader(Duration::from_secs(30))?;
-        Ok::<_, distlock_testkit::HarnessError>((ensemble, leader))
-    })
-    .await
-    .expect("joined");
-    let (ensemble, leader) = started.expect("the ensemble starts with proxies between its members");
+    let (ensemble, leader) = support::proxied_ensemble(options).await;
     let follower = (leader + 1) % 3;
     let url = |member: usize| format!("zk://127.0.0.1:{}", ensemble.node(member).port());
     let on_leader = client(&url(leader)).await;

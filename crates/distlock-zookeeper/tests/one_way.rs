@@ -10,7 +10,7 @@ mod support;
 use std::time::Duration;
 
 use distlock_core::{AcquireOptions, Error, LockClient, LossReason};
-use distlock_testkit::{ZooKeeperEnsemble, ZooKeeperOptions};
+use distlock_testkit::ZooKeeperOptions;
 use distlock_zookeeper::ZooKeeperLock;
 use tokio::time::Instant;
 
@@ -46,14 +46,7 @@ async fn holder_is_lost_before_another_client_acquires(cut: Cut) {
         peer_proxies: true,
         ..ZooKeeperOptions::default()
     };
-    let ensemble = tokio::task::spawn_blocking(move || {
-        let ensemble = ZooKeeperEnsemble::start_with(options)?;
-        let leader = ensemble.wait_for_leader(Duration::from_secs(30))?;
-        Ok::<_, distlock_testkit::HarnessError>((ensemble, leader))
-    })
-    .await
-    .expect("joined");
-    let (ensemble, leader) = ensemble.expect("the ensemble starts with proxies between its members");
+    let (ensemble, leader) = support::proxied_ensemble(options).await;
     let follower = (leader + 1) % 3;
     let url = |members: &[usize]| {
         let hosts: Vec<String> = members

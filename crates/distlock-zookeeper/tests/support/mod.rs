@@ -30,6 +30,23 @@ pub async fn connect(url: &str) -> ZooKeeperLock {
     ZooKeeperLock::connect(config(url)).await.expect("connects")
 }
 
+/// Starts a 3-member ensemble with `options` and a fault proxy on every link between its
+/// members (`peer_proxies`), and waits for its leader: the ensemble and the leader's index.
+pub async fn proxied_ensemble(options: ZooKeeperOptions) -> (ZooKeeperEnsemble, usize) {
+    let options = ZooKeeperOptions {
+        peer_proxies: true,
+        ..options
+    };
+    tokio::task::spawn_blocking(move || {
+        let ensemble = ZooKeeperEnsemble::start_with(options)?;
+        let leader = ensemble.wait_for_leader(Duration::from_secs(30))?;
+        Ok::<_, distlock_testkit::HarnessError>((ensemble, leader))
+    })
+    .await
+    .expect("joined")
+    .expect("the ensemble starts with proxies between its members (run scripts/install-test-deps to install zookeeper)")
+}
+
 /// A raw client, for fault hooks.
 pub async fn raw(url: &str) -> zk::Client {
     let address = url.strip_prefix("zk://").unwrap_or(url);
