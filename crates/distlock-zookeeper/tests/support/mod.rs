@@ -12,6 +12,8 @@ use distlock_testkit::{shared, ZooKeeperEnsemble, ZooKeeperOptions, ZooKeeperSer
 use distlock_zookeeper::{ZooKeeperConfig, ZooKeeperLock};
 use zookeeper_client as zk;
 
+pub mod race;
+
 /// Short enough that session-expiry cases run quickly, long enough for a loaded 2-core box.
 pub const SESSION_TIMEOUT: Duration = Duration::from_secs(3);
 /// The per-operation bound in tests.
