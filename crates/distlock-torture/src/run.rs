@@ -642,3 +642,6 @@ fn proxies_of(slot: &Slot) -> Vec<&distlock_testkit::FaultProxy> {
         .map(|p| p.0.iter().collect())
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod clock_steps;
