@@ -181,7 +181,7 @@ impl MariaDbServer {
                 MARIADB_DATABASE,
             ],
         )
-        .map_err(HarnessError::Other)
+        .map_err(|e| HarnessError::Other(format!("{e} (running `{statements}`)")))
     }
 
     /// The server process and its controls.
