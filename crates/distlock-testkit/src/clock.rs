@@ -161,3 +161,6 @@ fn find_library() -> Result<PathBuf, HarnessError> {
         .find(|lib| lib.is_file())
         .ok_or_else(missing)
 }
+
+#[cfg(test)]
+mod threads;
