@@ -695,8 +695,9 @@ fn mariadb_pair(replication: MariaDbReplication) -> Result<Store, HarnessError> 
 /// that long (a semi-synchronous primary's commits wait meanwhile, and its clients' operations
 /// time out; an asynchronous primary's commits reach only itself); then the primary is killed
 /// (`kill -9`, its address silent), the replica promoted once it applied what it had received
-/// and the address moved to it, and a fresh replica started from the new primary's binary
-/// log (the old primary's data is discarded), so the next failover finds one.
+/// and the address moved to it, and a fresh replica started from a snapshot of the new
+/// primary's data and its binary log from there (the old primary's data is discarded), so the
+/// next failover finds one.
 fn fail_over_mariadb(pair: &mut MariaDbReplicated, lag: Option<Duration>) -> Result<String, HarnessError> {
     if let Some(lag) = lag {
         pair.link()?.blackhole();
