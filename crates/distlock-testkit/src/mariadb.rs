@@ -181,7 +181,12 @@ impl MariaDbServer {
                 MARIADB_DATABASE,
             ],
         )
-        .map_err(|e| HarnessError::Other(format!("{e} (running `{statements}`)")))
+        .map_err(|e| {
+            // Named, not quoted whole: a batch of statements can be long.
+            let shown: String = statements.chars().take(200).collect();
+            let more = if shown.len() < statements.len() { "..." } else { "" };
+            HarnessError::Other(format!("{e} (running `{shown}{more}`)"))
+        })
     }
 
     /// Writes a consistent snapshot of `database` to `file` with `mariadb-dump` (one
