@@ -14,6 +14,7 @@ use distlock_testkit::{MariaDbReplicated, MariaDbReplicatedOptions, MariaDbRepli
 use distlock_testkit::{PostgresReplicated, PostgresReplicatedOptions, Replication};
 
 use crate::faults::FaultKind;
+use crate::history::{now, Nanos};
 
 /// Which backend to torture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
@@ -339,21 +340,29 @@ impl Store {
     }
 
     /// Steps the server's clock by its step (ahead, or back with `back`), holds it there for
-    /// `duration`, then steps it to the true time again (blocking).
-    pub fn jump_clock(&self, back: bool, duration: Duration) -> Result<String, HarnessError> {
+    /// `duration`, then steps it to the true time again (blocking). Returns what it stepped and
+    /// the instants the two steps began (the jump, the restore): no time call of the server
+    /// read a stepped clock before them. `None` without a clock.
+    pub fn jump_clock(
+        &self,
+        back: bool,
+        duration: Duration,
+    ) -> Result<(String, Option<[Nanos; 2]>), HarnessError> {
         let Store::Clocked(store, clock, step) = self else {
-            return Ok("nothing".into());
+            return Ok(("nothing".into(), None));
         };
         let step = i64::try_from(step.as_secs().max(1)).unwrap_or(i64::MAX);
         let step = if back { -step } else { step };
+        let jumped = now();
         clock.jump(step)?;
         std::thread::sleep(duration);
+        let restored = now();
         clock.jump(0)?;
         let whose = match **store {
             Store::Redlock(_) => "master 1",
             _ => "the server",
         };
-        Ok(format!("{whose} ({step:+} s)"))
+        Ok((format!("{whose} ({step:+} s)"), Some([jumped, restored])))
     }
 
     /// The store's URL (clients reach it through their own fault proxies): ZooKeeper's with
@@ -686,8 +695,9 @@ fn mariadb_pair(replication: MariaDbReplication) -> Result<Store, HarnessError> 
 /// that long (a semi-synchronous primary's commits wait meanwhile, and its clients' operations
 /// time out; an asynchronous primary's commits reach only itself); then the primary is killed
 /// (`kill -9`, its address silent), the replica promoted once it applied what it had received
-/// and the address moved to it, and a fresh replica started from the new primary's binary
-/// log (the old primary's data is discarded), so the next failover finds one.
+/// and the address moved to it, and a fresh replica started from a snapshot of the new
+/// primary's data and its binary log from there (the old primary's data is discarded), so the
+/// next failover finds one.
 fn fail_over_mariadb(pair: &mut MariaDbReplicated, lag: Option<Duration>) -> Result<String, HarnessError> {
     if let Some(lag) = lag {
         pair.link()?.blackhole();
