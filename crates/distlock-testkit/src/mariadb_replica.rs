@@ -180,8 +180,8 @@ impl MariaDbReplicated {
     /// has caught up (semi-synchronous: once the primary counts it as a client). Replaces a
     /// replica there was.
     ///
-    /// Its data is a consistent snapshot of the primary's database ([`MARIADB_DATABASE`],
-    /// `mariadb-dump --single-transaction`), loaded outside its binary log; it replicates from
+    /// Its data is a consistent snapshot of the primary's database
+    /// ([`MARIADB_DATABASE`](crate::MARIADB_DATABASE), `mariadb-dump --single-transaction`), loaded outside its binary log; it replicates from
     /// the snapshot's GTID on. So it costs what the data holds, not what the primary ever
     /// logged: replaying the binary log from the start took longer with every failover of a
     /// long run.
