@@ -24,5 +24,6 @@ distlock_conformance::conformance_tests!(
         c50: FaultProxy,
         c51: StoreClock,
         c52: Members,
+        c53: Failover,
     ],
 );
