@@ -135,7 +135,9 @@ pub async fn c53_failover_keeps_every_acknowledged_lock(ctx: Ctx) -> Outcome {
             .expect("free once its holder released it on the new primary")
         }
         None => {
-            // Lost, and kept by the store until its TTL runs out.
+            // Lost: the holder lets go (a session store's node goes with the release, if the
+            // session lived on), else the store keeps it until its TTL runs out.
+            drop(guard);
             let wait = opts.clone().wait_for(ttl * 3);
             within(
                 ttl * 3 + NO_HANG,
