@@ -16,6 +16,5 @@ distlock_conformance::conformance_tests!(
         c43: StoreQueue,
         c44: PermitWakeOne,
         c51: StoreClock,
-        c53: Failover,
     ],
 );
