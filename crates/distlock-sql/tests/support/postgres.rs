@@ -216,12 +216,27 @@ impl Failover for SynchronousStandby {
         Duration::from_secs(15)
     }
 
-    /// The new primary waits for no standby (there is none left).
+    /// The primary's host goes silent, and [`DETECTION`] later the standby is promoted and the
+    /// address moved to it; the new primary waits for no standby (there is none left).
     async fn fail_over(&self) -> Result<()> {
-        let pair = self.pair.clone();
-        tokio::task::spawn_blocking(move || pair.lock().unwrap_or_else(PoisonError::into_inner).failover())
-            .await
-            .map_err(|e| Error::backend("postgres", e))?
-            .map_err(|e| Error::backend("postgres", e))
+        on_pair(&self.pair, PostgresReplicated::kill_primary).await?;
+        tokio::time::sleep(DETECTION).await;
+        on_pair(&self.pair, PostgresReplicated::promote_standby).await
     }
+}
+
+/// How long a failover manager takes to notice the primary gone: renewals and other clients'
+/// tries meet a silent address meanwhile.
+const DETECTION: Duration = Duration::from_secs(3);
+
+/// Runs `f` on the pair off the runtime's threads (the testkit blocks).
+async fn on_pair(
+    pair: &Arc<Mutex<PostgresReplicated>>,
+    f: fn(&mut PostgresReplicated) -> std::result::Result<(), distlock_testkit::HarnessError>,
+) -> Result<()> {
+    let pair = pair.clone();
+    tokio::task::spawn_blocking(move || f(&mut pair.lock().unwrap_or_else(PoisonError::into_inner)))
+        .await
+        .map_err(|e| Error::backend("postgres", e))?
+        .map_err(|e| Error::backend("postgres", e))
 }
