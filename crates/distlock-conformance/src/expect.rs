@@ -69,11 +69,14 @@ pub enum Reason {
     /// The backend's docs page declares that a jump of the store's clock loses a lock, and
     /// the case saw that loss.
     StoreClockDeclared,
+    /// The fixture has no replicated store whose replica keeps every acknowledged write to
+    /// fail over ([`Fixture::failover`](crate::Fixture::failover)).
+    Failover,
 }
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 22] = [
+    pub const ALL: [Reason; 23] = [
         Reason::Fencing,
         Reason::Ttl,
         Reason::Primitives,
@@ -96,6 +99,7 @@ impl Reason {
         Reason::Members,
         Reason::StoreClock,
         Reason::StoreClockDeclared,
+        Reason::Failover,
     ];
 
     fn parse(word: &str) -> Option<Reason> {

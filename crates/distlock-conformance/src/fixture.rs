@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use distlock_core::{DistributedLock, LockName, Result};
 use distlock_testkit::FaultProxies;
 
-use crate::ClockedStore;
+use crate::{ClockedStore, Failover};
 
 /// One store under test, as the suite sees it. Each backend's `tests/conformance.rs`
 /// implements it in a few lines and calls [`conformance_tests!`](crate::conformance_tests).
@@ -92,6 +92,15 @@ pub trait Fixture: Send + Sync + 'static {
     /// server, a store whose servers do not replicate to each other): the partition case then
     /// skips with [`Reason::Members`](crate::Reason::Members).
     async fn members(&self) -> Option<Result<Box<dyn Members>>> {
+        None
+    }
+
+    /// Fault hook: a NEW replicated store of the case's own, configured so that its replica
+    /// has every write the primary acknowledged, which the case fails over ([`Failover`]).
+    /// `None` if the fixture has no such store (a single server, an embedded or live store, a
+    /// store whose replication is asynchronous and declares the loss a failover makes): the
+    /// failover case then skips with [`Reason::Failover`](crate::Reason::Failover).
+    async fn failover(&self) -> Option<Result<Box<dyn Failover>>> {
         None
     }
 }

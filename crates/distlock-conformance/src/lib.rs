@@ -33,6 +33,7 @@ pub mod child;
 mod clocked;
 mod context;
 mod expect;
+mod failover;
 mod fixture;
 mod live;
 mod memory;
@@ -45,6 +46,7 @@ pub use clocked::{Clocked, ClockedStore, OpenClient};
 pub use context::Ctx;
 pub use distlock_testkit::{Direction, FaultProxies, FaultProxy};
 pub use expect::{Expectations, Expected, Extent, Reason, Skip};
+pub use failover::Failover;
 pub use fixture::{Fixture, Members, Outage, Proxied};
 pub use live::LiveFixture;
 pub use memory::MemoryFixture;
@@ -325,6 +327,10 @@ pub const CASES: &[Case] = &[
         c52_partitioned_member_holder_hears_of_loss_first,
         "a holder on a member cut off from the others (a follower, the leader) says lost before the majority grants the lock"
     ),
+    case!(
+        c53_failover_keeps_every_acknowledged_lock,
+        "a failover to a replica with every acknowledged write grants nobody a lock its holder says held; tokens grow"
+    ),
 ];
 
 /// Runs the case `name` against `fixture`, failing (panicking) if it fails or runs past
@@ -469,6 +475,7 @@ macro_rules! conformance_tests {
             c50_release_whose_reply_is_lost_is_not_not_owned,
             c51_forward_clock_jump_lets_no_second_holder,
             c52_partitioned_member_holder_hears_of_loss_first,
+            c53_failover_keeps_every_acknowledged_lock,
         );
 
         #[test]

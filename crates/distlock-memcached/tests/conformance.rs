@@ -14,5 +14,6 @@ distlock_conformance::conformance_tests!(
         c44: PermitWakeOne,
         c49: NoQueue,
         c52: Members,
+        c53: Failover,
     ],
 );

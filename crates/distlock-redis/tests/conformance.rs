@@ -12,5 +12,6 @@ distlock_conformance::conformance_tests!(
         c49: NoQueue,
         c51: StoreClockDeclared,
         c52: Members,
+        c53: Failover,
     ],
 );

@@ -14,5 +14,6 @@ distlock_conformance::conformance_tests!(
         c49: NoQueue,
         c51: StoreClock,
         c52: Members,
+        c53: Failover,
     ],
 );

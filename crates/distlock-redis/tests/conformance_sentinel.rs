@@ -1,7 +1,8 @@
 //! The conformance suite against a Redis Sentinel set (`redis+sentinel://`, a primary, one
 //! replica, three Sentinels) with `wait_for_replicas=1`: the cases that leave it alone share
-//! one set per test binary; the outage case kills both data servers of a set of its own. The
-//! set offers no fault proxies (see `support::sentinel`).
+//! one set per test binary; the outage case kills both data servers of a set of its own, and
+//! the failover case kills the primary of a set of its own. The set offers no fault proxies
+//! (see `support::sentinel`).
 
 mod support;
 

@@ -27,6 +27,7 @@ macro_rules! redlock_conformance {
                 c44: Semaphores,
                 c49: NoQueue,
                 c52: Members,
+                c53: Failover,
             ],
             partial = [c50: Semaphores],
         );

@@ -27,5 +27,6 @@ conformance_tests!(
         c49: NoQueue,
         c51: StoreClockDeclared,
         c52: Members,
+        c53: Failover,
     ],
 );

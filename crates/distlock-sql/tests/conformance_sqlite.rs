@@ -32,5 +32,6 @@ conformance_tests!(
         c50: FaultProxy,
         c51: StoreClock,
         c52: Members,
+        c53: Failover,
     ],
 );

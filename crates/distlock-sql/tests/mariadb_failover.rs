@@ -16,6 +16,9 @@
 //! still grow: the new row starts at the new primary's clock, here the same machine's.
 #![cfg(feature = "mysql")]
 
+#[path = "support/mysql.rs"]
+mod support;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -350,4 +353,16 @@ async fn an_acquisition_that_commits_after_its_timeout_on_a_stalled_semi_synchro
     );
     got.release().await.expect("releases");
     drop(pair);
+}
+
+/// The conformance suite's failover case (c53) on a semi-synchronous replica: the holder keeps its lock or hears
+/// of its loss before another client gets it, and tokens grow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c53_failover_keeps_every_acknowledged_lock() {
+    let fixture = support::MySqlFixture::start(distlock_conformance::Needs::Store)
+        .await
+        .with_failover();
+    let case = distlock_conformance::Case::named("c53").expect("the failover case");
+    let outcome = distlock_conformance::run_case(case.name, Arc::new(fixture), None).await;
+    assert_eq!(outcome, distlock_conformance::Outcome::Passed);
 }

@@ -11,6 +11,9 @@
 //! "Failover").
 #![cfg(feature = "postgres")]
 
+#[path = "support/postgres.rs"]
+mod support;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -310,4 +313,16 @@ async fn a_standby_refuses_writes_as_unavailable() {
         "acquiring on a standby: {outcome:?}"
     );
     drop(primary);
+}
+
+/// The conformance suite's failover case (c53) on a synchronous standby: the holder keeps its lock or hears
+/// of its loss before another client gets it, and tokens grow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c53_failover_keeps_every_acknowledged_lock() {
+    let fixture = support::PostgresFixture::start(distlock_conformance::Needs::Store)
+        .await
+        .with_failover();
+    let case = distlock_conformance::Case::named("c53").expect("the failover case");
+    let outcome = distlock_conformance::run_case(case.name, Arc::new(fixture), None).await;
+    assert_eq!(outcome, distlock_conformance::Outcome::Passed);
 }

@@ -17,5 +17,6 @@ distlock_conformance::conformance_tests!(
         c44: PermitWakeOne,
         c51: StoreClock,
         c52: Members,
+        c53: Failover,
     ],
 );

@@ -13,6 +13,7 @@ mod clock;
 mod cut_off;
 mod exclusion;
 mod expiry;
+mod failover;
 mod faults;
 mod fencing;
 mod handover;
@@ -42,6 +43,7 @@ pub use exclusion::{c09_mutual_exclusion_under_contention, c10_many_locks_at_onc
 pub use expiry::{
     c03_stale_owner_cannot_release_or_extend, c04_ttl_expiry_frees_lock, c13_dropped_guard_frees_lock,
 };
+pub use failover::c53_failover_keeps_every_acknowledged_lock;
 pub use faults::{
     c21_timed_out_acquire_leaves_nothing, c22_silent_partition_of_a_holder, c23_slow_store,
     c24_waiters_survive_resets, c25_no_exhaustion_after_timeouts,

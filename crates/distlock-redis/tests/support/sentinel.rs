@@ -1,17 +1,18 @@
 //! The conformance fixture of a Redis Sentinel set (`redis+sentinel://`, with
 //! `wait_for_replicas=1`): cases that leave it alone share one set per test binary; the
-//! outage case kills both data servers of a set of its own.
+//! outage case kills both data servers of a set of its own, and the failover case fails a set
+//! of its own over (see [`SentinelFailover`]).
 //!
 //! It offers no fault proxies: a client reaches the data servers at the addresses the
 //! Sentinels name, so proxies in front of the Sentinels would not stand between the client
 //! and its data, and proxies in front of the data servers would stand between them and the
 //! Sentinels too (a blackholed primary would be failed over in the middle of a case).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_conformance::{Fixture, Needs, Outage, Plan, Servers, Site};
+use distlock_conformance::{Failover, Fixture, Needs, Outage, Plan, Servers, Site};
 use distlock_core::{DistributedLock, Error, LockName, Result};
 use distlock_redis::{RedisConfig, RedisLock};
 use distlock_testkit::{FaultProxies, HarnessError, RedisSentinelSet};
@@ -66,14 +67,19 @@ pub struct SentinelFixture {
 impl SentinelFixture {
     /// A client of the set.
     pub async fn lock(&self) -> RedisLock {
-        RedisConfig::from_url(self.site.url())
-            .expect("valid URL")
-            .with_operation_timeout(OPERATION_TIMEOUT)
-            .with_connect_timeout(OPERATION_TIMEOUT)
-            .build()
+        open(self.site.url())
             .await
             .expect("connects through the Sentinels")
     }
+}
+
+/// A client of the set at `url`, as the fixture builds them.
+async fn open(url: &str) -> Result<RedisLock> {
+    RedisConfig::from_url(url)?
+        .with_operation_timeout(OPERATION_TIMEOUT)
+        .with_connect_timeout(OPERATION_TIMEOUT)
+        .build()
+        .await
 }
 
 /// The conformance fixture factory for a Sentinel set.
@@ -117,6 +123,68 @@ impl Fixture for SentinelFixture {
 
     fn child_env(&self) -> Option<Vec<(String, String)>> {
         Some(self.site.child_env())
+    }
+
+    /// A Sentinel set of the case's own, with `wait_for_replicas=1`.
+    async fn failover(&self) -> Option<Result<Box<dyn Failover>>> {
+        let started = tokio::task::spawn_blocking(RedisSentinelSet::start)
+            .await
+            .expect("the starter thread");
+        Some(
+            started
+                .map(|set| {
+                    let url = set.url(1);
+                    Box::new(SentinelFailover {
+                        set: Arc::new(Mutex::new(set)),
+                        url,
+                    }) as Box<dyn Failover>
+                })
+                .map_err(|e| {
+                    Error::backend(
+                        "redis",
+                        format!("the Sentinel set did not start (run scripts/install-test-deps): {e}"),
+                    )
+                }),
+        )
+    }
+}
+
+/// How long the Sentinels may take to promote the replica.
+const PROMOTION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A Sentinel set whose clients wait for one replica's acknowledgement of every write
+/// (`wait_for_replicas=1`), so its replica has every acknowledged lock. A failover is the
+/// primary's `kill -9` and the Sentinels' promotion of the replica (`down-after-milliseconds`
+/// 2000, a few seconds in all); the old primary then comes back as the new primary's replica,
+/// without which no write is acknowledged any more.
+pub struct SentinelFailover {
+    set: Arc<Mutex<RedisSentinelSet>>,
+    url: String,
+}
+
+#[async_trait]
+impl Failover for SentinelFailover {
+    async fn backend(&self) -> Result<Arc<dyn DistributedLock>> {
+        Ok(Arc::new(open(&self.url).await?))
+    }
+
+    /// Renewed every 5 s: the one due while the primary is down is retried until the
+    /// promotion and the old primary's return as a replica (about 5 s on a quiet machine).
+    fn ttl(&self) -> Duration {
+        Duration::from_secs(15)
+    }
+
+    async fn fail_over(&self) -> Result<()> {
+        let set = self.set.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut set = set.lock().unwrap_or_else(PoisonError::into_inner);
+            set.kill_primary()?;
+            set.wait_for_failover(PROMOTION_TIMEOUT)?;
+            set.restart_old_primary_as_replica()
+        })
+        .await
+        .map_err(|e| Error::backend("redis", e))?
+        .map_err(|e| Error::backend("redis", e))
     }
 }
 

@@ -1,14 +1,18 @@
 //! The conformance fixture for MySQL/MariaDB: a `mariadbd` started by distlock-testkit in a
 //! temporary data directory (or the server named by `DISTLOCK_TEST_MYSQL_URL`, for the cases
 //! that leave the store alone).
+#![allow(dead_code)] // each test file uses its own part
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use distlock_conformance::{Clocked, ClockedStore, Fixture, Needs, Outage, Plan, Proxied, Site};
+use distlock_conformance::{Clocked, ClockedStore, Failover, Fixture, Needs, Outage, Plan, Proxied, Site};
 use distlock_core::{DistributedLock, Error, LockName, OwnerToken, Result};
 use distlock_sql::{SqlConfig, SqlLock};
-use distlock_testkit::{MariaDbOptions, MariaDbServer, StoreClock};
+use distlock_testkit::{
+    MariaDbOptions, MariaDbReplicated, MariaDbReplicatedOptions, MariaDbReplication, MariaDbServer,
+    StoreClock,
+};
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 
 /// The operation timeout of the fixture's clients: short, so outage cases end quickly.
@@ -18,6 +22,8 @@ pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct MySqlFixture {
     site: Site,
     admin: MySqlPool,
+    /// Whether the failover case gets a replicated store of its own ([`MySqlFixture::with_failover`]).
+    failover: bool,
 }
 
 impl MySqlFixture {
@@ -37,7 +43,19 @@ impl MySqlFixture {
             .acquire_timeout(Duration::from_secs(10))
             .connect_lazy(&url)
             .expect("a valid URL");
-        Self { site, admin }
+        Self {
+            site,
+            admin,
+            failover: false,
+        }
+    }
+
+    /// The same fixture, offering the failover case (c53) a replicated store of its own
+    /// ([`Fixture::failover`]): not in the conformance binary, whose shared server has no
+    /// replica; the failover tests run that case alone.
+    pub fn with_failover(mut self) -> Self {
+        self.failover = true;
+        self
     }
 }
 
@@ -129,4 +147,83 @@ impl Fixture for MySqlFixture {
             declared_loss: Some("docs/src/stores/mysql.md"),
         }))
     }
+
+    /// A primary with a semi-synchronous replica of the case's own, when offered.
+    async fn failover(&self) -> Option<Result<Box<dyn Failover>>> {
+        if !self.failover {
+            return None;
+        }
+        let started = tokio::task::spawn_blocking(|| {
+            MariaDbReplicated::start_with(MariaDbReplicatedOptions {
+                replication: MariaDbReplication::SemiSynchronous,
+                ..Default::default()
+            })
+        })
+        .await
+        .expect("the starter thread");
+        Some(
+            started
+                .map(|pair| Box::new(SemiSynchronousReplica::new(pair)) as Box<dyn Failover>)
+                .map_err(|e| {
+                    Error::backend(
+                        "mysql",
+                        format!("the pair did not start (run scripts/install-test-deps to install mariadb-server): {e}"),
+                    )
+                }),
+        )
+    }
+}
+
+/// A primary whose commits wait for a semi-synchronous replica (`AFTER_SYNC`), behind the
+/// address clients know. A failover is the primary's `kill -9` (its host gone: the address
+/// falls silent), the replica's promotion once it applied what it received, and the address
+/// moved to it, as an operator's failover manager does.
+pub struct SemiSynchronousReplica {
+    pair: Arc<Mutex<MariaDbReplicated>>,
+    url: String,
+}
+
+impl SemiSynchronousReplica {
+    fn new(pair: MariaDbReplicated) -> Self {
+        Self {
+            url: pair.url(),
+            pair: Arc::new(Mutex::new(pair)),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Failover for SemiSynchronousReplica {
+    async fn backend(&self) -> Result<Arc<dyn DistributedLock>> {
+        Ok(Arc::new(client(&self.url).await?))
+    }
+
+    /// Renewed every 5 s; a promotion takes a few seconds.
+    fn ttl(&self) -> Duration {
+        Duration::from_secs(15)
+    }
+
+    /// The primary's host goes silent, and [`DETECTION`] later the replica is promoted and the
+    /// address moved to it; the new primary waits for no replica (there is none left).
+    async fn fail_over(&self) -> Result<()> {
+        on_pair(&self.pair, MariaDbReplicated::kill_primary).await?;
+        tokio::time::sleep(DETECTION).await;
+        on_pair(&self.pair, MariaDbReplicated::promote_replica).await
+    }
+}
+
+/// How long a failover manager takes to notice the primary gone: renewals and other clients'
+/// tries meet a silent address meanwhile.
+const DETECTION: Duration = Duration::from_secs(3);
+
+/// Runs `f` on the pair off the runtime's threads (the testkit blocks).
+async fn on_pair(
+    pair: &Arc<Mutex<MariaDbReplicated>>,
+    f: fn(&mut MariaDbReplicated) -> std::result::Result<(), distlock_testkit::HarnessError>,
+) -> Result<()> {
+    let pair = pair.clone();
+    tokio::task::spawn_blocking(move || f(&mut pair.lock().unwrap_or_else(PoisonError::into_inner)))
+        .await
+        .map_err(|e| Error::backend("mysql", e))?
+        .map_err(|e| Error::backend("mysql", e))
 }

@@ -3,13 +3,15 @@
 //! that leave the store alone).
 #![allow(dead_code)] // each test file uses its own part
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use distlock_conformance::{Clocked, ClockedStore, Fixture, Needs, Outage, Plan, Proxied, Site};
+use distlock_conformance::{Clocked, ClockedStore, Failover, Fixture, Needs, Outage, Plan, Proxied, Site};
 use distlock_core::{DistributedLock, Error, LockName, OwnerToken, Result};
 use distlock_sql::{SqlConfig, SqlLock};
-use distlock_testkit::{PostgresOptions, PostgresServer, StoreClock};
+use distlock_testkit::{
+    PostgresOptions, PostgresReplicated, PostgresReplicatedOptions, PostgresServer, Replication, StoreClock,
+};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 /// The operation timeout of the fixture's clients: short, so outage cases end quickly.
@@ -35,6 +37,8 @@ pub async fn shared_url() -> String {
 pub struct PostgresFixture {
     site: Site,
     admin: PgPool,
+    /// Whether the failover case gets a replicated store of its own ([`PostgresFixture::with_failover`]).
+    failover: bool,
 }
 
 impl PostgresFixture {
@@ -54,7 +58,19 @@ impl PostgresFixture {
             .acquire_timeout(Duration::from_secs(10))
             .connect_lazy(&url)
             .expect("a valid URL");
-        Self { site, admin }
+        Self {
+            site,
+            admin,
+            failover: false,
+        }
+    }
+
+    /// The same fixture, offering the failover case (c53) a replicated store of its own
+    /// ([`Fixture::failover`]): not in the conformance binary, whose shared server has no
+    /// replica; the failover tests run that case alone.
+    pub fn with_failover(mut self) -> Self {
+        self.failover = true;
+        self
     }
 }
 
@@ -145,4 +161,82 @@ impl Fixture for PostgresFixture {
             declared_loss: Some("docs/src/stores/postgres.md"),
         }))
     }
+
+    /// A primary with a synchronous standby of the case's own, when offered.
+    async fn failover(&self) -> Option<Result<Box<dyn Failover>>> {
+        if !self.failover {
+            return None;
+        }
+        let started = tokio::task::spawn_blocking(|| {
+            PostgresReplicated::start_with(PostgresReplicatedOptions {
+                replication: Replication::Synchronous,
+                ..Default::default()
+            })
+        })
+        .await
+        .expect("the starter thread");
+        Some(
+            started
+                .map(|pair| Box::new(SynchronousStandby::new(pair)) as Box<dyn Failover>)
+                .map_err(|e| {
+                    Error::backend(
+                        "postgres",
+                        format!("the pair did not start (run scripts/install-test-deps to install postgresql): {e}"),
+                    )
+                }),
+        )
+    }
+}
+
+/// A primary whose commits wait for a synchronous standby, behind the address clients know.
+/// A failover is the primary's `kill -9` (its host gone: the address falls silent), the
+/// standby's promotion and the address moved to it, as an operator's failover manager does.
+pub struct SynchronousStandby {
+    pair: Arc<Mutex<PostgresReplicated>>,
+    url: String,
+}
+
+impl SynchronousStandby {
+    fn new(pair: PostgresReplicated) -> Self {
+        Self {
+            url: pair.url(),
+            pair: Arc::new(Mutex::new(pair)),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Failover for SynchronousStandby {
+    async fn backend(&self) -> Result<Arc<dyn DistributedLock>> {
+        Ok(Arc::new(client(&self.url).await?))
+    }
+
+    /// Renewed every 5 s; a promotion takes a few seconds.
+    fn ttl(&self) -> Duration {
+        Duration::from_secs(15)
+    }
+
+    /// The primary's host goes silent, and [`DETECTION`] later the standby is promoted and the
+    /// address moved to it; the new primary waits for no standby (there is none left).
+    async fn fail_over(&self) -> Result<()> {
+        on_pair(&self.pair, PostgresReplicated::kill_primary).await?;
+        tokio::time::sleep(DETECTION).await;
+        on_pair(&self.pair, PostgresReplicated::promote_standby).await
+    }
+}
+
+/// How long a failover manager takes to notice the primary gone: renewals and other clients'
+/// tries meet a silent address meanwhile.
+const DETECTION: Duration = Duration::from_secs(3);
+
+/// Runs `f` on the pair off the runtime's threads (the testkit blocks).
+async fn on_pair(
+    pair: &Arc<Mutex<PostgresReplicated>>,
+    f: fn(&mut PostgresReplicated) -> std::result::Result<(), distlock_testkit::HarnessError>,
+) -> Result<()> {
+    let pair = pair.clone();
+    tokio::task::spawn_blocking(move || f(&mut pair.lock().unwrap_or_else(PoisonError::into_inner)))
+        .await
+        .map_err(|e| Error::backend("postgres", e))?
+        .map_err(|e| Error::backend("postgres", e))
 }

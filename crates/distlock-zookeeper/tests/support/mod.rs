@@ -2,11 +2,13 @@
 //! timeouts, and fault hooks that act on the znodes directly.
 #![allow(dead_code)] // each test binary uses its own part of it
 
+mod failover;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_conformance::{Fixture, Members, Needs, Outage, Plan, Proxied, Site};
+use distlock_conformance::{Failover, Fixture, Members, Needs, Outage, Plan, Proxied, Site};
 use distlock_core::{DistributedLock, Error, LockName, Result};
 use distlock_testkit::{shared, ZooKeeperEnsemble, ZooKeeperOptions, ZooKeeperServer};
 use distlock_zookeeper::{ZooKeeperConfig, ZooKeeperLock};
@@ -223,6 +225,18 @@ impl Fixture for ZkFixture {
             return None;
         }
         Some(ZkMembers::start().await.map(|m| Box::new(m) as Box<dyn Members>))
+    }
+
+    /// A new 3-node ensemble whose leader the case kills (an ensemble fixture only).
+    async fn failover(&self) -> Option<Result<Box<dyn Failover>>> {
+        if !self.ensemble {
+            return None;
+        }
+        Some(
+            failover::ZkFailover::start()
+                .await
+                .map(|f| Box::new(f) as Box<dyn Failover>),
+        )
     }
 }
 
