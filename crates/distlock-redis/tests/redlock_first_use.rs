@@ -14,8 +14,9 @@ use distlock_testkit::RedisServer;
 /// How many acquisitions start at once.
 const BURST: usize = 200;
 
-/// How many `INFO` and `EVAL` calls a master may see for the whole burst: the naming
-/// caller's pipeline, sent again once with `EVAL` after `NOSCRIPT`.
+/// How many `INFO` and `EVAL` calls a master may see for the whole burst: one naming of
+/// the connection (`CLIENT SETNAME`, `INFO server` and the script by `EVAL`), and one more if
+/// that first naming's pipeline is sent again (`EVALSHA` first, then `EVAL` on `NOSCRIPT`).
 const AT_MOST: u64 = 2;
 
 /// Calls of `command` the server at `url` ran so far (`INFO commandstats`).
