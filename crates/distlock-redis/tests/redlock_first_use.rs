@@ -35,27 +35,17 @@ async fn calls(url: &str, command: &str) -> u64 {
         .unwrap_or(0)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_burst_of_first_acquisitions_names_each_connection_once() {
-    let servers = support::start_servers(3).await;
-    let redlock = RedlockConfig::new(servers.iter().map(RedisServer::url))
-        .expect("valid")
-        .with_node_timeout(Duration::from_secs(5))
-        .build()
-        .await
-        .expect("builds");
+/// `BURST` acquisitions at once on `redlock`, of distinct free names labelled `label`: all
+/// acquired.
+async fn burst(redlock: &Redlock, label: &str) {
     let run = uuid::Uuid::new_v4().simple().to_string();
     let names: Vec<LockName> = (0..BURST)
-        .map(|i| LockName::new(format!("first-{}-{i}", &run[..12])).expect("valid"))
+        .map(|i| LockName::new(format!("{label}-{}-{i}", &run[..12])).expect("valid"))
         .collect();
-
-    let attempts = names.iter().map(|name| {
-        let redlock: &Redlock = &redlock;
-        async move {
-            redlock
-                .try_acquire(name, OwnerToken::new(), Duration::from_secs(30))
-                .await
-        }
+    let attempts = names.iter().map(|name| async move {
+        redlock
+            .try_acquire(name, OwnerToken::new(), Duration::from_secs(30))
+            .await
     });
     let outcomes = futures::future::join_all(attempts).await;
     let acquired = outcomes
@@ -68,17 +58,63 @@ async fn a_burst_of_first_acquisitions_names_each_connection_once() {
         "every free lock is acquired; failures: {:?}",
         outcomes.iter().filter(|o| o.is_err()).take(3).collect::<Vec<_>>()
     );
+}
 
+/// A Redlock client over `servers` (a generous node timeout: the counts are what is checked).
+async fn redlock(servers: &[RedisServer]) -> Redlock {
+    RedlockConfig::new(servers.iter().map(RedisServer::url))
+        .expect("valid")
+        .with_node_timeout(Duration::from_secs(5))
+        .with_restart_quarantine(Duration::ZERO)
+        .build()
+        .await
+        .expect("builds")
+}
+
+/// `(INFO, EVAL)` calls on each of `servers`.
+async fn counts(servers: &[RedisServer]) -> Vec<(u64, u64)> {
     let mut counts = Vec::new();
-    for server in &servers {
+    for server in servers {
         let url = server.url();
         counts.push((calls(&url, "info").await, calls(&url, "eval").await));
     }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_first_acquisitions_names_each_connection_once() {
+    let servers = support::start_servers(3).await;
+    let redlock = redlock(&servers).await;
+    burst(&redlock, "first").await;
+    let counts = counts(&servers).await;
     assert!(
         counts
             .iter()
             .all(|&(info, eval)| info <= AT_MOST && eval <= AT_MOST),
         "(INFO, EVAL) calls per master for {BURST} first acquisitions: {counts:?}; \
          expected at most {AT_MOST} of each (the connection is named and the script loaded once)"
+    );
+}
+
+/// After a master's restart (a new connection, a server without the script) a burst names the
+/// new connection and loads the script once too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_after_a_restart_names_the_new_connection_once() {
+    let servers = support::start_servers(3).await;
+    let redlock = redlock(&servers).await;
+    burst(&redlock, "before").await;
+    let servers = tokio::task::spawn_blocking(move || {
+        let mut servers = servers;
+        servers[0].restart().expect("restarts");
+        servers
+    })
+    .await
+    .expect("joined");
+    burst(&redlock, "after").await;
+    let (info, eval) = counts(&servers[..1]).await[0];
+    assert!(
+        info <= AT_MOST && eval <= AT_MOST,
+        "(INFO, EVAL) calls on the restarted master for {BURST} acquisitions: ({info}, {eval}); \
+         expected at most {AT_MOST} of each (the new connection is named and the script loaded once)"
     );
 }
