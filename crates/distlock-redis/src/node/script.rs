@@ -179,7 +179,9 @@ impl Node {
     /// requests that find it unnamed meanwhile wait for that one (within `limit`), then send
     /// their script after `CLIENT GETNAME` again, by an `EVALSHA` that finds the script
     /// loaded; so a burst of first requests names a connection once and sends the script's
-    /// code once. `None` on a cluster, or if the server did not say.
+    /// code once. A server that does not know the script (`NOSCRIPT`: restarted, or its
+    /// scripts flushed) sends the request to the naming too, which loads it once for all.
+    /// `None` on a cluster, or if the server did not say.
     pub(crate) async fn script_naming_run<T: FromRedisValue>(
         &self,
         limit: Duration,
@@ -220,9 +222,9 @@ impl Node {
             .await
     }
 
-    /// The script pipelined after `CLIENT GETNAME`, bounded by `left` of the request's
-    /// `limit`: its reply and the run id if the connection bears a name this client set, else
-    /// `None` (the script ran all the same).
+    /// The script pipelined after `CLIENT GETNAME` (by `EVALSHA`), bounded by `left` of the
+    /// request's `limit`: its reply and the run id if the connection bears a name this client
+    /// set, else `None` (the script ran all the same, unless the server did not know it).
     async fn script_on_named<T: FromRedisValue>(
         &self,
         limit: Duration,
@@ -236,9 +238,14 @@ impl Node {
         }
         let mut getname = redis::cmd("CLIENT");
         getname.arg("GETNAME");
-        let (before, reply) = self
+        let Some((before, reply)) = self
             .script_after(left, &[getname], script, keys, args, false)
-            .await?;
+            .await?
+        else {
+            // The connection is new, to a server that never saw the script (restarted), or
+            // the server's scripts were flushed: the naming loads it once for all.
+            return Ok(None);
+        };
         let run_id = match before.first() {
             Some(Value::BulkString(name)) => self.run.run_id(name),
             _ => None,
@@ -270,7 +277,8 @@ impl Node {
         info.arg("server");
         let (before, reply) = self
             .script_after(left, &[setname, info], script, keys, args, true)
-            .await?;
+            .await?
+            .ok_or_else(|| Error::backend(BACKEND, format!("{}: NOSCRIPT in reply to EVAL", self.url)))?;
         let run_id = before
             .get(1)
             .and_then(|info| redis::from_redis_value::<String>(info.clone()).ok())
@@ -300,9 +308,10 @@ impl Node {
         Error::unavailable(BACKEND, format!("{} did not answer within {limit:?}", self.url))
     }
 
-    /// `before`'s commands and `script` in one pipeline (by `EVAL` if `eval`, else with the
-    /// `EVAL` fallback), bounded by `limit`: their replies, and the script's opened (see
-    /// [`checked`](Self::checked)).
+    /// `before`'s commands and `script` (by `EVAL` if `eval`, else by `EVALSHA`) in one
+    /// pipeline, bounded by `limit`: their replies, and the script's opened (see
+    /// [`checked`](Self::checked)); `None` if the server does not know the script (`NOSCRIPT`:
+    /// nothing ran).
     async fn script_after(
         &self,
         limit: Duration,
@@ -311,33 +320,31 @@ impl Node {
         keys: &[&[u8]],
         args: &[&[u8]],
         eval: bool,
-    ) -> Result<(Vec<Value>, Value)> {
+    ) -> Result<Option<(Vec<Value>, Value)>> {
         let nonce = Nonce::new();
         let nonce = &nonce;
         let publish = self.publish();
-        let pipeline = |use_eval| {
-            let mut pipe = redis::pipe();
-            for cmd in before {
-                pipe.add_command(cmd.clone());
-            }
-            pipe.add_command(script_cmd(script, keys, args, publish, nonce, use_eval));
-            pipe
-        };
-        let (mut replies, generation) = self
-            .run_on(limit, |mut conn| {
-                let (first, fallback) = (pipeline(eval), (!eval).then(|| pipeline(true)));
-                async move {
-                    match (first.query_async::<Vec<Value>>(&mut conn).await, fallback) {
-                        (Err(e), Some(fallback)) if is_noscript(&e) => fallback.query_async(&mut conn).await,
-                        (other, _) => other,
-                    }
+        let mut pipe = redis::pipe();
+        for cmd in before {
+            pipe.add_command(cmd.clone());
+        }
+        pipe.add_command(script_cmd(script, keys, args, publish, nonce, eval));
+        let pipe = &pipe;
+        let (replies, generation) = self
+            .run_on(limit, |mut conn| async move {
+                match pipe.query_async::<Vec<Value>>(&mut conn).await {
+                    Err(e) if is_noscript(&e) => Ok(None),
+                    other => other.map(Some),
                 }
             })
             .await?;
+        let Some(mut replies) = replies else {
+            return Ok(None);
+        };
         let reply = replies
             .pop()
             .ok_or_else(|| Error::backend(BACKEND, format!("{}: an empty reply to a pipeline", self.url)))?;
-        Ok((replies, self.checked(reply, nonce, generation)?))
+        Ok(Some((replies, self.checked(reply, nonce, generation)?)))
     }
 
     fn value<T: FromRedisValue>(&self, reply: Value) -> Result<T> {
