@@ -72,7 +72,8 @@ use wake::forward_releases;
 /// it). One acquisition at a time names a master's connection: the others that find it
 /// unnamed meanwhile (a burst on a new client, or after a reconnection) wait for that naming,
 /// then send their script after `CLIENT GETNAME`, so a burst costs one `INFO` and one `EVAL`
-/// per master, not one per acquisition queued within the acquisition's time bound. The
+/// per master, not one per acquisition queued within the acquisition's time bound. A master
+/// that answers `NOSCRIPT` (restarted, or its scripts flushed) is named again the same way. The
 /// masters' ACLs must allow `CLIENT SETNAME` and `CLIENT GETNAME` besides `INFO`, and a proxy
 /// that keeps the client's connection open across a master's restart would hide the
 /// restart: connect to the masters directly.
