@@ -8,9 +8,12 @@
 //! `Fencing::BestEffort` allows (warn), except for Redlock with its restart quarantine turned
 //! off, where a restarted master votes for a second holder (unsafe); a replica refuses or
 //! loses lock writes (unsafe). No clock is compared: every TTL is relative (`PX`) and
-//! expires by the server's own clock.
+//! expires by the server's own clock. Behind Sentinels, the primary they name is judged, and
+//! whether they can fail it over (`doctor/sentinels.rs`).
 
 use distlock_core::{Error, Finding, Result, Verdict};
+
+mod sentinels;
 
 use crate::config::{RedisConfig, RedlockConfig, Target};
 use crate::node::{self, Node};
@@ -18,7 +21,8 @@ use crate::slots::SlotMap;
 
 /// Judges the server (every master of a cluster) `config` names, as its
 /// [`build`](RedisConfig::build) would use it: per server seven round trips (`INFO
-/// replication` and six `CONFIG GET`s).
+/// replication` and six `CONFIG GET`s); behind Sentinels, also a `SENTINEL CKQUORUM` to each
+/// Sentinel.
 ///
 /// # Errors
 /// [`Error::InvalidConfig`] for bad settings; [`Error::Unavailable`] if the server cannot
@@ -35,7 +39,11 @@ pub async fn doctor(config: &RedisConfig) -> Result<Vec<Finding>> {
             label: node.url().to_owned(),
         };
         let facts = server.read().await?;
-        return Ok(facts.judge(&server.label, Some(wanted)));
+        let mut findings = facts.judge(&server.label, Some(wanted));
+        if let Target::Sentinel(target) = node.target() {
+            findings.push(sentinels::sentinels(target, config.operation_timeout, &server.label).await);
+        }
+        return Ok(findings);
     };
     let mut findings = Vec::new();
     for master in SlotMap::default().masters(&node, &seeds.first_host()).await? {

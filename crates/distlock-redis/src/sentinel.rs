@@ -91,6 +91,16 @@ impl SentinelTarget {
         ));
     }
 
+    /// The name the Sentinels monitor the primary under.
+    pub(crate) fn master(&self) -> &str {
+        &self.master
+    }
+
+    /// The Sentinels' addresses, as the URL lists them.
+    pub(crate) fn sentinel_addresses(&self) -> &[redis::ConnectionInfo] {
+        &self.addresses
+    }
+
     fn cached(&self) -> Option<redis::Client> {
         self.current
             .lock()

@@ -279,3 +279,38 @@ async fn redlock_reports_a_silent_master_and_fails_below_the_quorum() {
     let error = doctor_redlock(&config).await.expect_err("below the quorum");
     assert!(error.to_string().contains("only 1 of 3"), "{error}");
 }
+
+/// A Sentinel set: every Sentinel is asked whether it can authorize a failover of the primary
+/// (`SENTINEL CKQUORUM`). Three that can are ok; a quorum that three Sentinels can never reach
+/// warns (the primary would never be replaced).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_set_reports_whether_its_sentinels_can_fail_the_primary_over() {
+    let set = tokio::task::spawn_blocking(distlock_testkit::RedisSentinelSet::start)
+        .await
+        .expect("joined")
+        .expect("the Sentinel set starts (run scripts/install-test-deps)");
+    let findings = check(&set.url(0)).await;
+    let sentinels = item(&findings, "sentinels");
+    assert_eq!(sentinels.verdict, Verdict::Ok, "{findings:#?}");
+    assert!(sentinels.found.contains("3 of 3"), "{sentinels:?}");
+    assert_eq!(item(&findings, "role").verdict, Verdict::Ok, "{findings:#?}");
+
+    for port in set.sentinel_ports() {
+        set.command(
+            std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+            &[
+                "SENTINEL",
+                "SET",
+                distlock_testkit::SENTINEL_MASTER_NAME,
+                "quorum",
+                "4",
+            ],
+        )
+        .expect("SENTINEL SET quorum");
+    }
+    let findings = check(&set.url(0)).await;
+    let sentinels = item(&findings, "sentinels");
+    assert_eq!(sentinels.verdict, Verdict::Warn, "{findings:#?}");
+    assert!(sentinels.found.contains("0 of 3"), "{sentinels:?}");
+    assert!(!sentinels.fix.is_empty(), "{sentinels:?}");
+}

@@ -216,6 +216,68 @@ mod mysql {
     }
 }
 
+/// What a primary's replication promises a failover: the `replication` finding.
+#[cfg(feature = "mysql")]
+mod mysql_replication {
+    use std::time::{Duration, Instant};
+
+    use distlock_testkit::{MariaDbReplicated, MariaDbReplicatedOptions, MariaDbReplication};
+
+    use super::*;
+
+    async fn pair(replication: MariaDbReplication) -> MariaDbReplicated {
+        let options = MariaDbReplicatedOptions {
+            replication,
+            ..MariaDbReplicatedOptions::default()
+        };
+        tokio::task::spawn_blocking(move || MariaDbReplicated::start_with(options))
+            .await
+            .expect("the starter thread")
+            .expect("a MariaDB pair starts (run scripts/install-test-deps to install mariadb-server)")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_primary_with_an_asynchronous_replica_warns() {
+        let pair = pair(MariaDbReplication::Asynchronous).await;
+        let findings = check(&pair.url()).await;
+        let replication = item(&findings, "replication");
+        assert_eq!(replication.verdict, Verdict::Warn, "{findings:#?}");
+        assert!(replication.found.contains("asynchronous"), "{replication:?}");
+        assert!(!replication.fix.is_empty(), "{replication:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_semi_synchronous_primary_is_safe_until_its_replica_stops_acknowledging() {
+        let pair = pair(MariaDbReplication::SemiSynchronous).await;
+        let findings = check(&pair.url()).await;
+        let replication = item(&findings, "replication");
+        assert_eq!(replication.verdict, Verdict::Ok, "{findings:#?}");
+        assert!(replication.found.contains("semi-synchronous"), "{replication:?}");
+        assert!(replication.found.contains("AFTER_SYNC"), "{replication:?}");
+
+        // The replica stops: with `rpl_semi_sync_master_wait_no_slave` OFF the primary goes
+        // asynchronous at once, and says so.
+        pair.replica()
+            .expect("a replica")
+            .sql("STOP SLAVE IO_THREAD")
+            .expect("stops the replica's I/O thread");
+        let started = Instant::now();
+        loop {
+            let findings = check(&pair.url()).await;
+            let replication = item(&findings, "replication");
+            if replication.verdict == Verdict::Warn {
+                assert!(replication.found.contains("off now"), "{replication:?}");
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "still judged safe 30 s after its only replica stopped: {findings:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
 #[cfg(feature = "sqlite")]
 mod sqlite {
     use sqlx::Connection;

@@ -3,7 +3,9 @@
 //!
 //! The server is started with libfaketime preloaded in its file-based mode: every time call
 //! of the process re-reads (`FAKETIME_NO_CACHE=1`) an offset such as `+30s` from a file this
-//! module owns, so [`StoreClock::jump`] moves the running server's clock at once. As a real
+//! module owns, so [`StoreClock::jump`] moves the running server's clock at once. The library
+//! is libfaketime's multithreaded build, whose time calls take turns, so that every thread
+//! of a server reads the one clock. As a real
 //! clock step does, a jump moves `CLOCK_REALTIME` only: the monotonic clock stays true
 //! (`DONT_FAKE_MONOTONIC=1`), so what a server times with it (Redis' and memcached's own
 //! timers, the JVM's `nanoTime`) does not move.
@@ -25,8 +27,12 @@ use crate::{temp_dir, HarnessError};
 
 /// The Debian package with libfaketime.
 const PACKAGE: &str = "faketime";
-/// libfaketime's library, under `/usr/lib/<multiarch>/faketime/` (or `/usr/lib/faketime/`).
-const LIBRARY: &str = "libfaketime.so.1";
+/// libfaketime's multithreaded build, under `/usr/lib/<multiarch>/faketime/` (or
+/// `/usr/lib/faketime/`). Its time calls take turns: the single-threaded `libfaketime.so.1`,
+/// re-reading the offset file at every call, sometimes answers one thread with the true time
+/// while another parses the file (a server stepped back read the true time for one
+/// statement).
+const LIBRARY: &str = "libfaketimeMT.so.1";
 /// glibc's malloc wrapper, next to the multiarch `faketime` directory.
 const MALLOC_SHIM: &str = "libc_malloc_debug.so.0";
 
@@ -161,3 +167,6 @@ fn find_library() -> Result<PathBuf, HarnessError> {
         .find(|lib| lib.is_file())
         .ok_or_else(missing)
 }
+
+#[cfg(test)]
+mod threads;

@@ -1,7 +1,9 @@
 //! [`MariaDbReplicated`]: a MariaDB primary and a replica on loopback, for failover tests.
 //!
 //! Both servers write a row-based binary log with GTIDs (`--log-slave-updates`, so a promoted
-//! replica's log holds every transaction and a fresh replica can start from it). The replica
+//! replica's log goes on with the transactions it applied, under their GTIDs). A fresh replica
+//! starts from a snapshot of the primary's data and replicates from the snapshot's GTID on (see
+//! [`add_replica`](MariaDbReplicated::add_replica)). The replica
 //! replicates through a [`FaultProxy`] of its own ([`link`](MariaDbReplicated::link)), so a
 //! test can hold it behind; clients reach the primary through another
 //! ([`front`](MariaDbReplicated::front)), the virtual address that a failover moves.
@@ -141,12 +143,7 @@ impl MariaDbReplicated {
     /// logged (`MASTER_GTID_WAIT`); `Ok(false)` on timeout.
     pub fn wait_caught_up(&self, timeout: Duration) -> Result<bool, HarnessError> {
         let position = self.primary.sql("SELECT @@GLOBAL.gtid_binlog_pos")?;
-        let waited = self.replica_server()?.sql(&format!(
-            "SELECT MASTER_GTID_WAIT('{}', {})",
-            position.trim(),
-            timeout.as_secs_f64()
-        ))?;
-        Ok(waited.trim() == "0")
+        wait_for_gtid(self.replica_server()?, position.trim(), timeout)
     }
 
     /// Promotes the replica: stops its receiving, lets it apply what it has received
@@ -162,11 +159,7 @@ impl MariaDbReplicated {
         }
         replica.sql("STOP SLAVE IO_THREAD")?;
         let received = slave_status(replica, "Gtid_IO_Pos")?;
-        let applied = replica.sql(&format!(
-            "SELECT MASTER_GTID_WAIT('{received}', {})",
-            SETTLE_TIMEOUT.as_secs()
-        ))?;
-        if applied.trim() != "0" {
+        if !wait_for_gtid(replica, &received, SETTLE_TIMEOUT)? {
             return Err(HarnessError::Other(format!(
                 "the replica did not apply its relay log up to {received} within {SETTLE_TIMEOUT:?}"
             )));
@@ -183,19 +176,31 @@ impl MariaDbReplicated {
         Ok(())
     }
 
-    /// Starts a fresh replica of the current primary through a new link proxy (its data
-    /// comes from the primary's binary log, from the start); returns once it has caught up
-    /// (semi-synchronous: once the primary counts it as a client). Replaces a replica there
-    /// was.
+    /// Starts a fresh replica of the current primary through a new link proxy; returns once it
+    /// has caught up (semi-synchronous: once the primary counts it as a client). Replaces a
+    /// replica there was.
+    ///
+    /// Its data is a consistent snapshot of the primary's database ([`MARIADB_DATABASE`],
+    /// `mariadb-dump --single-transaction`), loaded outside its binary log; it replicates from
+    /// the snapshot's GTID on. So it costs what the data holds, not what the primary ever
+    /// logged: replaying the binary log from the start took longer with every failover of a
+    /// long run.
     pub fn add_replica(&mut self) -> Result<(), HarnessError> {
         self.server_id += 1;
         let replica = MariaDbServer::start_with(server_options(&self.options, self.server_id))?;
         let link = FaultProxy::start(self.primary.addr())?;
+        let seed = replica.dir().join("seed.sql");
+        self.primary.dump(crate::MARIADB_DATABASE, &seed)?;
+        let position = dumped_gtid(&seed)?;
+        // `source` is a client command: on a line of its own.
         replica.sql(&format!(
-            "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, \
+            "SET SESSION sql_log_bin = 0;\nsource {};\nSET SESSION sql_log_bin = 1;\n\
+             SET GLOBAL gtid_slave_pos = '{position}';\n\
+             CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, \
              MASTER_USER = '{MARIADB_USER}', MASTER_PASSWORD = '{MARIADB_PASSWORD}', \
              MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1, MASTER_HEARTBEAT_PERIOD = 0.5; \
              SET GLOBAL read_only = ON; START SLAVE",
+            seed.display(),
             link.addr().port()
         ))?;
         self.replica = Some(replica);
@@ -268,6 +273,40 @@ fn semi_sync_args(replication: MariaDbReplication) -> Vec<String> {
             format!("--rpl-semi-sync-master-timeout={}", SEMI_SYNC_TIMEOUT.as_millis()),
         ],
     }
+}
+
+/// The longest single `MASTER_GTID_WAIT`: well inside the `mariadb` client's 10 s limit.
+const WAIT_SLICE: Duration = Duration::from_secs(4);
+
+/// Waits up to `timeout` until `server` has applied `position` (`MASTER_GTID_WAIT`, in slices
+/// of at most [`WAIT_SLICE`]); `Ok(false)` on timeout.
+fn wait_for_gtid(server: &MariaDbServer, position: &str, timeout: Duration) -> Result<bool, HarnessError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let slice = deadline.saturating_duration_since(Instant::now()).min(WAIT_SLICE);
+        let waited = server.sql(&format!(
+            "SELECT MASTER_GTID_WAIT('{position}', {})",
+            slice.as_secs_f64()
+        ))?;
+        if waited.trim() == "0" {
+            return Ok(true);
+        }
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+    }
+}
+
+/// The GTID position a `mariadb-dump --master-data=2 --gtid` snapshot stands at (its
+/// commented `SET GLOBAL gtid_slave_pos='...'`).
+fn dumped_gtid(file: &std::path::Path) -> Result<String, HarnessError> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| HarnessError::io(format!("reading {}", file.display()), e))?;
+    text.lines()
+        .find_map(|line| line.split_once("gtid_slave_pos='"))
+        .and_then(|(_, rest)| rest.split_once('\''))
+        .map(|(position, _)| position.to_owned())
+        .ok_or_else(|| HarnessError::Other(format!("{} names no GTID position", file.display())))
 }
 
 /// A global status variable's value.

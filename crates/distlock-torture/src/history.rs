@@ -152,7 +152,9 @@ pub struct FaultRecord {
     #[serde(default = "injected")]
     pub injected: bool,
     /// For a fault that resets the store's state, when it was lost: the kill (after a lagged
-    /// failover's lag). `None`: at its start.
+    /// failover's lag); for a clock jump, the instant the step that frees the store's leases
+    /// really began (the jump forward; the restore after a jump back), however late the
+    /// harness got to it. `None`: at its start.
     #[serde(default)]
     pub lost_at: Option<Nanos>,
 }

@@ -163,26 +163,35 @@ struct RunArgs {
     quiet: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// `--backend`: every backend in turn, or one (named as [`Backend`]'s values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum BackendChoice {
     All,
-    Sqlite,
-    Redis,
-    RedisVolatile,
-    Redlock,
-    RedlockNoDelay,
-    RedisCluster,
-    Mariadb,
-    Postgres,
-    Memcached,
-    Zookeeper,
-    ZookeeperEnsemble,
-    MariadbSemisyncReplica,
-    MariadbAsyncReplica,
-    PostgresSyncStandby,
-    PostgresAsyncStandby,
-    RedisSentinel,
-    RedisSentinelReplicas,
+    One(Backend),
+}
+
+/// `all`, then every backend.
+const CHOICES: [BackendChoice; Backend::ALL.len() + 1] = {
+    let mut choices = [BackendChoice::All; Backend::ALL.len() + 1];
+    let mut i = 0;
+    while i < Backend::ALL.len() {
+        choices[i + 1] = BackendChoice::One(Backend::ALL[i]);
+        i += 1;
+    }
+    choices
+};
+
+impl clap::ValueEnum for BackendChoice {
+    fn value_variants<'a>() -> &'a [Self] {
+        &CHOICES
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        match self {
+            BackendChoice::All => Some(clap::builder::PossibleValue::new("all")),
+            BackendChoice::One(backend) => backend.to_possible_value(),
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -349,24 +358,8 @@ async fn torture(args: RunArgs) -> ExitCode {
 }
 
 fn to_backend(choice: BackendChoice) -> Option<Backend> {
-    Some(match choice {
-        BackendChoice::All => return None,
-        BackendChoice::Sqlite => Backend::Sqlite,
-        BackendChoice::Redis => Backend::Redis,
-        BackendChoice::RedisVolatile => Backend::RedisVolatile,
-        BackendChoice::Redlock => Backend::Redlock,
-        BackendChoice::RedlockNoDelay => Backend::RedlockNoDelay,
-        BackendChoice::RedisCluster => Backend::RedisCluster,
-        BackendChoice::Mariadb => Backend::Mariadb,
-        BackendChoice::Postgres => Backend::Postgres,
-        BackendChoice::Memcached => Backend::Memcached,
-        BackendChoice::Zookeeper => Backend::Zookeeper,
-        BackendChoice::ZookeeperEnsemble => Backend::ZookeeperEnsemble,
-        BackendChoice::MariadbSemisyncReplica => Backend::MariadbSemisyncReplica,
-        BackendChoice::MariadbAsyncReplica => Backend::MariadbAsyncReplica,
-        BackendChoice::PostgresSyncStandby => Backend::PostgresSyncStandby,
-        BackendChoice::PostgresAsyncStandby => Backend::PostgresAsyncStandby,
-        BackendChoice::RedisSentinel => Backend::RedisSentinel,
-        BackendChoice::RedisSentinelReplicas => Backend::RedisSentinelReplicas,
-    })
+    match choice {
+        BackendChoice::All => None,
+        BackendChoice::One(backend) => Some(backend),
+    }
 }

@@ -479,12 +479,9 @@ async fn inject(
     let mut injected = true;
     // When a kill loses the store's state: at once, or after a lagged failover's lag.
     let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-    let lost_at = match planned.kind {
+    let mut lost_at = match planned.kind {
         FaultKind::ServerKill | FaultKind::MajorityKill | FaultKind::Failover => Some(start),
         FaultKind::LaggedFailover => Some(start + nanos(planned.duration)),
-        // A step forward frees what the store expires by its clock; a step back does at its end.
-        FaultKind::ClockJumpForward => Some(start),
-        FaultKind::ClockJumpBack => Some(start + nanos(planned.duration)),
         _ => None,
     };
     match planned.kind {
@@ -571,7 +568,8 @@ async fn inject(
         FaultKind::ClockJumpForward | FaultKind::ClockJumpBack => {
             let store = store.clone();
             let (back, duration) = (planned.kind == FaultKind::ClockJumpBack, planned.duration);
-            target = tokio::task::spawn_blocking(move || {
+            let steps;
+            (target, steps) = tokio::task::spawn_blocking(move || {
                 store
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
@@ -580,6 +578,10 @@ async fn inject(
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("cannot step the server's clock: {e}"))?;
+            // A step forward frees what the store expires by its clock; a step back frees what
+            // it granted meanwhile at the restore. Both when the step really began: on a loaded
+            // machine it lands well after the planned instant.
+            lost_at = steps.map(|[jumped, restored]| if back { restored } else { jumped });
         }
         FaultKind::BlackholeHolder
         | FaultKind::DropRepliesHolder
@@ -642,3 +644,6 @@ fn proxies_of(slot: &Slot) -> Vec<&distlock_testkit::FaultProxy> {
         .map(|p| p.0.iter().collect())
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod clock_steps;

@@ -103,7 +103,7 @@ mod session;
 pub use admin::ZooKeeperStats;
 use held::Held;
 use layout::lock_path;
-use queue::{queue, spawn_cleanup, Cleanup, Line, QueueEntry};
+use queue::{queue, spawn_cleanup, sync_sent, Cleanup, Line, QueueEntry};
 
 const BACKEND: &str = "zookeeper";
 
@@ -430,7 +430,11 @@ impl DistributedLock for ZooKeeperLock {
                         .bounded(async {
                             let conn = inner.conn().await?;
                             let parent = lock_path(inner.config.root(), name);
-                            let children = match conn.client.list_children(&parent).await {
+                            // Synced: a follower behind its leader would show a released holder.
+                            let (synced, listed) =
+                                futures::join!(sync_sent(&conn, &parent), conn.client.list_children(&parent));
+                            synced?;
+                            let children = match listed {
                                 Ok(children) => children,
                                 Err(zk::Error::NoNode) => return Ok(LockState::free(None)),
                                 Err(e) => return Err(map_err(e)),

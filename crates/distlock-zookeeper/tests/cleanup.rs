@@ -164,7 +164,7 @@ async fn a_refused_lease_cleanup_still_deletes_the_locks_node() {
 /// still find and delete the node (a `sync` first), not leave it for the whole session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cleanup_after_a_reconnection_to_a_lagging_follower_finds_the_node() {
-    use distlock_testkit::{Direction, FaultProxy, ZooKeeperEnsemble, ZooKeeperOptions};
+    use distlock_testkit::{Direction, FaultProxy, ZooKeeperOptions};
     const LAG: Duration = Duration::from_secs(5);
 
     let options = ZooKeeperOptions {
@@ -172,14 +172,7 @@ async fn a_cleanup_after_a_reconnection_to_a_lagging_follower_finds_the_node() {
         peer_proxies: true,
         ..ZooKeeperOptions::default()
     };
-    let ensemble = tokio::task::spawn_blocking(move || {
-        let ensemble = ZooKeeperEnsemble::start_with(options)?;
-        let leader = ensemble.wait_for_leader(Duration::from_secs(30))?;
-        Ok::<_, distlock_testkit::HarnessError>((ensemble, leader))
-    })
-    .await
-    .expect("joined");
-    let (ensemble, leader) = ensemble.expect("the ensemble starts with proxies between its members");
+    let (ensemble, leader) = support::proxied_ensemble(options).await;
     let (acking, lagging) = ((leader + 1) % 3, (leader + 2) % 3);
     let direct = |i: usize| format!("zk://127.0.0.1:{}", ensemble.node(i).port());
     let to_leader = FaultProxy::start(ensemble.node(leader).addr()).expect("a proxy");

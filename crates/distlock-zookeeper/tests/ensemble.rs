@@ -208,14 +208,7 @@ async fn holder_on_a_follower_cut_off_from_its_leader_is_lost_before_another_cli
         peer_proxies: true,
         ..ZooKeeperOptions::default()
     };
-    let ensemble = tokio::task::spawn_blocking(move || {
-        let ensemble = ZooKeeperEnsemble::start_with(options)?;
-        let leader = ensemble.wait_for_leader(Duration::from_secs(30))?;
-        Ok::<_, distlock_testkit::HarnessError>((ensemble, leader))
-    })
-    .await
-    .expect("joined");
-    let (ensemble, leader) = ensemble.expect("the ensemble starts with proxies between its members");
+    let (ensemble, leader) = support::proxied_ensemble(options).await;
     let follower = (leader + 1) % 3;
     let majority: Vec<String> = (0..3)
         .filter(|i| *i != follower)
@@ -236,61 +229,26 @@ async fn holder_on_a_follower_cut_off_from_its_leader_is_lost_before_another_cli
     ensemble.cut_off(follower).expect("the follower is cut off");
     let cut = Instant::now();
 
-    let suspended = async {
-        let reason = tokio::time::timeout(SESSION * 5, guard.lost_signal().lost_or_suspended()).await;
-        (Instant::now(), reason.ok())
-    };
-    let lost = async {
-        let reason = tokio::time::timeout(SESSION * 5, guard.lost()).await.ok();
-        (Instant::now(), reason)
-    };
-    let acquired = async {
-        // The other client's own session can end too, by the same rule, when a loaded
-        // machine starves the ensemble's JVMs of the leader's confirmations for most of the
-        // session timeout: its wait then fails with `Unavailable`, as it should, and it waits
-        // again on a new session, within the same budget. What this test is about is only
-        // when it gets the lock, against when the holder said lost.
-        let give_up = cut + SESSION * 5;
-        loop {
-            let opts = AcquireOptions::new().wait_for(give_up.saturating_duration_since(Instant::now()));
-            match other.acquire_with(name.as_str(), &opts).await {
-                Ok(guard) => break (Instant::now(), guard),
-                Err(e @ distlock_core::Error::Unavailable { .. }) if Instant::now() < give_up => {
-                    println!("the other client's wait ended ({e}); it waits again");
-                }
-                Err(e) => panic!("the other client acquires on the majority side: {e:?}"),
-            }
-        }
-    };
-    let ((suspended_at, suspension), (lost_at, reason), (acquired_at, other_guard)) =
-        tokio::join!(suspended, lost, acquired);
-    let t = |at: Instant| at.duration_since(cut);
-    println!(
-        "session timeout {SESSION:?}, follower {follower} cut off (leader {leader}): holder \
-         suspended ({suspension:?}) at +{:?}, lost ({reason:?}) at +{:?}, the other client acquired \
-         at +{:?}",
-        t(suspended_at),
-        t(lost_at),
-        t(acquired_at)
-    );
-    assert!(
-        reason.is_some() && lost_at < acquired_at,
-        "two holders: the other client acquired at +{:?}, while the holder's guard said held until \
-         +{:?} ({reason:?})",
-        t(acquired_at),
-        t(lost_at)
-    );
+    let race = support::race::race(
+        &guard,
+        &other,
+        &name,
+        tokio::time::Instant::from_std(cut),
+        SESSION * 5,
+    )
+    .await;
+    println!("session timeout {SESSION:?}, follower {follower} cut off (leader {leader}): {race}");
+    race.assert_lost_first();
+    let (suspended_at, suspension) = race.suspended;
+    let reason = race.lost.1;
+    let other_guard = race.acquired.1;
     assert_eq!(reason, Some(LossReason::SessionExpired));
     assert_eq!(
         suspension,
         Some(LossReason::SessionSuspended),
         "suspended before it was lost"
     );
-    assert!(
-        t(suspended_at) < SESSION / 2,
-        "suspended late: +{:?}",
-        t(suspended_at)
-    );
+    assert!(suspended_at < SESSION / 2, "suspended late: +{suspended_at:?}");
     assert!(other_guard.release().await.expect("released"));
     drop(guard);
     ensemble.heal_links().expect("healed");

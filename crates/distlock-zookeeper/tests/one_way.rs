@@ -9,8 +9,8 @@ mod support;
 
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, Error, LockClient, LossReason};
-use distlock_testkit::{ZooKeeperEnsemble, ZooKeeperOptions};
+use distlock_core::{LockClient, LossReason};
+use distlock_testkit::ZooKeeperOptions;
 use distlock_zookeeper::ZooKeeperLock;
 use tokio::time::Instant;
 
@@ -46,14 +46,7 @@ async fn holder_is_lost_before_another_client_acquires(cut: Cut) {
         peer_proxies: true,
         ..ZooKeeperOptions::default()
     };
-    let ensemble = tokio::task::spawn_blocking(move || {
-        let ensemble = ZooKeeperEnsemble::start_with(options)?;
-        let leader = ensemble.wait_for_leader(Duration::from_secs(30))?;
-        Ok::<_, distlock_testkit::HarnessError>((ensemble, leader))
-    })
-    .await
-    .expect("joined");
-    let (ensemble, leader) = ensemble.expect("the ensemble starts with proxies between its members");
+    let (ensemble, leader) = support::proxied_ensemble(options).await;
     let follower = (leader + 1) % 3;
     let url = |members: &[usize]| {
         let hosts: Vec<String> = members
@@ -77,53 +70,12 @@ async fn holder_is_lost_before_another_client_acquires(cut: Cut) {
     .expect("cut one way");
     let at = Instant::now();
 
-    let suspended = async {
-        let reason = tokio::time::timeout(SESSION * 5, guard.lost_signal().lost_or_suspended()).await;
-        (Instant::now(), reason.ok())
-    };
-    let lost = async {
-        let reason = tokio::time::timeout(SESSION * 5, guard.lost()).await.ok();
-        (Instant::now(), reason)
-    };
-    let acquired = async {
-        // The other client's own session may end on a loaded machine (see ensemble.rs); it
-        // then waits again. Only when it gets the lock matters here.
-        let give_up = at + SESSION * 5;
-        loop {
-            let opts = AcquireOptions::new().wait_for(give_up.saturating_duration_since(Instant::now()));
-            match other.acquire_with(name.as_str(), &opts).await {
-                Ok(guard) => break (Instant::now(), guard),
-                Err(e @ Error::Unavailable { .. }) if Instant::now() < give_up => {
-                    println!("the other client's wait ended ({e}); it waits again");
-                }
-                Err(e) => panic!("the other client acquires on the majority side: {e:?}"),
-            }
-        }
-    };
-    let ((suspended_at, suspension), (lost_at, reason), (acquired_at, other_guard)) =
-        tokio::join!(suspended, lost, acquired);
-    let t = |i: Instant| i.duration_since(at);
-    println!(
-        "session timeout {SESSION:?}, {cut:?} (follower {follower}, leader {leader}): holder \
-         suspended ({suspension:?}) at +{:?}, lost ({reason:?}) at +{:?}, the other client \
-         acquired at +{:?}",
-        t(suspended_at),
-        t(lost_at),
-        t(acquired_at)
-    );
-    assert!(
-        reason.is_some() && lost_at < acquired_at,
-        "two holders: the other client acquired at +{:?}, while the holder's guard said held until \
-         +{:?} ({reason:?})",
-        t(acquired_at),
-        t(lost_at)
-    );
+    let race = support::race::race(&guard, &other, &name, at, SESSION * 5).await;
+    println!("session timeout {SESSION:?}, {cut:?} (follower {follower}, leader {leader}): {race}");
+    race.assert_lost_first();
+    let (suspended_at, reason, other_guard) = (race.suspended.0, race.lost.1, race.acquired.1);
     assert_eq!(reason, Some(LossReason::SessionExpired));
-    assert!(
-        t(suspended_at) < SESSION / 2,
-        "suspended late: +{:?}",
-        t(suspended_at)
-    );
+    assert!(suspended_at < SESSION / 2, "suspended late: +{suspended_at:?}");
     assert!(other_guard.release().await.expect("released"));
     drop(guard);
     ensemble.heal_links().expect("healed");

@@ -1,6 +1,7 @@
 //! MySQL/MariaDB: the server's role (`read_only`, a replica), privileges that bypass
 //! `read_only`, the isolation level and MariaDB's `SIMULTANEOUS_ASSIGNMENT` (which the
-//! statements are written not to depend on), the binary log's format, and the clock. One
+//! statements are written not to depend on), the binary log's format, the replication a
+//! failover relies on (`doctor/mysql_replication.rs`), and the clock. One
 //! connection, one round trip per query.
 
 use std::collections::HashMap;
@@ -11,6 +12,7 @@ use sqlx::Connection;
 
 use super::clock::{clock, now_us};
 use super::connect_error;
+use super::mysql_replication::{replication, SemiSync};
 
 const BACKEND: &str = "mysql";
 
@@ -37,6 +39,7 @@ pub(super) async fn doctor(options: &MySqlConnectOptions, at: &str) -> Result<Ve
             break;
         }
     }
+    let semi_sync = SemiSync::read(&mut conn).await;
     let grants: Vec<String> = sqlx::query_scalar("SHOW GRANTS")
         .fetch_all(&mut conn)
         .await
@@ -57,6 +60,7 @@ pub(super) async fn doctor(options: &MySqlConnectOptions, at: &str) -> Result<Ve
         isolation(var("transaction_isolation").or(var("tx_isolation")), at),
         sql_mode(var("sql_mode"), var("version"), at),
         binlog(var("log_bin"), var("binlog_format"), at),
+        replication(on(var("log_bin")), &semi_sync, at),
         clock(server_us, sent, received, at),
     ])
 }

@@ -9,6 +9,8 @@
 //! member isolates it from the ensemble, and nothing else. Owns the proxies; knows nothing of
 //! the processes.
 
+use std::time::Duration;
+
 use super::Peer;
 use crate::probe::loopback;
 use crate::{Direction, FaultProxy, HarnessError};
@@ -55,6 +57,14 @@ impl PeerLink {
     pub fn blackhole_toward(&self, direction: Direction) {
         self.quorum.blackhole_toward(direction);
         self.election.blackhole_toward(direction);
+    }
+
+    /// Delays every chunk of bytes on both proxies one way by `latency`
+    /// ([`FaultProxy::set_latency`], order kept): toward [`to`](Self::to) with
+    /// [`Direction::ToServer`], toward [`from`](Self::from) with [`Direction::ToClient`].
+    pub fn delay_toward(&self, direction: Direction, latency: Duration) {
+        self.quorum.set_latency(direction, latency, Duration::ZERO);
+        self.election.set_latency(direction, latency, Duration::ZERO);
     }
 
     /// Undoes every fault on both proxies.

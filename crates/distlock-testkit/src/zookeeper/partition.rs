@@ -1,10 +1,12 @@
 //! Partitions between the members of a [`ZooKeeperEnsemble`] started with
 //! [`ZooKeeperOptions::peer_proxies`](super::ZooKeeperOptions::peer_proxies): one member
-//! alone, a minority split from the majority, one direction of one pair. Clients still reach
+//! alone, a minority split from the majority, one direction of one pair cut or delayed. Clients still reach
 //! every member; only the members' links to each other ([`PeerLink`]s) are silenced, never
 //! closed, so each member learns of a partition by its own timeouts (`syncLimit × tickTime`).
 //! Owns no state: every operation acts on the links, and [`ZooKeeperEnsemble::heal_links`]
 //! undoes them all.
+
+use std::time::Duration;
 
 use super::{PeerLink, ZooKeeperEnsemble};
 use crate::{Direction, HarnessError};
@@ -60,6 +62,32 @@ impl ZooKeeperEnsemble {
         // On the link `to → from`, `from` is the server: its bytes go toward the client.
         if let Some(link) = links.link(to, from) {
             link.blackhole_toward(Direction::ToClient);
+        }
+        Ok(())
+    }
+
+    /// Delays one direction between two members by `latency`: everything `from` sends
+    /// reaches `to` that much later (in order), while everything `to` sends flows at once. A
+    /// follower whose leader's words come late keeps answering its clients' reads from what it
+    /// has applied so far: a lagging follower, not a cut-off one. [`heal_links`](Self::heal_links)
+    /// removes it.
+    ///
+    /// # Errors
+    /// If either is not a member, they are the same, or the ensemble was started without
+    /// `peer_proxies`.
+    pub fn delay_one_way(&self, from: usize, to: usize, latency: Duration) -> Result<(), HarnessError> {
+        self.members_exist(&[from, to])?;
+        if from == to {
+            return Err(HarnessError::Other(format!(
+                "member {from} has no link to itself"
+            )));
+        }
+        let links = self.links()?;
+        if let Some(link) = links.link(from, to) {
+            link.delay_toward(Direction::ToServer, latency);
+        }
+        if let Some(link) = links.link(to, from) {
+            link.delay_toward(Direction::ToClient, latency);
         }
         Ok(())
     }

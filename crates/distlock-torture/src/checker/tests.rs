@@ -565,3 +565,55 @@ fn two_holders_both_granted_well_inside_a_failover_after_its_kill_are_a_violatio
     let kinds: Vec<&str> = v.violations().map(|f| f.kind.as_str()).collect();
     assert_eq!(kinds, ["exclusion"], "{:?}", v.findings);
 }
+
+/// A clock jump back planned from 20 ms to 120 ms whose restore really began at 2000 ms (the
+/// harness got to it late), the loss recorded there.
+fn late_restore() -> FaultRecord {
+    FaultRecord {
+        lost_at: Some(2000 * MS),
+        ..fault("clock-jump-back", 20 * MS, 2001 * MS)
+    }
+}
+
+fn clock_judgement() -> Judgement {
+    let mut j = judgement(true);
+    j.documented_losses = HashSet::from(["clock-jump-back".to_owned()]);
+    j
+}
+
+#[test]
+fn a_grant_after_a_clock_step_that_landed_late_is_attributed_to_it() {
+    // a was granted on the stepped-back clock (its lease already over on the true one), b after
+    // the restore really began: the restore lost a's lock, long after the planned instant.
+    let mut h = History::default();
+    h.faults.push(late_restore());
+    hold(&mut h, 1, "a", 1, 1500 * MS, 2300 * MS);
+    hold(&mut h, 2, "b", 2, 2100 * MS, 2400 * MS);
+    h.stopped = 3000 * MS;
+    let v = check(&h, &clock_judgement(), &[], &[]);
+    assert_eq!(v.violations().count(), 0, "{:?}", v.findings);
+    let row = v
+        .rows
+        .iter()
+        .find(|r| r.fault == "clock-jump-back")
+        .expect("a row");
+    assert_eq!(row.exclusion_violations, 1);
+    assert!(
+        v.findings[0].detail.contains("straddle the clock-jump-back"),
+        "{:?}",
+        v.findings
+    );
+}
+
+#[test]
+fn two_holders_both_granted_before_a_late_clock_step_are_a_violation() {
+    // Both grants came before the restore began: the step explains neither.
+    let mut h = History::default();
+    h.faults.push(late_restore());
+    hold(&mut h, 1, "a", 1, 1500 * MS, 1900 * MS);
+    hold(&mut h, 2, "b", 2, 1700 * MS, 1950 * MS);
+    h.stopped = 3000 * MS;
+    let v = check(&h, &clock_judgement(), &[], &[]);
+    let kinds: Vec<&str> = v.violations().map(|f| f.kind.as_str()).collect();
+    assert_eq!(kinds, ["exclusion"], "{:?}", v.findings);
+}

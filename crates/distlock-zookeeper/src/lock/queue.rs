@@ -23,8 +23,42 @@ pub(super) use entry::{Node, QueueEntry};
 pub(super) use order::{is_write, queue, sequence_of, Line};
 pub(super) use waiting::vanished;
 
+/// A `sync` of `path`, sent now (before any request made after this call): the server this
+/// session is connected to answers the session's later reads only once it has applied what
+/// the leader had committed when the `sync` reached it. A follower otherwise answers reads
+/// from what it has applied so far, which may lag its leader: a lock released through another
+/// member would still show here as held. A missing `path` is no error.
+pub(super) fn sync_sent<'a>(
+    conn: &'a Conn,
+    path: &str,
+) -> impl std::future::Future<Output = Result<()>> + 'a {
+    let synced = conn.client.sync(path);
+    async move {
+        match synced.await {
+            Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+            Err(e) => Err(map_err(e)),
+        }
+    }
+}
+
 impl Inner {
-    /// `getChildren` of a lock's parent (`None` if it does not exist): 1 round trip.
+    /// `getChildren` of `parent` as the leader had it when the call was made (`None` if it
+    /// does not exist): a [`sync_sent`] and the listing, sent at once, 1 round trip. Every
+    /// first look at a queue, whose answer decides "held" or "free", goes through here.
+    pub(super) async fn list_children_synced(
+        &self,
+        conn: &Conn,
+        parent: &str,
+    ) -> Result<Option<Vec<String>>> {
+        let (synced, listed) = futures::join!(sync_sent(conn, parent), self.list_children(conn, parent));
+        synced?;
+        listed
+    }
+
+    /// `getChildren` of a lock's parent (`None` if it does not exist): 1 round trip. Fresh
+    /// enough only after a write of this session to the same queue (a `create`, whose reply
+    /// comes once this server has applied everything committed before it); else use
+    /// [`list_children_synced`](Self::list_children_synced).
     pub(super) async fn list_children(&self, conn: &Conn, parent: &str) -> Result<Option<Vec<String>>> {
         self.listings.fetch_add(1, Ordering::Relaxed);
         match conn.client.list_children(parent).await {

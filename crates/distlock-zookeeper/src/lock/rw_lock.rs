@@ -118,13 +118,13 @@ impl Inner {
 
     /// The holders of the read-write lock `name`: the first node if it is a writer's, else
     /// every reader before the first writer, each with its node's data as owner (the owner
-    /// token for ours) and its creation zxid. Round trips: 1 `getChildren`, +1 for the
-    /// holders' data (sent together).
+    /// token for ours) and its creation zxid. Round trips: 1 (`sync` and `getChildren`, sent
+    /// together), +1 for the holders' data (sent together).
     pub(super) async fn rw_holders(self: &Arc<Self>, name: &LockName) -> Result<Vec<LockState>> {
         let parent = object_path(self.config.root(), Primitive::RwLock, name);
         self.bounded(async {
             let conn = self.conn().await?;
-            let Some(children) = self.list_children(&conn, &parent).await? else {
+            let Some(children) = self.list_children_synced(&conn, &parent).await? else {
                 return Ok(Vec::new());
             };
             let contenders = queue(children);

@@ -43,7 +43,7 @@ use zookeeper_client as zk;
 use super::layout::{
     object_path, owner_in, protected_prefix, semaphore_leases, semaphore_locks, LEASE_NODE, LOCK_NODE,
 };
-use super::queue::{queue, sequence_of, vanished, Line, QueueEntry};
+use super::queue::{queue, sequence_of, sync_sent, vanished, Line, QueueEntry};
 use super::{map_err, Conn, Inner};
 
 /// What a lease node's data starts with; the permit count follows.
@@ -86,8 +86,8 @@ fn lease_count(children: &[String], queue: &[String]) -> usize {
 }
 
 impl Inner {
-    /// One attempt at a permit, without waiting. Round trips: 1 (`getChildren` of `locks` and
-    /// of `leases`, sent together) when the semaphore is full (+1 `getData` per lease, sent
+    /// One attempt at a permit, without waiting. Round trips: 1 (a `sync`, then `getChildren`
+    /// of `locks` and of `leases`, sent together) when the semaphore is full (+1 `getData` per lease, sent
     /// together, to check the count) or someone is at the head of its line; when there is
     /// room, +2 to take the `locks` mutex (`create2`, `getChildren`), +2 for our lease
     /// (`create2`, `getChildren`), +1 to read the other leases' counts (none when we are
@@ -104,10 +104,12 @@ impl Inner {
         self.bounded(async {
             let sent_at = Instant::now();
             let conn = self.conn().await?;
-            let (locks_listed, leases_listed) = futures::join!(
+            let (synced, locks_listed, leases_listed) = futures::join!(
+                sync_sent(&conn, &paths.locks),
                 self.list_children(&conn, &paths.locks),
                 self.list_children(&conn, &paths.leases)
             );
+            synced?;
             let (locks_listed, leases) = (locks_listed?, leases_listed?.unwrap_or_default());
             if leases.len() >= room {
                 // Full: nothing is created, but a count the holders disagree with is an error.
@@ -336,12 +338,13 @@ impl Inner {
     /// The holders of the semaphore `name`: its oldest leases, as many as the permit count
     /// they carry (a lease beyond it is an acquirer still waiting), each with its owner token
     /// (from the protected name; the node's data for a foreign lease) and its creation zxid.
-    /// Round trips: 1 `getChildren`, +1 for the leases' data (sent together).
+    /// Round trips: 1 (`sync` and `getChildren`, sent together), +1 for the leases' data
+    /// (sent together).
     pub(super) async fn permit_holders(self: &Arc<Self>, name: &LockName) -> Result<Vec<LockState>> {
         let paths = Paths::of(self, name);
         self.bounded(async {
             let conn = self.conn().await?;
-            let Some(children) = self.list_children(&conn, &paths.leases).await? else {
+            let Some(children) = self.list_children_synced(&conn, &paths.leases).await? else {
                 return Ok(Vec::new());
             };
             let leases = queue(children);

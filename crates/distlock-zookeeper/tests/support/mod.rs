@@ -12,6 +12,8 @@ use distlock_testkit::{shared, ZooKeeperEnsemble, ZooKeeperOptions, ZooKeeperSer
 use distlock_zookeeper::{ZooKeeperConfig, ZooKeeperLock};
 use zookeeper_client as zk;
 
+pub mod race;
+
 /// Short enough that session-expiry cases run quickly, long enough for a loaded 2-core box.
 pub const SESSION_TIMEOUT: Duration = Duration::from_secs(3);
 /// The per-operation bound in tests.
@@ -28,6 +30,23 @@ pub fn config(url: &str) -> ZooKeeperConfig {
 /// A new client (its own session) of the server at `url`.
 pub async fn connect(url: &str) -> ZooKeeperLock {
     ZooKeeperLock::connect(config(url)).await.expect("connects")
+}
+
+/// Starts a 3-member ensemble with `options` and a fault proxy on every link between its
+/// members (`peer_proxies`), and waits for its leader: the ensemble and the leader's index.
+pub async fn proxied_ensemble(options: ZooKeeperOptions) -> (ZooKeeperEnsemble, usize) {
+    let options = ZooKeeperOptions {
+        peer_proxies: true,
+        ..options
+    };
+    tokio::task::spawn_blocking(move || {
+        let ensemble = ZooKeeperEnsemble::start_with(options)?;
+        let leader = ensemble.wait_for_leader(Duration::from_secs(30))?;
+        Ok::<_, distlock_testkit::HarnessError>((ensemble, leader))
+    })
+    .await
+    .expect("joined")
+    .expect("the ensemble starts with proxies between its members (run scripts/install-test-deps to install zookeeper)")
 }
 
 /// A raw client, for fault hooks.

@@ -21,14 +21,15 @@ pub(in crate::lock) fn vanished() -> Error {
 }
 
 impl Inner {
-    /// One attempt at a place that holds at once: list the queue first (or use `listed`, a
-    /// listing just made), and only if a newcomer would hold, create our node with `data`,
+    /// One attempt at a place that holds at once: list the queue first, after a `sync` (or use
+    /// `listed`, a synced listing just made), and only if a newcomer would hold, create our node with `data`,
     /// list again and keep the node if it holds (else delete it). A node of ours already in
     /// the queue (left by an earlier attempt of the same owner whose reply was lost) is
     /// adopted, never duplicated.
     ///
     /// Returns our node if it holds, with `entry` still armed (the caller disarms it once the
-    /// hold is recorded), or `None` with nothing of ours left in the queue. Round trips: 1 when
+    /// hold is recorded), or `None` with nothing of ours left in the queue. Round trips: 1
+    /// (`sync` and `getChildren` sent together) when
     /// a newcomer would not hold (0 with `listed`): no node is created, no sequence number
     /// burned; 3 when it would (`getChildren`, `create2`, `getChildren`), +1 `delete` if
     /// another contender got in first.
@@ -42,7 +43,7 @@ impl Inner {
     ) -> Result<Option<Node>> {
         let listed = match listed {
             Some(listed) => listed,
-            None => self.list_children(conn, &entry.parent).await?,
+            None => self.list_children_synced(conn, &entry.parent).await?,
         };
         if let Some(children) = listed {
             let (ours, queue) = self
