@@ -7,8 +7,9 @@
 //! request pipelined after `CLIENT GETNAME` that finds the name ran on the same run, and one
 //! that finds another name (or none: the connection was reopened, perhaps to a restarted
 //! server) learns the run id again. One request at a time names a connection (see
-//! [`ServerRun::naming_turn`]): the others wait for it and then find the name. It owns only
-//! that record and that turn; [`Node`](crate::node::Node) sends the requests.
+//! [`ServerRun::try_naming_turn`]): the others wait for it and then find the name (or, if
+//! it failed, name the connection themselves). It owns only that record and that turn;
+//! [`Node`](crate::node::Node) sends the requests.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,12 +75,6 @@ impl ServerRun {
     /// The turn to name a connection, if no request is naming one now.
     pub(crate) fn try_naming_turn(&self) -> Option<NamingTurn<'_>> {
         self.naming.try_write().ok()
-    }
-
-    /// The turn to name a connection, after the requests naming one or waiting for it before
-    /// this one. Cancel safe: dropping the future leaves the queue.
-    pub(crate) async fn naming_turn(&self) -> NamingTurn<'_> {
-        self.naming.write().await
     }
 
     /// Returns once no request is naming a connection (at once if none is). Cancel safe.

@@ -179,7 +179,8 @@ impl Node {
     /// requests that find it unnamed meanwhile wait for that one (within `limit`), then send
     /// their script after `CLIENT GETNAME` again, by an `EVALSHA` that finds the script
     /// loaded; so a burst of first requests names a connection once and sends the script's
-    /// code once. A server that does not know the script (`NOSCRIPT`: restarted, or its
+    /// code once. If that naming fails, each waiting request names the connection itself, at
+    /// once (a dead server fails them all together, not one after another). A server that does not know the script (`NOSCRIPT`: restarted, or its
     /// scripts flushed) sends the request to the naming too, which loads it once for all.
     /// `None` on a cluster, or if the server did not say.
     pub(crate) async fn script_naming_run<T: FromRedisValue>(
@@ -201,24 +202,27 @@ impl Node {
             }
         }
         // Another request naming a connection now most likely names the one this request
-        // sends on: wait for it, then look for its name. Twice at most, then take a turn.
+        // sends on: wait for it, then look for its name. Twice at most; after a naming that
+        // failed (the server refused or did not answer), or after two, this request names the
+        // connection itself, beside any other: waiting for a turn would fail a dead server's
+        // requests one after another, each after the one before it.
         for _ in 0..2 {
             let Some(turn) = self.run.try_naming_turn() else {
                 self.within_limit(limit, left(), self.run.naming_done()).await?;
-                if self.run.recorded() != seen {
-                    seen = self.run.recorded();
-                    if let Some(named) = self.script_on_named(limit, left(), script, keys, args).await? {
-                        return Ok(named);
-                    }
+                if self.run.recorded() == seen {
+                    break;
+                }
+                seen = self.run.recorded();
+                if let Some(named) = self.script_on_named(limit, left(), script, keys, args).await? {
+                    return Ok(named);
                 }
                 continue;
             };
             return self
-                .name_connection(turn, limit, left(), script, keys, args)
+                .name_connection(Some(turn), limit, left(), script, keys, args)
                 .await;
         }
-        let turn = self.within_limit(limit, left(), self.run.naming_turn()).await?;
-        self.name_connection(turn, limit, left(), script, keys, args)
+        self.name_connection(None, limit, left(), script, keys, args)
             .await
     }
 
@@ -256,11 +260,12 @@ impl Node {
         }
     }
 
-    /// Names the connection while holding `_turn`: `CLIENT SETNAME`, `INFO server` and the
-    /// script by `EVAL`, one round trip bounded by `left` of the request's `limit`.
+    /// Names the connection, holding `_turn` if it has it (the others wait for that naming):
+    /// `CLIENT SETNAME`, `INFO server` and the script by `EVAL`, one round trip bounded by
+    /// `left` of the request's `limit`.
     async fn name_connection<T: FromRedisValue>(
         &self,
-        _turn: NamingTurn<'_>,
+        _turn: Option<NamingTurn<'_>>,
         limit: Duration,
         left: Duration,
         script: &LuaScript,
