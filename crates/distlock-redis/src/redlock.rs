@@ -68,9 +68,19 @@ use wake::forward_releases;
 /// (`CLIENT SETNAME distlock-<random>`), and each acquisition pipelines `CLIENT GETNAME`
 /// before its script. A name this client set tells which run answered; any other name (the
 /// connection was reopened) makes the acquisition read the run id again and run its script
-/// once more, on the same connection. So the masters' ACLs must allow `CLIENT SETNAME` and
-/// `CLIENT GETNAME` besides `INFO`, and a proxy that keeps the client's connection open
-/// across a master's restart would hide the restart: connect to the masters directly.
+/// once more, on the same connection (by `EVAL`, which loads it on a server that never saw
+/// it). One acquisition at a time names a master's connection: the others that find it
+/// unnamed meanwhile (a burst on a new client, or after a reconnection) wait for that naming,
+/// then send their script after `CLIENT GETNAME`, so a burst costs one `INFO` and one `EVAL`
+/// per master, not one per acquisition queued within the acquisition's time bound. Each
+/// waits within its own per-master bound (the node timeout, at most half its TTL), not the
+/// naming's, and if that naming fails each names the connection itself at once: a master
+/// that falls silent or dies while its connection is named costs an acquisition that
+/// master's vote and at most that bound, and a burst's votes fail together, not one after
+/// another. A master that answers `NOSCRIPT` (restarted, or its scripts flushed) is named
+/// again the same way. The masters' ACLs must allow `CLIENT SETNAME` and `CLIENT GETNAME`
+/// besides `INFO`, and a proxy that keeps the client's connection open across a master's
+/// restart would hide the restart: connect to the masters directly.
 ///
 /// # Ambiguous errors
 ///

@@ -6,14 +6,19 @@
 //! `INFO server` that read the run id marks the connection as talking to that run: a later
 //! request pipelined after `CLIENT GETNAME` that finds the name ran on the same run, and one
 //! that finds another name (or none: the connection was reopened, perhaps to a restarted
-//! server) learns the run id again. It owns only that record; [`Node`](crate::node::Node)
-//! sends the requests.
+//! server) learns the run id again. One request at a time names a connection (see
+//! [`ServerRun::try_naming_turn`]): the others wait for it and then find the name (or, if
+//! it failed, name the connection themselves). It owns only that record and that turn;
+//! [`Node`](crate::node::Node) sends the requests.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-/// How many of the names this client set on a server it remembers: concurrent requests on a
-/// new connection each name it, and the name that stays is whichever the server ran last.
+use tokio::sync::{RwLock, RwLockWriteGuard};
+
+/// How many of the names this client set on a server it remembers: a name set by a request
+/// that timed out, or that raced a reconnection, may not be the one that stays.
 const NAMES_KEPT: usize = 8;
 
 /// The connection names this client set on one server, newest last, each with the run id of
@@ -21,7 +26,16 @@ const NAMES_KEPT: usize = 8;
 #[derive(Debug, Default)]
 pub(crate) struct ServerRun {
     known: Mutex<VecDeque<Named>>,
+    /// Written by the request naming a connection: requests that find the connection unnamed
+    /// meanwhile wait for it (all woken at once) instead of each sending `CLIENT SETNAME`,
+    /// `INFO server` and the script's code.
+    naming: RwLock<()>,
+    /// How many names were recorded: a waiter that sees it changed looks for the new name.
+    recorded: AtomicU64,
 }
+
+/// The turn to name a connection to the server: held while naming it.
+pub(crate) type NamingTurn<'a> = RwLockWriteGuard<'a, ()>;
 
 #[derive(Debug, Clone)]
 struct Named {
@@ -50,6 +64,22 @@ impl ServerRun {
             known.pop_front();
         }
         known.push_back(Named { name, run_id });
+        self.recorded.fetch_add(1, Ordering::Release);
+    }
+
+    /// How many names were recorded so far.
+    pub(crate) fn recorded(&self) -> u64 {
+        self.recorded.load(Ordering::Acquire)
+    }
+
+    /// The turn to name a connection, if no request is naming one now.
+    pub(crate) fn try_naming_turn(&self) -> Option<NamingTurn<'_>> {
+        self.naming.try_write().ok()
+    }
+
+    /// Returns once no request is naming a connection (at once if none is). Cancel safe.
+    pub(crate) async fn naming_done(&self) {
+        drop(self.naming.read().await);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Named>> {
@@ -97,5 +127,21 @@ mod tests {
         );
         assert_eq!(run.run_id(b"other"), None);
         assert!(fresh_name() != fresh_name());
+    }
+
+    #[tokio::test]
+    async fn one_request_at_a_time_names_and_the_others_wait_for_it() {
+        let run = ServerRun::default();
+        let turn = run.try_naming_turn().expect("nobody names yet");
+        assert!(run.try_naming_turn().is_none(), "one naming at a time");
+        let seen = run.recorded();
+        let waiting = run.naming_done();
+        tokio::pin!(waiting);
+        assert!(futures::poll!(&mut waiting).is_pending(), "waits for the naming");
+        run.record("n".to_owned(), "r".to_owned());
+        drop(turn);
+        waiting.await;
+        assert_ne!(run.recorded(), seen, "the waiter sees a new name");
+        assert!(run.try_naming_turn().is_some());
     }
 }

@@ -14,7 +14,7 @@ use super::probe::At;
 use super::{Node, BACKEND};
 use crate::keys::key_slot;
 use crate::lua::LuaScript;
-use crate::server_run::{fresh_name, parse_run_id};
+use crate::server_run::{fresh_name, parse_run_id, NamingTurn};
 
 /// What the scripts announce a release with: `PUBLISH` on one server, `SPUBLISH` (sharded
 /// pub/sub: the message goes to the shard of the channel's slot, which is the lock's) on a
@@ -174,8 +174,15 @@ impl Node {
     /// is pipelined after `CLIENT GETNAME`, one round trip. On a connection this client has
     /// not named (its first request, or the connection was reopened, perhaps to a restarted
     /// server) a second round trip names it, reads `INFO server` and runs the script again on
-    /// it: the scripts sent here must be idempotent for their arguments. `None` on a cluster,
-    /// or if the server did not say.
+    /// it, by `EVAL` (a new connection may be to a server that never saw it): the scripts sent
+    /// here must be idempotent for their arguments. One request at a time names a connection:
+    /// requests that find it unnamed meanwhile wait for that one (within `limit`), then send
+    /// their script after `CLIENT GETNAME` again, by an `EVALSHA` that finds the script
+    /// loaded; so a burst of first requests names a connection once and sends the script's
+    /// code once. If that naming fails, each waiting request names the connection itself, at
+    /// once (a dead server fails them all together, not one after another). A server that does not know the script (`NOSCRIPT`: restarted, or its
+    /// scripts flushed) sends the request to the naming too, which loads it once for all.
+    /// `None` on a cluster, or if the server did not say.
     pub(crate) async fn script_naming_run<T: FromRedisValue>(
         &self,
         limit: Duration,
@@ -187,24 +194,86 @@ impl Node {
             return Ok((self.script_within(limit, script, keys, args).await?, None));
         }
         let started = tokio::time::Instant::now();
+        let left = || limit.saturating_sub(started.elapsed());
+        let mut seen = self.run.recorded();
         if self.run.named() {
-            let mut getname = redis::cmd("CLIENT");
-            getname.arg("GETNAME");
-            let (before, reply) = self.script_after(limit, &[getname], script, keys, args).await?;
-            let run_id = match before.first() {
-                Some(Value::BulkString(name)) => self.run.run_id(name),
-                _ => None,
-            };
-            if let Some(run_id) = run_id {
-                return Ok((self.value(reply)?, Some(run_id)));
+            if let Some(named) = self.script_on_named(limit, left(), script, keys, args).await? {
+                return Ok(named);
             }
         }
-        let left = limit.saturating_sub(started.elapsed());
+        // Another request naming a connection now most likely names the one this request
+        // sends on: wait for it, then look for its name. Twice at most; after a naming that
+        // failed (the server refused or did not answer), or after two, this request names the
+        // connection itself, beside any other: waiting for a turn would fail a dead server's
+        // requests one after another, each after the one before it.
+        for _ in 0..2 {
+            let Some(turn) = self.run.try_naming_turn() else {
+                self.within_limit(limit, left(), self.run.naming_done()).await?;
+                if self.run.recorded() == seen {
+                    break;
+                }
+                seen = self.run.recorded();
+                if let Some(named) = self.script_on_named(limit, left(), script, keys, args).await? {
+                    return Ok(named);
+                }
+                continue;
+            };
+            return self
+                .name_connection(Some(turn), limit, left(), script, keys, args)
+                .await;
+        }
+        self.name_connection(None, limit, left(), script, keys, args)
+            .await
+    }
+
+    /// The script pipelined after `CLIENT GETNAME` (by `EVALSHA`), bounded by `left` of the
+    /// request's `limit`: its reply and the run id if the connection bears a name this client
+    /// set, else `None` (the script ran all the same, unless the server did not know it).
+    async fn script_on_named<T: FromRedisValue>(
+        &self,
+        limit: Duration,
+        left: Duration,
+        script: &LuaScript,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+    ) -> Result<Option<(T, Option<String>)>> {
         if left.is_zero() {
-            return Err(Error::unavailable(
-                BACKEND,
-                format!("{} did not answer within {limit:?}", self.url),
-            ));
+            return Err(self.no_answer_within(limit));
+        }
+        let mut getname = redis::cmd("CLIENT");
+        getname.arg("GETNAME");
+        let Some((before, reply)) = self
+            .script_after(left, &[getname], script, keys, args, false)
+            .await?
+        else {
+            // The connection is new, to a server that never saw the script (restarted), or
+            // the server's scripts were flushed: the naming loads it once for all.
+            return Ok(None);
+        };
+        let run_id = match before.first() {
+            Some(Value::BulkString(name)) => self.run.run_id(name),
+            _ => None,
+        };
+        match run_id {
+            Some(run_id) => Ok(Some((self.value(reply)?, Some(run_id)))),
+            None => Ok(None),
+        }
+    }
+
+    /// Names the connection, holding `_turn` if it has it (the others wait for that naming):
+    /// `CLIENT SETNAME`, `INFO server` and the script by `EVAL`, one round trip bounded by
+    /// `left` of the request's `limit`.
+    async fn name_connection<T: FromRedisValue>(
+        &self,
+        _turn: Option<NamingTurn<'_>>,
+        limit: Duration,
+        left: Duration,
+        script: &LuaScript,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+    ) -> Result<(T, Option<String>)> {
+        if left.is_zero() {
+            return Err(self.no_answer_within(limit));
         }
         let name = fresh_name();
         let mut setname = redis::cmd("CLIENT");
@@ -212,8 +281,9 @@ impl Node {
         let mut info = redis::cmd("INFO");
         info.arg("server");
         let (before, reply) = self
-            .script_after(left, &[setname, info], script, keys, args)
-            .await?;
+            .script_after(left, &[setname, info], script, keys, args, true)
+            .await?
+            .ok_or_else(|| Error::backend(BACKEND, format!("{}: NOSCRIPT in reply to EVAL", self.url)))?;
         let run_id = before
             .get(1)
             .and_then(|info| redis::from_redis_value::<String>(info.clone()).ok())
@@ -224,8 +294,29 @@ impl Node {
         Ok((self.value(reply)?, run_id))
     }
 
-    /// `before`'s commands and `script` in one pipeline (with the `EVAL` fallback), bounded
-    /// by `limit`: their replies, and the script's opened (see [`checked`](Self::checked)).
+    /// `wait`, bounded by `left` of the request's `limit`.
+    async fn within_limit<F: std::future::Future>(
+        &self,
+        limit: Duration,
+        left: Duration,
+        wait: F,
+    ) -> Result<F::Output> {
+        if left.is_zero() {
+            return Err(self.no_answer_within(limit));
+        }
+        tokio::time::timeout(left, wait)
+            .await
+            .map_err(|_| self.no_answer_within(limit))
+    }
+
+    fn no_answer_within(&self, limit: Duration) -> Error {
+        Error::unavailable(BACKEND, format!("{} did not answer within {limit:?}", self.url))
+    }
+
+    /// `before`'s commands and `script` (by `EVAL` if `eval`, else by `EVALSHA`) in one
+    /// pipeline, bounded by `limit`: their replies, and the script's opened (see
+    /// [`checked`](Self::checked)); `None` if the server does not know the script (`NOSCRIPT`:
+    /// nothing ran).
     async fn script_after(
         &self,
         limit: Duration,
@@ -233,33 +324,32 @@ impl Node {
         script: &LuaScript,
         keys: &[&[u8]],
         args: &[&[u8]],
-    ) -> Result<(Vec<Value>, Value)> {
+        eval: bool,
+    ) -> Result<Option<(Vec<Value>, Value)>> {
         let nonce = Nonce::new();
         let nonce = &nonce;
         let publish = self.publish();
-        let pipeline = |use_eval| {
-            let mut pipe = redis::pipe();
-            for cmd in before {
-                pipe.add_command(cmd.clone());
-            }
-            pipe.add_command(script_cmd(script, keys, args, publish, nonce, use_eval));
-            pipe
-        };
-        let (mut replies, generation) = self
-            .run_on(limit, |mut conn| {
-                let (evalsha, eval) = (pipeline(false), pipeline(true));
-                async move {
-                    match evalsha.query_async::<Vec<Value>>(&mut conn).await {
-                        Err(e) if is_noscript(&e) => eval.query_async(&mut conn).await,
-                        other => other,
-                    }
+        let mut pipe = redis::pipe();
+        for cmd in before {
+            pipe.add_command(cmd.clone());
+        }
+        pipe.add_command(script_cmd(script, keys, args, publish, nonce, eval));
+        let pipe = &pipe;
+        let (replies, generation) = self
+            .run_on(limit, |mut conn| async move {
+                match pipe.query_async::<Vec<Value>>(&mut conn).await {
+                    Err(e) if is_noscript(&e) => Ok(None),
+                    other => other.map(Some),
                 }
             })
             .await?;
+        let Some(mut replies) = replies else {
+            return Ok(None);
+        };
         let reply = replies
             .pop()
             .ok_or_else(|| Error::backend(BACKEND, format!("{}: an empty reply to a pipeline", self.url)))?;
-        Ok((replies, self.checked(reply, nonce, generation)?))
+        Ok(Some((replies, self.checked(reply, nonce, generation)?)))
     }
 
     fn value<T: FromRedisValue>(&self, reply: Value) -> Result<T> {
