@@ -18,15 +18,25 @@ static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
 /// `start` functions detect "address already in use" and retry with fresh
 /// ports.
 pub fn free_port() -> Result<u16, HarnessError> {
+    pick(bound_port)
+}
+
+/// A port the kernel gives to a socket bound to `127.0.0.1:0`, closed again.
+fn bound_port() -> Result<u16, HarnessError> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .map_err(|e| HarnessError::io("binding 127.0.0.1:0 to find a free port", e))?;
+    Ok(listener
+        .local_addr()
+        .map_err(|e| HarnessError::io("reading the address of a bound socket", e))?
+        .port())
+}
+
+/// The first port `candidate` gives that this process has not handed out before.
+fn pick(mut candidate: impl FnMut() -> Result<u16, HarnessError>) -> Result<u16, HarnessError> {
     let mut handed_out = HANDED_OUT.lock().unwrap_or_else(PoisonError::into_inner);
     let handed_out = handed_out.get_or_insert_with(HashSet::new);
     for _ in 0..100 {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .map_err(|e| HarnessError::io("binding 127.0.0.1:0 to find a free port", e))?;
-        let port = listener
-            .local_addr()
-            .map_err(|e| HarnessError::io("reading the address of a bound socket", e))?
-            .port();
+        let port = candidate()?;
         if handed_out.insert(port) {
             return Ok(port);
         }
@@ -51,5 +61,54 @@ pub(crate) fn retry_if_port_taken<T>(
             Err(e) if e.is_address_in_use() && attempt < START_ATTEMPTS => attempt += 1,
             other => return other,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::Command;
+
+    use super::*;
+
+    /// Set in the child process, to the port its parent was handed.
+    const PROBE: &str = "DISTLOCK_TESTKIT_PORT_PROBE";
+    const NAME: &str = "port::tests::a_port_handed_to_one_process_is_not_handed_to_another";
+
+    /// nextest runs every test in a process of its own: a port one test process was handed
+    /// (whose server may be down for a restart) must not be handed to another, even when the
+    /// kernel offers it again.
+    #[test]
+    fn a_port_handed_to_one_process_is_not_handed_to_another() {
+        if let Some(theirs) = std::env::var_os(PROBE) {
+            let theirs: u16 = theirs.to_string_lossy().parse().expect("a port");
+            // The kernel offers the parent's port first, then any.
+            let mut offers = std::iter::once(theirs);
+            let port = pick(|| offers.next().map_or_else(bound_port, Ok)).expect("a port");
+            println!("PICKED {port}");
+            return;
+        }
+        let ours = free_port().expect("a port");
+        let out = Command::new(std::env::current_exe().expect("the test binary"))
+            .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+            .env(PROBE, ours.to_string())
+            .output()
+            .expect("the test binary runs again");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let picked: u16 = stdout
+            .lines()
+            .find_map(|line| line.split_once("PICKED ").map(|(_, port)| port))
+            .unwrap_or_else(|| {
+                panic!(
+                    "the child's report: {stdout}{}",
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            })
+            .trim()
+            .parse()
+            .expect("a port");
+        assert_ne!(
+            picked, ours,
+            "another process was handed this process's port {ours}"
+        );
     }
 }
