@@ -1,14 +1,23 @@
 //! Picking free loopback ports.
+//!
+//! A port is handed out once per process, and once among every process on the machine that
+//! uses the testkit: nextest runs each test in a process of its own, and a server killed for
+//! a restart leaves its port free for the kernel to offer to another process. Each process
+//! reserves its ports with a lock file per port (`<temp dir>/distlock-testkit-ports/<port>`,
+//! an exclusive `flock`) that it holds until it ends, however it ends; the files stay, empty.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::fs::File;
 use std::net::{Ipv4Addr, TcpListener};
+use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 
-use crate::HarnessError;
+use crate::{sys, HarnessError};
 
-/// Ports this process already handed out; never handed out twice, so
-/// servers started in parallel by one test binary cannot collide.
-static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+/// Ports this process already handed out, with the lock file that reserves each against
+/// other processes; never handed out twice, so servers started in parallel by one test
+/// binary cannot collide.
+static HANDED_OUT: Mutex<Option<HashMap<u16, File>>> = Mutex::new(None);
 
 /// Returns a TCP port on 127.0.0.1 that was free a moment ago and that this
 /// process has not handed out before.
@@ -31,19 +40,47 @@ fn bound_port() -> Result<u16, HarnessError> {
         .port())
 }
 
-/// The first port `candidate` gives that this process has not handed out before.
+/// The first port `candidate` gives that no process using the testkit has handed out (this
+/// one, or another still running), reserved for this process from then on.
 fn pick(mut candidate: impl FnMut() -> Result<u16, HarnessError>) -> Result<u16, HarnessError> {
     let mut handed_out = HANDED_OUT.lock().unwrap_or_else(PoisonError::into_inner);
-    let handed_out = handed_out.get_or_insert_with(HashSet::new);
+    let handed_out = handed_out.get_or_insert_with(HashMap::new);
     for _ in 0..100 {
         let port = candidate()?;
-        if handed_out.insert(port) {
+        if handed_out.contains_key(&port) {
+            continue;
+        }
+        if let Some(reservation) = reserve(port)? {
+            handed_out.insert(port, reservation);
             return Ok(port);
         }
     }
     Err(HarnessError::Other(
-        "could not find a free loopback port that was not handed out before".into(),
+        "could not find a free loopback port that no test process was handed before".into(),
     ))
+}
+
+/// The lock file reserving `port` for this process, or `None` if another process holds it.
+fn reserve(port: u16) -> Result<Option<File>, HarnessError> {
+    let dir = reservations();
+    std::fs::create_dir_all(&dir).map_err(|e| HarnessError::io(format!("creating {}", dir.display()), e))?;
+    let path = dir.join(port.to_string());
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| HarnessError::io(format!("opening {}", path.display()), e))?;
+    match sys::try_lock_exclusive(&file) {
+        Ok(true) => Ok(Some(file)),
+        Ok(false) => Ok(None),
+        Err(e) => Err(HarnessError::io(format!("locking {}", path.display()), e)),
+    }
+}
+
+/// Where the lock files of the reserved ports are.
+fn reservations() -> PathBuf {
+    std::env::temp_dir().join("distlock-testkit-ports")
 }
 
 /// How many times a `start` function tries again with fresh ports when the

@@ -112,3 +112,20 @@ pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid(2) always succeeds and has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// Takes an exclusive `flock(2)` on `file` without waiting: `Ok(false)` if another open file
+/// description holds it. The lock lasts until `file` is closed, or its process ends however it
+/// ends (`kill -9` included).
+pub(crate) fn try_lock_exclusive(file: &std::fs::File) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock(2) on a file descriptor `file` owns and keeps open for the call; it reads
+    // and writes no memory of ours.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let error = io::Error::last_os_error();
+    if error.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Ok(false);
+    }
+    Err(error)
+}
