@@ -15,7 +15,6 @@ distlock_conformance::conformance_tests!(
         c29: HandOver,
         c43: StoreQueue,
         c44: PermitWakeOne,
-        c51: StoreClock,
         c52: Members,
         c53: Failover,
     ],

@@ -8,9 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_conformance::{Failover, Fixture, Members, Needs, Outage, Plan, Proxied, Site};
+use distlock_conformance::{
+    Clocked, ClockedStore, Failover, Fixture, Members, Needs, Outage, Plan, Proxied, Site,
+};
 use distlock_core::{DistributedLock, Error, LockName, Result};
-use distlock_testkit::{shared, ZooKeeperEnsemble, ZooKeeperOptions, ZooKeeperServer};
+use distlock_testkit::{shared, StoreClock, ZooKeeperEnsemble, ZooKeeperOptions, ZooKeeperServer};
 use distlock_zookeeper::{ZooKeeperConfig, ZooKeeperLock};
 use zookeeper_client as zk;
 
@@ -217,6 +219,36 @@ impl Fixture for ZkFixture {
 
     fn short_ttl(&self) -> Duration {
         Duration::from_millis(500)
+    }
+
+    /// A standalone server of the case's own. None for an ensemble: three JVMs that read the
+    /// clock's file at every time call do not elect a leader within the testkit's 30 s here.
+    async fn store_clock(&self) -> Option<Box<dyn ClockedStore>> {
+        if self.url().contains(',') {
+            return None;
+        }
+        let (servers, clock) = tokio::task::spawn_blocking(|| {
+            let clock = StoreClock::new().expect("libfaketime is installed (run scripts/install-test-deps)");
+            let servers = ZooKeeperServer::start_with(ZooKeeperOptions {
+                clock: Some(clock.clone()),
+                ..ZooKeeperOptions::default()
+            })
+            .expect("ZooKeeper starts (run scripts/install-test-deps)");
+            (servers, clock)
+        })
+        .await
+        .expect("the starter thread");
+        Some(Box::new(Clocked {
+            url: servers.url(),
+            servers,
+            clock,
+            open: |url| {
+                Box::pin(async move {
+                    Ok(Arc::new(ZooKeeperLock::connect(config(&url)).await?) as Arc<dyn DistributedLock>)
+                })
+            },
+            declared_loss: None,
+        }))
     }
 
     /// A new 3-node ensemble with proxies between its members (an ensemble fixture only).
