@@ -68,6 +68,10 @@ fn a_single_member_keeps_its_keys_across_kill_and_restart() {
         log.contains("serving client traffic"),
         "etcd logs to server.log:\n{log}"
     );
+    assert!(
+        log.contains(r#""pre-vote":true"#),
+        "pre-vote is on by default:\n{log}"
+    );
     let dir = etcd.dir().to_path_buf();
     let pid = etcd.pid().expect("running");
     drop(etcd);
@@ -168,7 +172,8 @@ fn cluster_follower_paused_then_resumed_catches_up() {
         .map(|i| cluster.node(i).endpoint())
         .collect();
     put(&others.join(","), "distlock/k", "while-paused");
-    assert!(cluster.leader().is_some_and(|l| l != follower));
+    let leader = cluster.wait_for_leader(ELECTION_BOUND).expect("a leader");
+    assert_ne!(leader, follower, "a paused member cannot lead");
 
     cluster.node_mut(follower).resume().expect("resume the follower");
     cluster
