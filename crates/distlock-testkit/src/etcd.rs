@@ -27,6 +27,10 @@ const CLIENT_PACKAGE: &str = "etcd-client";
 
 /// Options for [`EtcdServer::start_with`] and
 /// [`EtcdCluster::start_with`](crate::EtcdCluster::start_with).
+///
+/// Unlike the other servers' options there is no `clock`: etcd is a Go program, which reads
+/// the time through the vDSO rather than libc, so libfaketime (what
+/// [`StoreClock`](crate::StoreClock) preloads) leaves its clock untouched.
 #[derive(Debug, Clone)]
 pub struct EtcdOptions {
     /// `--heartbeat-interval` in ms. Default 100.
@@ -43,9 +47,6 @@ pub struct EtcdOptions {
     pub extra_args: Vec<String>,
     /// The `etcd` executable; a bare name is looked up in `PATH`. Default: `etcd`.
     pub binary: Option<PathBuf>,
-    /// Run the members on this wall clock, which the test can move
-    /// ([`StoreClock::jump`](crate::StoreClock::jump)). Default: the true clock.
-    pub clock: Option<crate::StoreClock>,
 }
 
 impl Default for EtcdOptions {
@@ -56,7 +57,6 @@ impl Default for EtcdOptions {
             pre_vote: true,
             extra_args: Vec::new(),
             binary: None,
-            clock: None,
         }
     }
 }
@@ -141,7 +141,7 @@ pub(crate) fn member_spec(
         log_path: dir.join("server.log"),
         ready_timeout: READY_TIMEOUT,
         probe: Box::new(move || healthy(loopback(client_port))),
-        env: crate::clock::env_of(options.clock.as_ref()),
+        env: Vec::new(),
     }
 }
 
