@@ -1,11 +1,13 @@
 //! Real lock stores for distlock's tests: `redis-server`, `memcached`,
-//! MariaDB, PostgreSQL and ZooKeeper (standalone or a 3-node ensemble), each started on
+//! MariaDB, PostgreSQL, ZooKeeper (standalone or a 3-node ensemble) and etcd (one member or a
+//! 3-member cluster), each started on
 //! free `127.0.0.1` ports in a temporary directory.
 //!
 //! * **Owned servers** — [`RedisServer::start`], [`MemcachedServer::start`],
 //!   [`MariaDbServer::start`], [`PostgresServer::start`], [`ZooKeeperServer::start`],
 //!   [`ZooKeeperEnsemble::start`], [`RedisCluster::start`] (three masters),
-//!   [`PostgresReplicated::start`] (a primary and a streaming standby, with failover) —
+//!   [`PostgresReplicated::start`] (a primary and a streaming standby, with failover),
+//!   [`EtcdServer::start`], [`EtcdCluster::start`] (three members) —
 //!   belong to one test, which may stop,
 //!   `kill -9`, pause (SIGSTOP), resume (SIGCONT) and restart them (same
 //!   port, same data directory). Dropping the handle kills the server and
@@ -28,7 +30,7 @@
 //!
 //! The API is synchronous: `start` and `restart` block until the server
 //! passes a readiness check (a protocol-level ping, polled every 25 ms, at
-//! most 10 s for redis/memcached and 30 s for MariaDB/PostgreSQL/ZooKeeper). From async
+//! most 10 s for redis/memcached and 30 s for MariaDB/PostgreSQL/ZooKeeper/etcd). From async
 //! tests, call them before entering the runtime or via `spawn_blocking`.
 //!
 //! Each server's stdout/stderr go to `server.log` in its directory; a failed
@@ -53,6 +55,8 @@
 mod client_run;
 mod clock;
 mod error;
+mod etcd;
+mod etcd_cluster;
 mod mariadb;
 mod mariadb_replica;
 mod memcached;
@@ -72,6 +76,8 @@ mod zookeeper;
 
 pub use clock::StoreClock;
 pub use error::HarnessError;
+pub use etcd::{etcd_status, etcdctl, EtcdOptions, EtcdServer, EtcdStatus};
+pub use etcd_cluster::{EtcdCluster, EtcdMember, ETCD_CLUSTER_SIZE};
 pub use mariadb::{MariaDbOptions, MariaDbServer, MARIADB_DATABASE, MARIADB_PASSWORD, MARIADB_USER};
 pub use mariadb_replica::{
     MariaDbReplicated, MariaDbReplicatedOptions, MariaDbReplication, SEMI_SYNC_TIMEOUT,
