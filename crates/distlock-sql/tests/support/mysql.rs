@@ -3,7 +3,10 @@
 //! that leave the store alone).
 #![allow(dead_code)] // each test file uses its own part
 
-use std::sync::{Arc, Mutex, PoisonError};
+#[path = "promoted.rs"]
+mod promoted;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_conformance::{Clocked, ClockedStore, Failover, Fixture, Needs, Outage, Plan, Proxied, Site};
@@ -153,77 +156,34 @@ impl Fixture for MySqlFixture {
         if !self.failover {
             return None;
         }
-        let started = tokio::task::spawn_blocking(|| {
-            MariaDbReplicated::start_with(MariaDbReplicatedOptions {
-                replication: MariaDbReplication::SemiSynchronous,
-                ..Default::default()
-            })
-        })
-        .await
-        .expect("the starter thread");
         Some(
-            started
-                .map(|pair| Box::new(SemiSynchronousReplica::new(pair)) as Box<dyn Failover>)
-                .map_err(|e| {
-                    Error::backend(
-                        "mysql",
-                        format!("the pair did not start (run scripts/install-test-deps to install mariadb-server): {e}"),
-                    )
-                }),
+            promoted::start(
+                || {
+                    MariaDbReplicated::start_with(MariaDbReplicatedOptions {
+                        replication: MariaDbReplication::SemiSynchronous,
+                        ..Default::default()
+                    })
+                },
+                |url| Box::pin(async move { Ok(Arc::new(client(&url).await?) as Arc<dyn DistributedLock>) }),
+                "mariadb-server",
+            )
+            .await,
         )
     }
 }
 
-/// A primary whose commits wait for a semi-synchronous replica (`AFTER_SYNC`), behind the
-/// address clients know. A failover is the primary's `kill -9` (its host gone: the address
-/// falls silent), the replica's promotion once it applied what it received, and the address
-/// moved to it, as an operator's failover manager does.
-pub struct SemiSynchronousReplica {
-    pair: Arc<Mutex<MariaDbReplicated>>,
-    url: String,
-}
+impl promoted::Pair for MariaDbReplicated {
+    const BACKEND: &'static str = "mysql";
 
-impl SemiSynchronousReplica {
-    fn new(pair: MariaDbReplicated) -> Self {
-        Self {
-            url: pair.url(),
-            pair: Arc::new(Mutex::new(pair)),
-        }
-    }
-}
-
-#[async_trait::async_trait]
-impl Failover for SemiSynchronousReplica {
-    async fn backend(&self) -> Result<Arc<dyn DistributedLock>> {
-        Ok(Arc::new(client(&self.url).await?))
+    fn url(&self) -> String {
+        MariaDbReplicated::url(self)
     }
 
-    /// Renewed every 5 s; a promotion takes a few seconds.
-    fn ttl(&self) -> Duration {
-        Duration::from_secs(15)
+    fn kill_primary(&mut self) -> std::result::Result<(), distlock_testkit::HarnessError> {
+        MariaDbReplicated::kill_primary(self)
     }
 
-    /// The primary's host goes silent, and [`DETECTION`] later the replica is promoted and the
-    /// address moved to it; the new primary waits for no replica (there is none left).
-    async fn fail_over(&self) -> Result<()> {
-        on_pair(&self.pair, MariaDbReplicated::kill_primary).await?;
-        tokio::time::sleep(DETECTION).await;
-        on_pair(&self.pair, MariaDbReplicated::promote_replica).await
+    fn promote(&mut self) -> std::result::Result<(), distlock_testkit::HarnessError> {
+        MariaDbReplicated::promote_replica(self)
     }
-}
-
-/// How long a failover manager takes to notice the primary gone: renewals and other clients'
-/// tries meet a silent address meanwhile.
-const DETECTION: Duration = Duration::from_secs(3);
-
-/// Runs `f` on the pair off the runtime's threads (the testkit blocks).
-async fn on_pair(
-    pair: &Arc<Mutex<MariaDbReplicated>>,
-    f: fn(&mut MariaDbReplicated) -> std::result::Result<(), distlock_testkit::HarnessError>,
-) -> Result<()> {
-    let pair = pair.clone();
-    tokio::task::spawn_blocking(move || f(&mut pair.lock().unwrap_or_else(PoisonError::into_inner)))
-        .await
-        .map_err(|e| Error::backend("mysql", e))?
-        .map_err(|e| Error::backend("mysql", e))
 }

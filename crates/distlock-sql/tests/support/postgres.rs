@@ -3,7 +3,10 @@
 //! that leave the store alone).
 #![allow(dead_code)] // each test file uses its own part
 
-use std::sync::{Arc, Mutex, PoisonError};
+#[path = "promoted.rs"]
+mod promoted;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_conformance::{Clocked, ClockedStore, Failover, Fixture, Needs, Outage, Plan, Proxied, Site};
@@ -167,76 +170,34 @@ impl Fixture for PostgresFixture {
         if !self.failover {
             return None;
         }
-        let started = tokio::task::spawn_blocking(|| {
-            PostgresReplicated::start_with(PostgresReplicatedOptions {
-                replication: Replication::Synchronous,
-                ..Default::default()
-            })
-        })
-        .await
-        .expect("the starter thread");
         Some(
-            started
-                .map(|pair| Box::new(SynchronousStandby::new(pair)) as Box<dyn Failover>)
-                .map_err(|e| {
-                    Error::backend(
-                        "postgres",
-                        format!("the pair did not start (run scripts/install-test-deps to install postgresql): {e}"),
-                    )
-                }),
+            promoted::start(
+                || {
+                    PostgresReplicated::start_with(PostgresReplicatedOptions {
+                        replication: Replication::Synchronous,
+                        ..Default::default()
+                    })
+                },
+                |url| Box::pin(async move { Ok(Arc::new(client(&url).await?) as Arc<dyn DistributedLock>) }),
+                "postgresql",
+            )
+            .await,
         )
     }
 }
 
-/// A primary whose commits wait for a synchronous standby, behind the address clients know.
-/// A failover is the primary's `kill -9` (its host gone: the address falls silent), the
-/// standby's promotion and the address moved to it, as an operator's failover manager does.
-pub struct SynchronousStandby {
-    pair: Arc<Mutex<PostgresReplicated>>,
-    url: String,
-}
+impl promoted::Pair for PostgresReplicated {
+    const BACKEND: &'static str = "postgres";
 
-impl SynchronousStandby {
-    fn new(pair: PostgresReplicated) -> Self {
-        Self {
-            url: pair.url(),
-            pair: Arc::new(Mutex::new(pair)),
-        }
-    }
-}
-
-#[async_trait::async_trait]
-impl Failover for SynchronousStandby {
-    async fn backend(&self) -> Result<Arc<dyn DistributedLock>> {
-        Ok(Arc::new(client(&self.url).await?))
+    fn url(&self) -> String {
+        PostgresReplicated::url(self)
     }
 
-    /// Renewed every 5 s; a promotion takes a few seconds.
-    fn ttl(&self) -> Duration {
-        Duration::from_secs(15)
+    fn kill_primary(&mut self) -> std::result::Result<(), distlock_testkit::HarnessError> {
+        PostgresReplicated::kill_primary(self)
     }
 
-    /// The primary's host goes silent, and [`DETECTION`] later the standby is promoted and the
-    /// address moved to it; the new primary waits for no standby (there is none left).
-    async fn fail_over(&self) -> Result<()> {
-        on_pair(&self.pair, PostgresReplicated::kill_primary).await?;
-        tokio::time::sleep(DETECTION).await;
-        on_pair(&self.pair, PostgresReplicated::promote_standby).await
+    fn promote(&mut self) -> std::result::Result<(), distlock_testkit::HarnessError> {
+        PostgresReplicated::promote_standby(self)
     }
-}
-
-/// How long a failover manager takes to notice the primary gone: renewals and other clients'
-/// tries meet a silent address meanwhile.
-const DETECTION: Duration = Duration::from_secs(3);
-
-/// Runs `f` on the pair off the runtime's threads (the testkit blocks).
-async fn on_pair(
-    pair: &Arc<Mutex<PostgresReplicated>>,
-    f: fn(&mut PostgresReplicated) -> std::result::Result<(), distlock_testkit::HarnessError>,
-) -> Result<()> {
-    let pair = pair.clone();
-    tokio::task::spawn_blocking(move || f(&mut pair.lock().unwrap_or_else(PoisonError::into_inner)))
-        .await
-        .map_err(|e| Error::backend("postgres", e))?
-        .map_err(|e| Error::backend("postgres", e))
 }
