@@ -4,14 +4,13 @@
 use std::fs;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tempfile::TempDir;
 
 use crate::etcd::{cluster_token, etcd_binary, etcd_status, member_spec, EtcdStatus, Member};
 use crate::port::retry_if_port_taken;
-use crate::probe::loopback;
+use crate::probe::{self, loopback};
 use crate::process::delegate_process_controls;
 use crate::{temp_dir, EtcdOptions, HarnessError, ServerProcess};
 
@@ -122,24 +121,17 @@ impl EtcdCluster {
     /// Polls until some member is leader and returns its index; fails after `timeout`, with
     /// what each member said.
     pub fn wait_for_leader(&self, timeout: Duration) -> Result<usize, HarnessError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(leader) = self.leader() {
-                return Ok(leader);
-            }
-            if Instant::now() >= deadline {
-                let said: Vec<String> = self
-                    .members
+        probe::poll(
+            timeout,
+            "no etcd leader",
+            || self.leader(),
+            || {
+                self.members
                     .iter()
                     .map(|member| format!("{}: {:?}", member.name, member.status()))
-                    .collect();
-                return Err(HarnessError::Other(format!(
-                    "no etcd leader after {timeout:?} ({})",
-                    said.join(", ")
-                )));
-            }
-            thread::sleep(Duration::from_millis(50));
-        }
+                    .collect()
+            },
+        )
     }
 
     /// The cluster's temporary directory (one subdirectory per member).

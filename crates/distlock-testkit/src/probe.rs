@@ -87,3 +87,26 @@ pub fn mysql_greeting(addr: SocketAddr, timeout: Duration) -> Result<String, Str
         _ => Err("unexpected greeting packet".into()),
     }
 }
+
+/// Polls `found` every 50 ms until it gives a value, for up to `timeout`; then fails with
+/// `what` and what `said` reports at that moment (each member's view, say).
+pub(crate) fn poll<T>(
+    timeout: Duration,
+    what: &str,
+    mut found: impl FnMut() -> Option<T>,
+    said: impl Fn() -> Vec<String>,
+) -> Result<T, crate::HarnessError> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = found() {
+            return Ok(value);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(crate::HarnessError::Other(format!(
+                "{what} after {timeout:?} ({})",
+                said().join(", ")
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -7,8 +7,7 @@ use std::fs;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tempfile::TempDir;
 
@@ -351,24 +350,17 @@ impl ZooKeeperEnsemble {
     /// Polls until some node is leader and returns its index; fails after
     /// `timeout`.
     pub fn wait_for_leader(&self, timeout: Duration) -> Result<usize, HarnessError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(leader) = self.leader() {
-                return Ok(leader);
-            }
-            if Instant::now() >= deadline {
-                let modes: Vec<String> = self
-                    .nodes
+        probe::poll(
+            timeout,
+            "no ZooKeeper leader",
+            || self.leader(),
+            || {
+                self.nodes
                     .iter()
                     .map(|node| format!("node {}: {:?}", node.id, node.mode()))
-                    .collect();
-                return Err(HarnessError::Other(format!(
-                    "no ZooKeeper leader after {timeout:?} ({})",
-                    modes.join(", ")
-                )));
-            }
-            thread::sleep(Duration::from_millis(50));
-        }
+                    .collect()
+            },
+        )
     }
 
     /// The ensemble's temporary directory (one subdirectory per node).
