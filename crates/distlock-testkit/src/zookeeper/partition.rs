@@ -48,22 +48,7 @@ impl ZooKeeperEnsemble {
     /// If either is not a member, they are the same, or the ensemble was started without
     /// `peer_proxies`.
     pub fn cut_one_way(&self, from: usize, to: usize) -> Result<(), HarnessError> {
-        self.members_exist(&[from, to])?;
-        if from == to {
-            return Err(HarnessError::Other(format!(
-                "member {from} has no link to itself"
-            )));
-        }
-        let links = self.links()?;
-        // On the link `from → to`, `from` is the client: its bytes go toward the server.
-        if let Some(link) = links.link(from, to) {
-            link.blackhole_toward(Direction::ToServer);
-        }
-        // On the link `to → from`, `from` is the server: its bytes go toward the client.
-        if let Some(link) = links.link(to, from) {
-            link.blackhole_toward(Direction::ToClient);
-        }
-        Ok(())
+        self.toward(from, to, PeerLink::blackhole_toward)
     }
 
     /// Delays one direction between two members by `latency`: everything `from` sends
@@ -76,6 +61,17 @@ impl ZooKeeperEnsemble {
     /// If either is not a member, they are the same, or the ensemble was started without
     /// `peer_proxies`.
     pub fn delay_one_way(&self, from: usize, to: usize, latency: Duration) -> Result<(), HarnessError> {
+        self.toward(from, to, |link, direction| link.delay_toward(direction, latency))
+    }
+
+    /// Applies `fault` to the bytes `from` sends to `to`, on every connection between them,
+    /// whichever member opened it.
+    fn toward(
+        &self,
+        from: usize,
+        to: usize,
+        fault: impl Fn(&PeerLink, Direction),
+    ) -> Result<(), HarnessError> {
         self.members_exist(&[from, to])?;
         if from == to {
             return Err(HarnessError::Other(format!(
@@ -83,11 +79,13 @@ impl ZooKeeperEnsemble {
             )));
         }
         let links = self.links()?;
+        // On the link `from → to`, `from` is the client: its bytes go toward the server.
         if let Some(link) = links.link(from, to) {
-            link.delay_toward(Direction::ToServer, latency);
+            fault(link, Direction::ToServer);
         }
+        // On the link `to → from`, `from` is the server: its bytes go toward the client.
         if let Some(link) = links.link(to, from) {
-            link.delay_toward(Direction::ToClient, latency);
+            fault(link, Direction::ToClient);
         }
         Ok(())
     }
