@@ -179,7 +179,8 @@ impl Node {
     /// requests that find it unnamed meanwhile wait for that one (within `limit`), then send
     /// their script after `CLIENT GETNAME` again, by an `EVALSHA` that finds the script
     /// loaded; so a burst of first requests names a connection once and sends the script's
-    /// code once. If that naming fails, each waiting request names the connection itself, at
+    /// code once; a request whose look was answered before that naming but read after it
+    /// looks again instead of naming the connection a second time. If that naming fails, each waiting request names the connection itself, at
     /// once (a dead server fails them all together, not one after another). A server that does not know the script (`NOSCRIPT`: restarted, or its
     /// scripts flushed) sends the request to the naming too, which loads it once for all.
     /// `None` on a cluster, or if the server did not say.
@@ -194,33 +195,56 @@ impl Node {
             return Ok((self.script_within(limit, script, keys, args).await?, None));
         }
         let started = tokio::time::Instant::now();
-        let left = || limit.saturating_sub(started.elapsed());
-        let mut seen = self.run.recorded();
+        let seen = self.run.recorded();
         if self.run.named() {
-            if let Some(named) = self.script_on_named(limit, left(), script, keys, args).await? {
+            if let Some(named) = self.script_on_named(limit, limit, script, keys, args).await? {
                 return Ok(named);
             }
         }
-        // Another request naming a connection now most likely names the one this request
-        // sends on: wait for it, then look for its name. Twice at most; after a naming that
-        // failed (the server refused or did not answer), or after two, this request names the
-        // connection itself, beside any other: waiting for a turn would fail a dead server's
-        // requests one after another, each after the one before it.
+        self.find_or_name(seen, started, limit, script, keys, args).await
+    }
+
+    /// After a look that did not find a name this client set on the connection (or none was
+    /// set yet): finds the name another request's naming set since, or names the connection.
+    /// `seen` is how many namings were recorded before that look, `started` when the request
+    /// began. A naming recorded since that look most likely named the connection it went on
+    /// (its reply may just have been read after that naming's): look again rather than name
+    /// it a second time. Another request naming a connection now most likely names the one
+    /// this request sends on: wait for it, then look for its name. Twice at most; after a
+    /// naming that failed (the server refused or did not answer), or after two, this request
+    /// names the connection itself, beside any other: waiting for a turn would fail a dead
+    /// server's requests one after another, each after the one before it.
+    async fn find_or_name<T: FromRedisValue>(
+        &self,
+        mut seen: u64,
+        started: tokio::time::Instant,
+        limit: Duration,
+        script: &LuaScript,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+    ) -> Result<(T, Option<String>)> {
+        let left = || limit.saturating_sub(started.elapsed());
         for _ in 0..2 {
-            let Some(turn) = self.run.try_naming_turn() else {
-                self.within_limit(limit, left(), self.run.naming_done()).await?;
-                if self.run.recorded() == seen {
-                    break;
+            match self.run.try_naming_turn() {
+                // No naming since that look: this request names the connection.
+                Some(turn) if self.run.recorded() == seen => {
+                    return self
+                        .name_connection(Some(turn), limit, left(), script, keys, args)
+                        .await;
                 }
-                seen = self.run.recorded();
-                if let Some(named) = self.script_on_named(limit, left(), script, keys, args).await? {
-                    return Ok(named);
+                // A naming finished since: look for its name.
+                Some(_) => {}
+                None => {
+                    self.within_limit(limit, left(), self.run.naming_done()).await?;
+                    if self.run.recorded() == seen {
+                        break;
+                    }
                 }
-                continue;
-            };
-            return self
-                .name_connection(Some(turn), limit, left(), script, keys, args)
-                .await;
+            }
+            seen = self.run.recorded();
+            if let Some(named) = self.script_on_named(limit, left(), script, keys, args).await? {
+                return Ok(named);
+            }
         }
         self.name_connection(None, limit, left(), script, keys, args)
             .await
@@ -371,5 +395,74 @@ impl Node {
                 ),
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use distlock_testkit::RedisServer;
+
+    use super::*;
+    use crate::lua::ACQUIRE;
+
+    /// Calls of `command` the server at `url` ran so far.
+    async fn calls(url: &str, command: &str) -> u64 {
+        let client = redis::Client::open(url).expect("url");
+        let mut conn = client.get_multiplexed_async_connection().await.expect("connects");
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await
+            .expect("INFO commandstats");
+        let prefix = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|line| line.strip_prefix(prefix.as_str()))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// A request whose look found the connection unnamed, and whose reply was read only after
+    /// another request's naming finished, finds that naming's name instead of naming the
+    /// connection again (a burst after a restart sent `INFO` and the script's code once per
+    /// such request).
+    #[tokio::test]
+    async fn a_look_that_raced_a_finished_naming_finds_its_name() {
+        let server = tokio::task::spawn_blocking(RedisServer::start)
+            .await
+            .expect("joined")
+            .expect("starts");
+        let url = server.url();
+        let client = redis::Client::open(url.as_str()).expect("url");
+        let timeout = Duration::from_secs(5);
+        let node = Node::lazy(client, url.clone(), timeout, timeout).expect("node");
+        let acquire = |key: &'static [u8]| {
+            let node = node.clone();
+            async move {
+                let keys: [&[u8]; 1] = [key];
+                let args: [&[u8]; 4] = [b"mutex", b"owner", b"30000", b"0"];
+                node.script_naming_run::<Value>(timeout, &ACQUIRE, &keys, &args)
+                    .await
+            }
+        };
+        // This request's look happened before the naming below was recorded.
+        let seen = node.run.recorded();
+        let started = tokio::time::Instant::now();
+        acquire(b"first").await.expect("names the connection");
+        assert_eq!(calls(&url, "client|setname").await, 1, "one naming so far");
+        let keys: [&[u8]; 1] = [b"second"];
+        let args: [&[u8]; 4] = [b"mutex", b"owner", b"30000", b"0"];
+        let (_, run_id) = node
+            .find_or_name::<Value>(seen, started, timeout, &ACQUIRE, &keys, &args)
+            .await
+            .expect("runs");
+        assert!(run_id.is_some(), "the run is known");
+        assert_eq!(
+            (calls(&url, "client|setname").await, calls(&url, "eval").await),
+            (1, 1),
+            "(CLIENT SETNAME, EVAL) calls: the second request found the first one's naming"
+        );
     }
 }
