@@ -1,0 +1,96 @@
+//! The etcd backend of distlock: etcd's own lock recipe (the `concurrency.Mutex` of its Go
+//! client, what `etcdctl lock` runs), one lease per client kept alive in the background,
+//! create-revision fencing tokens, FIFO waiters that each watch only the key before them.
+//!
+//! [`EtcdLock`] (from an [`EtcdConfig`] or an
+//! `etcd://host1:2379,host2:2379,host3:2379/optional/root?lease_ttl=10s` URL) implements
+//! [`distlock_core::DistributedLock`]; business code uses it through
+//! [`distlock_core::LockClient`].
+//!
+//! # Key layout: shared with etcd's own lock
+//!
+//! ```text
+//! <root>/<encoded name>/<lease id, hex>-<owner token>     value = the owner token
+//! ```
+//!
+//! `<root>` defaults to `distlock`; the name is percent-encoded (`[A-Za-z0-9._~-]` kept), so
+//! one name's prefix never holds another's keys. Each contender's key is attached to its
+//! client's lease; the holder is the key with the lowest create revision under the prefix,
+//! and that create revision is the fencing token
+//! ([`Fencing::Monotonic`](distlock_core::Fencing::Monotonic): revisions grow over the
+//! cluster's whole history). etcd's `concurrency.Mutex` orders every key under its prefix the
+//! same way and never reads key names, so `etcdctl lock <prefix>` and a Go service's
+//! `concurrency.NewMutex(session, "<prefix>/")` exclude this crate and queue with it in one
+//! order, given exactly [`EtcdLock::lock_prefix`] (without its trailing `/` for `etcdctl`):
+//!
+//! ```no_run
+//! # async fn f(lock: &distlock_etcd::EtcdLock) -> distlock_core::Result<()> {
+//! use distlock_core::LockName;
+//! assert_eq!(lock.lock_prefix(&LockName::new("orders/42")?), "distlock/orders%2F42/");
+//! // etcdctl lock distlock/orders%2F42
+//! // Go: concurrency.NewMutex(session, "distlock/orders%2F42/")
+//! # Ok(()) }
+//! ```
+//!
+//! # The lease: connected, suspended, lost
+//!
+//! Every key of a client is attached to its one lease, so a lock lives as long as that lease;
+//! the TTL of an acquisition is ignored. A keeper task sends a keep-alive every third of the
+//! granted TTL; the leader renews the lease when it applies one, so each confirmed keep-alive
+//! proves the lease lives until its send time plus the TTL.
+//! - **Suspended**: a keep-alive went unconfirmed for a third of the TTL (the connection
+//!   dropped, or the member lost its leader).
+//!   [`LockGuard::is_suspended`](distlock_core::LockGuard::is_suspended) is true; the lock may
+//!   or may not still be ours.
+//! - **Lost**: the cluster says the lease is gone, or the last confirmed keep-alive was sent a
+//!   TTL ago less the safety margin of every TTL store (a tenth, at most 2 s): the lost-lock
+//!   signal fires with [`LossReason::SessionExpired`](distlock_core::LossReason) before the
+//!   cluster can expire the lease and grant the lock to another client. The next operation is
+//!   granted a new lease.
+//!
+//! A lease bounds how long a killed or cut-off holder keeps its locks; a stuck but live
+//! holder keeps them until [`AcquireOptions::max_hold`](distlock_core::AcquireOptions::max_hold).
+//! As Jepsen's analysis of etcd found, a lease is a timing argument: a process paused past
+//! its lease, or a leader change, can let two clients *believe* they hold a lock; the
+//! fencing token is what a protected resource must check.
+//!
+//! # Round trips
+//!
+//! `try_acquire`: 1 (a transaction that creates our key only if no one else's exists, else
+//! reads the holder: nothing is created when the lock is held). A queued waiter: 1 when free;
+//! else 2 to get in line plus a watch on the key just before it, then 1 per wake-up; each
+//! release wakes exactly one waiter. Release: 1. Renewal of all held locks: 1 transaction.
+//!
+//! # Ambiguous errors
+//!
+//! [`Error::Unavailable`](distlock_core::Error::Unavailable) from an acquisition may come
+//! after the cluster applied it. The key is determined by the lease and the owner token, so
+//! the core's owner-checked cleanup finds and deletes it; a wait dropped while its create was
+//! out deletes its key in the background; whatever is left goes with the lease.
+//!
+//! ```no_run
+//! use distlock_core::{AcquireOptions, LockClient};
+//! use distlock_etcd::EtcdLock;
+//! use std::time::Duration;
+//!
+//! # #[tokio::main] async fn main() -> distlock_core::Result<()> {
+//! let backend = EtcdLock::connect_url("etcd://etcd1:2379,etcd2:2379,etcd3:2379?lease_ttl=10s").await?;
+//! let client = LockClient::new(backend);
+//! let opts = AcquireOptions::new().wait_for(Duration::from_secs(30));
+//! let guard = client.acquire_with("nightly-report", &opts).await?;
+//! // ... the work, sending guard.fencing_token() with each write ...
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod client;
+mod config;
+mod keys;
+mod lock;
+mod proto;
+mod txn;
+mod watch;
+
+pub use config::{EtcdConfig, DEFAULT_LEASE_TTL, DEFAULT_OPERATION_TIMEOUT, DEFAULT_ROOT};
+pub use lock::EtcdLock;

@@ -1,0 +1,193 @@
+//! [`EtcdLock`]: etcd's lock recipe (the one of its `concurrency` package) as a
+//! [`DistributedLock`], with the client's lease followed for the guards.
+//!
+//! This file holds the type, its constructor and the [`DistributedLock`] dispatch. The
+//! submodules, one concern each: `session` (the client's lease: granting, keeping alive,
+//! declaring it over), `mutex` (the mutex: one attempt, waiting in line, release, renewal,
+//! reading the holder).
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::{
+    Attempt, Capabilities, DistributedLock, Error, Expiry, Fairness, Fencing, Lease, LockKind, LockName,
+    ObjectState, Primitive, Result, Session, SessionState, TryAcquire, WakeUp,
+};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::client::{Rpc, BACKEND};
+use crate::proto::StatusRequest;
+use crate::EtcdConfig;
+
+mod mutex;
+mod session;
+
+/// The etcd backend: one client lease (granted again, with the next epoch, when it ends)
+/// to which every key of this client is attached. Cheap to clone; clones share the lease.
+/// See the crate docs for the key layout and what the guard's suspended and lost states mean.
+#[derive(Clone)]
+pub struct EtcdLock {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: EtcdConfig,
+    rpc: Rpc,
+    /// The current lease, if one is granted and alive.
+    slot: Mutex<Option<ClientLease>>,
+    /// Serialises granting new leases.
+    granting: tokio::sync::Mutex<()>,
+    session: watch::Sender<Session>,
+}
+
+/// One lease of this client: its id, the epoch published for it, the TTL the server granted.
+#[derive(Debug, Clone, Copy)]
+struct ClientLease {
+    id: i64,
+    epoch: u64,
+    ttl: Duration,
+}
+
+impl EtcdLock {
+    /// Connects to the cluster in `config` and is granted the client's lease.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a bad endpoint or TLS setting, [`Error::Unavailable`] if
+    /// no lease was granted within the operation timeout.
+    pub async fn connect(config: EtcdConfig) -> Result<Self> {
+        let rpc = Rpc::connect(&config).await?;
+        let inner = Arc::new(Inner {
+            config,
+            rpc,
+            slot: Mutex::new(None),
+            granting: tokio::sync::Mutex::new(()),
+            session: watch::channel(Session::connected(0).with_state(SessionState::Expired)).0,
+        });
+        inner.lease().await?;
+        Ok(Self { inner })
+    }
+
+    /// Connects for an `etcd://` URL (see [`EtcdConfig::from_url`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a bad URL, [`Error::Unavailable`] as [`connect`](Self::connect).
+    pub async fn connect_url(url: &str) -> Result<Self> {
+        Self::connect(EtcdConfig::from_url(url)?).await
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EtcdConfig {
+        &self.inner.config
+    }
+
+    /// The key prefix of the lock `name`: give exactly this to etcd's own lock (`etcdctl lock
+    /// <prefix without its trailing slash>`, or `concurrency.NewMutex(session, prefix)` in
+    /// Go) to share the lock with it.
+    ///
+    /// ```no_run
+    /// # async fn f(lock: &distlock_etcd::EtcdLock) -> distlock_core::Result<()> {
+    /// use distlock_core::LockName;
+    /// assert_eq!(lock.lock_prefix(&LockName::new("orders/42")?), "distlock/orders%2F42/");
+    /// // etcdctl lock distlock/orders%2F42
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_prefix(&self, name: &LockName) -> String {
+        crate::keys::object_prefix(self.inner.config.root(), Primitive::Mutex, name)
+    }
+
+    /// The id of the client's current lease, if it has one (for operators: `etcdctl lease
+    /// timetolive <id in hex> --keys` lists this client's keys).
+    pub fn lease_id(&self) -> Option<i64> {
+        self.inner.current().map(|lease| lease.id)
+    }
+
+    /// The TTL the cluster granted the client's current lease.
+    pub fn granted_lease_ttl(&self) -> Option<Duration> {
+        self.inner.current().map(|lease| lease.ttl)
+    }
+}
+
+impl fmt::Debug for EtcdLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdLock")
+            .field("config", &self.inner.config)
+            .field("session", &*self.inner.session.borrow())
+            .finish()
+    }
+}
+
+#[async_trait]
+impl DistributedLock for EtcdLock {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(Fencing::Monotonic, WakeUp::Notification)
+            .with_fairness(Fairness::Fifo)
+            .with_expiry(Expiry::Session)
+            .with_primitives(false, false)
+    }
+
+    /// The mutex: one transaction, 1 round trip whether the lock is free or held (see
+    /// `mutex.rs`). The lease's `ttl` is ignored: the lock lives as long as the client's lease.
+    async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
+        match attempt.kind {
+            LockKind::Exclusive => self.inner.try_take(&attempt.name, attempt.owner).await,
+            _ => Err(attempt.not_supported(BACKEND)),
+        }
+    }
+
+    /// Deletes the hold's key: 1 round trip. A lease without a handle (the cleanup after an
+    /// ambiguous attempt) is found by its owner token under the name's prefix: 2.
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.inner.release(lease).await
+    }
+
+    /// Lease-bound holds have nothing to renew (the keeper renews the client's lease): this
+    /// checks, in one transaction for all of `leases` (1 round trip), that each hold's key
+    /// still exists on the current lease.
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        self.inner.renew(leases).await
+    }
+
+    /// The mutex: create our key in line, then until it is first, watch only the key just
+    /// before it. Round trips: 1 when free; when queued, 2 to get in line (the transaction,
+    /// the look for the predecessor) plus the watch, and 1 per wake-up; each release wakes
+    /// exactly one waiter.
+    async fn wait_queued(&self, attempt: &Attempt, deadline: Option<Instant>) -> Result<Option<Lease>> {
+        match attempt.kind {
+            LockKind::Exclusive => self.inner.queue(&attempt.name, attempt.owner, deadline).await,
+            _ => Err(attempt.not_supported(BACKEND)),
+        }
+    }
+
+    /// The mutex's holder: its first contender (1 round trip).
+    async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
+        match primitive {
+            Primitive::Mutex => self.inner.holder(name).await.map(ObjectState::from),
+            _ => Err(Error::NotSupported {
+                backend: BACKEND,
+                what: "semaphores and read-write locks",
+            }),
+        }
+    }
+
+    fn session(&self) -> Option<watch::Receiver<Session>> {
+        Some(self.inner.session.subscribe())
+    }
+
+    /// The member's status (1 round trip).
+    async fn ping(&self) -> Result<()> {
+        self.inner
+            .rpc
+            .call("status", |rpc| async move {
+                rpc.maintenance().status(StatusRequest {}).await
+            })
+            .await
+            .map(drop)
+    }
+}

@@ -1,0 +1,425 @@
+//! The mutex: etcd's lock recipe. Each contender is a key under the lock's prefix, attached
+//! to its client's lease; the holder is the key of the lowest create revision, whose create
+//! revision is the fencing token (revisions grow over the cluster's whole history, also when
+//! the prefix empties and fills again); each waiter watches only the key just before it.
+//!
+//! - One attempt: a transaction that creates our key only if the prefix is empty, else reads
+//!   the first contender (1 round trip either way; nothing is created when the lock is held,
+//!   so a failed attempt leaves nothing behind). A key of ours already first (an earlier
+//!   attempt of the same owner and lease whose reply was lost) is adopted.
+//! - Waiting: etcd's `concurrency.Mutex` transaction (create our key if it does not exist,
+//!   else read it; read the first contender), then until ours is first: one read-only
+//!   transaction that reads our key (gone: the lease ended) and the contender just before
+//!   it, and a watch on that contender's deletion.
+//! - Release: delete our key. Its name carries the lease and the owner token, unique to this
+//!   hold, so the delete is owner-checked by construction.
+//!
+//! The key is fully determined by the lease and the owner token, so a create sent again after
+//! an ambiguous reply finds the same key instead of making a second one.
+
+use std::sync::Arc;
+
+use distlock_core::{
+    Error, FencingToken, Holder, Lease, LockKind, LockName, LockState, OwnerToken, Primitive, Result,
+    TryAcquire,
+};
+use tokio::time::Instant;
+
+use super::{ClientLease, Inner};
+use crate::client::BACKEND;
+use crate::keys::{contender_key, is_owners, object_prefix};
+use crate::proto::{DeleteRangeRequest, KeyValue, TxnRequest, TxnResponse};
+use crate::txn::{self, kvs, revision};
+
+/// How often a waiter looks again without a wake-up: a watch that went silent (its member
+/// cut off from the others) must not keep a waiter from a lock that is free.
+const LOOK_AGAIN_AFTER_TTLS: u32 = 1;
+
+impl Inner {
+    async fn txn(&self, what: &str, request: TxnRequest) -> Result<TxnResponse> {
+        self.rpc
+            .call(what, move |rpc| {
+                let request = request.clone();
+                async move { rpc.kv().txn(request).await }
+            })
+            .await
+    }
+
+    fn prefix(&self, name: &LockName) -> String {
+        object_prefix(self.config.root(), Primitive::Mutex, name)
+    }
+
+    /// The lease of a hold on `name` won by `owner` with the key `kv` on `lease`.
+    fn hold(
+        name: &LockName,
+        owner: OwnerToken,
+        lease: ClientLease,
+        key: &str,
+        revision: i64,
+        sent_at: Instant,
+    ) -> Lease {
+        Lease::session_bound(name.clone(), owner, lease.epoch, sent_at)
+            .with_fencing(FencingToken::new(revision.unsigned_abs()))
+            .with_handle(key)
+            .with_kind(LockKind::Exclusive)
+    }
+
+    /// One attempt at the mutex: 1 round trip.
+    pub(super) async fn try_take(
+        self: &Arc<Self>,
+        name: &LockName,
+        owner: OwnerToken,
+    ) -> Result<distlock_core::TryAcquire> {
+        let sent_at = Instant::now();
+        let lease = self.lease().await?;
+        let prefix = self.prefix(name);
+        let key = contender_key(&prefix, lease.id, owner);
+        let reply = self
+            .txn(
+                "acquire",
+                txn::txn(
+                    vec![txn::none_under(&prefix)],
+                    vec![txn::put(&key, &owner.to_string(), lease.id)],
+                    vec![txn::first_under(&prefix)],
+                ),
+            )
+            .await?;
+        if reply.succeeded {
+            return Ok(TryAcquire::Acquired(Self::hold(
+                name,
+                owner,
+                lease,
+                &key,
+                revision(&reply),
+                sent_at,
+            )));
+        }
+        match kvs(&reply, 0).first() {
+            Some(first) if first.key == key.as_bytes() => Ok(TryAcquire::Acquired(Self::hold(
+                name,
+                owner,
+                lease,
+                &key,
+                first.create_revision,
+                sent_at,
+            ))),
+            Some(first) => Ok(TryAcquire::Held(Holder::unknown().with_owner(owner_of(first)))),
+            // Emptied between the comparison and the read: cannot happen in one
+            // transaction, but nothing is held either way.
+            None => Ok(TryAcquire::Held(Holder::unknown())),
+        }
+    }
+
+    /// Waits in line for the mutex until `deadline`. Cancel safe: dropped, our key is deleted
+    /// in the background.
+    pub(super) async fn queue(
+        self: &Arc<Self>,
+        name: &LockName,
+        owner: OwnerToken,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>> {
+        let prefix = self.prefix(name);
+        loop {
+            let sent_at = Instant::now();
+            let lease = self.lease().await?;
+            let key = contender_key(&prefix, lease.id, owner);
+            let mut entry = Entry::new(self, &key);
+            let reply = self
+                .txn(
+                    "acquire",
+                    txn::txn(
+                        vec![txn::absent(&key)],
+                        vec![
+                            txn::put(&key, &owner.to_string(), lease.id),
+                            txn::first_under(&prefix),
+                        ],
+                        vec![txn::get(&key), txn::first_under(&prefix)],
+                    ),
+                )
+                .await?;
+            let mine = if reply.succeeded {
+                revision(&reply)
+            } else {
+                kvs(&reply, 0).first().map_or(0, |kv| kv.create_revision)
+            };
+            if mine == 0 {
+                // Our key went with its lease between the comparison and the read.
+                continue;
+            }
+            if kvs(&reply, 1)
+                .first()
+                .is_some_and(|first| first.create_revision == mine)
+            {
+                entry.disarm();
+                return Ok(Some(Self::hold(name, owner, lease, &key, mine, sent_at)));
+            }
+            match self.wait_in_line(&prefix, &key, mine, lease, deadline).await? {
+                Line::First => {
+                    entry.disarm();
+                    return Ok(Some(Self::hold(name, owner, lease, &key, mine, sent_at)));
+                }
+                Line::TimedOut => {
+                    entry.delete_now().await;
+                    return Ok(None);
+                }
+                // The lease ended while we waited: our key is gone; get in line again on the
+                // next lease.
+                Line::LeaseEnded => {
+                    entry.disarm();
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Until our key (`key`, created at `mine`) is first under `prefix`: look at the key just
+    /// before it and wait for its deletion.
+    async fn wait_in_line(
+        self: &Arc<Self>,
+        prefix: &str,
+        key: &str,
+        mine: i64,
+        lease: ClientLease,
+        deadline: Option<Instant>,
+    ) -> Result<Line> {
+        let mut session = self.session.subscribe();
+        loop {
+            let reply = self
+                .txn(
+                    "look in line",
+                    txn::txn(
+                        Vec::new(),
+                        vec![txn::get(key), txn::just_before(prefix, mine)],
+                        Vec::new(),
+                    ),
+                )
+                .await?;
+            if kvs(&reply, 0).is_empty() || !self.keeps(lease.epoch) {
+                return Ok(Line::LeaseEnded);
+            }
+            let Some(before) = kvs(&reply, 1).first().cloned() else {
+                return Ok(Line::First);
+            };
+            let look_again = Instant::now() + lease.ttl * LOOK_AGAIN_AFTER_TTLS;
+            let until = deadline.map_or(look_again, |d| d.min(look_again));
+            let deleted = crate::watch::deletion(&self.rpc, &before.key, revision(&reply));
+            let lease_changed = async {
+                // Closed only with the client: then, too, look again.
+                let _ = session.wait_for(|s| !s.keeps(lease.epoch)).await.map(drop);
+            };
+            tokio::select! {
+                outcome = deleted => {
+                    if let Err(error) = outcome {
+                        if !error.is_transient() {
+                            return Err(error);
+                        }
+                        // A watch that failed: look again after a pause, not in a tight loop.
+                        tokio::time::sleep_until(until.min(Instant::now() + std::time::Duration::from_millis(100))).await;
+                    }
+                }
+                () = lease_changed => return Ok(Line::LeaseEnded),
+                () = tokio::time::sleep_until(until) => {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Ok(Line::TimedOut);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Releases `lease` by its key (1 round trip), or by its owner token when it has no key
+    /// (2: the name's contenders read, then the owner's deleted).
+    pub(super) async fn release(self: &Arc<Self>, lease: &Lease) -> Result<bool> {
+        if lease.kind() != LockKind::Exclusive {
+            return Err(Error::NotSupported {
+                backend: BACKEND,
+                what: "semaphores and read-write locks",
+            });
+        }
+        let Some(key) = lease.handle().map(str::to_owned) else {
+            return self.release_by_owner(lease).await;
+        };
+        let reply = self
+            .rpc
+            .call("release", move |rpc| {
+                let key = key.clone();
+                async move {
+                    rpc.kv()
+                        .delete_range(DeleteRangeRequest {
+                            key: key.into_bytes(),
+                            ..DeleteRangeRequest::default()
+                        })
+                        .await
+                }
+            })
+            .await?;
+        Ok(reply.deleted > 0 && lease.session_epoch().is_some_and(|epoch| self.keeps(epoch)))
+    }
+
+    /// Deletes every key of `lease`'s owner under its name's prefix, of any lease.
+    async fn release_by_owner(self: &Arc<Self>, lease: &Lease) -> Result<bool> {
+        let prefix = self.prefix(lease.name());
+        let request = txn::all_under(&prefix, 0);
+        let listed = self
+            .rpc
+            .call("list", move |rpc| {
+                let request = request.clone();
+                async move { rpc.kv().range(request).await }
+            })
+            .await?;
+        let owner = lease.owner();
+        let deletes: Vec<_> = listed
+            .kvs
+            .iter()
+            .filter(|kv| is_owners(&kv.key, owner))
+            .map(|kv| txn::delete(&String::from_utf8_lossy(&kv.key)))
+            .collect();
+        if deletes.is_empty() {
+            return Ok(false);
+        }
+        let reply = self
+            .txn("release", txn::txn(Vec::new(), deletes, Vec::new()))
+            .await?;
+        Ok((0..reply.responses.len()).any(|i| txn::deleted(&reply, i) > 0))
+    }
+
+    /// Checks in one transaction that each lease's key still exists on the current lease.
+    pub(super) async fn renew(self: &Arc<Self>, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
+        let Some(current) = self.current() else {
+            return leases.iter().map(|_| Ok(None)).collect();
+        };
+        let reads: Vec<_> = leases
+            .iter()
+            .map(|lease| txn::get(lease.handle().unwrap_or_default()))
+            .collect();
+        let reply = match self.txn("renew", txn::txn(Vec::new(), reads, Vec::new())).await {
+            Ok(reply) => reply,
+            Err(error) => return leases.iter().map(|_| Err(same_error(&error))).collect(),
+        };
+        leases
+            .iter()
+            .enumerate()
+            .map(|(i, lease)| {
+                let ours = lease.handle().is_some()
+                    && lease.session_epoch() == Some(current.epoch)
+                    && kvs(&reply, i).first().is_some_and(|kv| kv.lease == current.id)
+                    && self.keeps(current.epoch);
+                Ok(ours.then(|| lease.clone()))
+            })
+            .collect()
+    }
+
+    /// The mutex's holder: its first contender (1 round trip).
+    pub(super) async fn holder(self: &Arc<Self>, name: &LockName) -> Result<LockState> {
+        let request = txn::first_under_request(&self.prefix(name));
+        let reply = self
+            .rpc
+            .call("inspect", move |rpc| {
+                let request = request.clone();
+                async move { rpc.kv().range(request).await }
+            })
+            .await?;
+        Ok(match reply.kvs.first() {
+            Some(first) => LockState::held(
+                owner_of(first),
+                Some(FencingToken::new(first.create_revision.unsigned_abs())),
+                None,
+            ),
+            None => LockState::free(None),
+        })
+    }
+}
+
+/// An error like `error`, for each of several results it answers.
+fn same_error(error: &Error) -> Error {
+    if error.is_transient() {
+        Error::unavailable(BACKEND, error.to_string())
+    } else {
+        Error::backend(BACKEND, error.to_string())
+    }
+}
+
+/// How a wait in line ended.
+enum Line {
+    First,
+    TimedOut,
+    LeaseEnded,
+}
+
+/// A contender's owner: its value (the owner token for ours), or its key when the value is
+/// empty (etcd's own lock stores nothing).
+fn owner_of(kv: &KeyValue) -> String {
+    if kv.value.is_empty() {
+        String::from_utf8_lossy(&kv.key).into_owned()
+    } else {
+        String::from_utf8_lossy(&kv.value).into_owned()
+    }
+}
+
+/// Our key in a queue while we wait: deleted in the background if the wait is dropped or
+/// fails before the lock is won.
+struct Entry {
+    inner: Arc<Inner>,
+    key: Option<String>,
+}
+
+impl Entry {
+    fn new(inner: &Arc<Inner>, key: &str) -> Self {
+        Self {
+            inner: inner.clone(),
+            key: Some(key.to_owned()),
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.key = None;
+    }
+
+    /// Deletes the key now, bounded by the operation timeout (in the background if that fails).
+    async fn delete_now(&mut self) {
+        if let Some(key) = self.key.clone() {
+            if delete_key(&self.inner, key).await.is_ok() {
+                self.key = None;
+            }
+        }
+    }
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            let inner = self.inner.clone();
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    for attempt in 0..3u32 {
+                        match delete_key(&inner, key.clone()).await {
+                            Ok(()) => return,
+                            Err(error) if !error.is_transient() => return,
+                            Err(_) => tokio::time::sleep(inner.rpc.timeout() * (attempt + 1)).await,
+                        }
+                    }
+                });
+            }
+        }
+    }
+}
+
+async fn delete_key(inner: &Inner, key: String) -> Result<()> {
+    inner
+        .rpc
+        .call("delete", move |rpc| {
+            let key = key.clone();
+            async move {
+                rpc.kv()
+                    .delete_range(DeleteRangeRequest {
+                        key: key.into_bytes(),
+                        ..DeleteRangeRequest::default()
+                    })
+                    .await
+            }
+        })
+        .await
+        .map(drop)
+}

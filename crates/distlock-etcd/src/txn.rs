@@ -1,0 +1,138 @@
+//! The requests this crate puts in etcd transactions, built by name: comparisons, puts,
+//! deletes and the ranges that find a queue's first or previous contender; and reading their
+//! replies. Pure functions; no requests are sent here.
+
+use crate::keys::prefix_end;
+use crate::proto::compare::{CompareResult, CompareTarget, TargetUnion};
+use crate::proto::range_request::{SortOrder, SortTarget};
+use crate::proto::request_op::Request;
+use crate::proto::response_op::Response;
+use crate::proto::{
+    Compare, DeleteRangeRequest, KeyValue, PutRequest, RangeRequest, RequestOp, ResponseOp, TxnRequest,
+    TxnResponse,
+};
+
+/// A transaction: `compare`, then `success` if every comparison holds, else `failure`.
+pub(crate) fn txn(compare: Vec<Compare>, success: Vec<RequestOp>, failure: Vec<RequestOp>) -> TxnRequest {
+    TxnRequest {
+        compare,
+        success,
+        failure,
+    }
+}
+
+/// `key` was never created (or was deleted since): its create revision is 0.
+pub(crate) fn absent(key: &str) -> Compare {
+    Compare {
+        result: CompareResult::Equal as i32,
+        target: CompareTarget::Create as i32,
+        key: key.as_bytes().to_vec(),
+        target_union: Some(TargetUnion::CreateRevision(0)),
+        range_end: Vec::new(),
+    }
+}
+
+/// No key starts with `prefix` (an empty range compares as one key of create revision 0).
+pub(crate) fn none_under(prefix: &str) -> Compare {
+    Compare {
+        range_end: prefix_end(prefix.as_bytes()),
+        ..absent(prefix)
+    }
+}
+
+/// Puts `value` at `key`, attached to `lease`.
+pub(crate) fn put(key: &str, value: &str, lease: i64) -> RequestOp {
+    op(Request::RequestPut(PutRequest {
+        key: key.as_bytes().to_vec(),
+        value: value.as_bytes().to_vec(),
+        lease,
+        ..PutRequest::default()
+    }))
+}
+
+/// Deletes `key`.
+pub(crate) fn delete(key: &str) -> RequestOp {
+    op(Request::RequestDeleteRange(DeleteRangeRequest {
+        key: key.as_bytes().to_vec(),
+        ..DeleteRangeRequest::default()
+    }))
+}
+
+/// Reads `key`.
+pub(crate) fn get(key: &str) -> RequestOp {
+    op(Request::RequestRange(RangeRequest {
+        key: key.as_bytes().to_vec(),
+        ..RangeRequest::default()
+    }))
+}
+
+/// Reads the first contender under `prefix`: the key of the lowest create revision.
+pub(crate) fn first_under(prefix: &str) -> RequestOp {
+    op(Request::RequestRange(first_under_request(prefix)))
+}
+
+/// As [`first_under`], as a request of its own.
+pub(crate) fn first_under_request(prefix: &str) -> RangeRequest {
+    RangeRequest {
+        key: prefix.as_bytes().to_vec(),
+        range_end: prefix_end(prefix.as_bytes()),
+        limit: 1,
+        sort_order: SortOrder::Ascend as i32,
+        sort_target: SortTarget::Create as i32,
+        ..RangeRequest::default()
+    }
+}
+
+/// Reads every key under `prefix`, oldest first (by create revision), at most `limit`
+/// (0: all).
+pub(crate) fn all_under(prefix: &str, limit: i64) -> RangeRequest {
+    RangeRequest {
+        limit,
+        ..first_under_request(prefix)
+    }
+}
+
+/// Reads the contender just before the one created at `revision` under `prefix`: the key of
+/// the highest create revision below it.
+pub(crate) fn just_before(prefix: &str, revision: i64) -> RequestOp {
+    op(Request::RequestRange(RangeRequest {
+        key: prefix.as_bytes().to_vec(),
+        range_end: prefix_end(prefix.as_bytes()),
+        limit: 1,
+        sort_order: SortOrder::Descend as i32,
+        sort_target: SortTarget::Create as i32,
+        max_create_revision: revision - 1,
+        ..RangeRequest::default()
+    }))
+}
+
+fn op(request: Request) -> RequestOp {
+    RequestOp {
+        request: Some(request),
+    }
+}
+
+/// The keys the `index`th reply of `reply` read (none if it was not a range).
+pub(crate) fn kvs(reply: &TxnResponse, index: usize) -> &[KeyValue] {
+    match reply
+        .responses
+        .get(index)
+        .and_then(|r: &ResponseOp| r.response.as_ref())
+    {
+        Some(Response::ResponseRange(range)) => &range.kvs,
+        _ => &[],
+    }
+}
+
+/// How many keys the `index`th reply of `reply` deleted (0 if it was not a delete).
+pub(crate) fn deleted(reply: &TxnResponse, index: usize) -> i64 {
+    match reply.responses.get(index).and_then(|r| r.response.as_ref()) {
+        Some(Response::ResponseDeleteRange(delete)) => delete.deleted,
+        _ => 0,
+    }
+}
+
+/// The revision `reply` was applied at (a put in it created its key there).
+pub(crate) fn revision(reply: &TxnResponse) -> i64 {
+    reply.header.as_ref().map_or(0, |h| h.revision)
+}
