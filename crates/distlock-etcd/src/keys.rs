@@ -6,8 +6,15 @@
 //!                                              (and `etcdctl lock`) on the same prefix
 //!     <lease id, hex>-<owner token>            one key per contender, attached to its lease;
 //!                                              value = the owner token
-//! <root>/semaphore:<encoded name>/...          the semaphore (see `semaphore.rs`)
-//! <root>/rw-lock:<encoded name>/...            the read-write lock (see `rw_lock.rs`)
+//! <root>/semaphore:<encoded name>/locks/<lease id, hex>-<owner token>
+//!                                              who may add a lease next (a mutex's queue)
+//! <root>/semaphore:<encoded name>/leases/<lease id, hex>-<owner token>
+//!                                              one per permit held or asked for;
+//!                                              value = `permits=<count>` (see `semaphore.rs`)
+//! <root>/rw-lock:<encoded name>/read/<lease id, hex>-<owner token>
+//! <root>/rw-lock:<encoded name>/write/<lease id, hex>-<owner token>
+//!                                              a reader or a writer in the one queue;
+//!                                              value = the owner token (see `rw_lock.rs`)
 //! ```
 //!
 //! etcd's `concurrency.Mutex` names its key `<prefix><lease id in hex>` and orders every key
@@ -36,6 +43,36 @@ pub(crate) fn object_prefix(root: &str, primitive: Primitive, name: &LockName) -
 /// The key of `owner`'s contender under `prefix`, attached to the lease `lease`.
 pub(crate) fn contender_key(prefix: &str, lease: i64, owner: OwnerToken) -> String {
     format!("{prefix}{lease:x}-{owner}")
+}
+
+/// The `locks` queue of the semaphore at `prefix`: who may add a lease next.
+pub(crate) fn semaphore_locks(prefix: &str) -> String {
+    format!("{prefix}locks/")
+}
+
+/// The `leases` of the semaphore at `prefix`: one key per permit held or asked for.
+pub(crate) fn semaphore_leases(prefix: &str) -> String {
+    format!("{prefix}leases/")
+}
+
+/// The readers of the read-write lock at `prefix` (etcd's `recipe.RWMutex` creates its
+/// readers under `<prefix>read/` too).
+pub(crate) fn rw_reads(prefix: &str) -> String {
+    format!("{prefix}read/")
+}
+
+/// The writers of the read-write lock at `prefix` (as etcd's `recipe.RWMutex`).
+pub(crate) fn rw_writes(prefix: &str) -> String {
+    format!("{prefix}write/")
+}
+
+/// The owner token in a contender key of ours (what follows the lease id), if `key` is one.
+pub(crate) fn owner_in(key: &[u8]) -> Option<String> {
+    let key = std::str::from_utf8(key).ok()?;
+    let last = key.rsplit('/').next()?;
+    let (lease, owner) = last.split_once('-')?;
+    (!lease.is_empty() && lease.bytes().all(|b| b.is_ascii_hexdigit()) && !owner.is_empty())
+        .then(|| owner.to_owned())
 }
 
 /// Whether `key` (under some prefix) is `owner`'s contender, of any lease.
@@ -95,6 +132,18 @@ mod tests {
         assert_eq!(key, format!("distlock/a/694d7a3b-{owner}"));
         assert!(is_owners(key.as_bytes(), owner));
         assert!(!is_owners(key.as_bytes(), OwnerToken::new()));
+        assert_eq!(owner_in(key.as_bytes()), Some(owner.to_string()));
+        assert_eq!(owner_in(b"distlock/rw-lock:a/read/1700000000000"), None);
+    }
+
+    #[test]
+    fn each_queue_of_a_primitive_has_its_own_prefix() {
+        let semaphore = object_prefix("distlock", Primitive::Semaphore, &name("a"));
+        assert_eq!(semaphore_locks(&semaphore), "distlock/semaphore:a/locks/");
+        assert_eq!(semaphore_leases(&semaphore), "distlock/semaphore:a/leases/");
+        let rw = object_prefix("distlock", Primitive::RwLock, &name("a"));
+        assert_eq!(rw_reads(&rw), "distlock/rw-lock:a/read/");
+        assert_eq!(rw_writes(&rw), "distlock/rw-lock:a/write/");
     }
 
     #[test]

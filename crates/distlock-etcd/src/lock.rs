@@ -4,7 +4,8 @@
 //! This file holds the type, its constructor and the [`DistributedLock`] dispatch. The
 //! submodules, one concern each: `session` (the client's lease: granting, keeping alive,
 //! declaring it over), `mutex` (the mutex: one attempt, waiting in line, release, renewal,
-//! reading the holder).
+//! reading the holder), `semaphore` (permits: Curator's `locks` and `leases`), `rw_lock`
+//! (readers and writers in one queue, as etcd's `recipe.RWMutex`).
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -23,6 +24,8 @@ use crate::proto::StatusRequest;
 use crate::EtcdConfig;
 
 mod mutex;
+mod rw_lock;
+mod semaphore;
 mod session;
 
 /// The etcd backend: one client lease (granted again, with the next epoch, when it ends)
@@ -129,20 +132,32 @@ impl DistributedLock for EtcdLock {
         Capabilities::new(Fencing::Monotonic, WakeUp::Notification)
             .with_fairness(Fairness::Fifo)
             .with_expiry(Expiry::Session)
-            .with_primitives(false, false)
+            .with_primitives(true, true)
     }
 
     /// The mutex: one transaction, 1 round trip whether the lock is free or held (see
-    /// `mutex.rs`). The lease's `ttl` is ignored: the lock lives as long as the client's lease.
+    /// `mutex.rs`). A permit: 1 round trip when the semaphore is full, 2 with room (see
+    /// `semaphore.rs`). A read or the write lock: 1 transaction (see `rw_lock.rs`). A failed
+    /// attempt leaves nothing behind. The lease's `ttl` is ignored: a hold lives as long as
+    /// the client's lease; `waiter` too: this backend is FIFO and waits in the store's queue
+    /// ([`wait_queued`](Self::wait_queued)), where a waiting writer's key keeps later readers
+    /// out.
     async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
+        let (name, owner) = (&attempt.name, attempt.owner);
         match attempt.kind {
-            LockKind::Exclusive => self.inner.try_take(&attempt.name, attempt.owner).await,
+            LockKind::Exclusive => self.inner.try_take(name, owner).await,
+            LockKind::Permit { permits } => {
+                validate_permits(permits)?;
+                self.inner.try_permit(name, permits, owner).await
+            }
+            LockKind::Read | LockKind::Write => self.inner.try_rw(name, attempt.kind, owner).await,
             _ => Err(attempt.not_supported(BACKEND)),
         }
     }
 
-    /// Deletes the hold's key: 1 round trip. A lease without a handle (the cleanup after an
-    /// ambiguous attempt) is found by its owner token under the name's prefix: 2.
+    /// Deletes the hold's key (a mutex contender, a semaphore's lease, a reader or a writer):
+    /// 1 round trip. A lease without a handle (the cleanup after an ambiguous attempt) is
+    /// found by its owner token under the prefix of its kind's object: 2.
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.inner.release(lease).await
     }
@@ -158,20 +173,40 @@ impl DistributedLock for EtcdLock {
     /// before it. Round trips: 1 when free; when queued, 2 to get in line (the transaction,
     /// the look for the predecessor) plus the watch, and 1 per wake-up; each release wakes
     /// exactly one waiter.
+    ///
+    /// A permit: the semaphore's `locks` queue (as the mutex's), then our lease counted, again
+    /// on each deletion under `leases` (only the head of `locks` watches them). A read or the
+    /// write lock: one queue; a reader watches the last writer before it, a writer the key
+    /// before it. Round trips: see `semaphore.rs` and `rw_lock.rs`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropped at any point, the wait's keys are deleted in the background.
     async fn wait_queued(&self, attempt: &Attempt, deadline: Option<Instant>) -> Result<Option<Lease>> {
+        let (name, owner) = (&attempt.name, attempt.owner);
         match attempt.kind {
-            LockKind::Exclusive => self.inner.queue(&attempt.name, attempt.owner, deadline).await,
+            LockKind::Exclusive => self.inner.queue(name, owner, deadline).await,
+            LockKind::Permit { permits } => {
+                validate_permits(permits)?;
+                self.inner.queue_for_permit(name, permits, owner, deadline).await
+            }
+            LockKind::Read | LockKind::Write => {
+                self.inner.queue_rw(name, attempt.kind, owner, deadline).await
+            }
             _ => Err(attempt.not_supported(BACKEND)),
         }
     }
 
-    /// The mutex's holder: its first contender (1 round trip).
+    /// The mutex's holder: its first contender; a semaphore's: its oldest leases, as many as
+    /// its permits; a read-write lock's: its writer, or the readers before the first writer.
+    /// 1 round trip each.
     async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
         match primitive {
             Primitive::Mutex => self.inner.holder(name).await.map(ObjectState::from),
+            Primitive::Semaphore => self.inner.permit_holders(name).await.map(ObjectState::held_by),
+            Primitive::RwLock => self.inner.rw_holders(name).await.map(ObjectState::held_by),
             _ => Err(Error::NotSupported {
                 backend: BACKEND,
-                what: "semaphores and read-write locks",
+                what: "this primitive",
             }),
         }
     }
@@ -190,4 +225,12 @@ impl DistributedLock for EtcdLock {
             .await
             .map(drop)
     }
+}
+
+/// A semaphore needs at least one permit.
+fn validate_permits(permits: u32) -> Result<()> {
+    if permits == 0 {
+        return Err(Error::invalid_options("a semaphore needs at least one permit"));
+    }
+    Ok(())
 }

@@ -40,6 +40,18 @@ pub(crate) fn none_under(prefix: &str) -> Compare {
     }
 }
 
+/// No key under `prefix` was created or changed after `revision` (every key in the range has
+/// a mod revision at most `revision`; an empty range holds).
+pub(crate) fn unchanged_since(prefix: &str, revision: i64) -> Compare {
+    Compare {
+        result: CompareResult::Less as i32,
+        target: CompareTarget::Mod as i32,
+        key: prefix.as_bytes().to_vec(),
+        target_union: Some(TargetUnion::ModRevision(revision + 1)),
+        range_end: prefix_end(prefix.as_bytes()),
+    }
+}
+
 /// Puts `value` at `key`, attached to `lease`.
 pub(crate) fn put(key: &str, value: &str, lease: i64) -> RequestOp {
     op(Request::RequestPut(PutRequest {
@@ -92,6 +104,11 @@ pub(crate) fn all_under(prefix: &str, limit: i64) -> RangeRequest {
     }
 }
 
+/// `request` as a transaction's operation.
+pub(crate) fn range(request: RangeRequest) -> RequestOp {
+    op(Request::RequestRange(request))
+}
+
 /// Reads the contender just before the one created at `revision` under `prefix`: the key of
 /// the highest create revision below it.
 pub(crate) fn just_before(prefix: &str, revision: i64) -> RequestOp {
@@ -122,6 +139,11 @@ pub(crate) fn kvs(reply: &TxnResponse, index: usize) -> &[KeyValue] {
         Some(Response::ResponseRange(range)) => &range.kvs,
         _ => &[],
     }
+}
+
+/// The create revision of the key the `index`th reply of `reply` read (0: none).
+pub(crate) fn created(reply: &TxnResponse, index: usize) -> i64 {
+    kvs(reply, index).first().map_or(0, |kv| kv.create_revision)
 }
 
 /// How many keys the `index`th reply of `reply` deleted (0 if it was not a delete).

@@ -17,10 +17,21 @@ use crate::proto::{WatchCreateRequest, WatchRequest};
 /// `after + 1`). Opening the watch is bounded by the operation timeout; the wait itself is
 /// not (the caller bounds it).
 pub(crate) async fn deletion(rpc: &Rpc, key: &[u8], after: i64) -> Result<()> {
+    deletion_in(rpc, key, Vec::new(), after).await
+}
+
+/// As [`deletion`], for any key under `prefix`: returns once one of them is deleted.
+pub(crate) async fn deletion_under(rpc: &Rpc, prefix: &str, after: i64) -> Result<()> {
+    let end = crate::keys::prefix_end(prefix.as_bytes());
+    deletion_in(rpc, prefix.as_bytes(), end, after).await
+}
+
+async fn deletion_in(rpc: &Rpc, key: &[u8], range_end: Vec<u8>, after: i64) -> Result<()> {
     let (requests, receiver) = mpsc::channel(1);
     let create = WatchRequest {
         request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
             key: key.to_vec(),
+            range_end,
             start_revision: after + 1,
             filters: vec![FilterType::Noput as i32],
             ..WatchCreateRequest::default()

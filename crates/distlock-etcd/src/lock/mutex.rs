@@ -33,10 +33,10 @@ use crate::txn::{self, kvs, revision};
 
 /// How often a waiter looks again without a wake-up: a watch that went silent (its member
 /// cut off from the others) must not keep a waiter from a lock that is free.
-const LOOK_AGAIN_AFTER_TTLS: u32 = 1;
+pub(super) const LOOK_AGAIN_AFTER_TTLS: u32 = 1;
 
 impl Inner {
-    async fn txn(&self, what: &str, request: TxnRequest) -> Result<TxnResponse> {
+    pub(super) async fn txn(&self, what: &str, request: TxnRequest) -> Result<TxnResponse> {
         self.rpc
             .call(what, move |rpc| {
                 let request = request.clone();
@@ -50,7 +50,7 @@ impl Inner {
     }
 
     /// The lease of a hold on `name` won by `owner` with the key `kv` on `lease`.
-    fn hold(
+    pub(super) fn hold(
         name: &LockName,
         owner: OwnerToken,
         lease: ClientLease,
@@ -176,7 +176,7 @@ impl Inner {
 
     /// Until our key (`key`, created at `mine`) is first under `prefix`: look at the key just
     /// before it and wait for its deletion.
-    async fn wait_in_line(
+    pub(super) async fn wait_in_line(
         self: &Arc<Self>,
         prefix: &str,
         key: &str,
@@ -230,14 +230,9 @@ impl Inner {
     }
 
     /// Releases `lease` by its key (1 round trip), or by its owner token when it has no key
-    /// (2: the name's contenders read, then the owner's deleted).
+    /// (2: the object's keys read, then the owner's deleted). The same for every kind of hold:
+    /// each is one key that carries the owner token.
     pub(super) async fn release(self: &Arc<Self>, lease: &Lease) -> Result<bool> {
-        if lease.kind() != LockKind::Exclusive {
-            return Err(Error::NotSupported {
-                backend: BACKEND,
-                what: "semaphores and read-write locks",
-            });
-        }
         let Some(key) = lease.handle().map(str::to_owned) else {
             return self.release_by_owner(lease).await;
         };
@@ -258,9 +253,10 @@ impl Inner {
         Ok(reply.deleted > 0 && lease.session_epoch().is_some_and(|epoch| self.keeps(epoch)))
     }
 
-    /// Deletes every key of `lease`'s owner under its name's prefix, of any lease.
+    /// Deletes every key of `lease`'s owner under the prefix of its object (of its kind's
+    /// primitive: for a semaphore, its `locks` and `leases` keys), of any lease.
     async fn release_by_owner(self: &Arc<Self>, lease: &Lease) -> Result<bool> {
-        let prefix = self.prefix(lease.name());
+        let prefix = object_prefix(self.config.root(), lease.kind().primitive(), lease.name());
         let request = txn::all_under(&prefix, 0);
         let listed = self
             .rpc
@@ -342,7 +338,7 @@ fn same_error(error: &Error) -> Error {
 }
 
 /// How a wait in line ended.
-enum Line {
+pub(super) enum Line {
     First,
     TimedOut,
     LeaseEnded,
@@ -350,7 +346,7 @@ enum Line {
 
 /// A contender's owner: its value (the owner token for ours), or its key when the value is
 /// empty (etcd's own lock stores nothing).
-fn owner_of(kv: &KeyValue) -> String {
+pub(super) fn owner_of(kv: &KeyValue) -> String {
     if kv.value.is_empty() {
         String::from_utf8_lossy(&kv.key).into_owned()
     } else {
@@ -360,25 +356,25 @@ fn owner_of(kv: &KeyValue) -> String {
 
 /// Our key in a queue while we wait: deleted in the background if the wait is dropped or
 /// fails before the lock is won.
-struct Entry {
+pub(super) struct Entry {
     inner: Arc<Inner>,
     key: Option<String>,
 }
 
 impl Entry {
-    fn new(inner: &Arc<Inner>, key: &str) -> Self {
+    pub(super) fn new(inner: &Arc<Inner>, key: &str) -> Self {
         Self {
             inner: inner.clone(),
             key: Some(key.to_owned()),
         }
     }
 
-    fn disarm(&mut self) {
+    pub(super) fn disarm(&mut self) {
         self.key = None;
     }
 
     /// Deletes the key now, bounded by the operation timeout (in the background if that fails).
-    async fn delete_now(&mut self) {
+    pub(super) async fn delete_now(&mut self) {
         if let Some(key) = self.key.clone() {
             if delete_key(&self.inner, key).await.is_ok() {
                 self.key = None;
