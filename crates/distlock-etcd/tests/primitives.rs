@@ -370,3 +370,57 @@ async fn a_hold_whose_reply_was_lost_is_released_by_its_owner() {
         .is_empty());
     assert!(keys_under(&server, "distlock/rw-lock:unknown/").await.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_outlive_the_lease_ttl_while_the_client_lives() {
+    let server = server().await;
+    let url = format!("{}?lease_ttl=3s", server.url());
+    let holder = LockClient::new(EtcdLock::connect_url(&url).await.expect("connects"));
+    let permit = holder
+        .semaphore("long", 1)
+        .expect("semaphores")
+        .try_acquire()
+        .await
+        .expect("works")
+        .expect("free");
+    let writer = holder
+        .rw_lock("long")
+        .expect("rw")
+        .try_write()
+        .await
+        .expect("works")
+        .expect("free");
+    // Three lease TTLs: the keeper must have renewed the lease several times.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    for guard in [&permit, &writer] {
+        assert!(
+            !guard.is_lost(),
+            "{:?} lost while its client lives",
+            guard.lease().kind()
+        );
+        assert!(
+            !guard.is_suspended(),
+            "{:?} suspended on a healthy server",
+            guard.lease().kind()
+        );
+    }
+    let other = client(&server).await;
+    let semaphore = other.semaphore("long", 1).expect("semaphores");
+    assert!(
+        semaphore.try_acquire().await.expect("works").is_none(),
+        "the permit is still held"
+    );
+    let rw = other.rw_lock("long").expect("rw");
+    assert!(
+        rw.try_read().await.expect("works").is_none(),
+        "the write lock is still held"
+    );
+    assert!(
+        permit.release().await.expect("works"),
+        "the permit was still ours"
+    );
+    assert!(
+        writer.release().await.expect("works"),
+        "the write lock was still ours"
+    );
+}
