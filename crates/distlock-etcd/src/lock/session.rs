@@ -197,6 +197,10 @@ async fn keep_alive(inner: Weak<Inner>, lease: ClientLease, mut until: Instant) 
         let rpc = strong.rpc.clone();
         drop(strong);
         let (requests, receiver) = mpsc::channel(1);
+        // etcd sends the stream's headers with its first reply, so opening the stream waits
+        // for a keep-alive: the first one goes out with the opening (the channel has room).
+        let mut opening = Some(Instant::now());
+        let _ = requests.try_send(LeaseKeepAliveRequest { id: lease.id });
         let opened =
             tokio::time::timeout(every, rpc.lease().lease_keep_alive(ReceiverStream::new(receiver))).await;
         let mut replies = match opened {
@@ -223,12 +227,17 @@ async fn keep_alive(inner: Weak<Inner>, lease: ClientLease, mut until: Instant) 
                 inner.suspended(lease.epoch);
                 break;
             };
-            let sent_at = Instant::now();
-            let reply = if requests
-                .send(LeaseKeepAliveRequest { id: lease.id })
-                .await
-                .is_ok()
-            {
+            let (sent_at, sent) = match opening.take() {
+                Some(sent_at) => (sent_at, true),
+                None => (
+                    Instant::now(),
+                    requests
+                        .send(LeaseKeepAliveRequest { id: lease.id })
+                        .await
+                        .is_ok(),
+                ),
+            };
+            let reply = if sent {
                 tokio::time::timeout(every, stream.message()).await
             } else {
                 Ok(Ok(None))
