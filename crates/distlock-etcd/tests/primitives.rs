@@ -7,10 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireOptions, Attempt, DistributedLock, Error, LockClient, LockKind, LockName, OwnerToken, TryAcquire,
+    AcquireOptions, Attempt, DistributedLock, DistributedLockExt, Error, Lease, LockClient, LockKind,
+    LockName, OwnerToken, TryAcquire,
 };
 use distlock_etcd::EtcdLock;
 use distlock_testkit::{etcdctl, EtcdServer};
+use tokio::time::Instant;
 
 async fn server() -> EtcdServer {
     tokio::task::spawn_blocking(EtcdServer::start)
@@ -422,5 +424,48 @@ async fn holds_outlive_the_lease_ttl_while_the_client_lives() {
     assert!(
         writer.release().await.expect("works"),
         "the write lock was still ours"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_lease_frees_and_extends_nothing() {
+    let server = server().await;
+    let raw = backend(&server).await;
+    let holder = client(&server).await;
+    let permit = holder
+        .semaphore("forged", 1)
+        .expect("semaphores")
+        .try_acquire()
+        .await
+        .expect("works")
+        .expect("free");
+    let name = LockName::new("forged").expect("valid");
+    for kind in [
+        LockKind::Permit { permits: 1 },
+        LockKind::Read,
+        LockKind::Exclusive,
+    ] {
+        // An owner that holds nothing, without a key: what a stale or forged lease looks like.
+        let forged = Lease::new(
+            name.clone(),
+            OwnerToken::new(),
+            Duration::from_secs(30),
+            Instant::now(),
+        )
+        .with_kind(kind);
+        assert!(
+            !raw.release(&forged).await.expect("works"),
+            "{kind}: a forged release"
+        );
+        let extended = raw.extend(&forged, Duration::from_secs(30)).await;
+        assert!(
+            matches!(extended, Ok(None)),
+            "{kind}: a forged extend must find nothing to extend: {extended:?}"
+        );
+    }
+    assert!(!permit.is_lost());
+    assert!(
+        permit.release().await.expect("works"),
+        "the permit was still ours"
     );
 }
