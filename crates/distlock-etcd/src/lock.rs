@@ -164,7 +164,8 @@ impl DistributedLock for EtcdLock {
 
     /// Lease-bound holds have nothing to renew (the keeper renews the client's lease): this
     /// checks, in one transaction for all of `leases` (1 round trip), that each hold's key
-    /// still exists on the current lease.
+    /// still exists on the current lease. The same for every kind of hold; a lease without a
+    /// key (a stale or forged one) is not renewed (`None`) and costs no read.
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
         self.inner.renew(leases).await
     }

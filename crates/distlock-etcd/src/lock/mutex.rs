@@ -286,21 +286,29 @@ impl Inner {
         let Some(current) = self.current() else {
             return leases.iter().map(|_| Ok(None)).collect();
         };
-        let reads: Vec<_> = leases
-            .iter()
-            .map(|lease| txn::get(lease.handle().unwrap_or_default()))
-            .collect();
-        let reply = match self.txn("renew", txn::txn(Vec::new(), reads, Vec::new())).await {
-            Ok(reply) => reply,
-            Err(error) => return leases.iter().map(|_| Err(same_error(&error))).collect(),
+        // Only leases with a key are read (etcd refuses a read of the empty key); one without
+        // (a stale or forged lease) holds nothing to renew.
+        let keyed: Vec<&str> = leases.iter().filter_map(Lease::handle).collect();
+        let reads: Vec<_> = keyed.iter().map(|key| txn::get(key)).collect();
+        let reply = if reads.is_empty() {
+            None
+        } else {
+            match self.txn("renew", txn::txn(Vec::new(), reads, Vec::new())).await {
+                Ok(reply) => Some(reply),
+                Err(error) => return leases.iter().map(|_| Err(same_error(&error))).collect(),
+            }
         };
+        let mut read = 0;
         leases
             .iter()
-            .enumerate()
-            .map(|(i, lease)| {
-                let ours = lease.handle().is_some()
-                    && lease.session_epoch() == Some(current.epoch)
-                    && kvs(&reply, i).first().is_some_and(|kv| kv.lease == current.id)
+            .map(|lease| {
+                let Some(reply) = reply.as_ref().filter(|_| lease.handle().is_some()) else {
+                    return Ok(None);
+                };
+                let index = read;
+                read += 1;
+                let ours = lease.session_epoch() == Some(current.epoch)
+                    && kvs(reply, index).first().is_some_and(|kv| kv.lease == current.id)
                     && self.keeps(current.epoch);
                 Ok(ours.then(|| lease.clone()))
             })
