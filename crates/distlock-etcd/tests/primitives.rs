@@ -469,3 +469,34 @@ async fn a_forged_lease_frees_and_extends_nothing() {
         "the permit was still ours"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_dropped_while_its_create_is_out_leaves_nothing() {
+    let server = server().await;
+    let (dropped, next) = (client(&server).await, client(&server).await);
+    let quick = wait(5);
+    let mut stranded = Vec::new();
+    // Dropped at many points of the first round trips, on a free object each time.
+    for step in 0..240u64 {
+        let after = Duration::from_micros(step * 25);
+        let name = format!("midflight-{step}");
+        let semaphore = dropped.semaphore(&name, 1).expect("semaphores");
+        let _ = tokio::time::timeout(after, semaphore.acquire_with(&quick)).await;
+        let rw = dropped.rw_lock(&name).expect("rw");
+        let _ = tokio::time::timeout(after, rw.write_with(&quick)).await;
+        let permit = next
+            .semaphore(&name, 1)
+            .expect("semaphores")
+            .acquire_with(&quick)
+            .await;
+        match permit {
+            Ok(guard) => assert!(guard.release().await.expect("works")),
+            Err(e) => stranded.push(format!("step {step}: permit: {e}")),
+        }
+        match next.rw_lock(&name).expect("rw").write_with(&quick).await {
+            Ok(guard) => assert!(guard.release().await.expect("works")),
+            Err(e) => stranded.push(format!("step {step}: write: {e}")),
+        }
+    }
+    assert!(stranded.is_empty(), "dropped waits stranded holds: {stranded:?}");
+}
