@@ -23,6 +23,7 @@ use distlock_core::{
     Error, FencingToken, Holder, Lease, LockKind, LockName, LockState, OwnerToken, Primitive, Result,
     TryAcquire,
 };
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::{ClientLease, Inner};
@@ -124,8 +125,8 @@ impl Inner {
             let lease = self.lease().await?;
             let key = contender_key(&prefix, lease.id, owner);
             let mut entry = Entry::new(self, &key);
-            let reply = self
-                .txn(
+            let reply = entry
+                .create(
                     "acquire",
                     txn::txn(
                         vec![txn::absent(&key)],
@@ -367,6 +368,9 @@ pub(super) fn owner_of(kv: &KeyValue) -> String {
 pub(super) struct Entry {
     inner: Arc<Inner>,
     key: Option<String>,
+    /// Answered (or dropped) once the create sent through [`Entry::create`] has its reply: a
+    /// dropped wait deletes its key only then, so the delete never overtakes the create.
+    creating: Option<oneshot::Receiver<()>>,
 }
 
 impl Entry {
@@ -374,7 +378,32 @@ impl Entry {
         Self {
             inner: inner.clone(),
             key: Some(key.to_owned()),
+            creating: None,
         }
+    }
+
+    /// Sends `request`, a transaction that may create the key, in a task of its own: a wait
+    /// dropped meanwhile does not cut the request off mid-flight, and the key's deletion
+    /// waits for its reply (a delete sent at once could reach etcd first and leave the key
+    /// for the lease's life).
+    pub(super) async fn create(&mut self, what: &'static str, request: TxnRequest) -> Result<TxnResponse> {
+        let (answered, creating) = oneshot::channel::<()>();
+        let inner = self.inner.clone();
+        let sent = tokio::spawn(async move {
+            let _answered = answered;
+            inner.txn(what, request).await
+        });
+        self.creating = Some(creating);
+        let reply = sent
+            .await
+            .map_err(|e| Error::backend(BACKEND, format!("{what}: {e}")))?;
+        self.creating = None;
+        reply
+    }
+
+    /// The key, while the entry would delete it.
+    pub(super) fn key(&self) -> Option<&str> {
+        self.key.as_deref()
     }
 
     pub(super) fn disarm(&mut self) {
@@ -395,8 +424,12 @@ impl Drop for Entry {
     fn drop(&mut self) {
         if let Some(key) = self.key.take() {
             let inner = self.inner.clone();
+            let creating = self.creating.take();
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 runtime.spawn(async move {
+                    if let Some(creating) = creating {
+                        let _ = creating.await;
+                    }
                     for attempt in 0..3u32 {
                         match delete_key(&inner, key.clone()).await {
                             Ok(()) => return,

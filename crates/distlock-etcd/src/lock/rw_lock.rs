@@ -127,8 +127,8 @@ impl Inner {
             let lease = self.lease().await?;
             let key = contender_key(&side.own, lease.id, owner);
             let mut entry = Entry::new(self, &key);
-            let reply = self
-                .txn(
+            let reply = entry
+                .create(
                     "acquire",
                     txn::txn(
                         vec![txn::absent(&key)],

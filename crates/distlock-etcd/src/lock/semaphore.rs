@@ -190,8 +190,8 @@ impl Inner {
             // in `locks`.
             let mut in_line = Entry::new(self, &locks_key);
             let mut entry = Entry::new(self, &lease_key);
-            let reply = self
-                .txn(
+            let reply = in_line
+                .create(
                     "acquire",
                     txn::txn(
                         vec![txn::absent(&locks_key)],
@@ -235,7 +235,7 @@ impl Inner {
             }
             // We hold `locks`: nobody else adds a lease until we let go of it.
             let counted = self
-                .add_lease(name, permits, lease, &paths, &lease_key, deadline)
+                .add_lease(name, permits, lease, &paths, &mut entry, deadline)
                 .await;
             match counted {
                 Ok(Counted::Holds(mine)) => {
@@ -269,7 +269,8 @@ impl Inner {
         }
     }
 
-    /// Holding `locks`: creates our lease (reading every lease in the same transaction), then
+    /// Holding `locks`: creates our lease, `entry`'s key (reading every lease in the same
+    /// transaction), then
     /// until the leases created up to ours are at most `permits`, waits for a deletion under
     /// `leases` and reads them again.
     async fn add_lease(
@@ -278,11 +279,13 @@ impl Inner {
         permits: u32,
         lease: ClientLease,
         paths: &Paths,
-        key: &str,
+        entry: &mut Entry,
         deadline: Option<Instant>,
     ) -> Result<Counted> {
-        let reply = self
-            .txn(
+        let key = entry.key().unwrap_or_default().to_owned();
+        let key = key.as_str();
+        let reply = entry
+            .create(
                 "add a lease",
                 txn::txn(
                     Vec::new(),
