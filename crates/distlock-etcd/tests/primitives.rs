@@ -500,3 +500,46 @@ async fn a_wait_dropped_while_its_create_is_out_leaves_nothing() {
     }
     assert!(stranded.is_empty(), "dropped waits stranded holds: {stranded:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_sent_again_adopts_its_read_key_without_writing_it_again() {
+    let server = server().await;
+    let raw = backend(&server).await;
+    let name = LockName::new("again").expect("valid");
+    // The same attempt twice: what a caller that retries after a lost reply sends.
+    let attempt = Attempt::new(name, LockKind::Read, OwnerToken::new(), Duration::from_secs(30));
+    let first = match raw.attempt(&attempt).await.expect("works") {
+        TryAcquire::Acquired(lease) => lease,
+        other => panic!("a free rw lock: {other:?}"),
+    };
+    let second = match raw.attempt(&attempt).await.expect("works") {
+        TryAcquire::Acquired(lease) => lease,
+        other => panic!("our own key is ahead of every writer: {other:?}"),
+    };
+    assert_eq!(
+        first.fencing_token(),
+        second.fencing_token(),
+        "one key, one token"
+    );
+    // etcd's own RWMutex orders keys by mod revision: ours must still be its create revision.
+    let endpoint = server.endpoint();
+    let json = tokio::task::spawn_blocking(move || {
+        etcdctl(
+            &endpoint,
+            &["get", "--prefix", "-w", "json", "distlock/rw-lock:again/"],
+        )
+        .expect("etcdctl get")
+    })
+    .await
+    .expect("joined");
+    let field = |name: &str| {
+        let at = json.find(&format!("\"{name}\":")).expect("the field") + name.len() + 3;
+        json[at..].split([',', '}']).next().expect("a value").to_owned()
+    };
+    assert_eq!(
+        field("create_revision"),
+        field("mod_revision"),
+        "the key was written again: {json}"
+    );
+    assert!(raw.release(&second).await.expect("works"));
+}
