@@ -11,9 +11,10 @@
 //! last writer before it, a writer the key just before it (the same wait as the mutex's).
 //! The queue is FIFO: a waiting writer's key keeps every reader that comes after it out until
 //! it has held and released, so a stream of readers never starves a writer. etcd's
-//! `RWMutex` names its keys `read/<time>` and `write/<time>` under the same prefix and orders
-//! them the same way, so it queues with this crate in one order (given
-//! `<root>/rw-lock:<encoded name>` as its prefix). Keys go with the client's lease.
+//! `RWMutex` names its keys `read/<time>` and `write/<time>` under the same prefix and looks
+//! for the last key below its own mod revision (ours are never written twice, so their mod
+//! revision is their create revision): it queues with this crate in one order, given
+//! `<root>/rw-lock:<encoded name>` as its prefix. Keys go with the client's lease.
 //!
 //! Fencing: a hold's token is its key's create revision. A writer holds only once every key
 //! before it is gone and every later reader waits for it, so writers and the readers around
@@ -89,7 +90,9 @@ impl Inner {
             .txn(
                 "acquire",
                 txn::txn(
-                    vec![txn::none_under(&side.blockers)],
+                    // Never put over a key of ours: its mod revision would move past later
+                    // keys, and etcd's own `RWMutex` orders by mod revision.
+                    vec![txn::none_under(&side.blockers), txn::absent(&key)],
                     vec![txn::put(&key, &owner.to_string(), lease.id), txn::get(&key)],
                     vec![txn::first_under(&side.blockers), txn::get(&key)],
                 ),
