@@ -1,6 +1,7 @@
 //! The etcd backend of distlock: etcd's own lock recipe (the `concurrency.Mutex` of its Go
-//! client, what `etcdctl lock` runs), one lease per client kept alive in the background,
-//! create-revision fencing tokens, FIFO waiters that each watch only the key before them.
+//! client, what `etcdctl lock` runs), semaphores and read-write locks, one lease per client
+//! kept alive in the background, create-revision fencing tokens, FIFO waiters that each watch
+//! only the key they must outlive.
 //!
 //! [`EtcdLock`] (from an [`EtcdConfig`] or an
 //! `etcd://host1:2379,host2:2379,host3:2379/optional/root?lease_ttl=10s` URL) implements
@@ -32,6 +33,28 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Semaphores and read-write locks
+//!
+//! ```text
+//! <root>/semaphore:<encoded name>/locks/<lease id, hex>-<owner token>    who may add a lease next
+//! <root>/semaphore:<encoded name>/leases/<lease id, hex>-<owner token>   value = permits=<count>
+//! <root>/rw-lock:<encoded name>/read/<lease id, hex>-<owner token>       value = the owner token
+//! <root>/rw-lock:<encoded name>/write/<lease id, hex>-<owner token>      value = the owner token
+//! ```
+//!
+//! A semaphore is Apache Curator's `InterProcessSemaphoreV2` structure: waiters line up for
+//! the `locks` mutex; its head creates its lease and holds a permit if at most `permits`
+//! leases were created up to its own, else waits (keeping `locks`) for a lease's deletion.
+//! So a release wakes only the one waiter that can win, waiters are served in arrival order,
+//! and the count is exact. A lease records its count: a live one with another count refuses
+//! [`Error::PermitsMismatch`](distlock_core::Error::PermitsMismatch), leaving nothing behind.
+//!
+//! A read-write lock is etcd's `recipe.RWMutex` layout and order (its Go client's
+//! `experimental/recipes`): one queue by create revision; a reader holds when no writer's key
+//! is older than its own, a writer when its key is the oldest. A waiting writer keeps every
+//! later reader out, so readers never starve it. Every hold's fencing token is its key's
+//! create revision, and every key goes with the client's lease.
+//!
 //! # The lease: connected, suspended, lost
 //!
 //! Every key of a client is attached to its one lease, so a lock lives as long as that lease;
@@ -60,13 +83,20 @@
 //! reads the holder: nothing is created when the lock is held). A queued waiter: 1 when free;
 //! else 2 to get in line plus a watch on the key just before it, then 1 per wake-up; each
 //! release wakes exactly one waiter. Release: 1. Renewal of all held locks: 1 transaction.
+//! A permit: 1 when the semaphore is full, 2 with room; waiting, 1 to line up for `locks`
+//! (+1 look and a watch per contender ahead), 1 to create the lease and count, 1 to hand
+//! `locks` on, and 1 per deletion of a lease while full. A read or the write lock: 1 (attempt or wait when free), else 1 per look and a watch
+//! on the key to outlive.
 //!
 //! # Ambiguous errors
 //!
 //! [`Error::Unavailable`](distlock_core::Error::Unavailable) from an acquisition may come
 //! after the cluster applied it. The key is determined by the lease and the owner token, so
-//! the core's owner-checked cleanup finds and deletes it; a wait dropped while its create was
-//! out deletes its key in the background; whatever is left goes with the lease.
+//! the core's owner-checked cleanup finds and deletes it (for a permit or a side of a
+//! read-write lock too: every key of the owner under that object's prefix). A wait's create
+//! runs in a task of its own: a wait dropped while it was out deletes its key in the
+//! background once its reply is in, so the delete never overtakes it; whatever is left goes
+//! with the lease.
 //!
 //! ```no_run
 //! use distlock_core::{AcquireOptions, LockClient};
