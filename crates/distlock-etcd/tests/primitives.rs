@@ -11,7 +11,7 @@ use distlock_core::{
     LockName, OwnerToken, TryAcquire,
 };
 use distlock_etcd::EtcdLock;
-use distlock_testkit::{etcdctl, EtcdServer};
+use distlock_testkit::{etcdctl, EtcdCluster, EtcdServer};
 use tokio::time::Instant;
 
 async fn server() -> EtcdServer {
@@ -46,22 +46,18 @@ fn wait(seconds: u64) -> AcquireOptions {
     AcquireOptions::new().wait_for(Duration::from_secs(seconds))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn permits_are_counted_exactly_among_many_concurrent_acquirers() {
-    const PERMITS: u32 = 3;
-    let server = server().await;
+/// Ten clients of `url` take a permit of the semaphore `name` five times each, half waiting
+/// in the queue and half trying again and again: the most holders seen at once.
+async fn most_permit_holders(url: &str, name: &str, permits: u32) -> usize {
     let inside = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
     let mut workers = Vec::new();
     for worker in 0..10 {
-        let semaphore = client(&server)
-            .await
-            .semaphore("pool", PERMITS)
-            .expect("semaphores");
+        let client = LockClient::new(EtcdLock::connect_url(url).await.expect("connects"));
+        let semaphore = client.semaphore(name, permits).expect("semaphores");
         let (inside, most) = (inside.clone(), most.clone());
         workers.push(tokio::spawn(async move {
             for _ in 0..5 {
-                // Half of them wait in the queue, half try again and again.
                 let guard = if worker % 2 == 0 {
                     semaphore.acquire_with(&wait(120)).await.expect("a permit")
                 } else {
@@ -83,7 +79,15 @@ async fn permits_are_counted_exactly_among_many_concurrent_acquirers() {
     for worker in workers {
         worker.await.expect("a worker finished");
     }
-    let most = most.load(Ordering::SeqCst);
+    most.load(Ordering::SeqCst)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_are_counted_exactly_among_many_concurrent_acquirers() {
+    const PERMITS: u32 = 3;
+    let server = server().await;
+    let url = format!("{}?lease_ttl=5s", server.url());
+    let most = most_permit_holders(&url, "pool", PERMITS).await;
     assert!(most <= PERMITS as usize, "{most} holders of {PERMITS} permits");
     assert_eq!(most, PERMITS as usize, "ten clients never filled three permits");
 
@@ -542,4 +546,22 @@ async fn an_attempt_sent_again_adopts_its_read_key_without_writing_it_again() {
         "the key was written again: {json}"
     );
     assert!(raw.release(&second).await.expect("works"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_are_counted_exactly_by_clients_of_every_member_of_a_cluster() {
+    const PERMITS: u32 = 2;
+    let cluster = tokio::task::spawn_blocking(|| {
+        let cluster = EtcdCluster::start()?;
+        cluster.wait_for_leader(Duration::from_secs(30))?;
+        Ok::<_, distlock_testkit::HarnessError>(cluster)
+    })
+    .await
+    .expect("joined")
+    .expect("a 3-member etcd cluster starts (run scripts/install-test-deps to install etcd)");
+    // Each client balances its requests over the three members.
+    let url = format!("{}?lease_ttl=5s", cluster.url());
+    let most = most_permit_holders(&url, "cluster-pool", PERMITS).await;
+    assert!(most <= PERMITS as usize, "{most} holders of {PERMITS} permits");
+    assert_eq!(most, PERMITS as usize, "ten clients never filled two permits");
 }
