@@ -186,8 +186,8 @@ impl Inner {
             let lease = self.lease().await?;
             let locks_key = contender_key(&paths.locks, lease.id, owner);
             let lease_key = contender_key(&paths.leases, lease.id, owner);
-            // Declared first, dropped last: a dropped wait deletes its lease before its place
-            // in `locks`.
+            // Armed before their creates are sent: a dropped wait deletes both keys in the
+            // background.
             let mut in_line = Entry::new(self, &locks_key);
             let mut entry = Entry::new(self, &lease_key);
             let reply = in_line
@@ -270,9 +270,8 @@ impl Inner {
     }
 
     /// Holding `locks`: creates our lease, `entry`'s key (reading every lease in the same
-    /// transaction), then
-    /// until the leases created up to ours are at most `permits`, waits for a deletion under
-    /// `leases` and reads them again.
+    /// transaction), then until the leases created up to ours are at most `permits`, waits
+    /// for a deletion under `leases` and reads them again.
     async fn add_lease(
         self: &Arc<Self>,
         name: &LockName,
