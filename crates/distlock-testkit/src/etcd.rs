@@ -47,6 +47,18 @@ pub struct EtcdOptions {
     pub extra_args: Vec<String>,
     /// The `etcd` executable; a bare name is looked up in `PATH`. Default: `etcd`.
     pub binary: Option<PathBuf>,
+    /// Also serve clients over TLS, on a port of its own ([`EtcdServer::tls_port`]), with
+    /// this certificate. Single members only. Default: none (plain HTTP/2 only).
+    pub client_tls: Option<EtcdTls>,
+}
+
+/// A server certificate and its key, PEM files, for [`EtcdOptions::client_tls`].
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    /// The certificate (chain), `--cert-file`.
+    pub cert_file: PathBuf,
+    /// Its private key, `--key-file`.
+    pub key_file: PathBuf,
 }
 
 impl Default for EtcdOptions {
@@ -57,6 +69,7 @@ impl Default for EtcdOptions {
             pre_vote: true,
             extra_args: Vec::new(),
             binary: None,
+            client_tls: None,
         }
     }
 }
@@ -67,6 +80,8 @@ pub(crate) struct Member {
     pub(crate) name: String,
     pub(crate) client_port: u16,
     pub(crate) peer_port: u16,
+    /// The TLS client port, if the member serves clients over TLS too.
+    pub(crate) tls_port: Option<u16>,
 }
 
 impl Member {
@@ -76,6 +91,7 @@ impl Member {
             name,
             client_port: free_port()?,
             peer_port: free_port()?,
+            tls_port: None,
         })
     }
 
@@ -102,7 +118,10 @@ pub(crate) fn member_spec(
     members: &[Member],
     cluster_token: &str,
 ) -> ProcessSpec {
-    let client_url = format!("http://127.0.0.1:{}", member.client_port);
+    let mut client_url = format!("http://127.0.0.1:{}", member.client_port);
+    if let (Some(port), Some(_)) = (member.tls_port, &options.client_tls) {
+        client_url.push_str(&format!(",https://127.0.0.1:{port}"));
+    }
     let peer_url = format!("http://127.0.0.1:{}", member.peer_port);
     let initial_cluster = members
         .iter()
@@ -124,6 +143,10 @@ pub(crate) fn member_spec(
     flag("--election-timeout", options.election_timeout_ms.to_string());
     flag("--logger", "zap".into());
     flag("--log-outputs", "stderr".into());
+    if let Some(tls) = &options.client_tls {
+        flag("--cert-file", tls.cert_file.display().to_string());
+        flag("--key-file", tls.key_file.display().to_string());
+    }
     // A Go boolean flag takes its value only after `=`.
     args.push(format!("--pre-vote={}", options.pre_vote).into());
     args.extend(options.extra_args.iter().map(OsString::from));
@@ -155,6 +178,7 @@ pub struct EtcdServer {
     process: ServerProcess,
     port: u16,
     peer_port: u16,
+    tls_port: Option<u16>,
     dir: TempDir,
 }
 
@@ -169,7 +193,10 @@ impl EtcdServer {
         let binary = etcd_binary(&options)?;
         retry_if_port_taken(|| {
             let dir = temp_dir("etcd")?;
-            let member = Member::with_free_ports("etcd".into())?;
+            let mut member = Member::with_free_ports("etcd".into())?;
+            if options.client_tls.is_some() {
+                member.tls_port = Some(free_port()?);
+            }
             let token = cluster_token(&dir);
             let spec = member_spec(
                 &binary,
@@ -184,6 +211,7 @@ impl EtcdServer {
                 process,
                 port: member.client_port,
                 peer_port: member.peer_port,
+                tls_port: member.tls_port,
                 dir,
             })
         })
@@ -197,6 +225,11 @@ impl EtcdServer {
     /// The peer port on `127.0.0.1`.
     pub fn peer_port(&self) -> u16 {
         self.peer_port
+    }
+
+    /// The TLS client port on `127.0.0.1`, if started with [`EtcdOptions::client_tls`].
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
     }
 
     /// `127.0.0.1:PORT`, the client address.
