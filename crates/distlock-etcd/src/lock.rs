@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use crate::client::{Rpc, BACKEND};
 use crate::proto::StatusRequest;
+use crate::txn;
 use crate::EtcdConfig;
 
 mod mutex;
@@ -70,6 +71,7 @@ impl EtcdLock {
             session: watch::channel(Session::connected(0).with_state(SessionState::Expired)).0,
         });
         inner.lease().await?;
+        inner.check_access().await?;
         Ok(Self { inner })
     }
 
@@ -110,6 +112,33 @@ impl EtcdLock {
     /// The TTL the cluster granted the client's current lease.
     pub fn granted_lease_ttl(&self) -> Option<Duration> {
         self.inner.current().map(|lease| lease.ttl)
+    }
+}
+
+impl Inner {
+    /// Reads under the root once (1 round trip, nothing returned): a cluster with
+    /// authentication on grants leases to anyone, so a client without the right to the
+    /// locks' keys learns it here, at connection, rather than at its first lock.
+    async fn check_access(&self) -> Result<()> {
+        let mut request = txn::all_under(&format!("{}/", self.config.root()), 1);
+        request.count_only = true;
+        self.rpc
+            .call("read the root", move |rpc| {
+                let request = request.clone();
+                async move { rpc.kv().range(request).await }
+            })
+            .await
+            .map(drop)
+            .map_err(|error| match error {
+                Error::Backend { .. } => Error::backend(
+                    BACKEND,
+                    format!(
+                        "no access to the keys under {:?} ({error}): check the URL's user:password@ and its role's permissions",
+                        self.config.root()
+                    ),
+                ),
+                other => other,
+            })
     }
 }
 
