@@ -77,7 +77,7 @@ impl Rpc {
     }
 
     /// Asks for a new token with the configured credentials.
-    async fn authenticate(&self) -> Result<()> {
+    pub(crate) async fn authenticate(&self) -> Result<()> {
         let Some((name, password)) = self.credentials.clone() else {
             return Ok(());
         };
@@ -171,7 +171,7 @@ fn tls(endpoint: Endpoint, config: &EtcdConfig) -> Result<Endpoint> {
 }
 
 /// Whether the server refused the call for its token (expired or unknown): it did not run.
-fn token_refused(status: &Status) -> bool {
+pub(crate) fn token_refused(status: &Status) -> bool {
     status.code() == Code::Unauthenticated || status.message().contains("invalid auth token")
 }
 

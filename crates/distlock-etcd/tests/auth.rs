@@ -67,3 +67,28 @@ async fn an_expired_token_is_renewed_and_the_lock_kept() {
         "the server refused an expired token at least once (else this test proves nothing)"
     );
 }
+
+/// The keep-alive stream opened again after the token expired (its connection reset) gets a
+/// new token: the lock is kept, not lost for an expired token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keep_alive_stream_opened_again_after_the_token_expired_keeps_the_lock() {
+    let server = server_with_auth(1).await;
+    let proxy = distlock_testkit::FaultProxy::start(server.addr()).expect("the proxy starts");
+    let url = format!("etcd://root:s3cret@{}?lease_ttl=3s", proxy.host_port());
+    let client = LockClient::new(EtcdLock::connect_url(&url).await.expect("authenticates"));
+    let guard = client
+        .try_acquire("auth-reset")
+        .await
+        .expect("try")
+        .expect("free");
+    // The token expires (nothing used it for more than its second), then the connection
+    // resets: the keep-alive stream must be opened again, with a token.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    proxy.reset();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(
+        !guard.is_lost(),
+        "the lock outlived the reset, two lease TTLs later"
+    );
+    assert!(guard.release().await.expect("released"));
+}

@@ -32,7 +32,7 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::{ClientLease, Inner};
-use crate::client::{lease_not_found, map_status, BACKEND};
+use crate::client::{lease_not_found, map_status, token_refused, BACKEND};
 use crate::proto::{LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest};
 
 impl Inner {
@@ -212,6 +212,11 @@ async fn keep_alive(inner: Weak<Inner>, lease: ClientLease, mut until: Instant) 
                 return;
             }
             Ok(Err(status)) => {
+                if token_refused(&status) {
+                    // etcd 3.4 does not check a token on lease calls; a server that does gets
+                    // a new one before the stream is opened again.
+                    let _ = rpc.authenticate().await;
+                }
                 tracing::debug!(error = %map_status(status), "distlock-etcd: keep-alive stream not opened");
                 None
             }
