@@ -196,7 +196,11 @@ async fn keep_alive(inner: Weak<Inner>, lease: ClientLease, mut until: Instant) 
         }
         let rpc = strong.rpc.clone();
         drop(strong);
+        // etcd sends a stream's response headers only with its first reply, and opening the
+        // stream waits for them: the first keep-alive goes in before the stream is opened.
         let (requests, receiver) = mpsc::channel(1);
+        let mut sent_at = Instant::now();
+        let mut first = requests.try_send(LeaseKeepAliveRequest { id: lease.id }).is_ok();
         let opened =
             tokio::time::timeout(every, rpc.lease().lease_keep_alive(ReceiverStream::new(receiver))).await;
         let mut replies = match opened {
@@ -223,12 +227,15 @@ async fn keep_alive(inner: Weak<Inner>, lease: ClientLease, mut until: Instant) 
                 inner.suspended(lease.epoch);
                 break;
             };
-            let sent_at = Instant::now();
-            let reply = if requests
-                .send(LeaseKeepAliveRequest { id: lease.id })
-                .await
-                .is_ok()
-            {
+            // The first keep-alive on this stream is already sent.
+            let sent = std::mem::take(&mut first) || {
+                sent_at = Instant::now();
+                requests
+                    .send(LeaseKeepAliveRequest { id: lease.id })
+                    .await
+                    .is_ok()
+            };
+            let reply = if sent {
                 tokio::time::timeout(every, stream.message()).await
             } else {
                 Ok(Ok(None))
