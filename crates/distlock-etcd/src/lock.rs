@@ -4,7 +4,7 @@
 //! This file holds the type, its constructor and the [`DistributedLock`] dispatch. The
 //! submodules, one concern each: `session` (the client's lease: granting, keeping alive,
 //! declaring it over), `mutex` (the mutex: one attempt, waiting in line, release, renewal,
-//! reading the holder).
+//! reading the holder), `held` (a watch on each held key for its deletion behind our back).
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -13,8 +13,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::{
     Attempt, Capabilities, DistributedLock, Error, Expiry, Fairness, Fencing, Lease, LockKind, LockName,
-    ObjectState, Primitive, Result, Session, SessionState, TryAcquire, WakeUp,
+    LossReason, ObjectState, Primitive, Result, Session, SessionState, TryAcquire, WakeUp,
 };
+use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -22,6 +23,7 @@ use crate::client::{Rpc, BACKEND};
 use crate::proto::StatusRequest;
 use crate::EtcdConfig;
 
+mod held;
 mod mutex;
 mod session;
 
@@ -178,6 +180,13 @@ impl DistributedLock for EtcdLock {
 
     fn session(&self) -> Option<watch::Receiver<Session>> {
         Some(self.inner.session.subscribe())
+    }
+
+    /// A watch on the hold's key, which resolves with [`LossReason::NotOwned`] when the key
+    /// is deleted behind the holder's back (see `held.rs`). Opened by the watchdog's task,
+    /// off the acquisition's path.
+    fn watch_lease(&self, lease: &Lease) -> Option<BoxFuture<'static, LossReason>> {
+        self.inner.watch_held(lease)
     }
 
     /// The member's status (1 round trip).
