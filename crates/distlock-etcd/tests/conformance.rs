@@ -30,4 +30,8 @@ distlock_conformance::conformance_tests!(
         c52: Members,
         c53: Failover,
     ],
+    partial = [
+        c49: Semaphores,
+        c50: Semaphores,
+    ],
 );
