@@ -15,7 +15,8 @@
 //!   hold, so the delete is owner-checked by construction.
 //!
 //! The key is fully determined by the lease and the owner token, so a create sent again after
-//! an ambiguous reply finds the same key instead of making a second one.
+//! an ambiguous reply finds the same key instead of making a second one. A wait dropped while
+//! its create is out deletes the key once that create is answered, never beside it.
 
 use std::sync::Arc;
 
@@ -23,6 +24,7 @@ use distlock_core::{
     Error, FencingToken, Holder, Lease, LockKind, LockName, LockState, OwnerToken, Primitive, Result,
     TryAcquire,
 };
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::{ClientLease, Inner};
@@ -124,19 +126,15 @@ impl Inner {
             let lease = self.lease().await?;
             let key = contender_key(&prefix, lease.id, owner);
             let mut entry = Entry::new(self, &key);
-            let reply = self
-                .txn(
-                    "acquire",
-                    txn::txn(
-                        vec![txn::absent(&key)],
-                        vec![
-                            txn::put(&key, &owner.to_string(), lease.id),
-                            txn::first_under(&prefix),
-                        ],
-                        vec![txn::get(&key), txn::first_under(&prefix)],
-                    ),
-                )
-                .await?;
+            let request = txn::txn(
+                vec![txn::absent(&key)],
+                vec![
+                    txn::put(&key, &owner.to_string(), lease.id),
+                    txn::first_under(&prefix),
+                ],
+                vec![txn::get(&key), txn::first_under(&prefix)],
+            );
+            let reply = entry.send(request).await?;
             let mine = if reply.succeeded {
                 revision(&reply)
             } else {
@@ -359,10 +357,14 @@ fn owner_of(kv: &KeyValue) -> String {
 }
 
 /// Our key in a queue while we wait: deleted in the background if the wait is dropped or
-/// fails before the lock is won.
+/// fails before the lock is won. The transaction that puts it in line runs in a task of its
+/// own, and a drop while it is out deletes the key only once the cluster has answered it: a
+/// delete sent beside it may be applied first, find nothing, and leave the key in line for
+/// as long as the lease lives.
 struct Entry {
     inner: Arc<Inner>,
     key: Option<String>,
+    in_flight: Option<JoinHandle<Result<TxnResponse>>>,
 }
 
 impl Entry {
@@ -370,7 +372,19 @@ impl Entry {
         Self {
             inner: inner.clone(),
             key: Some(key.to_owned()),
+            in_flight: None,
         }
+    }
+
+    /// Sends the transaction that puts the key in line (1 round trip), in its own task.
+    async fn send(&mut self, request: TxnRequest) -> Result<TxnResponse> {
+        let inner = self.inner.clone();
+        let sent = self
+            .in_flight
+            .insert(tokio::spawn(async move { inner.txn("acquire", request).await }));
+        let reply = sent.await;
+        self.in_flight = None;
+        reply.map_err(|e| Error::backend(BACKEND, format!("the transaction's task ended: {e}")))?
     }
 
     fn disarm(&mut self) {
@@ -391,8 +405,13 @@ impl Drop for Entry {
     fn drop(&mut self) {
         if let Some(key) = self.key.take() {
             let inner = self.inner.clone();
+            let in_flight = self.in_flight.take();
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 runtime.spawn(async move {
+                    if let Some(in_flight) = in_flight {
+                        // Whatever its outcome: the key is in line or not, and stays so.
+                        let _ = in_flight.await;
+                    }
                     for attempt in 0..3u32 {
                         match delete_key(&inner, key.clone()).await {
                             Ok(()) => return,
