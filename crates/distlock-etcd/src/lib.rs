@@ -37,7 +37,8 @@
 //! Every key of a client is attached to its one lease, so a lock lives as long as that lease;
 //! the TTL of an acquisition is ignored. A keeper task sends a keep-alive every third of the
 //! granted TTL; the leader renews the lease when it applies one, so each confirmed keep-alive
-//! proves the lease lives until its send time plus the TTL.
+//! proves the lease lives until its send time plus the TTL. (etcd answers a keep-alive
+//! stream's opening only with its first reply, so the first keep-alive is sent with it.)
 //! - **Suspended**: a keep-alive went unconfirmed for a third of the TTL (the connection
 //!   dropped, or the member lost its leader).
 //!   [`LockGuard::is_suspended`](distlock_core::LockGuard::is_suspended) is true; the lock may
@@ -47,6 +48,11 @@
 //!   signal fires with [`LossReason::SessionExpired`](distlock_core::LossReason) before the
 //!   cluster can expire the lease and grant the lock to another client. The next operation is
 //!   granted a new lease.
+//! - **Deleted behind our back**: each held key is watched (one watch per hold, opened by the
+//!   watchdog's task, not on the acquisition's path); its deletion by anyone else (`etcdctl
+//!   del`, an operator) fires the lost-lock signal with
+//!   [`LossReason::NotOwned`](distlock_core::LossReason) at once, while the lease and the
+//!   client's other locks live on.
 //!
 //! A lease bounds how long a killed or cut-off holder keeps its locks; a stuck but live
 //! holder keeps them until [`AcquireOptions::max_hold`](distlock_core::AcquireOptions::max_hold).
@@ -66,7 +72,8 @@
 //! [`Error::Unavailable`](distlock_core::Error::Unavailable) from an acquisition may come
 //! after the cluster applied it. The key is determined by the lease and the owner token, so
 //! the core's owner-checked cleanup finds and deletes it; a wait dropped while its create was
-//! out deletes its key in the background; whatever is left goes with the lease.
+//! out deletes its key in the background once the create is answered (a delete sent beside
+//! it could be applied first); whatever is left goes with the lease.
 //!
 //! ```no_run
 //! use distlock_core::{AcquireOptions, LockClient};
