@@ -35,3 +35,33 @@ async fn a_held_lock_outlives_its_lease_ttl() {
     );
     assert!(guard.release().await.expect("released"), "still ours at release");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_of_more_holds_than_a_transaction_takes_confirms_each() {
+    use distlock_core::{Attempt, DistributedLock, LockName, OwnerToken, TryAcquire};
+    let url = tokio::task::spawn_blocking(shared::etcd_url)
+        .await
+        .expect("joined")
+        .expect("the shared etcd starts (run scripts/install-test-deps)");
+    let backend = support::connect(&url).await;
+    let run = OwnerToken::new();
+    // etcd takes at most 128 operations in one transaction (its --max-txn-ops default).
+    let mut leases = Vec::new();
+    for i in 0..300 {
+        let name = LockName::new(format!("renew-many-{run}-{i}")).expect("a name");
+        let attempt = Attempt::mutex(name, OwnerToken::new(), support::LEASE_TTL);
+        match backend.attempt(&attempt).await.expect("attempt") {
+            TryAcquire::Acquired(lease) => leases.push(lease),
+            TryAcquire::Held(holder) => panic!("a fresh name is held: {holder:?}"),
+        }
+    }
+    let renewed = backend.renew(&leases).await;
+    assert_eq!(renewed.len(), leases.len());
+    for (i, result) in renewed.into_iter().enumerate() {
+        let kept = result.unwrap_or_else(|e| panic!("hold {i}: the renewal failed: {e}"));
+        assert!(kept.is_some(), "hold {i}: reported not ours");
+    }
+    for lease in &leases {
+        assert!(backend.release(lease).await.expect("released"));
+    }
+}
