@@ -150,8 +150,8 @@ impl DistributedLock for EtcdLock {
     }
 
     /// Lease-bound holds have nothing to renew (the keeper renews the client's lease): this
-    /// checks, in one transaction for all of `leases` (1 round trip), that each hold's key
-    /// still exists on the current lease.
+    /// checks, in one transaction per 128 of `leases` sent at once (1 round trip), that each
+    /// hold's key still exists on the current lease.
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
         self.inner.renew(leases).await
     }

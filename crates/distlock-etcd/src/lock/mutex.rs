@@ -37,6 +37,9 @@ use crate::txn::{self, kvs, revision};
 /// cut off from the others) must not keep a waiter from a lock that is free.
 const LOOK_AGAIN_AFTER_TTLS: u32 = 1;
 
+/// The most operations etcd takes in one transaction (its `--max-txn-ops` default).
+const MAX_TXN_OPS: usize = 128;
+
 impl Inner {
     async fn txn(&self, what: &str, request: TxnRequest) -> Result<TxnResponse> {
         self.rpc
@@ -283,29 +286,37 @@ impl Inner {
         Ok((0..reply.responses.len()).any(|i| txn::deleted(&reply, i) > 0))
     }
 
-    /// Checks in one transaction that each lease's key still exists on the current lease.
+    /// Checks that each lease's key still exists on the current lease: one transaction per
+    /// [`MAX_TXN_OPS`] leases, sent at once (1 round trip).
     pub(super) async fn renew(self: &Arc<Self>, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
         let Some(current) = self.current() else {
             return leases.iter().map(|_| Ok(None)).collect();
         };
-        let reads: Vec<_> = leases
-            .iter()
-            .map(|lease| txn::get(lease.handle().unwrap_or_default()))
-            .collect();
-        let reply = match self.txn("renew", txn::txn(Vec::new(), reads, Vec::new())).await {
-            Ok(reply) => reply,
-            Err(error) => return leases.iter().map(|_| Err(same_error(&error))).collect(),
-        };
-        leases
-            .iter()
-            .enumerate()
-            .map(|(i, lease)| {
-                let ours = lease.handle().is_some()
-                    && lease.session_epoch() == Some(current.epoch)
-                    && kvs(&reply, i).first().is_some_and(|kv| kv.lease == current.id)
-                    && self.keeps(current.epoch);
-                Ok(ours.then(|| lease.clone()))
-            })
+        let batches = leases.chunks(MAX_TXN_OPS).map(|batch| async move {
+            let reads = batch
+                .iter()
+                .map(|lease| txn::get(lease.handle().unwrap_or_default()))
+                .collect();
+            let reply = match self.txn("renew", txn::txn(Vec::new(), reads, Vec::new())).await {
+                Ok(reply) => reply,
+                Err(error) => return batch.iter().map(|_| Err(same_error(&error))).collect(),
+            };
+            batch
+                .iter()
+                .enumerate()
+                .map(|(i, lease)| {
+                    let ours = lease.handle().is_some()
+                        && lease.session_epoch() == Some(current.epoch)
+                        && kvs(&reply, i).first().is_some_and(|kv| kv.lease == current.id)
+                        && self.keeps(current.epoch);
+                    Ok(ours.then(|| lease.clone()))
+                })
+                .collect::<Vec<_>>()
+        });
+        futures::future::join_all(batches)
+            .await
+            .into_iter()
+            .flatten()
             .collect()
     }
 
