@@ -65,8 +65,8 @@
 //! `try_acquire`: 1 (a transaction that creates our key only if no one else's exists, else
 //! reads the holder: nothing is created when the lock is held). A queued waiter: 1 when free;
 //! else 2 to get in line plus a watch on the key just before it, then 1 per wake-up; each
-//! release wakes exactly one waiter. Release: 1. Renewal of all held locks: 1 (a transaction per 128 locks, etcd's default
-//! `--max-txn-ops`, sent at once).
+//! release wakes exactly one waiter. Release: 1. Renewal of all held locks: 1 (a transaction
+//! per 128 locks, etcd's default `--max-txn-ops`, sent at once).
 //!
 //! # Ambiguous errors
 //!
