@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_testkit::{
-    proxy, FaultProxies, HarnessError, MariaDbServer, MemcachedServer, PostgresServer, RedisCluster,
-    RedisServer, ServerProcess, ZooKeeperEnsemble, ZooKeeperServer,
+    proxy, EtcdCluster, EtcdServer, FaultProxies, HarnessError, MariaDbServer, MemcachedServer,
+    PostgresServer, RedisCluster, RedisServer, ServerProcess, ZooKeeperEnsemble, ZooKeeperServer,
 };
 
 use crate::{Needs, Outage};
@@ -71,7 +71,13 @@ macro_rules! one_server {
     )*};
 }
 
-one_server!(RedisServer, MemcachedServer, MariaDbServer, ZooKeeperServer);
+one_server!(
+    RedisServer,
+    MemcachedServer,
+    MariaDbServer,
+    ZooKeeperServer,
+    EtcdServer
+);
 
 /// An outage kills the postmaster and then its backends: a backend outlives a killed
 /// postmaster until it notices, and would go on answering its connection meanwhile.
@@ -151,6 +157,22 @@ impl Servers for RedisCluster {
 impl Servers for ZooKeeperEnsemble {
     fn url(&self) -> String {
         ZooKeeperEnsemble::url(self)
+    }
+    fn take_away(&mut self) -> Result<(), HarnessError> {
+        let majority = self.nodes().len() / 2 + 1;
+        (0..majority).try_for_each(|i| self.node_mut(i).process_mut().kill())
+    }
+    fn bring_back(&mut self) -> Result<(), HarnessError> {
+        (0..self.nodes().len()).try_for_each(|i| revive(self.node_mut(i).process_mut()))?;
+        self.wait_for_leader(Duration::from_secs(60)).map(|_| ())
+    }
+}
+
+/// An outage kills a majority of the members; they are back once every member sees a leader
+/// (each restart waits for its member's `/health`, which the first restart's quorum gives).
+impl Servers for EtcdCluster {
+    fn url(&self) -> String {
+        EtcdCluster::url(self)
     }
     fn take_away(&mut self) -> Result<(), HarnessError> {
         let majority = self.nodes().len() / 2 + 1;

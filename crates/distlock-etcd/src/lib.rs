@@ -60,7 +60,8 @@
 //! Every key of a client is attached to its one lease, so a lock lives as long as that lease;
 //! the TTL of an acquisition is ignored. A keeper task sends a keep-alive every third of the
 //! granted TTL; the leader renews the lease when it applies one, so each confirmed keep-alive
-//! proves the lease lives until its send time plus the TTL.
+//! proves the lease lives until its send time plus the TTL. (etcd answers a keep-alive
+//! stream's opening only with its first reply, so the first keep-alive is sent with it.)
 //! - **Suspended**: a keep-alive went unconfirmed for a third of the TTL (the connection
 //!   dropped, or the member lost its leader).
 //!   [`LockGuard::is_suspended`](distlock_core::LockGuard::is_suspended) is true; the lock may
@@ -70,6 +71,11 @@
 //!   signal fires with [`LossReason::SessionExpired`](distlock_core::LossReason) before the
 //!   cluster can expire the lease and grant the lock to another client. The next operation is
 //!   granted a new lease.
+//! - **Deleted behind our back**: each held key is watched (one watch per hold, opened by the
+//!   watchdog's task, not on the acquisition's path); its deletion by anyone else (`etcdctl
+//!   del`, an operator) fires the lost-lock signal with
+//!   [`LossReason::NotOwned`](distlock_core::LossReason) at once, while the lease and the
+//!   client's other locks live on.
 //!
 //! A lease bounds how long a killed or cut-off holder keeps its locks; a stuck but live
 //! holder keeps them until [`AcquireOptions::max_hold`](distlock_core::AcquireOptions::max_hold).
@@ -82,11 +88,12 @@
 //! `try_acquire`: 1 (a transaction that creates our key only if no one else's exists, else
 //! reads the holder: nothing is created when the lock is held). A queued waiter: 1 when free;
 //! else 2 to get in line plus a watch on the key just before it, then 1 per wake-up; each
-//! release wakes exactly one waiter. Release: 1. Renewal of all held locks: 1 transaction.
+//! release wakes exactly one waiter. Release: 1. Renewal of all held locks: 1 (a transaction
+//! per 128 locks, etcd's default `--max-txn-ops`, sent at once).
 //! A permit: 1 when the semaphore is full, 2 with room; waiting, 1 to line up for `locks`
 //! (+1 look and a watch per contender ahead), 1 to create the lease and count, 1 to hand
-//! `locks` on, and 1 per deletion of a lease while full. A read or the write lock: 1 (attempt or wait when free), else 1 per look and a watch
-//! on the key to outlive.
+//! `locks` on, and 1 per deletion of a lease while full. A read or the write lock: 1 (attempt
+//! or wait when free), else 1 per look and a watch on the key to outlive.
 //!
 //! # Ambiguous errors
 //!

@@ -5,7 +5,8 @@
 //! submodules, one concern each: `session` (the client's lease: granting, keeping alive,
 //! declaring it over), `mutex` (the mutex: one attempt, waiting in line, release, renewal,
 //! reading the holder), `semaphore` (permits: Curator's `locks` and `leases`), `rw_lock`
-//! (readers and writers in one queue, as etcd's `recipe.RWMutex`).
+//! (readers and writers in one queue, as etcd's `recipe.RWMutex`), `held` (a watch on each
+//! held key for its deletion behind our back).
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -14,8 +15,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::{
     Attempt, Capabilities, DistributedLock, Error, Expiry, Fairness, Fencing, Lease, LockKind, LockName,
-    ObjectState, Primitive, Result, Session, SessionState, TryAcquire, WakeUp,
+    LossReason, ObjectState, Primitive, Result, Session, SessionState, TryAcquire, WakeUp,
 };
+use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -24,6 +26,7 @@ use crate::proto::StatusRequest;
 use crate::txn;
 use crate::EtcdConfig;
 
+mod held;
 mod mutex;
 mod rw_lock;
 mod semaphore;
@@ -192,9 +195,9 @@ impl DistributedLock for EtcdLock {
     }
 
     /// Lease-bound holds have nothing to renew (the keeper renews the client's lease): this
-    /// checks, in one transaction for all of `leases` (1 round trip), that each hold's key
-    /// still exists on the current lease. The same for every kind of hold; a lease without a
-    /// key (a stale or forged one) is not renewed (`None`) and costs no read.
+    /// checks, in one transaction per 128 of `leases` sent at once (1 round trip), that each
+    /// hold's key still exists on the current lease. The same for every kind of hold; a lease
+    /// without a key (a stale or forged one) is not renewed (`None`) and costs no read.
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
         self.inner.renew(leases).await
     }
@@ -243,6 +246,13 @@ impl DistributedLock for EtcdLock {
 
     fn session(&self) -> Option<watch::Receiver<Session>> {
         Some(self.inner.session.subscribe())
+    }
+
+    /// A watch on the hold's key, which resolves with [`LossReason::NotOwned`] when the key
+    /// is deleted behind the holder's back (see `held.rs`). Opened by the watchdog's task,
+    /// off the acquisition's path.
+    fn watch_lease(&self, lease: &Lease) -> Option<BoxFuture<'static, LossReason>> {
+        self.inner.watch_held(lease)
     }
 
     /// The member's status (1 round trip).

@@ -36,6 +36,9 @@ use crate::txn::{self, kvs, revision};
 /// cut off from the others) must not keep a waiter from a lock that is free.
 pub(super) const LOOK_AGAIN_AFTER_TTLS: u32 = 1;
 
+/// The most operations etcd takes in one transaction (its `--max-txn-ops` default).
+const MAX_TXN_OPS: usize = 128;
+
 impl Inner {
     pub(super) async fn txn(&self, what: &str, request: TxnRequest) -> Result<TxnResponse> {
         self.rpc
@@ -288,29 +291,38 @@ impl Inner {
             return leases.iter().map(|_| Ok(None)).collect();
         };
         // Only leases with a key are read (etcd refuses a read of the empty key); one without
-        // (a stale or forged lease) holds nothing to renew.
-        let keyed: Vec<&str> = leases.iter().filter_map(Lease::handle).collect();
-        let reads: Vec<_> = keyed.iter().map(|key| txn::get(key)).collect();
-        let reply = if reads.is_empty() {
-            None
-        } else {
-            match self.txn("renew", txn::txn(Vec::new(), reads, Vec::new())).await {
-                Ok(reply) => Some(reply),
+        // (a stale or forged lease) holds nothing to renew. At most MAX_TXN_OPS reads go in one
+        // transaction (etcd refuses more); the transactions are sent at once: 1 round trip.
+        let keyed: Vec<&Lease> = leases.iter().filter(|lease| lease.handle().is_some()).collect();
+        let batches = keyed.chunks(MAX_TXN_OPS).map(|batch| async move {
+            let reads = batch
+                .iter()
+                .map(|lease| txn::get(lease.handle().unwrap_or_default()))
+                .collect();
+            self.txn("renew", txn::txn(Vec::new(), reads, Vec::new()))
+                .await
+                .map(|reply| {
+                    (0..batch.len())
+                        .map(|i| kvs(&reply, i).first().is_some_and(|kv| kv.lease == current.id))
+                        .collect::<Vec<bool>>()
+                })
+        });
+        let mut found = Vec::with_capacity(keyed.len());
+        for batch in futures::future::join_all(batches).await {
+            match batch {
+                Ok(alive) => found.extend(alive),
                 Err(error) => return leases.iter().map(|_| Err(same_error(&error))).collect(),
             }
-        };
-        let mut read = 0;
+        }
+        let mut found = found.into_iter();
         leases
             .iter()
             .map(|lease| {
-                let Some(reply) = reply.as_ref().filter(|_| lease.handle().is_some()) else {
+                if lease.handle().is_none() {
                     return Ok(None);
-                };
-                let index = read;
-                read += 1;
-                let ours = lease.session_epoch() == Some(current.epoch)
-                    && kvs(reply, index).first().is_some_and(|kv| kv.lease == current.id)
-                    && self.keeps(current.epoch);
+                }
+                let alive = found.next().unwrap_or(false);
+                let ours = alive && lease.session_epoch() == Some(current.epoch) && self.keeps(current.epoch);
                 Ok(ours.then(|| lease.clone()))
             })
             .collect()
