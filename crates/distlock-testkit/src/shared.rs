@@ -19,7 +19,7 @@ use std::sync::{Once, OnceLock};
 use crate::RedisCluster;
 
 use crate::{
-    HarnessError, MariaDbServer, MemcachedServer, PostgresServer, RedisServer, ServerProcess,
+    EtcdServer, HarnessError, MariaDbServer, MemcachedServer, PostgresServer, RedisServer, ServerProcess,
     ZooKeeperEnsemble, ZooKeeperServer,
 };
 
@@ -44,6 +44,9 @@ pub const ZOOKEEPER_URL_ENV: &str = "DISTLOCK_TEST_ZOOKEEPER_URL";
 /// `zk://127.0.0.1:2181,127.0.0.1:2182,127.0.0.1:2183`.
 pub const ZOOKEEPER_ENSEMBLE_URL_ENV: &str = "DISTLOCK_TEST_ZOOKEEPER_ENSEMBLE_URL";
 
+/// Points [`etcd_url`] at an existing etcd member or cluster, e.g. `etcd://127.0.0.1:2379`.
+pub const ETCD_URL_ENV: &str = "DISTLOCK_TEST_ETCD_URL";
+
 type Cell<T> = OnceLock<Result<T, HarnessError>>;
 
 static REDIS: Cell<RedisServer> = OnceLock::new();
@@ -53,6 +56,7 @@ static MARIADB: Cell<MariaDbServer> = OnceLock::new();
 static POSTGRES: Cell<PostgresServer> = OnceLock::new();
 static ZOOKEEPER: Cell<ZooKeeperServer> = OnceLock::new();
 static ZOOKEEPER_ENSEMBLE: Cell<ZooKeeperEnsemble> = OnceLock::new();
+static ETCD: Cell<EtcdServer> = OnceLock::new();
 
 /// The shared `redis-server` (started on first use; blocks until ready).
 pub fn redis() -> Result<&'static RedisServer, HarnessError> {
@@ -93,6 +97,11 @@ pub fn zookeeper_ensemble() -> Result<&'static ZooKeeperEnsemble, HarnessError> 
     shared(&ZOOKEEPER_ENSEMBLE, ZooKeeperEnsemble::start)
 }
 
+/// The shared single-member etcd (started on first use; blocks until healthy).
+pub fn etcd() -> Result<&'static EtcdServer, HarnessError> {
+    shared(&ETCD, EtcdServer::start)
+}
+
 /// `$DISTLOCK_TEST_REDIS_URL` if set, else the shared server's URL.
 pub fn redis_url() -> Result<String, HarnessError> {
     env_url(REDIS_URL_ENV).map_or_else(|| redis().map(RedisServer::url), Ok)
@@ -126,6 +135,11 @@ pub fn zookeeper_url() -> Result<String, HarnessError> {
 /// `$DISTLOCK_TEST_ZOOKEEPER_ENSEMBLE_URL` if set, else the shared ensemble's URL.
 pub fn zookeeper_ensemble_url() -> Result<String, HarnessError> {
     env_url(ZOOKEEPER_ENSEMBLE_URL_ENV).map_or_else(|| zookeeper_ensemble().map(ZooKeeperEnsemble::url), Ok)
+}
+
+/// `$DISTLOCK_TEST_ETCD_URL` if set, else the shared member's URL.
+pub fn etcd_url() -> Result<String, HarnessError> {
+    env_url(ETCD_URL_ENV).map_or_else(|| etcd().map(EtcdServer::url), Ok)
 }
 
 fn env_url(name: &str) -> Option<String> {
@@ -181,6 +195,9 @@ extern "C" fn cleanup_at_exit() {
                 node.process().kill_now();
             }
             let _ = fs::remove_dir_all(ensemble.dir());
+        }
+        if let Some(Ok(server)) = ETCD.get() {
+            cleanup(server.process(), server.dir());
         }
     });
 }

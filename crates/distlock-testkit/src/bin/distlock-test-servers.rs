@@ -30,6 +30,7 @@ fn main() -> ExitCode {
         (shared::POSTGRES_URL_ENV, shared::postgres_url),
         (shared::ZOOKEEPER_URL_ENV, shared::zookeeper_url),
         (shared::ZOOKEEPER_ENSEMBLE_URL_ENV, shared::zookeeper_ensemble_url),
+        (shared::ETCD_URL_ENV, shared::etcd_url),
     ];
     let mut exports = String::new();
     for (variable, start) in servers {
