@@ -278,7 +278,13 @@ fn bad_input_gives_one_line_errors() {
 #[test]
 fn status_reports_holder_and_json() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let url = sqlite_url(dir.path());
+    status_reports_holder(&sqlite_url(dir.path()), dir.path());
+}
+
+/// `distlock status` of a free lock, then of one a `distlock exec` holds (its fencing token in
+/// the JSON, the holder in the line).
+fn status_reports_holder(url: &str, dir: &Path) {
+    let url = url.to_owned();
     let out = run(&mut distlock(&url, &["status", "--json", "report"]));
     assert!(out.status.success());
     assert!(
@@ -286,7 +292,7 @@ fn status_reports_holder_and_json() {
         "{}",
         text(&out.stdout)
     );
-    let started = dir.path().join("started");
+    let started = dir.join("started");
     let mut holder = distlock(&url, &["exec", "report", "--", "sh", "-c"])
         .arg(format!("touch '{}'; sleep 5", started.display()))
         .spawn()
@@ -421,6 +427,15 @@ fn memcached_counter_and_check() {
         .expect("memcached for the tests (scripts/install-test-deps)");
     let dir = tempfile::tempdir().expect("temp dir");
     counter_is_exact_with_20_processes(&url, dir.path());
+    check_selection_passes(&url);
+}
+
+#[test]
+fn etcd_counter_status_and_check() {
+    let url = distlock_testkit::shared::etcd_url().expect("etcd for the tests (scripts/install-test-deps)");
+    let dir = tempfile::tempdir().expect("temp dir");
+    counter_is_exact_with_20_processes(&url, dir.path());
+    status_reports_holder(&url, dir.path());
     check_selection_passes(&url);
 }
 
