@@ -71,7 +71,7 @@ async fn etcd(url: &str) -> Result<Vec<Finding>> {
     let at = endpoints.join(",");
     let members = match endpoints.len() {
         1 => Finding::new("members", Verdict::Warn, "1 endpoint")
-            .because("with one member, every lock operation fails while it is down, and a lost data directory frees every lock")
+            .because("the client knows one member: while it is down every lock operation fails (and a cluster of one member frees every lock with a lost data directory)")
             .fix("run 3 or 5 members and list them all in the URL"),
         n => Finding::new("members", Verdict::Ok, format!("{n} endpoints"))
             .because("the client fails over to another listed member when one stops answering"),
