@@ -439,6 +439,32 @@ fn etcd_counter_status_and_check() {
     check_selection_passes(&url);
 }
 
+/// On etcd a lock lives as long as the client's lease, which the client keeps alive: a command
+/// that runs for three and a half lease TTLs keeps its lock throughout (no lost signal, exit 0)
+/// and another client finds it held near the end.
+#[test]
+fn etcd_exec_keeps_its_lock_past_the_lease_ttl() {
+    let url = distlock_testkit::shared::etcd_url().expect("etcd for the tests (scripts/install-test-deps)");
+    let url = format!("{url}{}lease_ttl=2s", if url.contains('?') { '&' } else { '?' });
+    let dir = tempfile::tempdir().expect("temp dir");
+    let started = dir.path().join("started");
+    let name = format!("lease-kept-{}", std::process::id());
+    let holder = distlock(&url, &["exec", &name, "--", "sh", "-c"])
+        .arg(format!("touch '{}'; sleep 7", started.display()))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts");
+    wait_for_file(&started);
+    std::thread::sleep(Duration::from_secs(5));
+    let out = run(&mut distlock(&url, &["status", "--json", &name]));
+    let status = text(&out.stdout);
+    let holder = holder.wait_with_output().expect("waited");
+    let stderr = text(&holder.stderr);
+    assert_eq!(holder.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("lost"), "{stderr}");
+    assert!(status.contains("\"held\":true"), "held 5 s in: {status}");
+}
+
 #[test]
 fn bench_compares_stores_and_writes_csv_and_json() {
     let dir = tempfile::tempdir().expect("temp dir");
