@@ -19,8 +19,8 @@ use std::sync::{Once, OnceLock};
 use crate::RedisCluster;
 
 use crate::{
-    EtcdServer, HarnessError, MariaDbServer, MemcachedServer, PostgresServer, RedisServer, ServerProcess,
-    ZooKeeperEnsemble, ZooKeeperServer,
+    EtcdCluster, EtcdServer, HarnessError, MariaDbServer, MemcachedServer, PostgresServer, RedisServer,
+    ServerProcess, ZooKeeperEnsemble, ZooKeeperServer,
 };
 
 /// Points [`redis_url`] at an existing server, e.g. `redis://127.0.0.1:6379`.
@@ -43,9 +43,11 @@ pub const ZOOKEEPER_URL_ENV: &str = "DISTLOCK_TEST_ZOOKEEPER_URL";
 /// Points [`zookeeper_ensemble_url`] at an existing ensemble of three or more members, e.g.
 /// `zk://127.0.0.1:2181,127.0.0.1:2182,127.0.0.1:2183`.
 pub const ZOOKEEPER_ENSEMBLE_URL_ENV: &str = "DISTLOCK_TEST_ZOOKEEPER_ENSEMBLE_URL";
-
 /// Points [`etcd_url`] at an existing etcd member or cluster, e.g. `etcd://127.0.0.1:2379`.
 pub const ETCD_URL_ENV: &str = "DISTLOCK_TEST_ETCD_URL";
+/// Points [`etcd_cluster_url`] at an existing etcd cluster of three or more members, e.g.
+/// `etcd://127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379`.
+pub const ETCD_CLUSTER_URL_ENV: &str = "DISTLOCK_TEST_ETCD_CLUSTER_URL";
 
 type Cell<T> = OnceLock<Result<T, HarnessError>>;
 
@@ -57,6 +59,7 @@ static POSTGRES: Cell<PostgresServer> = OnceLock::new();
 static ZOOKEEPER: Cell<ZooKeeperServer> = OnceLock::new();
 static ZOOKEEPER_ENSEMBLE: Cell<ZooKeeperEnsemble> = OnceLock::new();
 static ETCD: Cell<EtcdServer> = OnceLock::new();
+static ETCD_CLUSTER: Cell<EtcdCluster> = OnceLock::new();
 
 /// The shared `redis-server` (started on first use; blocks until ready).
 pub fn redis() -> Result<&'static RedisServer, HarnessError> {
@@ -97,9 +100,15 @@ pub fn zookeeper_ensemble() -> Result<&'static ZooKeeperEnsemble, HarnessError> 
     shared(&ZOOKEEPER_ENSEMBLE, ZooKeeperEnsemble::start)
 }
 
-/// The shared single-member etcd (started on first use; blocks until healthy).
+/// The shared single etcd member (started on first use; blocks until `/health` is healthy).
 pub fn etcd() -> Result<&'static EtcdServer, HarnessError> {
     shared(&ETCD, EtcdServer::start)
+}
+
+/// The shared 3-member etcd cluster (started on first use; blocks until every member sees a
+/// leader).
+pub fn etcd_cluster() -> Result<&'static EtcdCluster, HarnessError> {
+    shared(&ETCD_CLUSTER, EtcdCluster::start)
 }
 
 /// `$DISTLOCK_TEST_REDIS_URL` if set, else the shared server's URL.
@@ -137,9 +146,15 @@ pub fn zookeeper_ensemble_url() -> Result<String, HarnessError> {
     env_url(ZOOKEEPER_ENSEMBLE_URL_ENV).map_or_else(|| zookeeper_ensemble().map(ZooKeeperEnsemble::url), Ok)
 }
 
-/// `$DISTLOCK_TEST_ETCD_URL` if set, else the shared member's URL.
+/// `$DISTLOCK_TEST_ETCD_URL` if set, else the shared member's `etcd://` URL.
 pub fn etcd_url() -> Result<String, HarnessError> {
     env_url(ETCD_URL_ENV).map_or_else(|| etcd().map(EtcdServer::url), Ok)
+}
+
+/// `$DISTLOCK_TEST_ETCD_CLUSTER_URL` if set, else the shared cluster's `etcd://` URL (every
+/// member's client address).
+pub fn etcd_cluster_url() -> Result<String, HarnessError> {
+    env_url(ETCD_CLUSTER_URL_ENV).map_or_else(|| etcd_cluster().map(EtcdCluster::url), Ok)
 }
 
 fn env_url(name: &str) -> Option<String> {
@@ -198,6 +213,12 @@ extern "C" fn cleanup_at_exit() {
         }
         if let Some(Ok(server)) = ETCD.get() {
             cleanup(server.process(), server.dir());
+        }
+        if let Some(Ok(cluster)) = ETCD_CLUSTER.get() {
+            for member in cluster.nodes() {
+                member.process().kill_now();
+            }
+            let _ = fs::remove_dir_all(cluster.dir());
         }
     });
 }

@@ -31,6 +31,7 @@ fn main() -> ExitCode {
         (shared::ZOOKEEPER_URL_ENV, shared::zookeeper_url),
         (shared::ZOOKEEPER_ENSEMBLE_URL_ENV, shared::zookeeper_ensemble_url),
         (shared::ETCD_URL_ENV, shared::etcd_url),
+        (shared::ETCD_CLUSTER_URL_ENV, shared::etcd_cluster_url),
     ];
     let mut exports = String::new();
     for (variable, start) in servers {
