@@ -46,6 +46,8 @@ PRIMITIVES = [
     ("PostgreSQL 15", (155, 267), (223, 334), (223, 337)),
     ("Redis 7.0", (106, 108), (116, 121), (109, 112)),
     ("ZooKeeper 3.8", (1500, 2000), (2600, 3200), (1500, 1700)),
+    ("etcd 3.4, one member", (755, 839), (929, 1320), (728, 906)),
+    ("etcd 3.4, 3 members", (1600, 2000), (2400, 2530), (1770, 2010)),
     ("memcached 1.6", (80, 174), (107, 226), (107, 228)),
 ]
 # The peer benchmark on one Redis, medians over 15 rounds; microseconds.
