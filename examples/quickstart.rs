@@ -2,7 +2,8 @@
 //! updates, on the embedded default store (a SQLite file; no server needed).
 //!
 //! `cargo run --example quickstart [-- --url URL] [--workers 4] [--rounds 25]`
-//! (default store: `DISTLOCK_URL`, else the embedded SQLite file).
+//! (default store: `DISTLOCK_URL`, else the embedded SQLite file). A server store needs its
+//! feature: `cargo run --example quickstart --features etcd -- --url etcd://127.0.0.1:2379`.
 
 use std::path::Path;
 use std::process::{Command, ExitCode};
@@ -25,8 +26,9 @@ fn main() -> ExitCode {
         Some(counter) => worker(&url, Path::new(&counter), rounds),
         None => {
             let workers = arg("--workers").and_then(|n| n.parse().ok()).unwrap_or(4);
-            std::env::current_exe()
-                .map_err(|e| Error::backend("quickstart", e))
+            // A store that is not compiled in or does not answer is one error, not one per worker.
+            reachable(&url)
+                .and_then(|()| std::env::current_exe().map_err(|e| Error::backend("quickstart", e)))
                 .and_then(|exe| run(&exe, &url, workers, rounds))
                 .map(drop)
         }
@@ -87,6 +89,15 @@ pub fn run(exe: &Path, url: &str, workers: u32, rounds: u32) -> Result<u64> {
         ));
     }
     Ok(total)
+}
+
+/// Opens the store `url` names once and checks that it answers.
+fn reachable(url: &str) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(io)?;
+    runtime.block_on(async { distlock::open(url).await?.ping().await })
 }
 
 /// One worker process: `rounds` read-modify-writes of the counter file under the lock.

@@ -22,6 +22,7 @@ pub const URL_ENV: &str = "DISTLOCK_URL";
 /// | `postgres://USER:PASS@HOST:PORT/DB`, `postgresql://...` | PostgreSQL (waiters woken by `LISTEN`/`NOTIFY`) | `postgres` |
 /// | `memcache://HOST:PORT[,HOST:PORT...]`, `memcached://...` | memcached | `memcached` |
 /// | `zk://HOST:PORT[,HOST:PORT...][/CHROOT][?session_timeout=10s]`, `zookeeper://...` | ZooKeeper | `zookeeper` |
+/// | `etcd://[USER:PASS@]HOST:PORT[,HOST:PORT...][/ROOT][?lease_ttl=10s&operation_timeout=5s]`, `etcds://...[?ca=FILE]` | etcd 3.4+ | `etcd` (`etcd-tls` for `etcds`) |
 ///
 /// A scheme whose feature is not compiled in is an [`Error::InvalidConfig`] naming the
 /// feature to enable; so is a malformed URL. Nothing here panics.
@@ -157,6 +158,8 @@ pub async fn open(url: &str) -> Result<Arc<dyn DistributedLock>> {
         "zk" | "zookeeper" => Ok(Arc::new(
             distlock_zookeeper::ZooKeeperLock::connect_url(url).await?,
         )),
+        #[cfg(feature = "etcd")]
+        "etcd" | "etcds" => Ok(Arc::new(distlock_etcd::EtcdLock::connect_url(url).await?)),
         other => Err(unknown_scheme(other)),
     }
 }
@@ -200,6 +203,8 @@ const FEATURES: &[(&str, &str)] = &[
     ("zookeeper", "zookeeper"),
     ("memcache", "memcached"),
     ("memcached", "memcached"),
+    ("etcd", "etcd"),
+    ("etcds", "etcd-tls"),
 ];
 
 pub(crate) fn unknown_scheme(scheme: &str) -> Error {
@@ -247,6 +252,10 @@ mod tests {
         assert!(err.contains("`redis` feature"), "{err}");
         let err = unknown_scheme("redis+sentinel").to_string();
         assert!(err.contains("`redis` feature"), "{err}");
+        let err = unknown_scheme("etcd").to_string();
+        assert!(err.contains("`etcd` feature"), "{err}");
+        let err = unknown_scheme("etcds").to_string();
+        assert!(err.contains("`etcd-tls` feature"), "{err}");
         assert_eq!(
             scheme("redis+cluster://a:1,b:2").ok().as_deref(),
             Some("redis+cluster")

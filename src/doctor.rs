@@ -54,6 +54,53 @@ pub async fn doctor(url: &str) -> Result<Vec<Finding>> {
         "zk" | "zookeeper" => {
             distlock_zookeeper::doctor(&distlock_zookeeper::ZooKeeperConfig::from_url(url)?).await
         }
+        #[cfg(feature = "etcd")]
+        "etcd" | "etcds" => etcd(url).await,
         other => Err(unknown_scheme(other)),
     }
+}
+
+/// etcd: how many members the URL names, and the lease TTL the cluster granted against the
+/// one asked for (the cluster raises a TTL below its minimum, so a killed holder keeps its
+/// locks longer than configured). Connecting grants the client a lease, which holds no key
+/// and expires after its TTL; nothing is written.
+#[cfg(feature = "etcd")]
+async fn etcd(url: &str) -> Result<Vec<Finding>> {
+    let config = distlock_etcd::EtcdConfig::from_url(url)?;
+    let endpoints = config.endpoints();
+    let at = endpoints.join(",");
+    let members = match endpoints.len() {
+        1 => Finding::new("members", Verdict::Warn, "1 endpoint")
+            .because("the client knows one member: while it is down every lock operation fails (and a cluster of one member frees every lock with a lost data directory)")
+            .fix("run 3 or 5 members and list them all in the URL"),
+        n => Finding::new("members", Verdict::Ok, format!("{n} endpoints"))
+            .because("the client fails over to another listed member when one stops answering"),
+    }
+    .at(&at);
+    let asked = config.lease_ttl();
+    let lock = distlock_etcd::EtcdLock::connect(config).await?;
+    let lease = match lock.granted_lease_ttl() {
+        Some(granted) if granted > asked => Finding::new(
+            "lease TTL",
+            Verdict::Warn,
+            format!(
+                "granted {}s, asked {}s",
+                granted.as_secs(),
+                asked.as_secs() + u64::from(asked.subsec_nanos() > 0)
+            ),
+        )
+        .because("the cluster raised the TTL to its minimum: a killed holder keeps its locks that long")
+        .fix("ask for a lease_ttl of at least the granted TTL, or lower the members' --election-timeout"),
+        Some(granted) => Finding::new(
+            "lease TTL",
+            Verdict::Ok,
+            format!("granted {}s", granted.as_secs()),
+        )
+        .because("a killed or cut-off holder's locks go with its lease after this long"),
+        None => Finding::new("lease TTL", Verdict::Warn, "no lease")
+            .because("the cluster granted no lease")
+            .fix("check that the members have a leader (etcdctl endpoint status)"),
+    }
+    .at(&at);
+    Ok(vec![members, lease])
 }

@@ -13,6 +13,7 @@
 //! | `postgres` | PostgreSQL: version rows, waiters woken by `LISTEN`/`NOTIFY` | [`sql::SqlLock`] |
 //! | `memcached` | memcached: `add` with expiry, CAS-guarded; a restart or eviction frees locks | [`memcached::MemcachedLock`] |
 //! | `zookeeper` | ZooKeeper 3.5+: FIFO waiters, session-bound locks | [`zookeeper::ZooKeeperLock`] |
+//! | `etcd` (`etcd-tls` for `etcds://`) | etcd 3.4+: etcd's own lock recipe, FIFO waiters, lease-bound locks, create-revision fencing | [`etcd::EtcdLock`] |
 //!
 //! The `metrics` feature records lock metrics through the `metrics` facade (`metrics` module,
 //! listed there and in the guide); the `blocking` feature adds a blocking client for
@@ -70,6 +71,12 @@ pub use distlock_redis as redis;
 #[cfg(feature = "zookeeper")]
 #[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
 pub use distlock_zookeeper as zookeeper;
+
+/// The etcd backend: etcd's own lock recipe (shared with `etcdctl lock`), FIFO waiters,
+/// locks bound to one kept-alive lease per client, create-revision fencing.
+#[cfg(feature = "etcd")]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
+pub use distlock_etcd as etcd;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -11,8 +11,8 @@ import os
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "images")
 
-# `distlock bench --iterations 400`, one run, every store on loopback (PostgreSQL: three later
-# runs, hence a range). Microseconds; (low, high) where runs gave a range.
+# `distlock bench --iterations 400`, one run, every store on loopback (PostgreSQL and etcd:
+# three later runs each, hence a range). Microseconds; (low, high) where runs gave a range.
 ACQUIRE_RELEASE = [
     ("memory", (1.5, 1.5), (0.1, 0.1)),
     ("SQLite", (128, 128), (61, 61)),
@@ -21,6 +21,8 @@ ACQUIRE_RELEASE = [
     ("Redis 7.0", (185, 185), (121, 121)),
     ("Redlock, 3 masters", (323, 323), (339, 339)),
     ("ZooKeeper 3.8", (1600, 1600), (360, 360)),
+    ("etcd 3.4, one member", (689, 828), (216, 277)),
+    ("etcd 3.4, 3 members", (1565, 2243), (333, 386)),
     ("memcached 1.6", (217, 217), (112, 112)),
 ]
 # The same runs: one lock, 16 contenders, acquisitions per second.
@@ -32,6 +34,8 @@ HOT_LOCK = [
     ("Redis 7.0", (3540, 3540)),
     ("Redlock, 3 masters", (1430, 1430)),
     ("ZooKeeper 3.8", (964, 964)),
+    ("etcd 3.4, one member", (260, 484)),
+    ("etcd 3.4, 3 members", (137, 175)),
     ("memcached 1.6", (7620, 7620)),
 ]
 # Mutex, permit and write lock, acquire+release, three runs in a row; microseconds.
@@ -42,6 +46,8 @@ PRIMITIVES = [
     ("PostgreSQL 15", (155, 267), (223, 334), (223, 337)),
     ("Redis 7.0", (106, 108), (116, 121), (109, 112)),
     ("ZooKeeper 3.8", (1500, 2000), (2600, 3200), (1500, 1700)),
+    ("etcd 3.4, one member", (755, 839), (929, 1320), (728, 906)),
+    ("etcd 3.4, 3 members", (1600, 2000), (2400, 2530), (1770, 2010)),
     ("memcached 1.6", (80, 174), (107, 226), (107, 228)),
 ]
 # The peer benchmark on one Redis, medians over 15 rounds; microseconds.

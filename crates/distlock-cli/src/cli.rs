@@ -9,7 +9,8 @@ const AFTER_HELP: &str = "\
 Stores: redis://HOST:PORT[/DB], redis+cluster://H1:P1,H2:P2 (a Redis Cluster),
 redlock://H1:P1,H2:P2,H3:P3, mysql://USER:PASS@HOST:PORT/DB,
 postgres://USER:PASS@HOST:PORT/DB, sqlite://PATH,
-zk://H1:P1,H2:P2/CHROOT, memcache://HOST:PORT, memory://NAME (one process).
+zk://H1:P1,H2:P2/CHROOT, etcd://H1:P1,H2:P2[/ROOT][?lease_ttl=10s],
+memcache://HOST:PORT, memory://NAME (one process).
 Without --url or DISTLOCK_URL, the embedded default store is used.
 
 What `exec` holds while the command runs (as with flock, a shared and an exclusive holder
@@ -39,7 +40,7 @@ error. `check` exits 1 if a case failed; `doctor` exits 3 if a setting is unsafe
 `exec` runs the command in a process group of its own. On Linux that group is killed with
 SIGKILL when distlock dies, however it dies (kill -9 included), and at the lease's local
 deadline (TTL from the last renewal, minus a safety margin) even if distlock is frozen; for
-session-bound stores (ZooKeeper) only the first holds. Whatever the command leaves in its
+session-bound stores (ZooKeeper, etcd) only the first holds. Whatever the command leaves in its
 group is killed when it ends, before the lock is released. Processes that leave the group
 (setsid, daemons) are not covered. Elsewhere, if distlock is killed or frozen the command
 runs on while the lock expires after its TTL.";

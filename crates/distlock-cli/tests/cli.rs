@@ -278,7 +278,13 @@ fn bad_input_gives_one_line_errors() {
 #[test]
 fn status_reports_holder_and_json() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let url = sqlite_url(dir.path());
+    status_reports_holder(&sqlite_url(dir.path()), dir.path());
+}
+
+/// `distlock status` of a free lock, then of one a `distlock exec` holds (its fencing token in
+/// the JSON, the holder in the line).
+fn status_reports_holder(url: &str, dir: &Path) {
+    let url = url.to_owned();
     let out = run(&mut distlock(&url, &["status", "--json", "report"]));
     assert!(out.status.success());
     assert!(
@@ -286,7 +292,7 @@ fn status_reports_holder_and_json() {
         "{}",
         text(&out.stdout)
     );
-    let started = dir.path().join("started");
+    let started = dir.join("started");
     let mut holder = distlock(&url, &["exec", "report", "--", "sh", "-c"])
         .arg(format!("touch '{}'; sleep 5", started.display()))
         .spawn()
@@ -422,6 +428,41 @@ fn memcached_counter_and_check() {
     let dir = tempfile::tempdir().expect("temp dir");
     counter_is_exact_with_20_processes(&url, dir.path());
     check_selection_passes(&url);
+}
+
+#[test]
+fn etcd_counter_status_and_check() {
+    let url = distlock_testkit::shared::etcd_url().expect("etcd for the tests (scripts/install-test-deps)");
+    let dir = tempfile::tempdir().expect("temp dir");
+    counter_is_exact_with_20_processes(&url, dir.path());
+    status_reports_holder(&url, dir.path());
+    check_selection_passes(&url);
+}
+
+/// On etcd a lock lives as long as the client's lease, which the client keeps alive: a command
+/// that runs for three and a half lease TTLs keeps its lock throughout (no lost signal, exit 0)
+/// and another client finds it held near the end.
+#[test]
+fn etcd_exec_keeps_its_lock_past_the_lease_ttl() {
+    let url = distlock_testkit::shared::etcd_url().expect("etcd for the tests (scripts/install-test-deps)");
+    let url = format!("{url}{}lease_ttl=2s", if url.contains('?') { '&' } else { '?' });
+    let dir = tempfile::tempdir().expect("temp dir");
+    let started = dir.path().join("started");
+    let name = format!("lease-kept-{}", std::process::id());
+    let holder = distlock(&url, &["exec", &name, "--", "sh", "-c"])
+        .arg(format!("touch '{}'; sleep 7", started.display()))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts");
+    wait_for_file(&started);
+    std::thread::sleep(Duration::from_secs(5));
+    let out = run(&mut distlock(&url, &["status", "--json", &name]));
+    let status = text(&out.stdout);
+    let holder = holder.wait_with_output().expect("waited");
+    let stderr = text(&holder.stderr);
+    assert_eq!(holder.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("lost"), "{stderr}");
+    assert!(status.contains("\"held\":true"), "held 5 s in: {status}");
 }
 
 #[test]

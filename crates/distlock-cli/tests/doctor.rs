@@ -1,4 +1,4 @@
-//! `distlock doctor` against real Redis servers and a SQLite file: one line per finding,
+//! `distlock doctor` against real Redis servers, an etcd member and a SQLite file: one line per finding,
 //! `--json` for machines, exit 0 for ok and warn, 3 when something is unsafe, 69 when the
 //! store does not answer, 78 for a bad URL.
 
@@ -107,4 +107,42 @@ fn a_bad_url_exits_78_and_a_local_sqlite_file_is_judged_without_a_server() {
         .filter_map(|f| f["item"].as_str())
         .collect();
     assert_eq!(items, ["journal mode", "file system"], "{report}");
+}
+
+#[test]
+fn etcd_lists_its_members_and_the_lease_ttl_the_cluster_granted() {
+    let server = distlock_testkit::EtcdServer::start().expect("etcd starts (run scripts/install-test-deps)");
+    // etcd's minimum TTL with the default election timeout (1 s) is 2 s: 1 s is raised.
+    let out = run(&mut distlock(
+        &format!("{}?lease_ttl=1s", server.url()),
+        &["doctor"],
+    ));
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("warn") && l.contains("lease TTL") && l.contains("granted 2s, asked 1s")),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("warn") && l.contains("members") && l.contains("1 endpoint")),
+        "{stdout}"
+    );
+    assert!(stdout.trim_end().ends_with("0 unsafe, 2 warn, 0 ok"), "{stdout}");
+
+    let out = run(&mut distlock(
+        &format!("{}?lease_ttl=5s", server.url()),
+        &["doctor", "--json"],
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let lease = report["findings"]
+        .as_array()
+        .and_then(|findings| findings.iter().find(|f| f["item"] == "lease TTL"))
+        .expect("the lease finding");
+    assert_eq!(lease["verdict"], "ok", "{report}");
+    assert_eq!(lease["found"], "granted 5s", "{report}");
 }

@@ -48,3 +48,15 @@ pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<i32> {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// What the store at `url` offers (semaphores, read-write locks), asked of the library.
+pub fn capabilities(url: &str) -> distlock::Capabilities {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime
+        .block_on(distlock::open(url))
+        .expect("the store opens")
+        .capabilities()
+}
