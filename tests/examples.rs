@@ -233,9 +233,9 @@ async fn has_semaphores(url: &str) -> bool {
     supported
 }
 
-/// The stores that have no semaphores and read-write locks yet (their mutex runs every other
-/// example here).
-const WITHOUT_SEMAPHORES: &[&str] = &["etcd://"];
+/// The stores that have no semaphores and read-write locks (their mutex runs every other
+/// example here): none today.
+const WITHOUT_SEMAPHORES: &[&str] = &[];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_business_code_runs_on_every_enabled_store() {

@@ -69,25 +69,11 @@ fn five_processes_with_two_permits_on_postgres() {
     two_of_five_at_once(&url, dir.path());
 }
 
-/// On etcd: two of five at once where the backend offers semaphores; where it does not (yet),
-/// `--permits` is refused with exit 78 naming what is missing, and nothing runs.
 #[test]
 fn five_processes_with_two_permits_on_etcd() {
     let url = distlock_testkit::shared::etcd_url().expect("etcd for the tests (scripts/install-test-deps)");
     let dir = tempfile::tempdir().expect("temp dir");
-    if support::capabilities(&url).semaphores {
-        two_of_five_at_once(&url, dir.path());
-        return;
-    }
-    let ran = dir.path().join("ran");
-    let out = run(distlock(&url, &["exec", "--permits", "2", "exports", "--", "touch"]).arg(&ran));
-    assert_eq!(out.status.code(), Some(78), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("does not support semaphores"),
-        "{}",
-        text(&out.stderr)
-    );
-    assert!(!ran.exists(), "the command ran without a permit");
+    two_of_five_at_once(&url, dir.path());
 }
 
 /// 5 concurrent `distlock exec --permits 2` processes on `url`, logging to a file in `dir`.

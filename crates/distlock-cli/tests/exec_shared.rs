@@ -105,29 +105,11 @@ fn a_plain_exec_and_shared_holders_exclude_each_other_on_zookeeper() {
     plain_and_shared_exclude_each_other(&url, dir.path());
 }
 
-/// On etcd: the case where the backend offers read-write locks; where it does not (yet), a
-/// plain `exec` holds the lock alone and runs, and `--shared` is refused with exit 78.
 #[test]
 fn a_plain_exec_and_shared_holders_exclude_each_other_on_etcd() {
     let url = distlock_testkit::shared::etcd_url().expect("etcd (scripts/install-test-deps)");
     let dir = tempfile::tempdir().expect("temp dir");
-    if support::capabilities(&url).rw_locks {
-        plain_and_shared_exclude_each_other(&url, dir.path());
-        return;
-    }
-    let ran = dir.path().join("ran");
-    let out = run(distlock(&url, &["exec", "db", "--", "touch"]).arg(&ran));
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(ran.exists(), "a plain exec runs on the lock alone");
-    std::fs::remove_file(&ran).expect("removed");
-    let out = run(distlock(&url, &["exec", "--shared", "db", "--", "touch"]).arg(&ran));
-    assert_eq!(out.status.code(), Some(78), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("does not support read-write locks"),
-        "{}",
-        text(&out.stderr)
-    );
-    assert!(!ran.exists(), "the command ran without a read lock");
+    plain_and_shared_exclude_each_other(&url, dir.path());
 }
 
 /// The case on the store at `url`, with the commands' files in `dir` (the name is unique to
