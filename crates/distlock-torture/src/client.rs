@@ -123,8 +123,8 @@ impl Harness {
 pub async fn run(args: ClientArgs) -> std::io::Result<()> {
     let client = loop {
         let opened = match args.broken {
-            None => distlock::connect(&args.url).await,
-            Some(breakage) => distlock::open(&args.url)
+            None => crate::open::connect(&args.url).await,
+            Some(breakage) => crate::open::open(&args.url)
                 .await
                 .map(|lock| LockClient::new(Broken::new(lock, breakage))),
         };

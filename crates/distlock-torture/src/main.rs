@@ -32,6 +32,7 @@ mod checker;
 mod client;
 mod faults;
 mod history;
+mod open;
 mod picture;
 mod primitive;
 mod report;

@@ -170,7 +170,7 @@ pub async fn run(setup: Setup) -> Result<Outcome, RunError> {
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("cannot start {}: {e}", backend.name()))?,
     };
-    let session = setup.ttl.max(Duration::from_secs(1));
+    let session = setup.ttl.max(backend.min_session());
     let quarantine = backend.restart_quarantine(setup.ttl);
     let store_url = store.url(session, quarantine);
     let has_server = store.has_server();
@@ -184,7 +184,7 @@ pub async fn run(setup: Setup) -> Result<Outcome, RunError> {
             .client_proxies(url)
     };
 
-    let capabilities = distlock::open(&store_url)
+    let capabilities = crate::open::open(&store_url)
         .await
         .map_err(|e| format!("cannot open {store_url}: {e}"))?
         .capabilities();
@@ -386,7 +386,7 @@ pub async fn run(setup: Setup) -> Result<Outcome, RunError> {
     let seconds = started.elapsed().as_secs_f64();
 
     // Nothing may be left held: each name must be free within the recovery bound.
-    let checker = distlock::connect(&store_url)
+    let checker = crate::open::connect(&store_url)
         .await
         .map_err(|e| format!("cannot open {store_url}: {e}"))?;
     let mut left_held = Vec::new();
