@@ -154,3 +154,37 @@ async fn a_holder_whose_member_is_paused_is_lost_before_the_rival_is_granted_the
     assert!(again.fencing_token() > token);
     again.release().await.expect("released");
 }
+
+/// A member down (killed: its port refuses connections) costs nothing but its share of the
+/// load: a new client given every member connects, and every operation of an old or a new
+/// client is answered by the survivors, never refused for the dead member's connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_operation_is_answered_with_a_member_down() {
+    let mut cluster = cluster(false).await;
+    leader(&cluster).await;
+    let old = client(&cluster, &[0, 1, 2]).await;
+    let victim = 2;
+    tokio::task::block_in_place(|| cluster.node_mut(victim).kill()).expect("killed");
+    // Whichever member leads now, the two survivors are a quorum.
+    tokio::task::block_in_place(|| cluster.wait_for_leader(LIMIT)).expect("a leader");
+    for round in 0..10 {
+        let fresh =
+            distlock_etcd::EtcdLock::connect_url(&format!("{}?lease_ttl={}s", cluster.url(), TTL.as_secs()))
+                .await
+                .unwrap_or_else(|e| {
+                    panic!("round {round}: a new client connects with member {victim} down: {e}")
+                });
+        let fresh = LockClient::new(fresh);
+        for (who, client) in [("the new client", &fresh), ("the old client", &old)] {
+            let guard = client
+                .try_acquire("job")
+                .await
+                .unwrap_or_else(|e| panic!("round {round}: {who}'s try is answered: {e}"))
+                .expect("free");
+            guard
+                .release()
+                .await
+                .unwrap_or_else(|e| panic!("round {round}: {who}'s release is answered: {e}"));
+        }
+    }
+}
