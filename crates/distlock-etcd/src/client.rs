@@ -49,8 +49,9 @@ impl tonic::service::Interceptor for Token {
 }
 
 impl Rpc {
-    /// A channel balanced over the configured endpoints (connected lazily: a member that is
-    /// down does not stop the others), authenticated if the configuration has credentials.
+    /// A channel balanced over the configured endpoints (connected lazily, and a call that
+    /// finds a member down goes to another: see [`call`](Self::call)), authenticated if the
+    /// configuration has credentials.
     pub(crate) async fn connect(config: &EtcdConfig) -> Result<Self> {
         let timeout = config.operation_timeout();
         let mut endpoints = Vec::new();
@@ -117,27 +118,81 @@ impl Rpc {
     }
 
     /// Runs `call` within the operation timeout; an expired token is renewed and the call
-    /// sent once more (a call refused for its token did not run).
+    /// sent once more (a call refused for its token did not run). A call whose connection
+    /// could not be made (a member down) was never sent: it goes again at once, and the
+    /// balanced channel picks an endpoint again, until the timeout.
     pub(crate) async fn call<T, F, Fut>(&self, what: &str, call: F) -> Result<T>
     where
         F: Fn(Self) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<T>, Status>>,
     {
-        let started = tokio::time::Instant::now();
-        let first = bounded(self.timeout, what, async { Ok(call(self.clone()).await) }).await?;
-        let status = match first {
-            Ok(reply) => return Ok(reply.into_inner()),
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let status = match self.send(what, deadline, &call).await? {
+            Ok(reply) => return Ok(reply),
             Err(status) => status,
         };
         if self.credentials.is_none() || !token_refused(&status) {
             return Err(map_status(status));
         }
         self.authenticate().await?;
-        let left = self.timeout.saturating_sub(started.elapsed());
-        bounded(left, what, async { call(self.clone()).await.map_err(map_status) })
-            .await
-            .map(tonic::Response::into_inner)
+        self.send(what, deadline, &call).await?.map_err(map_status)
     }
+
+    /// Sends `call` until it is answered, fails after it was sent, or `deadline` passes.
+    async fn send<T, F, Fut>(
+        &self,
+        what: &str,
+        deadline: tokio::time::Instant,
+        call: &F,
+    ) -> Result<std::result::Result<T, Status>>
+    where
+        F: Fn(Self) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<T>, Status>>,
+    {
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let sent = bounded(left, what, async { Ok(call(self.clone()).await) }).await?;
+            match sent {
+                Ok(reply) => return Ok(Ok(reply.into_inner())),
+                Err(status)
+                    if never_sent(&status) && tokio::time::Instant::now() + RESEND_PAUSE < deadline =>
+                {
+                    tracing::debug!(what, %status, "distlock-etcd: no connection to an endpoint; sending again");
+                    tokio::time::sleep(RESEND_PAUSE).await;
+                }
+                Err(status) => return Ok(Err(status)),
+            }
+        }
+    }
+}
+
+/// The pause before a call that found no connection goes again (the channel's endpoint for
+/// a member that is down fails at once, so without it a cluster that is all down would be
+/// asked in a busy loop until the timeout).
+const RESEND_PAUSE: Duration = Duration::from_millis(10);
+
+/// Whether the call failed before it was sent: its connection could not be made (refused,
+/// or not made within the connect timeout). tonic's channel balanced over several
+/// endpoints hands out a down member's endpoint like any other and returns its connect
+/// error as the call's.
+fn never_sent(status: &Status) -> bool {
+    if status.code() != Code::Unavailable {
+        return false;
+    }
+    if status.message().contains("tcp connect error") {
+        return true;
+    }
+    let mut source = std::error::Error::source(status);
+    while let Some(error) = source {
+        if error
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }
 
 #[cfg(feature = "tls")]
@@ -228,5 +283,21 @@ fn code_name(code: Code) -> &'static str {
         Code::Unavailable => "unavailable",
         Code::DataLoss => "data loss",
         Code::Unauthenticated => "unauthenticated",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_connection_was_never_sent_and_a_lost_leader_may_have_been() {
+        assert!(never_sent(&Status::unavailable("tcp connect error")));
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let mut status = Status::unavailable("transport error");
+        status.set_source(Arc::new(refused));
+        assert!(never_sent(&status));
+        assert!(!never_sent(&Status::unavailable("etcdserver: no leader")));
+        assert!(!never_sent(&Status::deadline_exceeded("tcp connect error")));
     }
 }
