@@ -10,11 +10,25 @@ use std::time::Duration;
 use faults::{client, cluster, leader, timeline, wait_in_task, TTL};
 use tokio::time::Instant;
 
+/// How the holder's member is cut off from the others.
+#[derive(Debug, Clone, Copy)]
+enum Cut {
+    /// A follower, both ways.
+    Follower,
+    /// The leader, both ways.
+    Leader,
+    /// A follower that still reaches the leader but hears nothing from it (one way only).
+    FollowerDeafToLeader,
+}
+
 /// The holder on member `alone` only, a rival on the two others; `alone` is cut off.
-async fn holder_cut_off_with_its_member(alone_is_leader: bool) {
+async fn holder_cut_off_with_its_member(how: Cut) {
     let cluster = cluster(true).await;
     let lead = leader(&cluster).await;
-    let alone = if alone_is_leader { lead } else { (lead + 1) % 3 };
+    let alone = match how {
+        Cut::Leader => lead,
+        Cut::Follower | Cut::FollowerDeafToLeader => (lead + 1) % 3,
+    };
     let majority: Vec<usize> = (0..3).filter(|m| *m != alone).collect();
     let holder = client(&cluster, &[alone]).await;
     let rival = client(&cluster, &majority).await;
@@ -25,7 +39,11 @@ async fn holder_cut_off_with_its_member(alone_is_leader: bool) {
     tokio::time::sleep(TTL / 3).await;
 
     let cut = Instant::now();
-    cluster.isolate(alone).expect("isolate the holder's member");
+    match how {
+        Cut::Follower | Cut::Leader => cluster.isolate(alone),
+        Cut::FollowerDeafToLeader => cluster.cut_one_way(lead, alone),
+    }
+    .expect("cut the holder's member off");
     let mut waiting = wait_in_task(rival, "job");
     let (seen, granted) = timeline(cut, &guard, &mut waiting).await;
     let granted = granted.expect("the majority's client gets the lock once the lease is gone");
@@ -55,10 +73,18 @@ async fn holder_cut_off_with_its_member(alone_is_leader: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_on_a_follower_cut_off_is_lost_before_the_majority_grants_the_lock() {
-    holder_cut_off_with_its_member(false).await;
+    holder_cut_off_with_its_member(Cut::Follower).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_on_the_leader_cut_off_is_lost_before_the_majority_grants_the_lock() {
-    holder_cut_off_with_its_member(true).await;
+    holder_cut_off_with_its_member(Cut::Leader).await;
+}
+
+/// The holder's member still sends to the leader (a keep-alive it forwards may renew the
+/// lease there) but hears nothing back: the holder gets no keep-alive confirmed and says lost
+/// first, and the lease, renewed at most by keep-alives it sent, ends on the cluster later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_on_a_follower_deaf_to_its_leader_is_lost_before_the_majority_grants_the_lock() {
+    holder_cut_off_with_its_member(Cut::FollowerDeafToLeader).await;
 }
