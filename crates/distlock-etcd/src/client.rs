@@ -30,6 +30,9 @@ pub(crate) type Authed = InterceptedService<Channel, Token>;
 #[derive(Clone)]
 pub(crate) struct Rpc {
     channel: Channel,
+    /// One channel per endpoint, in the configured order: the lease keeper moves to the next
+    /// after a keep-alive went unconfirmed, so a member paused or cut off costs it one try.
+    members: Arc<[Channel]>,
     token: Token,
     credentials: Option<(String, String)>,
     timeout: Duration,
@@ -49,8 +52,9 @@ impl tonic::service::Interceptor for Token {
 }
 
 impl Rpc {
-    /// A channel balanced over the configured endpoints (connected lazily: a member that is
-    /// down does not stop the others), authenticated if the configuration has credentials.
+    /// A channel balanced over the configured endpoints (connected lazily, and a call that
+    /// finds a member down goes to another: see [`call`](Self::call)), authenticated if the
+    /// configuration has credentials.
     pub(crate) async fn connect(config: &EtcdConfig) -> Result<Self> {
         let timeout = config.operation_timeout();
         let mut endpoints = Vec::new();
@@ -64,8 +68,10 @@ impl Rpc {
                 .keep_alive_while_idle(true);
             endpoints.push(tls(endpoint, config)?);
         }
+        let members: Arc<[Channel]> = endpoints.iter().map(Endpoint::connect_lazy).collect();
         let rpc = Self {
             channel: Channel::balance_list(endpoints.into_iter()),
+            members,
             token: Token::default(),
             credentials: config.credentials().cloned(),
             timeout,
@@ -99,6 +105,12 @@ impl Rpc {
         KvClient::with_interceptor(self.channel.clone(), self.token.clone())
     }
 
+    /// The lease service on the `index`th endpoint (modulo their number).
+    pub(crate) fn lease_on(&self, index: usize) -> LeaseClient<Authed> {
+        let member = self.members[index % self.members.len()].clone();
+        LeaseClient::with_interceptor(member, self.token.clone())
+    }
+
     pub(crate) fn lease(&self) -> LeaseClient<Authed> {
         LeaseClient::with_interceptor(self.channel.clone(), self.token.clone())
     }
@@ -117,27 +129,163 @@ impl Rpc {
     }
 
     /// Runs `call` within the operation timeout; an expired token is renewed and the call
-    /// sent once more (a call refused for its token did not run).
+    /// sent once more (a call refused for its token did not run). A call whose connection
+    /// could not be made (a member down) was never sent: it goes again at once, and the
+    /// balanced channel picks an endpoint again, until the timeout.
     pub(crate) async fn call<T, F, Fut>(&self, what: &str, call: F) -> Result<T>
     where
         F: Fn(Self) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<T>, Status>>,
     {
-        let started = tokio::time::Instant::now();
-        let first = bounded(self.timeout, what, async { Ok(call(self.clone()).await) }).await?;
-        let status = match first {
-            Ok(reply) => return Ok(reply.into_inner()),
+        self.call_as(what, Resend::IfNeverSent, &mut false, call).await
+    }
+
+    /// As [`call`](Self::call), for a call that may be applied twice with the effect of once
+    /// (a read, a delete of one key, a transaction that finds its own earlier write): also
+    /// sent again, within the operation timeout, after a failure that may have come after it
+    /// was sent (a connection broken under it, a member without a leader), so that a member
+    /// paused or cut off costs one try, not the operation.
+    pub(crate) async fn call_idempotent<T, F, Fut>(&self, what: &str, call: F) -> Result<T>
+    where
+        F: Fn(Self) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<T>, Status>>,
+    {
+        self.call_as(what, Resend::AfterAnyTransientFailure, &mut false, call)
+            .await
+    }
+
+    /// As [`call_idempotent`](Self::call_idempotent), also telling whether the call was sent
+    /// again after a try that may have been applied (its answer then may not be the first
+    /// try's: a delete sent again finds its key gone).
+    pub(crate) async fn call_idempotent_noting<T, F, Fut>(&self, what: &str, call: F) -> Result<(T, bool)>
+    where
+        F: Fn(Self) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<T>, Status>>,
+    {
+        let mut resent = false;
+        let reply = self
+            .call_as(what, Resend::AfterAnyTransientFailure, &mut resent, call)
+            .await?;
+        Ok((reply, resent))
+    }
+
+    async fn call_as<T, F, Fut>(&self, what: &str, resend: Resend, resent: &mut bool, call: F) -> Result<T>
+    where
+        F: Fn(Self) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<T>, Status>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let status = match self.send(what, deadline, resend, resent, &call).await? {
+            Ok(reply) => return Ok(reply),
             Err(status) => status,
         };
         if self.credentials.is_none() || !token_refused(&status) {
             return Err(map_status(status));
         }
         self.authenticate().await?;
-        let left = self.timeout.saturating_sub(started.elapsed());
-        bounded(left, what, async { call(self.clone()).await.map_err(map_status) })
-            .await
-            .map(tonic::Response::into_inner)
+        self.send(what, deadline, resend, resent, &call)
+            .await?
+            .map_err(map_status)
     }
+
+    /// Sends `call` until it is answered, fails in a way `resend` does not send again after,
+    /// or `deadline` passes.
+    async fn send<T, F, Fut>(
+        &self,
+        what: &str,
+        deadline: tokio::time::Instant,
+        resend: Resend,
+        resent: &mut bool,
+        call: &F,
+    ) -> Result<std::result::Result<T, Status>>
+    where
+        F: Fn(Self) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<T>, Status>>,
+    {
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            // An idempotent call gets a third of the operation timeout per try: a try that
+            // went to a member paused or cut off (its connection still looks open) leaves time
+            // for another on a fresh connection.
+            let this_try = match resend {
+                Resend::IfNeverSent => left,
+                Resend::AfterAnyTransientFailure => left.min(self.timeout / 3),
+            };
+            let sent = match bounded(this_try, what, async { Ok(call(self.clone()).await) }).await {
+                Ok(sent) => sent,
+                Err(_) if this_try < left => {
+                    tracing::debug!(what, "distlock-etcd: no answer to one try; sending again");
+                    *resent = true;
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
+            match sent {
+                Ok(reply) => return Ok(Ok(reply.into_inner())),
+                Err(status)
+                    if resend.again(&status) && tokio::time::Instant::now() + RESEND_PAUSE < deadline =>
+                {
+                    tracing::debug!(what, %status, "distlock-etcd: sending again");
+                    *resent |= !never_sent(&status);
+                    tokio::time::sleep(RESEND_PAUSE).await;
+                }
+                Err(status) => return Ok(Err(status)),
+            }
+        }
+    }
+}
+
+/// Which failures a call is sent again after.
+#[derive(Debug, Clone, Copy)]
+enum Resend {
+    /// Only a call that was never sent (no connection could be made).
+    IfNeverSent,
+    /// Any failure that a retry may get past (see [`map_status`]): the call is idempotent.
+    AfterAnyTransientFailure,
+}
+
+impl Resend {
+    fn again(self, status: &Status) -> bool {
+        match self {
+            Resend::IfNeverSent => never_sent(status),
+            Resend::AfterAnyTransientFailure => {
+                never_sent(status)
+                    || matches!(
+                        status.code(),
+                        Code::Unavailable | Code::Unknown | Code::Internal | Code::Cancelled | Code::Aborted
+                    )
+            }
+        }
+    }
+}
+
+/// The pause before a call that found no connection goes again (the channel's endpoint for
+/// a member that is down fails at once, so without it a cluster that is all down would be
+/// asked in a busy loop until the timeout).
+const RESEND_PAUSE: Duration = Duration::from_millis(10);
+
+/// Whether the call failed before it was sent: its connection could not be made (refused,
+/// or not made within the connect timeout). tonic's channel balanced over several
+/// endpoints hands out a down member's endpoint like any other and returns its connect
+/// error as the call's.
+fn never_sent(status: &Status) -> bool {
+    if status.code() != Code::Unavailable {
+        return false;
+    }
+    if status.message().contains("tcp connect error") {
+        return true;
+    }
+    let mut source = std::error::Error::source(status);
+    while let Some(error) = source {
+        if error
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }
 
 #[cfg(feature = "tls")]
@@ -228,5 +376,21 @@ fn code_name(code: Code) -> &'static str {
         Code::Unavailable => "unavailable",
         Code::DataLoss => "data loss",
         Code::Unauthenticated => "unauthenticated",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_connection_was_never_sent_and_a_lost_leader_may_have_been() {
+        assert!(never_sent(&Status::unavailable("tcp connect error")));
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let mut status = Status::unavailable("transport error");
+        status.set_source(Arc::new(refused));
+        assert!(never_sent(&status));
+        assert!(!never_sent(&Status::unavailable("etcdserver: no leader")));
+        assert!(!never_sent(&Status::deadline_exceeded("tcp connect error")));
     }
 }

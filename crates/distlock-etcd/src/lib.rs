@@ -119,6 +119,19 @@
 //! guard.release().await?;
 //! # Ok(()) }
 //! ```
+//!
+//! # A cluster's members: down, paused, cut off
+//!
+//! Give the client every member. The lease lives on the cluster, not on a member: a new
+//! leader extends every lease by its TTL and an election timeout, so a holder that reaches
+//! any member of the majority within its lease keeps its locks across the leader's kill or
+//! pause (the guard may say suspended meanwhile). A call that finds a member down (its
+//! connection refused) was never sent and goes to another member at once. A holder that
+//! reaches only a member cut off from the others (or paused) gets no keep-alive confirmed:
+//! suspended after a third of the TTL, lost a TTL less the safety margin after its last
+//! confirmed keep-alive, which is before the majority's leader can expire the lease and grant
+//! the lock to anyone else. Tested on a real 3-member cluster with its members partitioned
+//! (`tests/partition.rs`, `tests/failover.rs`).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod client;

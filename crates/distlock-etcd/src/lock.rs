@@ -126,7 +126,7 @@ impl Inner {
         let mut request = txn::all_under(&format!("{}/", self.config.root()), 1);
         request.count_only = true;
         self.rpc
-            .call("read the root", move |rpc| {
+            .call_idempotent("read the root", move |rpc| {
                 let request = request.clone();
                 async move { rpc.kv().range(request).await }
             })
@@ -259,7 +259,7 @@ impl DistributedLock for EtcdLock {
     async fn ping(&self) -> Result<()> {
         self.inner
             .rpc
-            .call("status", |rpc| async move {
+            .call_idempotent("status", |rpc| async move {
                 rpc.maintenance().status(StatusRequest {}).await
             })
             .await

@@ -16,7 +16,5 @@ distlock_conformance::conformance_tests!(
         c43: StoreQueue,
         c44: PermitWakeOne,
         c51: StoreClock,
-        c52: Members,
-        c53: Failover,
     ],
 );

@@ -43,6 +43,11 @@ pub struct EtcdOptions {
     /// before it starts an election, so a member resumed after a pause or a partition does
     /// not depose a live leader (etcd 3.5's default; 3.4 defaults to off). Default on.
     pub pre_vote: bool,
+    /// A cluster only: put a [`FaultProxy`](crate::FaultProxy) on every link between two
+    /// members, so that [`EtcdCluster::isolate`](crate::EtcdCluster::isolate),
+    /// [`split`](crate::EtcdCluster::split) and
+    /// [`cut_one_way`](crate::EtcdCluster::cut_one_way) can partition them. Default off.
+    pub peer_links: bool,
     /// Extra command-line arguments, e.g. `["--auto-compaction-retention", "1"]`.
     pub extra_args: Vec<String>,
     /// The `etcd` executable; a bare name is looked up in `PATH`. Default: `etcd`.
@@ -67,6 +72,7 @@ impl Default for EtcdOptions {
             heartbeat_interval_ms: 100,
             election_timeout_ms: 1000,
             pre_vote: true,
+            peer_links: false,
             extra_args: Vec::new(),
             binary: None,
             client_tls: None,
@@ -80,6 +86,9 @@ pub(crate) struct Member {
     pub(crate) name: String,
     pub(crate) client_port: u16,
     pub(crate) peer_port: u16,
+    /// The peer port the member advertises (and the others dial): its own, or a front that
+    /// routes each caller through a link of its own (see `EtcdOptions::peer_links`).
+    pub(crate) advertised_peer_port: u16,
     /// The TLS client port, if the member serves clients over TLS too.
     pub(crate) tls_port: Option<u16>,
 }
@@ -87,17 +96,19 @@ pub(crate) struct Member {
 impl Member {
     /// A member with fresh free ports.
     pub(crate) fn with_free_ports(name: String) -> Result<Self, HarnessError> {
+        let peer_port = free_port()?;
         Ok(Member {
             name,
             client_port: free_port()?,
-            peer_port: free_port()?,
+            peer_port,
+            advertised_peer_port: peer_port,
             tls_port: None,
         })
     }
 
     /// `NAME=http://127.0.0.1:PEER`, one entry of `--initial-cluster`.
     fn initial_cluster_entry(&self) -> String {
-        format!("{}=http://127.0.0.1:{}", self.name, self.peer_port)
+        format!("{}=http://127.0.0.1:{}", self.name, self.advertised_peer_port)
     }
 }
 
@@ -123,6 +134,7 @@ pub(crate) fn member_spec(
         client_url.push_str(&format!(",https://127.0.0.1:{port}"));
     }
     let peer_url = format!("http://127.0.0.1:{}", member.peer_port);
+    let advertised_peer_url = format!("http://127.0.0.1:{}", member.advertised_peer_port);
     let initial_cluster = members
         .iter()
         .map(Member::initial_cluster_entry)
@@ -134,8 +146,8 @@ pub(crate) fn member_spec(
     flag("--data-dir", dir.join("data").display().to_string());
     flag("--listen-client-urls", client_url.clone());
     flag("--advertise-client-urls", client_url);
-    flag("--listen-peer-urls", peer_url.clone());
-    flag("--initial-advertise-peer-urls", peer_url);
+    flag("--listen-peer-urls", peer_url);
+    flag("--initial-advertise-peer-urls", advertised_peer_url);
     flag("--initial-cluster", initial_cluster);
     flag("--initial-cluster-state", "new".into());
     flag("--initial-cluster-token", cluster_token.into());

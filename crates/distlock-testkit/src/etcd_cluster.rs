@@ -1,5 +1,12 @@
 //! [`EtcdCluster`]: three etcd members forming one raft group on loopback, each with its own
-//! client and peer port and directory, each killed, paused and restarted on its own.
+//! client and peer port and directory, each killed, paused and restarted on its own, and (with
+//! [`EtcdOptions::peer_links`]) partitioned from the others.
+
+mod links;
+mod partition;
+
+pub use links::EtcdPeerLink;
+use links::EtcdPeerLinks;
 
 use std::fs;
 use std::net::SocketAddr;
@@ -25,6 +32,7 @@ pub const ETCD_CLUSTER_SIZE: usize = 3;
 pub struct EtcdCluster {
     // Field order matters: the processes are killed before the directory goes.
     members: Vec<EtcdMember>,
+    links: Option<EtcdPeerLinks>,
     dir: TempDir,
 }
 
@@ -50,15 +58,34 @@ impl EtcdCluster {
         retry_if_port_taken(|| {
             let dir = temp_dir("etcd-cluster")?;
             let token = cluster_token(&dir);
-            let peers = (0..ETCD_CLUSTER_SIZE)
+            let mut peers = (0..ETCD_CLUSTER_SIZE)
                 .map(|i| Member::with_free_ports(format!("member{i}")))
                 .collect::<Result<Vec<_>, _>>()?;
-            // Launch every member first: none is ready before a quorum has booted.
-            let mut members = Vec::with_capacity(ETCD_CLUSTER_SIZE);
+            let mut dirs = Vec::with_capacity(ETCD_CLUSTER_SIZE);
             for peer in &peers {
                 let member_dir = dir.path().join(&peer.name);
                 fs::create_dir(&member_dir)
                     .map_err(|e| HarnessError::io(format!("creating {}", member_dir.display()), e))?;
+                // The fronts compare it with each process's working directory, which the
+                // kernel reports resolved.
+                let member_dir = member_dir
+                    .canonicalize()
+                    .map_err(|e| HarnessError::io(format!("resolving {}", member_dir.display()), e))?;
+                dirs.push(member_dir);
+            }
+            let links = if options.peer_links {
+                let ports: Vec<u16> = peers.iter().map(|p| p.peer_port).collect();
+                let links = EtcdPeerLinks::start(&ports, &dirs)?;
+                for (index, peer) in peers.iter_mut().enumerate() {
+                    peer.advertised_peer_port = links.advertised_port(index);
+                }
+                Some(links)
+            } else {
+                None
+            };
+            // Launch every member first: none is ready before a quorum has booted.
+            let mut members = Vec::with_capacity(ETCD_CLUSTER_SIZE);
+            for (peer, member_dir) in peers.iter().zip(dirs) {
                 let spec = member_spec(&binary, &options, &member_dir, peer, &peers, &token);
                 members.push(EtcdMember {
                     process: ServerProcess::spawn(spec)?,
@@ -71,7 +98,7 @@ impl EtcdCluster {
             for member in &members {
                 member.process.wait_ready()?;
             }
-            Ok(EtcdCluster { members, dir })
+            Ok(EtcdCluster { members, links, dir })
         })
     }
 

@@ -77,7 +77,7 @@ mod zookeeper;
 pub use clock::StoreClock;
 pub use error::HarnessError;
 pub use etcd::{etcd_status, etcdctl, EtcdOptions, EtcdServer, EtcdStatus, EtcdTls};
-pub use etcd_cluster::{EtcdCluster, EtcdMember, ETCD_CLUSTER_SIZE};
+pub use etcd_cluster::{EtcdCluster, EtcdMember, EtcdPeerLink, ETCD_CLUSTER_SIZE};
 pub use mariadb::{MariaDbOptions, MariaDbServer, MARIADB_DATABASE, MARIADB_PASSWORD, MARIADB_USER};
 pub use mariadb_replica::{
     MariaDbReplicated, MariaDbReplicatedOptions, MariaDbReplication, SEMI_SYNC_TIMEOUT,

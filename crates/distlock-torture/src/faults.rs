@@ -17,9 +17,11 @@ pub enum FaultKind {
     HolderKill,
     /// SIGSTOP of the hot lock's holder past its TTL (a GC pause), then SIGCONT.
     HolderPause,
-    /// `kill -9` of the server, then a restart (Redlock: one master; ensemble: the leader).
+    /// `kill -9` of the server, then a restart (Redlock: one master; ensemble, etcd cluster:
+    /// the leader).
     ServerKill,
-    /// SIGSTOP of the server, then SIGCONT (Redlock: one master; ensemble: a follower).
+    /// SIGSTOP of the server, then SIGCONT (Redlock: one master; ensemble, etcd cluster: a
+    /// follower).
     ServerPause,
     /// Redlock: two of three masters killed and restarted empty.
     MajorityKill,
@@ -50,11 +52,11 @@ pub enum FaultKind {
     ResetHolder,
     /// Every client's connections reset.
     ResetAll,
-    /// ZooKeeper ensemble: a follower cut off from the other members (silently, both ways)
-    /// while the clients pinned to it stay connected to it, then healed.
+    /// ZooKeeper ensemble, etcd cluster: a follower cut off from the other members (silently,
+    /// both ways) while the clients pinned to it stay connected to it, then healed.
     PartitionFollower,
-    /// ZooKeeper ensemble: the leader isolated from the other members with the clients
-    /// pinned to it on its side, then healed.
+    /// ZooKeeper ensemble, etcd cluster: the leader isolated from the other members with the
+    /// clients pinned to it on its side, then healed.
     PartitionLeader,
     /// The server's wall clock stepped forward by more than the TTL (Redlock: one master's),
     /// then back to the true time (a step back) after the fault's duration.
@@ -115,7 +117,7 @@ impl FaultKind {
             if matches!(backend, Backend::Redlock | Backend::RedlockNoDelay) {
                 kinds.push(FaultKind::MajorityKill);
             }
-            if backend == Backend::ZookeeperEnsemble {
+            if matches!(backend, Backend::ZookeeperEnsemble | Backend::EtcdCluster) {
                 kinds.extend([FaultKind::PartitionFollower, FaultKind::PartitionLeader]);
             }
         }
@@ -225,10 +227,17 @@ mod tests {
     }
 
     #[test]
-    fn only_an_ensemble_the_harness_started_is_partitioned() {
+    fn only_an_ensemble_or_etcd_cluster_the_harness_started_is_partitioned() {
         let partitions = [FaultKind::PartitionFollower, FaultKind::PartitionLeader];
-        let kinds = FaultKind::applicable(Backend::ZookeeperEnsemble, true, true);
-        assert!(partitions.iter().all(|p| kinds.contains(p)), "{kinds:?}");
+        for backend in [Backend::ZookeeperEnsemble, Backend::EtcdCluster] {
+            let kinds = FaultKind::applicable(backend, true, true);
+            assert!(
+                partitions.iter().all(|p| kinds.contains(p)),
+                "{backend:?}: {kinds:?}"
+            );
+            let without_server = FaultKind::applicable(backend, false, true);
+            assert!(!partitions.iter().any(|p| without_server.contains(p)));
+        }
         assert_eq!(
             partitions.map(FaultKind::name),
             ["partition-follower", "partition-leader"]
@@ -237,7 +246,7 @@ mod tests {
         assert!(!partitions.iter().any(|p| without_server.contains(p)));
         for backend in Backend::ALL
             .into_iter()
-            .filter(|b| *b != Backend::ZookeeperEnsemble)
+            .filter(|b| !matches!(b, Backend::ZookeeperEnsemble | Backend::EtcdCluster))
         {
             let kinds = FaultKind::applicable(backend, true, true);
             assert!(!partitions.iter().any(|p| kinds.contains(p)), "{backend:?}");

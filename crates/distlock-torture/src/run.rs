@@ -170,7 +170,7 @@ pub async fn run(setup: Setup) -> Result<Outcome, RunError> {
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("cannot start {}: {e}", backend.name()))?,
     };
-    let session = setup.ttl.max(Duration::from_secs(1));
+    let session = setup.ttl.max(backend.min_session());
     let quarantine = backend.restart_quarantine(setup.ttl);
     let store_url = store.url(session, quarantine);
     let has_server = store.has_server();

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use distlock_testkit::proxy::through_proxies;
+use distlock_testkit::{EtcdCluster, EtcdOptions, EtcdServer};
 use distlock_testkit::{
     FaultProxies, HarnessError, MariaDbServer, MemcachedServer, PostgresServer, RedisCluster,
     RedisClusterOptions, RedisOptions, RedisSentinelSet, RedisServer, StoreClock, ZooKeeperEnsemble,
@@ -53,6 +54,10 @@ pub enum Store {
     Clocked(Box<Store>, StoreClock, Duration),
     /// A Redis Sentinel set, and how many replicas acknowledge each write (0: none asked).
     Sentinel(RedisSentinelSet, u32),
+    /// One etcd member.
+    Etcd(EtcdServer),
+    /// Three etcd members, with links between them that a partition cuts.
+    EtcdCluster(EtcdCluster),
 }
 
 impl Store {
@@ -104,13 +109,21 @@ impl Store {
             )?)),
             Backend::RedisSentinel => Store::Sentinel(RedisSentinelSet::start()?, 0),
             Backend::RedisSentinelReplicas => Store::Sentinel(RedisSentinelSet::start()?, 1),
+            Backend::Etcd => Store::Etcd(EtcdServer::start()?),
+            // Links between the members, for the partition faults.
+            Backend::EtcdCluster => Store::EtcdCluster(EtcdCluster::start_with(EtcdOptions {
+                peer_links: true,
+                ..EtcdOptions::default()
+            })?),
         })
     }
 
     /// The store's URL (clients reach it through their own fault proxies): ZooKeeper's with
-    /// `session` as its session timeout, Redlock's with `quarantine` as its restart quarantine.
+    /// `session` as its session timeout, etcd's as its lease TTL (whole seconds, rounded up),
+    /// Redlock's with `quarantine` as its restart quarantine.
     pub fn url(&self, session: Duration, quarantine: Duration) -> String {
         let zk = |url: String| format!("{url}?session_timeout={}ms", session.as_millis());
+        let etcd = |url: String| format!("{url}?lease_ttl={}s", session.as_millis().div_ceil(1000));
         match self {
             Store::Sqlite(dir) => format!("sqlite://{}", dir.path().join("locks.db").display()),
             Store::Redis(server) => server.url(),
@@ -134,6 +147,8 @@ impl Store {
             Store::Url(url) => url.clone(),
             Store::Clocked(store, ..) => store.url(session, quarantine),
             Store::Sentinel(set, replicas) => set.url(*replicas),
+            Store::Etcd(server) => etcd(server.url()),
+            Store::EtcdCluster(cluster) => etcd(cluster.url()),
         }
     }
 
@@ -149,26 +164,27 @@ impl Store {
         }
     }
 
-    /// The URL client number `client` connects with: an ensemble's first clients are pinned
-    /// to one member each, in turn ([`PINNED_CLIENTS`] of them), so that a partition has
-    /// clients on each side that cannot move to another member; every other client (and every
-    /// client of another store) is given `url`, the whole store.
+    /// The URL client number `client` connects with: the first clients of an ensemble or an
+    /// etcd cluster are pinned to one member each, in turn ([`PINNED_CLIENTS`] of them), so
+    /// that a partition has clients on each side that cannot move to another member; every
+    /// other client (and every client of another store) is given `url`, the whole store.
     pub fn client_url(&self, client: usize, url: &str) -> String {
-        let Store::Ensemble(ensemble) = self else {
+        let Some(member) = self.pinned_member(client) else {
             return url.to_owned();
         };
-        if client >= PINNED_CLIENTS {
-            return url.to_owned();
-        }
-        let member = ensemble.node(client % ensemble.nodes().len());
         let query = url.find('?').map_or("", |at| &url[at..]);
-        format!("zk://127.0.0.1:{}{query}", member.port())
+        match self {
+            Store::Ensemble(ensemble) => format!("zk://127.0.0.1:{}{query}", ensemble.node(member).port()),
+            Store::EtcdCluster(cluster) => format!("{}{query}", cluster.node(member).url()),
+            _ => url.to_owned(),
+        }
     }
 
     /// The member client number `client` is pinned to ([`client_url`](Self::client_url)).
     pub fn pinned_member(&self, client: usize) -> Option<usize> {
         match self {
             Store::Ensemble(ensemble) if client < PINNED_CLIENTS => Some(client % ensemble.nodes().len()),
+            Store::EtcdCluster(cluster) if client < PINNED_CLIENTS => Some(client % cluster.nodes().len()),
             _ => None,
         }
     }

@@ -174,6 +174,16 @@ fn zookeeper_ensemble_survives() {
     survives("zookeeper-ensemble");
 }
 
+#[test]
+fn etcd_survives() {
+    survives("etcd");
+}
+
+#[test]
+fn etcd_cluster_survives() {
+    survives("etcd-cluster");
+}
+
 /// A run of `backend` with every name a `primitive` (`semaphore` of 2 permits, `rw` with 70%
 /// reads), which must keep every declared guarantee.
 fn survives_as(backend: &str, primitive: &str) {

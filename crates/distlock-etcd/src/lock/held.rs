@@ -69,7 +69,7 @@ impl Inner {
         };
         let reply = self
             .rpc
-            .call("look at a held key", move |rpc| {
+            .call_idempotent("look at a held key", move |rpc| {
                 let request = request.clone();
                 async move { rpc.kv().range(request).await }
             })

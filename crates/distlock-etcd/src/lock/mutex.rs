@@ -49,6 +49,18 @@ impl Inner {
             .await
     }
 
+    /// As [`txn`](Self::txn), for a transaction that may be applied twice with the effect of
+    /// once (reads, deletes of given keys, the mutex's creates, which find their own key):
+    /// sent again after any transient failure within the operation timeout.
+    pub(super) async fn txn_idempotent(&self, what: &str, request: TxnRequest) -> Result<TxnResponse> {
+        self.rpc
+            .call_idempotent(what, move |rpc| {
+                let request = request.clone();
+                async move { rpc.kv().txn(request).await }
+            })
+            .await
+    }
+
     fn prefix(&self, name: &LockName) -> String {
         object_prefix(self.config.root(), Primitive::Mutex, name)
     }
@@ -79,7 +91,7 @@ impl Inner {
         let prefix = self.prefix(name);
         let key = contender_key(&prefix, lease.id, owner);
         let reply = self
-            .txn(
+            .txn_idempotent(
                 "acquire",
                 txn::txn(
                     vec![txn::none_under(&prefix)],
@@ -191,7 +203,7 @@ impl Inner {
         let mut session = self.session.subscribe();
         loop {
             let reply = self
-                .txn(
+                .txn_idempotent(
                     "look in line",
                     txn::txn(
                         Vec::new(),
@@ -240,9 +252,9 @@ impl Inner {
         let Some(key) = lease.handle().map(str::to_owned) else {
             return self.release_by_owner(lease).await;
         };
-        let reply = self
+        let (reply, resent) = self
             .rpc
-            .call("release", move |rpc| {
+            .call_idempotent_noting("release", move |rpc| {
                 let key = key.clone();
                 async move {
                     rpc.kv()
@@ -254,6 +266,14 @@ impl Inner {
                 }
             })
             .await?;
+        if reply.deleted == 0 && resent {
+            // An earlier try may have deleted the key (its reply was lost): "not ours" would
+            // be a guess. The key is gone either way.
+            return Err(Error::unavailable(
+                BACKEND,
+                "release: a try's reply was lost and the key is gone, perhaps by that try",
+            ));
+        }
         Ok(reply.deleted > 0 && lease.session_epoch().is_some_and(|epoch| self.keeps(epoch)))
     }
 
@@ -264,7 +284,7 @@ impl Inner {
         let request = txn::all_under(&prefix, 0);
         let listed = self
             .rpc
-            .call("list", move |rpc| {
+            .call_idempotent("list", move |rpc| {
                 let request = request.clone();
                 async move { rpc.kv().range(request).await }
             })
@@ -280,7 +300,7 @@ impl Inner {
             return Ok(false);
         }
         let reply = self
-            .txn("release", txn::txn(Vec::new(), deletes, Vec::new()))
+            .txn_idempotent("release", txn::txn(Vec::new(), deletes, Vec::new()))
             .await?;
         Ok((0..reply.responses.len()).any(|i| txn::deleted(&reply, i) > 0))
     }
@@ -299,7 +319,7 @@ impl Inner {
                 .iter()
                 .map(|lease| txn::get(lease.handle().unwrap_or_default()))
                 .collect();
-            self.txn("renew", txn::txn(Vec::new(), reads, Vec::new()))
+            self.txn_idempotent("renew", txn::txn(Vec::new(), reads, Vec::new()))
                 .await
                 .map(|reply| {
                     (0..batch.len())
@@ -333,7 +353,7 @@ impl Inner {
         let request = txn::first_under_request(&self.prefix(name));
         let reply = self
             .rpc
-            .call("inspect", move |rpc| {
+            .call_idempotent("inspect", move |rpc| {
                 let request = request.clone();
                 async move { rpc.kv().range(request).await }
             })
@@ -458,7 +478,7 @@ impl Drop for Entry {
 async fn delete_key(inner: &Inner, key: String) -> Result<()> {
     inner
         .rpc
-        .call("delete", move |rpc| {
+        .call_idempotent("delete", move |rpc| {
             let key = key.clone();
             async move {
                 rpc.kv()

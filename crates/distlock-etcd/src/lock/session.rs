@@ -10,7 +10,7 @@
 //!   plus the TTL;
 //! - a keep-alive not confirmed within its third of the TTL (no reply, a broken stream, a
 //!   member without a leader): `Suspended`, the locks may or may not be held; the stream is
-//!   opened again, on any endpoint;
+//!   opened again on the next endpoint (a member paused or cut off costs one try);
 //! - confirmed again: `Connected`, the same epoch, the locks were kept;
 //! - the server says the lease is gone (a TTL of 0 or less, or "lease not found"), or the last
 //!   confirmed keep-alive was sent a TTL ago less the safety margin (a tenth of the TTL, at
@@ -49,7 +49,9 @@ impl Inner {
         let sent_at = Instant::now();
         let reply = self
             .rpc
-            .call("lease grant", |rpc| async move {
+            // Sent again after a transient failure: a grant applied twice leaves a lease no key
+            // is attached to, which the cluster drops after its TTL.
+            .call_idempotent("lease grant", |rpc| async move {
                 rpc.lease()
                     .lease_grant(LeaseGrantRequest { ttl: asked, id: 0 })
                     .await
@@ -130,7 +132,7 @@ impl Inner {
             let rpc = self.rpc.clone();
             tokio::spawn(async move {
                 let _ = rpc
-                    .call("lease revoke", |rpc| async move {
+                    .call_idempotent("lease revoke", |rpc| async move {
                         rpc.lease()
                             .lease_revoke(LeaseRevokeRequest { id: lease.id })
                             .await
@@ -189,6 +191,9 @@ fn whole_seconds(ttl: Duration) -> i64 {
 /// its TTL on one stream, opened again after any failure.
 async fn keep_alive(inner: Weak<Inner>, lease: ClientLease, mut until: Instant) {
     let every = lease.ttl / 3;
+    // The endpoint the keep-alive stream goes to: the next one after a failure, so that a
+    // member paused or cut off (whose connection may look alive) costs one try.
+    let mut endpoint = 0;
     loop {
         let Some(strong) = inner.upgrade() else { return };
         if !strong.keeps(lease.epoch) {
@@ -201,8 +206,12 @@ async fn keep_alive(inner: Weak<Inner>, lease: ClientLease, mut until: Instant) 
         // for a keep-alive: the first one goes out with the opening (the channel has room).
         let mut opening = Some(Instant::now());
         let _ = requests.try_send(LeaseKeepAliveRequest { id: lease.id });
-        let opened =
-            tokio::time::timeout(every, rpc.lease().lease_keep_alive(ReceiverStream::new(receiver))).await;
+        let opened = tokio::time::timeout(
+            every,
+            rpc.lease_on(endpoint)
+                .lease_keep_alive(ReceiverStream::new(receiver)),
+        )
+        .await;
         let mut replies = match opened {
             Ok(Ok(stream)) => Some(stream.into_inner()),
             Ok(Err(status)) if lease_not_found(&status) => {
@@ -278,6 +287,7 @@ async fn keep_alive(inner: Weak<Inner>, lease: ClientLease, mut until: Instant) 
             }
             return;
         }
+        endpoint = endpoint.wrapping_add(1);
         tokio::time::sleep(Duration::from_millis(100).min(every)).await;
     }
 }

@@ -3,11 +3,13 @@
 //! act on the keys directly through `etcdctl`.
 #![allow(dead_code)] // each test binary uses its own part of it
 
+mod members;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_conformance::{Fixture, Needs, Outage, Plan, Proxied, Site};
+use distlock_conformance::{Failover, Fixture, Members, Needs, Outage, Plan, Proxied, Site};
 use distlock_core::{DistributedLock, Error, LockName, Result};
 use distlock_etcd::{EtcdConfig, EtcdLock};
 use distlock_testkit::{shared, EtcdCluster, EtcdServer};
@@ -69,13 +71,17 @@ fn keys(listing: &str) -> Vec<String> {
 pub struct EtcdFixture {
     site: Site,
     admin: EtcdLock,
+    /// Whether the store is a cluster (it offers [`Fixture::members`] and
+    /// [`Fixture::failover`]).
+    cluster: bool,
 }
 
 impl EtcdFixture {
-    async fn on(site: Site) -> Self {
+    async fn on(site: Site, cluster: bool) -> Self {
         Self {
             admin: connect(site.url()).await,
             site,
+            cluster,
         }
     }
 
@@ -110,7 +116,7 @@ pub async fn fixture(needs: Needs) -> Arc<dyn Fixture> {
         shared: shared::etcd_url,
         own_for_faults: false,
     };
-    Arc::new(EtcdFixture::on(Site::open(needs, plan).await).await)
+    Arc::new(EtcdFixture::on(Site::open(needs, plan).await, false).await)
 }
 
 /// The conformance factory over a 3-member cluster (every client is given all three
@@ -121,7 +127,7 @@ pub async fn cluster_fixture(needs: Needs) -> Arc<dyn Fixture> {
         shared: shared::etcd_cluster_url,
         own_for_faults: false,
     };
-    Arc::new(EtcdFixture::on(Site::open(needs, plan).await).await)
+    Arc::new(EtcdFixture::on(Site::open(needs, plan).await, true).await)
 }
 
 #[async_trait]
@@ -188,6 +194,30 @@ impl Fixture for EtcdFixture {
                 name.starts_with(&encoded) && rest.contains('/')
             })
             .count())
+    }
+
+    /// A new 3-member cluster with links the case cuts (a cluster fixture only).
+    async fn members(&self) -> Option<Result<Box<dyn Members>>> {
+        if !self.cluster {
+            return None;
+        }
+        Some(
+            members::EtcdMembers::start()
+                .await
+                .map(|m| Box::new(m) as Box<dyn Members>),
+        )
+    }
+
+    /// A new 3-member cluster whose leader the case kills (a cluster fixture only).
+    async fn failover(&self) -> Option<Result<Box<dyn Failover>>> {
+        if !self.cluster {
+            return None;
+        }
+        Some(
+            members::EtcdFailover::start()
+                .await
+                .map(|f| Box::new(f) as Box<dyn Failover>),
+        )
     }
 
     /// `kill -9` of the case's own member (or a majority of its own cluster).

@@ -54,11 +54,16 @@ pub enum Backend {
     /// The same with `wait_for_replicas=1`: every acquisition and renewal acknowledged by the
     /// replica.
     RedisSentinelReplicas,
+    /// One etcd member: a lease per client, create-revision fencing.
+    Etcd,
+    /// A three-member etcd cluster with links between its members that the harness cuts: the
+    /// leader killed, a follower paused, a member partitioned from the others.
+    EtcdCluster,
 }
 
 impl Backend {
     /// Every backend, in the order `--backend all` runs them.
-    pub const ALL: [Backend; 17] = [
+    pub const ALL: [Backend; 19] = [
         Backend::Sqlite,
         Backend::Redis,
         Backend::RedisVolatile,
@@ -76,6 +81,8 @@ impl Backend {
         Backend::MariadbAsyncReplica,
         Backend::RedisSentinel,
         Backend::RedisSentinelReplicas,
+        Backend::Etcd,
+        Backend::EtcdCluster,
     ];
 
     /// The name used on the command line and in reports.
@@ -98,6 +105,8 @@ impl Backend {
             Backend::MariadbAsyncReplica => "mariadb-async-replica",
             Backend::RedisSentinel => "redis-sentinel",
             Backend::RedisSentinelReplicas => "redis-sentinel-replicas",
+            Backend::Etcd => "etcd",
+            Backend::EtcdCluster => "etcd-cluster",
         }
     }
 
@@ -109,7 +118,18 @@ impl Backend {
             Backend::PostgresSyncStandby | Backend::PostgresAsyncStandby => Duration::from_secs(5),
             Backend::Zookeeper | Backend::ZookeeperEnsemble => Duration::from_secs(3),
             Backend::MariadbSemisyncReplica | Backend::MariadbAsyncReplica => Duration::from_secs(5),
+            Backend::Etcd | Backend::EtcdCluster => distlock::etcd::DEFAULT_OPERATION_TIMEOUT,
             _ => Duration::from_secs(2),
+        }
+    }
+
+    /// The shortest session (lease) the store grants: etcd's members grant no lease shorter
+    /// than 1.5 election timeouts (1.5 s with the testkit's 1 s), in whole seconds: 2 s. The
+    /// harness asks for at least this, so its recovery bound counts the lease actually granted.
+    pub fn min_session(self) -> Duration {
+        match self {
+            Backend::Etcd | Backend::EtcdCluster => Duration::from_secs(2),
+            _ => Duration::from_secs(1),
         }
     }
 

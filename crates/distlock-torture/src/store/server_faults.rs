@@ -1,9 +1,9 @@
-//! Faults of the servers themselves: `kill -9` and restart, SIGSTOP and SIGCONT, and an
-//! ensemble member cut off from the others.
+//! Faults of the servers themselves: `kill -9` and restart, SIGSTOP and SIGCONT, and a member
+//! of a ZooKeeper ensemble or an etcd cluster cut off from the others.
 
 use std::time::{Duration, Instant};
 
-use distlock_testkit::{HarnessError, RedisCluster};
+use distlock_testkit::{EtcdCluster, HarnessError, RedisCluster};
 
 use super::{Store, PINNED_CLIENTS};
 use crate::faults::FaultKind;
@@ -74,6 +74,20 @@ impl Store {
                 ensemble.wait_for_leader(Duration::from_secs(30))?;
                 Ok(format!("the leader (node {leader})"))
             }
+            (Store::Etcd(s), _) => {
+                s.kill()?;
+                std::thread::sleep(pause);
+                s.restart()?;
+                Ok("the server".into())
+            }
+            (Store::EtcdCluster(cluster), _) => {
+                let leader = cluster.wait_for_leader(Duration::from_secs(30))?;
+                cluster.node_mut(leader).kill()?;
+                std::thread::sleep(pause);
+                cluster.node_mut(leader).restart()?;
+                cluster.wait_for_leader(Duration::from_secs(30))?;
+                Ok(format!("the leader (member {leader})"))
+            }
             (Store::Sqlite(_) | Store::Url(_), _) => Ok("nothing".into()),
             (Store::Clocked(store, ..), kind) => store.kill_and_restart(kind, pause),
             (Store::Sentinel(..), _) => Err(HarnessError::Other(
@@ -116,6 +130,12 @@ impl Store {
                 hold(ensemble.node_mut(follower).process_mut(), pause)
                     .map(|()| format!("follower {follower}"))
             }
+            Store::Etcd(s) => hold(s.process_mut(), pause).map(|()| "the server".into()),
+            Store::EtcdCluster(cluster) => {
+                let leader = cluster.leader().unwrap_or(0);
+                let follower = (leader + 1) % cluster.nodes().len();
+                hold(cluster.node_mut(follower).process_mut(), pause).map(|()| format!("follower {follower}"))
+            }
             Store::Sqlite(_) | Store::Url(_) => Ok("nothing".into()),
             Store::Clocked(store, ..) => store.pause_for(pause, hot),
             Store::Sentinel(set, _) => {
@@ -127,16 +147,19 @@ impl Store {
         }
     }
 
-    /// Cuts an ensemble's member off from the others (silently, both ways) for `duration`, then
-    /// heals and waits until every member serves again: the leader (`PartitionLeader`), or a
-    /// follower (`PartitionFollower`), `prefer` if it is one (the member the hot lock's holder
-    /// is pinned to). Blocks.
+    /// Cuts an ensemble's or an etcd cluster's member off from the others (silently, both
+    /// ways) for `duration`, then heals and waits until every member serves again: the leader
+    /// (`PartitionLeader`), or a follower (`PartitionFollower`), `prefer` if it is one (the
+    /// member the hot lock's holder is pinned to). Blocks.
     pub fn partition(
         &mut self,
         kind: FaultKind,
         duration: Duration,
         prefer: Option<usize>,
     ) -> Result<String, HarnessError> {
+        if let Store::EtcdCluster(cluster) = self {
+            return partition_etcd(cluster, kind, duration, prefer);
+        }
         let Store::Ensemble(ensemble) = self else {
             return Ok("nothing".into());
         };
@@ -169,6 +192,52 @@ impl Store {
             healed.elapsed().as_millis()
         ))
     }
+}
+
+/// [`Store::partition`] of an etcd cluster: the member chosen as for an ensemble, isolated for
+/// `duration`, then healed; serving again once every member names the same leader.
+fn partition_etcd(
+    cluster: &EtcdCluster,
+    kind: FaultKind,
+    duration: Duration,
+    prefer: Option<usize>,
+) -> Result<String, HarnessError> {
+    let leader = cluster.wait_for_leader(Duration::from_secs(30))?;
+    let size = cluster.nodes().len();
+    let (member, role) = match kind {
+        FaultKind::PartitionLeader => (leader, "the leader"),
+        _ => (
+            prefer
+                .filter(|m| *m != leader && *m < size)
+                .unwrap_or((leader + 1) % size),
+            "follower",
+        ),
+    };
+    cluster.isolate(member)?;
+    std::thread::sleep(duration);
+    cluster.heal_links()?;
+    let healed = Instant::now();
+    let agreed = || {
+        let leaders: Vec<Option<u64>> = cluster
+            .nodes()
+            .iter()
+            .map(|m| m.status().ok().map(|s| s.leader).filter(|l| *l != 0))
+            .collect();
+        leaders.iter().all(|l| l.is_some() && *l == leaders[0])
+    };
+    while !agreed() {
+        if healed.elapsed() > Duration::from_secs(30) {
+            return Err(HarnessError::Other(format!(
+                "the etcd cluster did not agree on a leader within 30 s of healing member {member}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pinned: Vec<usize> = (0..PINNED_CLIENTS).filter(|c| c % size == member).collect();
+    Ok(format!(
+        "{role} (member {member}, clients {pinned:?} pinned to it; serving again {} ms after the heal)",
+        healed.elapsed().as_millis()
+    ))
 }
 
 /// The longest pause of a Sentinel set's primary: below half the Sentinels' down-after time
