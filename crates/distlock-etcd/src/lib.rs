@@ -126,7 +126,14 @@
 //! leader extends every lease by its TTL and an election timeout, so a holder that reaches
 //! any member of the majority within its lease keeps its locks across the leader's kill or
 //! pause (the guard may say suspended meanwhile). A call that finds a member down (its
-//! connection refused) was never sent and goes to another member at once. A holder that
+//! connection refused) was never sent and goes to another member at once. A call that may
+//! be applied twice with the effect of once (a read, the delete of a hold's key, the mutex's
+//! create, which finds its own key) is also sent again after any other transient failure,
+//! each try bounded by a third of the operation timeout, so a member paused or cut off
+//! (whose connection still looks open) costs one try, not the operation; a release sent
+//! again that finds its key gone answers an ambiguous error, never "not ours". The lease
+//! keeper opens its keep-alive stream on the next endpoint after an unconfirmed keep-alive.
+//! A holder that
 //! reaches only a member cut off from the others (or paused) gets no keep-alive confirmed:
 //! suspended after a third of the TTL, lost a TTL less the safety margin after its last
 //! confirmed keep-alive, which is before the majority's leader can expire the lease and grant
