@@ -84,6 +84,7 @@ mod signal;
 mod state;
 mod store;
 mod token;
+mod url_param;
 mod wait;
 mod watch;
 mod watchdog;
@@ -110,6 +111,7 @@ pub use session::{Session, SessionState};
 pub use signal::{HoldEnd, LostSignal};
 pub use state::{LockState, ObjectState};
 pub use token::{FencingToken, OwnerToken};
+pub use url_param::duration_param;
 pub use watch::{ReleaseWatch, Woke};
 
 #[doc(no_inline)]

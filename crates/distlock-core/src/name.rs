@@ -34,6 +34,9 @@ pub const MAX_NAME_BYTES: usize = 1024;
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LockName(Arc<str>);
 
+/// The longest [`LockName::path_segment`].
+const MAX_PATH_SEGMENT: usize = 240;
+
 impl LockName {
     /// Validates `name` against the contract.
     ///
@@ -56,6 +59,26 @@ impl LockName {
     /// The name exactly as given.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The name as one segment of a path or key prefix (ZooKeeper's znodes, etcd's keys): at
+    /// most 240 bytes of `[A-Za-z0-9._~-]`, every other byte percent-encoded (so no `/` and no
+    /// `:`), `.` and `..` written `%2E` and `%2E%2E`; injective, as [`encode`](Self::encode).
+    ///
+    /// ```
+    /// use distlock_core::LockName;
+    ///
+    /// assert_eq!(LockName::new("orders/42")?.path_segment(), "orders%2F42");
+    /// assert_eq!(LockName::new("..")?.path_segment(), "%2E%2E");
+    /// # Ok::<(), distlock_core::Error>(())
+    /// ```
+    pub fn path_segment(&self) -> String {
+        let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~');
+        match &*self.encode(MAX_PATH_SEGMENT, allowed) {
+            "." => "%2E".to_owned(),
+            ".." => "%2E%2E".to_owned(),
+            other => other.to_owned(),
+        }
     }
 
     /// Maps the name onto a store key of at most `max_len` bytes whose characters all satisfy

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use distlock_core::{Error, Result};
+use distlock_core::{duration_param, Error, Result};
 
 use crate::EtcdLock;
 
@@ -139,8 +139,8 @@ impl EtcdConfig {
                 .split_once('=')
                 .ok_or_else(|| Error::invalid_config(format!("URL parameter {pair:?} has no value")))?;
             config = match key {
-                "lease_ttl" => config.with_lease_ttl(parse_duration(key, value)?)?,
-                "operation_timeout" => config.with_operation_timeout(parse_duration(key, value)?)?,
+                "lease_ttl" => config.with_lease_ttl(duration_param(key, value)?)?,
+                "operation_timeout" => config.with_operation_timeout(duration_param(key, value)?)?,
                 "root" => config.with_root(value)?,
                 "ca" => {
                     config.ca = Some(decode(value)?);
@@ -311,19 +311,6 @@ fn decode(text: &str) -> Result<String> {
         }
     }
     String::from_utf8(out).map_err(|_| bad())
-}
-
-fn parse_duration(key: &str, value: &str) -> Result<Duration> {
-    let bad = || Error::invalid_config(format!("{key}={value:?} is not a duration such as 4s or 500ms"));
-    let split = value.find(|c: char| !c.is_ascii_digit()).unwrap_or(value.len());
-    let (number, unit) = value.split_at(split);
-    let number: u64 = number.parse().map_err(|_| bad())?;
-    match unit {
-        "" | "ms" => Ok(Duration::from_millis(number)),
-        "s" => Ok(Duration::from_secs(number)),
-        "m" => number.checked_mul(60).map(Duration::from_secs).ok_or_else(bad),
-        _ => Err(bad()),
-    }
 }
 
 #[cfg(test)]

@@ -28,9 +28,6 @@
 
 use distlock_core::{LockName, OwnerToken, Primitive};
 
-/// The longest encoded name segment.
-const MAX_SEGMENT: usize = 240;
-
 /// The key prefix of the `primitive` object `name`: the mutex's at `<root>/<encoded name>/`,
 /// the others' at `<root>/<primitive>:<encoded name>/`.
 pub(crate) fn object_prefix(root: &str, primitive: Primitive, name: &LockName) -> String {
@@ -96,13 +93,7 @@ pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 }
 
 fn encoded(name: &LockName) -> String {
-    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~');
-    let encoded = name.encode(MAX_SEGMENT, allowed);
-    match &*encoded {
-        "." => "%2E".to_owned(),
-        ".." => "%2E%2E".to_owned(),
-        other => other.to_owned(),
-    }
+    name.path_segment()
 }
 
 #[cfg(test)]

@@ -28,7 +28,8 @@ pub(super) const READ_NODE: &str = "__READ__";
 /// The node name of a writer: Curator's `InterProcessReadWriteLock` write-lock name.
 pub(super) const WRITE_NODE: &str = "__WRIT__";
 /// The longest encoded name segment.
-pub(super) const MAX_SEGMENT: usize = 240;
+#[cfg(test)]
+const MAX_SEGMENT: usize = 240;
 /// The child of a semaphore's path that holds its mutex.
 const SEMAPHORE_LOCKS: &str = "locks";
 /// The child of a semaphore's path that holds its leases.
@@ -75,13 +76,7 @@ pub(super) fn owner_in(child: &str) -> Option<String> {
 }
 
 fn encoded(name: &LockName) -> String {
-    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~');
-    let encoded = name.encode(MAX_SEGMENT, allowed);
-    match &*encoded {
-        "." => "%2E".to_owned(),
-        ".." => "%2E%2E".to_owned(),
-        other => other.to_owned(),
-    }
+    name.path_segment()
 }
 
 #[cfg(test)]
