@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use distlock_testkit::{EtcdCluster, HarnessError, RedisCluster};
+use distlock_testkit::{HarnessError, RedisCluster};
 
 use super::{Store, PINNED_CLIENTS};
 use crate::faults::FaultKind;
@@ -157,53 +157,50 @@ impl Store {
         duration: Duration,
         prefer: Option<usize>,
     ) -> Result<String, HarnessError> {
-        if let Store::EtcdCluster(cluster) = self {
-            return partition_etcd(cluster, kind, duration, prefer);
-        }
-        let Store::Ensemble(ensemble) = self else {
-            return Ok("nothing".into());
-        };
-        let leader = ensemble.wait_for_leader(Duration::from_secs(30))?;
-        let size = ensemble.nodes().len();
-        let (member, role) = match kind {
-            FaultKind::PartitionLeader => (leader, "the leader"),
-            _ => (
-                prefer
-                    .filter(|m| *m != leader && *m < size)
-                    .unwrap_or((leader + 1) % size),
-                "follower",
+        match self {
+            Store::Ensemble(ensemble) => cut_off(
+                "the ensemble did not serve again",
+                ensemble.wait_for_leader(Duration::from_secs(30))?,
+                ensemble.nodes().len(),
+                (kind, duration, prefer),
+                |member| ensemble.isolate(member),
+                || ensemble.heal_links(),
+                || ensemble.nodes().iter().all(|n| n.mode().is_some()) && ensemble.leader().is_some(),
             ),
-        };
-        ensemble.isolate(member)?;
-        std::thread::sleep(duration);
-        ensemble.heal_links()?;
-        let healed = Instant::now();
-        while !ensemble.nodes().iter().all(|n| n.mode().is_some()) || ensemble.leader().is_none() {
-            if healed.elapsed() > Duration::from_secs(30) {
-                return Err(HarnessError::Other(format!(
-                    "the ensemble did not serve again within 30 s of healing member {member}"
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(50));
+            Store::EtcdCluster(cluster) => cut_off(
+                "the etcd cluster did not agree on a leader",
+                cluster.wait_for_leader(Duration::from_secs(30))?,
+                cluster.nodes().len(),
+                (kind, duration, prefer),
+                |member| cluster.isolate(member),
+                || cluster.heal_links(),
+                || {
+                    let leaders: Vec<Option<u64>> = cluster
+                        .nodes()
+                        .iter()
+                        .map(|m| m.status().ok().map(|s| s.leader).filter(|l| *l != 0))
+                        .collect();
+                    leaders.iter().all(|l| l.is_some() && *l == leaders[0])
+                },
+            ),
+            _ => Ok("nothing".into()),
         }
-        let pinned: Vec<usize> = (0..PINNED_CLIENTS).filter(|c| c % size == member).collect();
-        Ok(format!(
-            "{role} (node {member}, clients {pinned:?} pinned to it; serving again {} ms after the heal)",
-            healed.elapsed().as_millis()
-        ))
     }
 }
 
-/// [`Store::partition`] of an etcd cluster: the member chosen as for an ensemble, isolated for
-/// `duration`, then healed; serving again once every member names the same leader.
-fn partition_etcd(
-    cluster: &EtcdCluster,
-    kind: FaultKind,
-    duration: Duration,
-    prefer: Option<usize>,
+/// [`Store::partition`] of a group of `size` members led by `leader`: the member chosen by
+/// `kind` (the leader, or a follower: `prefer` if it is one) is cut off by `isolate` for the
+/// fault's duration, then `heal` joins it again; done once `serving` says so, within 30 s
+/// (else the error says `what` did not happen). Says which member it was and which clients were pinned to it.
+fn cut_off(
+    what: &str,
+    leader: usize,
+    size: usize,
+    (kind, duration, prefer): (FaultKind, Duration, Option<usize>),
+    isolate: impl FnOnce(usize) -> Result<(), HarnessError>,
+    heal: impl FnOnce() -> Result<(), HarnessError>,
+    serving: impl Fn() -> bool,
 ) -> Result<String, HarnessError> {
-    let leader = cluster.wait_for_leader(Duration::from_secs(30))?;
-    let size = cluster.nodes().len();
     let (member, role) = match kind {
         FaultKind::PartitionLeader => (leader, "the leader"),
         _ => (
@@ -213,22 +210,14 @@ fn partition_etcd(
             "follower",
         ),
     };
-    cluster.isolate(member)?;
+    isolate(member)?;
     std::thread::sleep(duration);
-    cluster.heal_links()?;
+    heal()?;
     let healed = Instant::now();
-    let agreed = || {
-        let leaders: Vec<Option<u64>> = cluster
-            .nodes()
-            .iter()
-            .map(|m| m.status().ok().map(|s| s.leader).filter(|l| *l != 0))
-            .collect();
-        leaders.iter().all(|l| l.is_some() && *l == leaders[0])
-    };
-    while !agreed() {
+    while !serving() {
         if healed.elapsed() > Duration::from_secs(30) {
             return Err(HarnessError::Other(format!(
-                "the etcd cluster did not agree on a leader within 30 s of healing member {member}"
+                "{what} within 30 s of healing member {member}"
             )));
         }
         std::thread::sleep(Duration::from_millis(50));
