@@ -219,7 +219,7 @@ fn kind(args: &ExecArgs) -> Result<LockKind> {
                 "--permits must be at least 1 (the number of commands that may run at once)",
             ))
         }
-        Some(permits) => LockKind::Permit { permits },
+        Some(permits) => LockKind::Permit { permits, weight: 1 },
         None if args.read => LockKind::Read,
         None if args.write => LockKind::Write,
         None => LockKind::Exclusive,

@@ -89,7 +89,7 @@ async fn holders(client: &LockClient, name: &LockName, primitive: Primitive, jso
     let mut states = client.backend().inspect(name, primitive).await?.holders;
     states.sort_by_key(|s| (s.fencing.is_none(), s.fencing, s.owner.clone()));
     let permits = states.iter().find_map(|s| match s.kind {
-        LockKind::Permit { permits } => Some(permits),
+        LockKind::Permit { permits, .. } => Some(permits),
         _ => None,
     });
     if json {

@@ -19,7 +19,7 @@ use crate::{Lease, LockKind, LockName, OwnerToken};
 /// use std::time::Duration;
 ///
 /// let name = LockName::new("pool")?;
-/// let attempt = Attempt::new(name, LockKind::Permit { permits: 3 }, OwnerToken::new(), Duration::from_secs(5))
+/// let attempt = Attempt::new(name, LockKind::permit(3), OwnerToken::new(), Duration::from_secs(5))
 ///     .waiting("w-1", Duration::from_secs(2));
 /// assert_eq!(attempt.waiter_parts(), Some(("w-1", Duration::from_secs(2))));
 /// # Ok::<(), distlock_core::Error>(())

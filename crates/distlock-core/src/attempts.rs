@@ -41,9 +41,10 @@ impl LockClient {
         let inner = self.inner.clone();
         let name = name.clone();
         let options = HoldOptions::from(opts);
+        let owner = opts.owner.unwrap_or_else(OwnerToken::new);
         let attempt = Detaching::new(async move {
             let _in_flight = in_flight;
-            let mut request = Attempt::new(name.clone(), kind, OwnerToken::new(), ttl);
+            let mut request = Attempt::new(name.clone(), kind, owner, ttl);
             if let Some((waiter, stay)) = waiting {
                 request = request.waiting(waiter, stay);
             }
@@ -100,9 +101,10 @@ impl LockClient {
         let inner = self.inner.clone();
         let name = name.clone();
         let options = HoldOptions::from(opts);
+        let owner = opts.owner.unwrap_or_else(OwnerToken::new);
         let (mut tx, rx) = oneshot::channel();
         tokio::spawn(async move {
-            let request = Attempt::new(name.clone(), kind, OwnerToken::new(), ttl);
+            let request = Attempt::new(name.clone(), kind, owner, ttl);
             let sent_at = Instant::now();
             // The store may have applied a wait that ended in an ambiguous error, or in a
             // panic: either way it is cleaned up by owner, as an attempt is.

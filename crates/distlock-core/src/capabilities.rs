@@ -49,6 +49,16 @@ pub struct Capabilities {
     /// Whether the backend offers read-write locks
     /// ([`LockClient::rw_lock`](crate::LockClient::rw_lock)).
     pub rw_locks: bool,
+    /// Whether a semaphore hold may take several permits at once
+    /// ([`Semaphore::acquire_many`](crate::Semaphore::acquire_many)).
+    pub weighted_permits: bool,
+    /// Whether read-write locks offer the upgradeable read
+    /// ([`RwLock::upgradeable_read`](crate::RwLock::upgradeable_read)).
+    pub upgradeable_reads: bool,
+    /// Whether a mutex holder can leave a note beside its hold that others read
+    /// ([`DistributedLock::set_note`](crate::DistributedLock::set_note)): what leader election
+    /// ([`LockClient::election`](crate::LockClient::election)) needs.
+    pub notes: bool,
 }
 
 impl Capabilities {
@@ -66,6 +76,9 @@ impl Capabilities {
             inspect: true,
             semaphores: false,
             rw_locks: false,
+            weighted_permits: false,
+            upgradeable_reads: false,
+            notes: false,
         }
     }
 
@@ -113,6 +126,23 @@ impl Capabilities {
     pub const fn with_primitives(mut self, semaphores: bool, rw_locks: bool) -> Self {
         self.semaphores = semaphores;
         self.rw_locks = rw_locks;
+        self
+    }
+
+    /// Sets [`Capabilities::weighted_permits`] and [`Capabilities::upgradeable_reads`].
+    pub const fn with_weights_and_upgrades(
+        mut self,
+        weighted_permits: bool,
+        upgradeable_reads: bool,
+    ) -> Self {
+        self.weighted_permits = weighted_permits;
+        self.upgradeable_reads = upgradeable_reads;
+        self
+    }
+
+    /// Sets [`Capabilities::notes`].
+    pub const fn with_notes(mut self, notes: bool) -> Self {
+        self.notes = notes;
         self
     }
 

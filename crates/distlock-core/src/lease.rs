@@ -86,8 +86,8 @@ impl Lease {
     /// use tokio::time::Instant;
     ///
     /// let lease = Lease::new(LockName::new("exports")?, OwnerToken::new(), Duration::from_secs(30), Instant::now())
-    ///     .with_kind(LockKind::Permit { permits: 4 });
-    /// assert_eq!(lease.kind(), LockKind::Permit { permits: 4 });
+    ///     .with_kind(LockKind::permit(4));
+    /// assert_eq!(lease.kind(), LockKind::permit(4));
     /// # Ok::<(), distlock_core::Error>(())
     /// ```
     pub fn with_kind(mut self, kind: LockKind) -> Self {

@@ -185,6 +185,38 @@ pub trait DistributedLock: Send + Sync + fmt::Debug + 'static {
         })
     }
 
+    /// Leaves `note` beside the mutex hold of `lease` (owner-checked: only while the store
+    /// still records `lease`'s owner), replacing any note of an earlier holder; returns
+    /// whether it did. [`inspect`](Self::inspect) reports it as [`LockState::note`](crate::LockState::note)
+    /// for as long as that owner holds the lock, and never for a later holder. Leader election
+    /// publishes the leader's value this way. A backend that offers it declares
+    /// [`Capabilities::notes`]; the default returns [`Error::NotSupported`].
+    ///
+    /// **Ambiguous outcome / cancellation:** the note may or may not be stored; sending it
+    /// again is harmless.
+    ///
+    /// ```
+    /// use distlock_core::{DistributedLock, DistributedLockExt, LockName, MemoryLock, OwnerToken, Primitive, TryAcquire};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+    /// let (store, name) = (MemoryLock::new(), LockName::new("leader")?);
+    /// let TryAcquire::Acquired(lease) = store.try_acquire(&name, OwnerToken::new(), Duration::from_secs(5)).await? else {
+    ///     unreachable!("the lock is free");
+    /// };
+    /// assert!(store.set_note(&lease, "10.0.0.7:8080").await?);
+    /// let state = store.inspect(&name, Primitive::Mutex).await?.into_lock();
+    /// assert_eq!(state.note.as_deref(), Some("10.0.0.7:8080"));
+    /// # Ok(()) }
+    /// ```
+    async fn set_note(&self, lease: &Lease, note: &str) -> Result<bool> {
+        let _ = (lease, note);
+        Err(Error::NotSupported {
+            backend: self.backend(),
+            what: "notes beside a hold",
+        })
+    }
+
     /// Starts listening for releases of the `primitive` object `name`, so a waiter learns of
     /// one without polling.
     ///

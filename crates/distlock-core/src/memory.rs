@@ -61,6 +61,8 @@ struct Entry {
     owner: OwnerToken,
     expires_at: Instant,
     fencing: u64,
+    /// The holder's note ([`DistributedLock::set_note`]).
+    note: Option<String>,
 }
 
 impl Store {
@@ -180,6 +182,7 @@ impl MemoryLock {
                 owner,
                 expires_at,
                 fencing,
+                note: None,
             },
         );
         Ok(TryAcquire::Acquired(
@@ -226,6 +229,8 @@ impl DistributedLock for MemoryLock {
         Capabilities::new(Fencing::Monotonic, WakeUp::Notification)
             .with_cross_process(false)
             .with_primitives(true, true)
+            .with_weights_and_upgrades(true, true)
+            .with_notes(true)
     }
 
     fn mechanics(&self) -> Mechanics {
@@ -288,6 +293,7 @@ impl DistributedLock for MemoryLock {
                     owner: next,
                     expires_at,
                     fencing,
+                    note: None,
                 };
             }
             _ => return Ok(None),
@@ -296,6 +302,18 @@ impl DistributedLock for MemoryLock {
         Ok(Some(
             Lease::new(lease.name().clone(), next, ttl, now).with_fencing(FencingToken::new(fencing)),
         ))
+    }
+
+    async fn set_note(&self, lease: &Lease, note: &str) -> Result<bool> {
+        let mut store = self.store();
+        store.check_available()?;
+        match store.live(lease.name(), Instant::now()) {
+            Some(entry) if lease.kind() == LockKind::Exclusive && entry.owner == lease.owner() => {
+                entry.note = Some(note.to_owned());
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
@@ -333,7 +351,8 @@ impl DistributedLock for MemoryLock {
                 e.owner.to_string(),
                 Some(FencingToken::new(e.fencing)),
                 Some(e.expires_at - now),
-            ),
+            )
+            .with_note(e.note.clone()),
             None => LockState::free(None),
         }))
     }

@@ -61,12 +61,18 @@ impl Object {
         end.map_or_else(Holder::unknown, |end| Holder::expiring_in(end - now))
     }
 
-    /// Whether `kind` may be granted now, or what holds it back.
-    fn admits(&self, name: &LockName, kind: LockKind, now: Instant) -> crate::Result<Option<Holder>> {
+    /// Whether `kind` may be granted to `owner` now, or what holds it back.
+    fn admits(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        owner: OwnerToken,
+        now: Instant,
+    ) -> crate::Result<Option<Holder>> {
         match kind {
-            LockKind::Permit { permits } => {
+            LockKind::Permit { permits, weight } => {
                 if let Some(stored) = self.holds.values().find_map(|h| match h.kind {
-                    LockKind::Permit { permits: stored } if stored != permits => Some(stored),
+                    LockKind::Permit { permits: stored, .. } if stored != permits => Some(stored),
                     _ => None,
                 }) {
                     return Err(Error::PermitsMismatch {
@@ -75,7 +81,8 @@ impl Object {
                         asked: permits,
                     });
                 }
-                let full = self.holds.len() >= usize::try_from(permits).unwrap_or(usize::MAX);
+                let taken: u64 = self.holds.values().map(|h| u64::from(h.kind.weight())).sum();
+                let full = taken + u64::from(weight) > u64::from(permits);
                 Ok(full.then(|| self.expiring(now, true, |_| true)))
             }
             LockKind::Read => {
@@ -85,7 +92,27 @@ impl Object {
                 }
                 Ok((!self.writers_waiting.is_empty()).then(Holder::unknown))
             }
-            LockKind::Write => Ok((!self.holds.is_empty()).then(|| self.expiring(now, false, |_| true))),
+            LockKind::UpgradeableRead => {
+                let blocked = |k: LockKind| kind.excludes(k);
+                if self.holds.values().any(|h| blocked(h.kind)) {
+                    return Ok(Some(self.expiring(now, true, blocked)));
+                }
+                Ok((!self.writers_waiting.is_empty()).then(Holder::unknown))
+            }
+            LockKind::Write => {
+                // The owner's own upgradeable read does not stand in the way of its upgrade.
+                let others = |o: &OwnerToken, h: &Hold| !(*o == owner && h.kind == LockKind::UpgradeableRead);
+                let held = self.holds.iter().any(|(o, h)| others(o, h));
+                Ok(held.then(|| {
+                    let end = self
+                        .holds
+                        .iter()
+                        .filter(|(o, h)| others(o, h))
+                        .map(|(_, h)| h.expires_at)
+                        .max();
+                    end.map_or_else(Holder::unknown, |end| Holder::expiring_in(end - now))
+                }))
+            }
             LockKind::Exclusive => Err(Error::invalid_options(
                 "the mutex is not a semaphore or read-write lock",
             )),
@@ -114,7 +141,7 @@ impl Objects {
             .entry((kind.primitive(), name.clone()))
             .or_insert_with(Object::new);
         object.prune(now);
-        if let Some(holder) = object.admits(name, kind, now)? {
+        if let Some(holder) = object.admits(name, kind, owner, now)? {
             if let (LockKind::Write, Some((id, stay))) = (kind, waiter) {
                 object.writers_waiting.insert(id.to_owned(), now + stay);
             }
@@ -123,19 +150,22 @@ impl Objects {
         if let (LockKind::Write, Some((id, _))) = (kind, waiter) {
             object.writers_waiting.remove(id);
         }
+        // An upgrade turns the owner's upgradeable read into this write hold (inserted under
+        // the same owner, in its place), with a fencing token of its own.
         *fencing += 1;
+        let fencing = *fencing;
         object.holds.insert(
             owner,
             Hold {
                 kind,
                 expires_at,
-                fencing: *fencing,
+                fencing,
             },
         );
         Ok(TryAcquire::Acquired(
             Lease::new(name.clone(), owner, ttl, now)
                 .with_kind(kind)
-                .with_fencing(FencingToken::new(*fencing)),
+                .with_fencing(FencingToken::new(fencing)),
         ))
     }
 

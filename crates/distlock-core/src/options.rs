@@ -56,6 +56,9 @@ pub struct AcquireOptions {
     safety_margin: Option<Duration>,
     poll_min: Duration,
     poll_max: Duration,
+    /// The owner token every attempt is made under; `None` for a new one per attempt. Set only
+    /// by an upgrade, whose write attempts are its upgradeable read's owner's.
+    pub(crate) owner: Option<crate::OwnerToken>,
 }
 
 impl Default for AcquireOptions {
@@ -75,6 +78,7 @@ impl AcquireOptions {
             safety_margin: None,
             poll_min: Duration::from_millis(10),
             poll_max: Duration::from_millis(500),
+            owner: None,
         }
     }
 

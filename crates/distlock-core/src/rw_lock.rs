@@ -22,9 +22,10 @@ use crate::{
 ///   already in keep their hold until they release, then the writer gets in. (Readers that
 ///   wait meanwhile get in after it.) A writer that stops waiting withdraws at once; one whose
 ///   process died is forgotten after its next-retry interval.
-/// - **No upgrade.** A read guard cannot become a write guard: two readers upgrading at once
-///   would wait for each other forever. Release the read guard, then take the write lock, and
-///   check again what was read.
+/// - **Upgrades only from the upgradeable read.** A plain read guard cannot become a write
+///   guard: two readers upgrading at once would wait for each other forever. Read with
+///   [`upgradeable_read`](RwLock::upgradeable_read) instead (one such reader at a time, beside
+///   plain readers), and [`upgrade`](crate::UpgradeableReadGuard::upgrade) it.
 ///
 /// ```
 /// use distlock_core::{LockClient, MemoryLock};
@@ -65,6 +66,11 @@ impl LockClient {
 }
 
 impl RwLock {
+    /// The client the lock was built by.
+    pub(crate) fn client(&self) -> &LockClient {
+        &self.client
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &LockName {
         &self.name

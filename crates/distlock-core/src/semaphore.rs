@@ -12,9 +12,10 @@ use crate::{
 /// A counting semaphore on the client's store: at most `permits` guards of it are held at once,
 /// by any clients of the store. Built by [`LockClient::semaphore`].
 ///
-/// Each guard holds one permit (taking several at once is not offered yet; several one-permit
-/// guards taken in turn are not a substitute, as two jobs each holding part of what they need
-/// can wait for each other forever). It is the same [`LockGuard`] the mutex gives: renewed by the
+/// Each guard holds one permit, or with [`acquire_many`](Semaphore::acquire_many) several taken
+/// and given back together as one hold (several one-permit guards taken in turn are not a
+/// substitute: two jobs each holding part of what they need can wait for each other forever).
+/// It is the same [`LockGuard`] the mutex gives: renewed by the
 /// client's watchdog, with the lost-lock signal, owner-checked release, release on drop, and a
 /// fencing token where the store fences (greater than that of every earlier permit of this
 /// semaphore). Every holder must agree on `permits`: an attempt that names another count than
@@ -91,9 +92,28 @@ impl Semaphore {
     }
 
     fn kind(&self) -> LockKind {
-        LockKind::Permit {
-            permits: self.permits,
+        LockKind::permit(self.permits)
+    }
+
+    /// The kind of a hold of `n` permits, or why it cannot be asked for.
+    fn kind_of(&self, n: u32) -> Result<LockKind> {
+        if n == 0 {
+            return Err(Error::invalid_options("a hold takes at least one permit"));
         }
+        if n > self.permits {
+            return Err(Error::invalid_options(format!(
+                "{n} permits asked of semaphore {:?}, which has {}",
+                self.name.as_str(),
+                self.permits
+            )));
+        }
+        if n > 1 && !self.client.capabilities().weighted_permits {
+            return Err(Error::NotSupported {
+                backend: self.client.backend().backend(),
+                what: "holds of several permits",
+            });
+        }
+        Ok(LockKind::permits(self.permits, n))
     }
 
     /// Takes a permit with the client's default options (by default waiting until one is
@@ -131,6 +151,69 @@ impl Semaphore {
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
         let opts = self.client.defaults().clone().no_wait();
         optional(self.acquire_with(&opts).await)
+    }
+
+    /// Takes `n` permits as one hold with the client's default options, waiting until that many
+    /// are free at once: the guard gives them all back together. Waiters for fewer permits may
+    /// get in first while fewer than `n` are free.
+    ///
+    /// ```
+    /// use distlock_core::{LockClient, MemoryLock};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock_core::Result<()> {
+    /// let client = LockClient::new(MemoryLock::new());
+    /// let gpus = client.semaphore("gpus", 4)?;
+    /// let big = gpus.acquire_many(3).await?;
+    /// assert!(gpus.try_acquire_many(2).await?.is_none(), "only one permit is left");
+    /// let small = gpus.try_acquire().await?.expect("the last permit");
+    /// assert!(gpus.try_acquire_many(5).await.is_err(), "more than the semaphore has");
+    /// big.release().await?;
+    /// small.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidOptions`] for zero permits or more than the semaphore has;
+    /// [`Error::NotSupported`] for more than one on a backend without
+    /// [`Capabilities::weighted_permits`](crate::Capabilities::weighted_permits); as
+    /// [`acquire_with`](Self::acquire_with) otherwise.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn acquire_many(&self, n: u32) -> Result<LockGuard> {
+        let opts = self.client.defaults().clone();
+        self.acquire_many_with(n, &opts).await
+    }
+
+    /// Takes `n` permits as one hold with `opts`, as [`acquire_many`](Self::acquire_many).
+    ///
+    /// # Errors
+    /// As [`acquire_many`](Self::acquire_many).
+    pub async fn acquire_many_with(&self, n: u32, opts: &AcquireOptions) -> Result<LockGuard> {
+        let kind = self.kind_of(n)?;
+        self.client.acquire_kind(self.name.clone(), kind, opts).await
+    }
+
+    /// One attempt at `n` permits as one hold: `Ok(None)` if fewer than `n` are free.
+    ///
+    /// # Errors
+    /// As [`acquire_many`](Self::acquire_many), without the timeout.
+    pub async fn try_acquire_many(&self, n: u32) -> Result<Option<LockGuard>> {
+        let opts = self.client.defaults().clone().no_wait();
+        optional(self.acquire_many_with(n, &opts).await)
+    }
+
+    /// Runs `work` while holding `n` permits, then gives them back, as
+    /// [`LockClient::with_lock`].
+    ///
+    /// # Errors
+    /// As [`acquire_many`](Self::acquire_many), plus [`Error::LockLost`].
+    pub async fn with_permits<F, Fut, T>(&self, n: u32, opts: &AcquireOptions, work: F) -> Result<T>
+    where
+        F: FnOnce(LockContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        run_under(self.acquire_many_with(n, opts).await?, work).await
     }
 
     /// Runs `work` while holding a permit, then releases it, as [`LockClient::with_lock`].

@@ -72,6 +72,10 @@ pub struct LockState {
     pub remaining: Option<Duration>,
     /// What the hold is of ([`LockKind::Exclusive`] for the mutex).
     pub kind: LockKind,
+    /// The note the current holder left beside its hold
+    /// ([`DistributedLock::set_note`](crate::DistributedLock::set_note)), if any: a leader's
+    /// value.
+    pub note: Option<String>,
 }
 
 impl LockState {
@@ -82,6 +86,7 @@ impl LockState {
             fencing,
             remaining: None,
             kind: LockKind::Exclusive,
+            note: None,
         }
     }
 
@@ -92,12 +97,19 @@ impl LockState {
             fencing,
             remaining,
             kind: LockKind::Exclusive,
+            note: None,
         }
     }
 
     /// The same state, of a hold of `kind`.
     pub fn with_kind(mut self, kind: LockKind) -> Self {
         self.kind = kind;
+        self
+    }
+
+    /// The same state, with the holder's note.
+    pub fn with_note(mut self, note: Option<String>) -> Self {
+        self.note = note;
         self
     }
 

@@ -178,7 +178,7 @@ impl DistributedLock for EtcdLock {
         let (name, owner) = (&attempt.name, attempt.owner);
         match attempt.kind {
             LockKind::Exclusive => self.inner.try_take(name, owner).await,
-            LockKind::Permit { permits } => {
+            LockKind::Permit { permits, .. } => {
                 validate_permits(permits)?;
                 self.inner.try_permit(name, permits, owner).await
             }
@@ -218,7 +218,7 @@ impl DistributedLock for EtcdLock {
         let (name, owner) = (&attempt.name, attempt.owner);
         match attempt.kind {
             LockKind::Exclusive => self.inner.queue(name, owner, deadline).await,
-            LockKind::Permit { permits } => {
+            LockKind::Permit { permits, .. } => {
                 validate_permits(permits)?;
                 self.inner.queue_for_permit(name, permits, owner, deadline).await
             }

@@ -114,7 +114,11 @@ async fn permits_are_counted_exactly_among_many_concurrent_acquirers() {
     let holders = semaphore.holders().await.expect("inspect");
     assert_eq!(holders.len(), 3, "{holders:?}");
     assert!(
-        holders.iter().all(|h| h.kind == LockKind::Permit { permits: 3 }),
+        holders.iter().all(|h| h.kind
+            == LockKind::Permit {
+                permits: 3,
+                weight: 1
+            }),
         "{holders:?}"
     );
     for guard in held {
@@ -335,7 +339,14 @@ async fn a_hold_whose_reply_was_lost_is_released_by_its_owner() {
     let raw = backend(&server).await;
     let other = client(&server).await;
     let name = LockName::new("unknown").expect("valid");
-    for kind in [LockKind::Permit { permits: 1 }, LockKind::Write, LockKind::Read] {
+    for kind in [
+        LockKind::Permit {
+            permits: 1,
+            weight: 1,
+        },
+        LockKind::Write,
+        LockKind::Read,
+    ] {
         // The attempt was applied, but its caller saw an error: it cleans up by owner.
         let owner = OwnerToken::new();
         let attempt = Attempt::new(name.clone(), kind, owner, Duration::from_secs(30));
@@ -445,7 +456,10 @@ async fn a_forged_lease_frees_and_extends_nothing() {
         .expect("free");
     let name = LockName::new("forged").expect("valid");
     for kind in [
-        LockKind::Permit { permits: 1 },
+        LockKind::Permit {
+            permits: 1,
+            weight: 1,
+        },
         LockKind::Read,
         LockKind::Exclusive,
     ] {

@@ -65,7 +65,7 @@ impl MemcachedLock {
         if Side::of(kind).is_none() {
             return self.acquire_once(name, owner, ttl).await;
         }
-        if let LockKind::Permit { permits } = kind {
+        if let LockKind::Permit { permits, .. } = kind {
             if permits == 0 {
                 return Err(Error::invalid_options("a semaphore needs at least one permit"));
             }
@@ -269,6 +269,7 @@ impl MemcachedLock {
                         let kind = match hold.side {
                             Side::Permit => LockKind::Permit {
                                 permits: item.permits,
+                                weight: 1,
                             },
                             Side::Read => LockKind::Read,
                             Side::Write => LockKind::Write,
@@ -344,7 +345,7 @@ fn stay_secs(stay: Duration) -> u64 {
 
 fn refusal_error(refusal: Refusal, name: &LockName, kind: LockKind) -> Error {
     match (refusal, kind) {
-        (Refusal::PermitsMismatch { stored }, LockKind::Permit { permits }) => Error::PermitsMismatch {
+        (Refusal::PermitsMismatch { stored }, LockKind::Permit { permits, .. }) => Error::PermitsMismatch {
             name: name.to_string(),
             stored,
             asked: permits,

@@ -231,7 +231,7 @@ impl Item {
             return Err(Refusal::NotAHold);
         };
         let blocked = match kind {
-            LockKind::Permit { permits } => {
+            LockKind::Permit { permits, .. } => {
                 if !self.holds.is_empty() && self.permits != permits {
                     return Err(Refusal::PermitsMismatch { stored: self.permits });
                 }
@@ -261,7 +261,7 @@ impl Item {
         if let (Side::Write, Some((id, _))) = (side, waiter) {
             self.withdraw(id);
         }
-        if let LockKind::Permit { permits } = kind {
+        if let LockKind::Permit { permits, .. } = kind {
             self.permits = permits;
         }
         self.counter = self.counter.saturating_add(1);
@@ -365,7 +365,10 @@ mod tests {
     const NOW: u64 = 1_800_000_000;
 
     fn permit(n: u32) -> LockKind {
-        LockKind::Permit { permits: n }
+        LockKind::Permit {
+            permits: n,
+            weight: 1,
+        }
     }
 
     fn granted(outcome: Result<Admission, Refusal>) -> u64 {

@@ -243,7 +243,10 @@ async fn a_permit_renewed_while_the_server_is_stopped_never_outlives_its_hold() 
     let names: Vec<LockName> = (0..LOCKS)
         .map(|i| LockName::new(format!("paused-permit-{i}")).expect("valid"))
         .collect();
-    let one = LockKind::Permit { permits: 1 };
+    let one = LockKind::Permit {
+        permits: 1,
+        weight: 1,
+    };
     let leases: Vec<Lease> = join_all(
         names
             .iter()

@@ -25,7 +25,10 @@ async fn shared() -> MemcachedLock {
 }
 
 fn permits(n: u32) -> LockKind {
-    LockKind::Permit { permits: n }
+    LockKind::Permit {
+        permits: n,
+        weight: 1,
+    }
 }
 
 async fn attempt(lock: &MemcachedLock, name: &LockName, kind: LockKind, ttl: Duration) -> TryAcquire {

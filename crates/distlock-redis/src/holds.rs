@@ -46,12 +46,12 @@ pub(crate) fn acquire_call(
     waiting: Option<(&str, u64)>,
 ) -> Result<AcquireCall> {
     Ok(match kind {
-        LockKind::Permit { permits: 0 } => {
+        LockKind::Permit { permits: 0, .. } => {
             return Err(Error::invalid_options(format!(
                 "the semaphore {name} needs at least one permit"
             )))
         }
-        LockKind::Permit { permits } => {
+        LockKind::Permit { permits, .. } => {
             AcquireCall::permit(space.semaphore_keys(name), owner, ttl_ms, permits, waiting)
         }
         LockKind::Read => AcquireCall::read(space.rw_lock_keys(name), owner, ttl_ms),
@@ -200,6 +200,7 @@ pub(crate) async fn semaphore_holders(
         .await?;
     let kind = LockKind::Permit {
         permits: permits.unwrap_or(0),
+        weight: 1,
     };
     Ok(members
         .into_iter()

@@ -454,7 +454,7 @@ impl DistributedLock for RedisLock {
                 name: name.to_string(),
                 stored,
                 asked: match kind {
-                    LockKind::Permit { permits } => permits,
+                    LockKind::Permit { permits, .. } => permits,
                     _ => 0,
                 },
             }),

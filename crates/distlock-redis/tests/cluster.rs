@@ -288,7 +288,10 @@ async fn queue_for_permit(waiter: &RedisLock, name: &LockName, watch: &ReleaseWa
     let attempt = waiter
         .try_acquire_kind(
             name,
-            LockKind::Permit { permits: 1 },
+            LockKind::Permit {
+                permits: 1,
+                weight: 1,
+            },
             OwnerToken::new(),
             Duration::from_secs(10),
             Some((&**id, Duration::from_secs(30))),
@@ -346,7 +349,10 @@ async fn releases_wake_waiters_through_sharded_pubsub_on_each_master() {
         eprintln!("master {master}: woken {:?} after the release", started.elapsed());
     }
     let name = name_on(&cluster, 1, "semaphore");
-    let kind = LockKind::Permit { permits: 1 };
+    let kind = LockKind::Permit {
+        permits: 1,
+        weight: 1,
+    };
     let TryAcquire::Acquired(permit) = holder
         .try_acquire_kind(&name, kind, OwnerToken::new(), ttl, None)
         .await
@@ -721,7 +727,10 @@ async fn subscriptions_follow_a_moved_slot_and_survive_a_killed_master() {
     let mut cluster = start_cluster(RedisClusterOptions::default()).await;
     let (holder, waiter) = (lock_at(&cluster.url()).await, lock_at(&cluster.url()).await);
     let ttl = Duration::from_secs(10);
-    let kind = LockKind::Permit { permits: 1 };
+    let kind = LockKind::Permit {
+        permits: 1,
+        weight: 1,
+    };
     let take = |name: LockName| {
         let holder = holder.clone();
         async move {
@@ -1114,7 +1123,10 @@ async fn releases_of_every_kind_the_cluster_client_sent_again_report_released() 
     let lock = lock_at(&url).await;
     let ttl = Duration::from_secs(30);
     for kind in [
-        LockKind::Permit { permits: 1 },
+        LockKind::Permit {
+            permits: 1,
+            weight: 1,
+        },
         LockKind::Read,
         LockKind::Write,
         LockKind::Exclusive,

@@ -49,7 +49,10 @@ async fn a_full_master_still_renews_and_releases_but_refuses_acquisitions() {
     let permit = match lock
         .try_acquire_kind(
             &name("permit-when-full"),
-            distlock_core::LockKind::Permit { permits: 2 },
+            distlock_core::LockKind::Permit {
+                permits: 2,
+                weight: 1,
+            },
             OwnerToken::new(),
             ttl,
             None,

@@ -26,7 +26,10 @@ fn name(label: &str) -> LockName {
 }
 
 const fn permits(n: u32) -> LockKind {
-    LockKind::Permit { permits: n }
+    LockKind::Permit {
+        permits: n,
+        weight: 1,
+    }
 }
 
 async fn shared_url() -> String {

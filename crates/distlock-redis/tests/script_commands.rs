@@ -104,7 +104,10 @@ async fn each_operation_runs_the_same_commands_on_one_server() {
     let url = server.url();
     let lock = RedisLock::connect(&url).await.expect("connects");
     let (m, sem, rw) = (name("mutex"), name("sem"), name("rw"));
-    let permit = LockKind::Permit { permits: 1 };
+    let permit = LockKind::Permit {
+        permits: 1,
+        weight: 1,
+    };
     let mut wrong = Vec::new();
 
     let first = check!(

@@ -105,7 +105,7 @@ impl Census {
             return Verdict::Renew(token);
         }
         let admitted = match kind {
-            LockKind::Permit { permits } => {
+            LockKind::Permit { permits, .. } => {
                 if let Some(stored) = self.stored_permits.filter(|&s| s != i64::from(permits)) {
                     return Verdict::Mismatch(stored);
                 }
@@ -142,7 +142,10 @@ mod tests {
     use super::*;
 
     fn permits(n: u32) -> LockKind {
-        LockKind::Permit { permits: n }
+        LockKind::Permit {
+            permits: n,
+            weight: 1,
+        }
     }
 
     #[test]

@@ -36,7 +36,10 @@ const MINE: i64 = 777;
 
 /// The situations: the rows of one object, and the attempt's kind.
 fn situations() -> Vec<(&'static str, Vec<Row>, LockKind)> {
-    let permits = |n| LockKind::Permit { permits: n };
+    let permits = |n| LockKind::Permit {
+        permits: n,
+        weight: 1,
+    };
     vec![
         ("no holds, a permit", vec![], permits(2)),
         (
@@ -148,7 +151,10 @@ fn census(rows: &[Row], kind: LockKind) -> Census {
                 census.mine = Some(MINE);
                 kind
             }
-            Seed::Permit(n) => LockKind::Permit { permits: n },
+            Seed::Permit(n) => LockKind::Permit {
+                permits: n,
+                weight: 1,
+            },
             Seed::Read => LockKind::Read,
             Seed::Write => LockKind::Write,
             Seed::Waiter => {
@@ -158,7 +164,7 @@ fn census(rows: &[Row], kind: LockKind) -> Census {
         };
         census.holds += 1;
         match seed_kind {
-            LockKind::Permit { permits } => census.stored_permits = Some(i64::from(permits)),
+            LockKind::Permit { permits, .. } => census.stored_permits = Some(i64::from(permits)),
             LockKind::Read => census.readers += 1,
             _ => census.writers += 1,
         }
@@ -304,13 +310,20 @@ async fn agree(lock: &SqlLock, db: &impl Seeder, dialect: &str) {
             let (holder, seed_kind, version) = match seed {
                 Seed::Mine => (owner.to_string(), kind, MINE),
                 Seed::Waiter => (format!("~waiter-{j}"), LockKind::Exclusive, 0),
-                Seed::Permit(n) => (format!("other-{j}"), LockKind::Permit { permits: n }, 100),
+                Seed::Permit(n) => (
+                    format!("other-{j}"),
+                    LockKind::Permit {
+                        permits: n,
+                        weight: 1,
+                    },
+                    100,
+                ),
                 Seed::Read => (format!("other-{j}"), LockKind::Read, 100),
                 Seed::Write => (format!("other-{j}"), LockKind::Write, 100),
             };
             let column = crate::holds_sql::kind_column(seed_kind).unwrap_or("waiter");
             let permits = match seed_kind {
-                LockKind::Permit { permits } => Some(i64::from(permits)),
+                LockKind::Permit { permits, .. } => Some(i64::from(permits)),
                 _ => None,
             };
             let left_ms = if live { 60_000 } else { -60_000 };

@@ -98,6 +98,7 @@ pub(crate) fn kind_of_row(kind: &str, permits: Option<i64>) -> Option<LockKind> 
     match kind {
         "permit" => Some(LockKind::Permit {
             permits: u32::try_from(permits?).ok()?,
+            weight: 1,
         }),
         "read" => Some(LockKind::Read),
         "write" => Some(LockKind::Write),
@@ -487,7 +488,7 @@ pub(crate) fn mysql_attempt(table: &str, v: &AttemptValues<'_>) -> String {
     let kind = kind_column(v.kind).unwrap_or("object");
     let kind_lit = format!("'{kind}'");
     let (permits, won) = match v.kind {
-        LockKind::Permit { permits } => (
+        LockKind::Permit { permits, .. } => (
             permits.to_string(),
             format!(
                 "@dl_mine IS NOT NULL OR ((@dl_stored IS NULL OR @dl_stored = {permits}) \

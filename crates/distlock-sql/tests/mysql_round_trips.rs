@@ -349,7 +349,10 @@ async fn one_command_per_operation_on_semaphores_and_rw_locks() {
         .expect("the server answers");
     let ttl = Duration::from_secs(30);
     let name = LockName::new("round-trips").expect("valid");
-    let permit = LockKind::Permit { permits: 1 };
+    let permit = LockKind::Permit {
+        permits: 1,
+        weight: 1,
+    };
     let stay = Duration::from_secs(5);
 
     // Warm up: every prepared statement once.

@@ -158,7 +158,10 @@ async fn semaphores_and_rw_locks_under_unusual_modes() {
     let lock = client(&server.url()).await;
     let ttl = Duration::from_secs(30);
     let name = LockName::new(format!("mode's \\ \"kinds\" {}", uuid::Uuid::new_v4())).expect("valid");
-    let permit = LockKind::Permit { permits: 2 };
+    let permit = LockKind::Permit {
+        permits: 2,
+        weight: 1,
+    };
     let take = |kind, waiter| lock.try_acquire_kind(&name, kind, OwnerToken::new(), ttl, waiter);
 
     let a = acquired(take(permit, None).await.expect("works"), "first permit");
@@ -169,7 +172,14 @@ async fn semaphores_and_rw_locks_under_unusual_modes() {
         TryAcquire::Acquired(l) => panic!("a third permit of two: {l:?}"),
     }
     assert!(matches!(
-        take(LockKind::Permit { permits: 3 }, None).await,
+        take(
+            LockKind::Permit {
+                permits: 3,
+                weight: 1
+            },
+            None
+        )
+        .await,
         Err(Error::PermitsMismatch {
             stored: 2,
             asked: 3,

@@ -54,7 +54,10 @@ async fn one_round_trip_per_operation() {
     let ttl = Duration::from_secs(30);
     let name = LockName::new("pg-round-trips").expect("valid");
     let sem = LockName::new("pg-round-trips-permits").expect("valid");
-    let permit = LockKind::Permit { permits: 1 };
+    let permit = LockKind::Permit {
+        permits: 1,
+        weight: 1,
+    };
 
     // Warm up: every statement once (prepared and cached on the connection).
     let a = won(lock

@@ -69,7 +69,10 @@ fn unique(what: &str) -> LockName {
 }
 
 fn permit(n: u32) -> LockKind {
-    LockKind::Permit { permits: n }
+    LockKind::Permit {
+        permits: n,
+        weight: 1,
+    }
 }
 
 async fn attempt(lock: &SqlLock, name: &LockName, kind: LockKind) -> TryAcquire {

@@ -15,7 +15,10 @@ async fn takes_every_kind(lock: &SqlLock) {
     let ttl = Duration::from_secs(30);
     for kind in [
         LockKind::Exclusive,
-        LockKind::Permit { permits: 2 },
+        LockKind::Permit {
+            permits: 2,
+            weight: 1,
+        },
         LockKind::Read,
     ] {
         let attempt = match kind {

@@ -255,7 +255,10 @@ async fn check(lock: &SqlLock, db: &Db, table: &str) {
     // A permit: primitive, key, name, holder, kind, permits, TTL.
     let holder = OwnerToken::new();
     let permit_ttl = Duration::from_secs(45);
-    let kind = LockKind::Permit { permits: 3 };
+    let kind = LockKind::Permit {
+        permits: 3,
+        weight: 1,
+    };
     let permit = acquired(
         lock.try_acquire_kind(&name, kind, holder, permit_ttl, None)
             .await

@@ -123,8 +123,9 @@ impl Broken {
     /// The kind the store is asked for in place of `kind` (what the guard believes).
     fn store_kind(&self, kind: LockKind) -> LockKind {
         match (self.breakage, kind) {
-            (Breakage::OverAdmit, LockKind::Permit { permits }) => LockKind::Permit {
+            (Breakage::OverAdmit, LockKind::Permit { permits, .. }) => LockKind::Permit {
                 permits: permits.saturating_add(1),
+                weight: 1,
             },
             (Breakage::WriterAsReader, LockKind::Write) => LockKind::Read,
             _ => kind,

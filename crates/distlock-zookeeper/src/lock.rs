@@ -263,7 +263,7 @@ impl DistributedLock for ZooKeeperLock {
                     })
                     .await
             }
-            LockKind::Permit { permits } => {
+            LockKind::Permit { permits, .. } => {
                 validate_permits(permits)?;
                 self.inner.try_permit(name, permits, owner).await
             }
@@ -400,7 +400,7 @@ impl DistributedLock for ZooKeeperLock {
                 entry.disarm();
                 Ok(Some(lease))
             }
-            LockKind::Permit { permits } => {
+            LockKind::Permit { permits, .. } => {
                 validate_permits(permits)?;
                 self.inner.queue_for_permit(name, permits, owner, deadline).await
             }

@@ -92,7 +92,10 @@ async fn a_refused_lease_cleanup_still_deletes_the_locks_node() {
     let waiter = support::connect(fixture.url()).await;
     let raw = support::raw(fixture.url()).await;
     let name = LockName::new(format!("cleanup-chain-{}", uuid::Uuid::new_v4().simple())).expect("valid");
-    let kind = LockKind::Permit { permits: 1 };
+    let kind = LockKind::Permit {
+        permits: 1,
+        weight: 1,
+    };
 
     // The semaphore's `leases` node lets anyone create children but not delete them.
     let semaphore = waiter.semaphore_path(&name);

@@ -204,7 +204,13 @@ async fn a_different_permit_count_is_refused() {
         .await
         .expect("no holder is live")
         .expect("room");
-    assert_eq!(five_now.kind(), LockKind::Permit { permits: 5 });
+    assert_eq!(
+        five_now.kind(),
+        LockKind::Permit {
+            permits: 5,
+            weight: 1
+        }
+    );
     let tried = three.try_acquire().await;
     assert!(
         matches!(
@@ -229,7 +235,10 @@ async fn a_stale_owner_frees_nothing() {
     let lock = support::connect(fixture.url()).await;
     let raw = support::raw(fixture.url()).await;
     let name = unique("stale");
-    let permit = LockKind::Permit { permits: 2 };
+    let permit = LockKind::Permit {
+        permits: 2,
+        weight: 1,
+    };
     let leases = format!("{}/leases", lock.semaphore_path(&name));
 
     let earlier = acquired(
@@ -306,7 +315,10 @@ async fn a_dead_sessions_permit_is_freed() {
         holder
             .try_acquire_kind(
                 &name,
-                LockKind::Permit { permits: 1 },
+                LockKind::Permit {
+                    permits: 1,
+                    weight: 1,
+                },
                 OwnerToken::new(),
                 TTL,
                 None,
@@ -543,7 +555,10 @@ async fn a_dropped_wait_leaves_no_node() {
     let name = unique("drop-sem");
     let semaphore = lock.semaphore_path(&name);
     let (locks, leases) = (format!("{semaphore}/locks"), format!("{semaphore}/leases"));
-    let permit = LockKind::Permit { permits: 1 };
+    let permit = LockKind::Permit {
+        permits: 1,
+        weight: 1,
+    };
     let holder = acquired(
         lock.try_acquire_kind(&name, permit, OwnerToken::new(), TTL, None)
             .await,
@@ -698,7 +713,13 @@ async fn one_name_three_objects() {
         .await
         .expect("listed");
     assert_eq!(permits.len(), 1);
-    assert_eq!(permits[0].kind, LockKind::Permit { permits: 1 });
+    assert_eq!(
+        permits[0].kind,
+        LockKind::Permit {
+            permits: 1,
+            weight: 1
+        }
+    );
     assert_eq!(permits[0].owner, Some(permit.owner().to_string()));
     assert_eq!(permits[0].fencing, permit.fencing_token());
     for guard in [mutex, permit, writer] {
@@ -760,7 +781,10 @@ async fn nodes_follow_curators_layout() {
 
     // A lease: leases/_c_<owner>-lease-<10 digits>, its count as data, its czxid the token.
     let owner = OwnerToken::new();
-    let permit = LockKind::Permit { permits: 2 };
+    let permit = LockKind::Permit {
+        permits: 2,
+        weight: 1,
+    };
     let lease = acquired(lock.try_acquire_kind(&name, permit, owner, TTL, None).await);
     let node = lease.handle().expect("the node path").to_owned();
     let child = node
@@ -944,7 +968,10 @@ async fn bad_kinds_are_typed_errors() {
     let zero = lock
         .try_acquire_kind(
             &name,
-            LockKind::Permit { permits: 0 },
+            LockKind::Permit {
+                permits: 0,
+                weight: 1,
+            },
             OwnerToken::new(),
             TTL,
             None,

@@ -41,7 +41,7 @@ impl Hold {
     pub(super) async fn acquire(client: &LockClient, held: Held<'_>, opts: &AcquireOptions) -> Result<Self> {
         let name = held.name;
         let guard = match held.kind {
-            LockKind::Permit { permits } => client.semaphore(name, permits)?.acquire_with(opts).await?,
+            LockKind::Permit { permits, .. } => client.semaphore(name, permits)?.acquire_with(opts).await?,
             LockKind::Read => client.rw_lock(name)?.read_with(opts).await?,
             LockKind::Write => client.rw_lock(name)?.write_with(opts).await?,
             _ if client.capabilities().rw_locks => {

@@ -119,7 +119,13 @@ pub async fn c40_cancelled_waits_leave_nothing(ctx: Ctx) -> Outcome {
             },
         )
         .await;
-        assert_eq!(again.kind(), LockKind::Permit { permits: 1 });
+        assert_eq!(
+            again.kind(),
+            LockKind::Permit {
+                permits: 1,
+                weight: 1
+            }
+        );
         assert!(again.release().await.expect("works"));
     }
     if caps.offers(Primitive::RwLock) {

@@ -32,7 +32,13 @@ pub(crate) async fn take_permit(
     ttl: Duration,
 ) -> Lease {
     match backend
-        .try_acquire_kind(name, LockKind::Permit { permits }, OwnerToken::new(), ttl, None)
+        .try_acquire_kind(
+            name,
+            LockKind::Permit { permits, weight: 1 },
+            OwnerToken::new(),
+            ttl,
+            None,
+        )
         .await
     {
         Ok(TryAcquire::Acquired(lease)) => lease,
@@ -50,7 +56,13 @@ async fn take_permit_once_free(
 ) -> Lease {
     loop {
         match backend
-            .try_acquire_kind(name, LockKind::Permit { permits }, OwnerToken::new(), ttl, None)
+            .try_acquire_kind(
+                name,
+                LockKind::Permit { permits, weight: 1 },
+                OwnerToken::new(),
+                ttl,
+                None,
+            )
             .await
         {
             Ok(TryAcquire::Acquired(lease)) => return lease,
@@ -194,7 +206,10 @@ pub async fn c34_semaphore_counts_agree_and_stale_frees_nothing(ctx: Ctx) -> Out
         LONG_TTL,
         tokio::time::Instant::now(),
     )
-    .with_kind(LockKind::Permit { permits: 2 });
+    .with_kind(LockKind::Permit {
+        permits: 2,
+        weight: 1,
+    });
     assert!(
         !raw.release(&forged).await.expect("works"),
         "a forged release freed a permit"
@@ -241,7 +256,10 @@ pub async fn c34_semaphore_counts_agree_and_stale_frees_nothing(ctx: Ctx) -> Out
         let third = raw
             .try_acquire_kind(
                 &stale_name,
-                LockKind::Permit { permits: 1 },
+                LockKind::Permit {
+                    permits: 1,
+                    weight: 1,
+                },
                 OwnerToken::new(),
                 LONG_TTL,
                 None,

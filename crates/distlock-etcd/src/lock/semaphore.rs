@@ -160,7 +160,7 @@ impl Inner {
             if reply.succeeded {
                 let mine = created(&reply, 1);
                 let hold = Self::hold(name, owner, lease, &key, mine, sent_at)
-                    .with_kind(LockKind::Permit { permits });
+                    .with_kind(LockKind::Permit { permits, weight: 1 });
                 return Ok(TryAcquire::Acquired(hold));
             }
             read = reply;
@@ -244,7 +244,7 @@ impl Inner {
                     in_line.delete_now().await;
                     entry.disarm();
                     let hold = Self::hold(name, owner, lease, &lease_key, mine, sent_at)
-                        .with_kind(LockKind::Permit { permits });
+                        .with_kind(LockKind::Permit { permits, weight: 1 });
                     return Ok(Some(hold));
                 }
                 Ok(Counted::TimedOut) => {
@@ -374,7 +374,7 @@ impl Inner {
                     Some(FencingToken::new(kv.create_revision.unsigned_abs())),
                     None,
                 )
-                .with_kind(LockKind::Permit { permits })
+                .with_kind(LockKind::Permit { permits, weight: 1 })
             })
             .collect())
     }

@@ -69,7 +69,7 @@ impl SqlLock {
             return self.acquire(name, owner, ttl, None).await;
         }
         self.storable(name)?;
-        if let LockKind::Permit { permits: 0 } = kind {
+        if let LockKind::Permit { permits: 0, .. } = kind {
             return Err(Error::invalid_options("a semaphore needs at least one permit"));
         }
         let ttl_units = self.ttl_units(ttl)?;
@@ -115,7 +115,7 @@ impl SqlLock {
                     owner: Some(&owner_str),
                     kind: Some(kind_column(kind).unwrap_or_default()),
                     permits: match kind {
-                        LockKind::Permit { permits } => Some(i32::try_from(permits).unwrap_or(i32::MAX)),
+                        LockKind::Permit { permits, .. } => Some(i32::try_from(permits).unwrap_or(i32::MAX)),
                         _ => None,
                     },
                     ttl: Some(ttl_units),
@@ -150,7 +150,9 @@ impl SqlLock {
                         owner: Some(&owner_str),
                         kind: Some(kind_column(kind).unwrap_or_default()),
                         permits: match kind {
-                            LockKind::Permit { permits } => Some(i32::try_from(permits).unwrap_or(i32::MAX)),
+                            LockKind::Permit { permits, .. } => {
+                                Some(i32::try_from(permits).unwrap_or(i32::MAX))
+                            }
                             _ => None,
                         },
                         ttl: Some(ttl_units),
@@ -183,11 +185,13 @@ impl SqlLock {
                 ))
             }
             Outcome::Lost(census) => match (census.verdict(kind), kind) {
-                (Verdict::Mismatch(stored), LockKind::Permit { permits }) => Err(Error::PermitsMismatch {
-                    name: name.as_str().to_owned(),
-                    stored: u32::try_from(stored).unwrap_or(u32::MAX),
-                    asked: permits,
-                }),
+                (Verdict::Mismatch(stored), LockKind::Permit { permits, .. }) => {
+                    Err(Error::PermitsMismatch {
+                        name: name.as_str().to_owned(),
+                        stored: u32::try_from(stored).unwrap_or(u32::MAX),
+                        asked: permits,
+                    })
+                }
                 _ => Ok(TryAcquire::Held(
                     census.wait_hint(kind).map_or_else(Holder::unknown, |left| {
                         Holder::expiring_in(self.remaining(Some(left)).unwrap_or(Duration::ZERO))

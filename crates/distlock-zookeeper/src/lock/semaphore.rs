@@ -98,7 +98,7 @@ impl Inner {
         permits: u32,
         owner: OwnerToken,
     ) -> Result<TryAcquire> {
-        let kind = LockKind::Permit { permits };
+        let kind = LockKind::Permit { permits, weight: 1 };
         let paths = Paths::of(self, name);
         let room = usize::try_from(permits).unwrap_or(usize::MAX);
         self.bounded(async {
@@ -207,7 +207,7 @@ impl Inner {
         owner: OwnerToken,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>> {
-        let kind = LockKind::Permit { permits };
+        let kind = LockKind::Permit { permits, weight: 1 };
         let paths = Paths::of(self, name);
         let room = usize::try_from(permits).unwrap_or(usize::MAX);
         let sent_at = Instant::now();
@@ -370,7 +370,7 @@ impl Inner {
                         owner_in(&child).unwrap_or_else(|| String::from_utf8_lossy(&data).into_owned());
                     let permits = permits_in(&data).or(agreed).unwrap_or(0);
                     LockState::held(owner, u64::try_from(stat.czxid).ok().map(FencingToken::new), None)
-                        .with_kind(LockKind::Permit { permits })
+                        .with_kind(LockKind::Permit { permits, weight: 1 })
                 })
                 .collect())
         })
