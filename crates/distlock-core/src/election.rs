@@ -298,6 +298,11 @@ impl Leadership {
         &self.guard
     }
 
+    /// The lock held underneath, to keep or pass on as any guard (dropping it resigns).
+    pub fn into_guard(self) -> LockGuard {
+        self.guard
+    }
+
     /// Steps down: releases the leadership so another candidate may take office. Returns
     /// whether this process still led.
     ///

@@ -11,6 +11,7 @@
 //! | waiters         | `{<slot tag>}` `0xFF` `waiters:` `<lock key>`  | sorted set, `PX` the longest stay |
 //! | release channel | `distlock:released:<lock key>`                | pub/sub channel, not a key       |
 //! | release marker  | `{<slot tag>}` `0xFF` `released:` `<owner>` `:` `<lock key>` | string = the release's nonce, `PX` a few timeouts; cluster only |
+//! | holder's note   | `{<slot tag>}` `0xFF` `note:` `<lock key>`     | string = `<owner>` `\n` `<note>`, no TTL (read only beside its owner's hold) |
 //!
 //! On a Redis Cluster every channel is preceded by the lock key's `{<slot tag>}` `0xFF`
 //! (`{<slot tag>}` `0xFF` `distlock:released:<lock key>`, and so on), so it hashes to the
@@ -80,6 +81,7 @@ const WRITER_MARK: &[u8] = b"rw-writer:";
 const WAITING_WRITERS_MARK: &[u8] = b"rw-waiting:";
 const RW_FENCE_MARK: &[u8] = b"rw-fence:";
 const RELEASED_MARK: &[u8] = b"released:";
+const NOTE_MARK: &[u8] = b"note:";
 const CHANNEL_PREFIX: &[u8] = b"distlock:released:";
 const SEMAPHORE_CHANNEL_PREFIX: &[u8] = b"distlock:semaphore-released:";
 const RW_LOCK_CHANNEL_PREFIX: &[u8] = b"distlock:rw-lock-released:";
@@ -105,6 +107,12 @@ pub(crate) struct LockKeys {
     pub(crate) waiters: Vec<u8>,
     /// The pub/sub channel a release is announced on.
     pub(crate) channel: Vec<u8>,
+}
+
+/// The note a mutex holder leaves beside its hold (`<owner>\n<note>`), in the lock key's
+/// hash slot: read only while that owner holds the lock.
+pub(crate) fn note_key(lock_key: &[u8]) -> Vec<u8> {
+    derived(&derived_head(lock_key), NOTE_MARK, lock_key)
 }
 
 /// The keys and channel of one semaphore.

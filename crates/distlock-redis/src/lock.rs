@@ -382,7 +382,9 @@ impl DistributedLock for RedisLock {
     /// semaphore's permit; every waiter of the object for read-write locks), semaphores and
     /// read-write locks.
     fn capabilities(&self) -> Capabilities {
-        let mut caps = Self::single_instance_capabilities().with_primitives(true, true);
+        let mut caps = Self::single_instance_capabilities()
+            .with_primitives(true, true)
+            .with_notes(true);
         if !self.inner.config.notifications {
             caps.wake_up = WakeUp::Polling;
         }
@@ -575,8 +577,30 @@ impl DistributedLock for RedisLock {
         }
     }
 
+    /// One round trip: a script stores `<owner>\n<note>` in the lock's note key if `GET` of
+    /// the lock key is the lease's owner. The note key has no TTL: [`inspect`](Self::inspect)
+    /// reports it only while its owner holds the lock.
+    async fn set_note(&self, lease: &Lease, note: &str) -> Result<bool> {
+        if lease.kind() != LockKind::Exclusive {
+            return Ok(false);
+        }
+        let keys = self.keys(lease.name());
+        let note_key = crate::keys::note_key(&keys.lock);
+        let owner = lease.owner().to_string();
+        let stored: i64 = self
+            .inner
+            .node
+            .script(
+                &scripts::NOTE,
+                &[&keys.lock, &note_key],
+                &[owner.as_bytes(), note.as_bytes()],
+            )
+            .await?;
+        Ok(stored == 1)
+    }
+
     /// One round trip: the live holders, read atomically by a script; for the mutex, `GET`,
-    /// `PTTL` and the fencing counter (a free lock reports its last token).
+    /// `PTTL`, the fencing counter (a free lock reports its last token) and the holder's note.
     async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
         let (node, space) = (&self.inner.node, &self.inner.keys);
         match primitive {
@@ -588,17 +612,20 @@ impl DistributedLock for RedisLock {
                 .map(ObjectState::held_by),
             _ => {
                 let keys = self.keys(name);
-                let (owner, pttl, fencing): (Option<Vec<u8>>, i64, Option<u64>) = self
+                let note_key = crate::keys::note_key(&keys.lock);
+                let (owner, pttl, fencing, note): (Option<Vec<u8>>, i64, Option<u64>, Option<Vec<u8>>) = self
                     .inner
                     .node
-                    .script(&scripts::INSPECT, &[&keys.lock, &keys.fence], &[])
+                    .script(&scripts::INSPECT, &[&keys.lock, &keys.fence, &note_key], &[])
                     .await?;
                 let fencing = fencing.map(FencingToken::new);
                 let remaining = u64::try_from(pttl).ok().map(Duration::from_millis);
                 // Other clients of the layout may store any bytes as the owner.
                 Ok(ObjectState::from(match owner {
                     Some(owner) => {
+                        let note = note.and_then(|record| note_of(&record, &owner));
                         LockState::held(String::from_utf8_lossy(&owner).into_owned(), fencing, remaining)
+                            .with_note(note)
                     }
                     None => LockState::free(fencing),
                 }))
@@ -615,6 +642,12 @@ impl DistributedLock for RedisLock {
             Err(Error::backend(BACKEND, format!("PING answered {pong:?}")))
         }
     }
+}
+
+/// The note in a note record (`<owner>\n<note>`) if `owner` left it.
+fn note_of(record: &[u8], owner: &[u8]) -> Option<String> {
+    let split = record.iter().position(|&b| b == b'\n')?;
+    (record[..split] == *owner).then(|| String::from_utf8_lossy(&record[split + 1..]).into_owned())
 }
 
 impl std::fmt::Debug for RedisLock {

@@ -181,6 +181,10 @@ pub(crate) static WITHDRAW_WRITER: LazyLock<LuaScript> =
 pub(crate) static INSPECT: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::shrinking(include_str!("inspect.lua")));
 
+/// A mutex holder leaves a note beside its hold (`note.lua`).
+pub(crate) static NOTE: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::shrinking(include_str!("note.lua")));
+
 /// The mutex's holder and its TTL, for Redlock (`inspect_unfenced.lua`).
 pub(crate) static INSPECT_UNFENCED: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::shrinking(include_str!("inspect_unfenced.lua")));
@@ -198,7 +202,7 @@ mod tests {
     use super::*;
 
     /// Every script, with its helpers taken in.
-    fn all() -> [&'static LuaScript; 11] {
+    fn all() -> [&'static LuaScript; 12] {
         [
             &ACQUIRE,
             &RELEASE,
@@ -208,6 +212,7 @@ mod tests {
             &LEAVE_PERMIT,
             &WITHDRAW_WRITER,
             &INSPECT,
+            &NOTE,
             &INSPECT_UNFENCED,
             &INSPECT_SEMAPHORE,
             &INSPECT_RW_LOCK,
