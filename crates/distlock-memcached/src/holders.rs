@@ -65,9 +65,15 @@ impl MemcachedLock {
         if Side::of(kind).is_none() {
             return self.acquire_once(name, owner, ttl).await;
         }
-        if let LockKind::Permit { permits, .. } = kind {
+        if let LockKind::Permit { permits, weight } = kind {
             if permits == 0 {
                 return Err(Error::invalid_options("a semaphore needs at least one permit"));
+            }
+            if weight == 0 || weight > permits {
+                return Err(Error::invalid_options(format!(
+                    "a hold of {weight} permits of a semaphore of {permits}: it takes at least one \
+                     and at most them all"
+                )));
             }
             if usize::try_from(permits).map_or(true, |p| p > MAX_HOLDERS) {
                 return Err(Error::NotSupported {
@@ -267,10 +273,7 @@ impl MemcachedLock {
                     .iter()
                     .map(|hold| {
                         let kind = match hold.side {
-                            Side::Permit => LockKind::Permit {
-                                permits: item.permits,
-                                weight: 1,
-                            },
+                            Side::Permit => LockKind::permits(item.permits, hold.weight),
                             Side::Read => LockKind::Read,
                             Side::Write => LockKind::Write,
                         };

@@ -7,7 +7,7 @@
 //! rules see every holder at once (an exact permit count, a mismatched count detected):
 //!
 //! ```text
-//! v1 <expires> <counter> <permits> h<side><owner>:<until>:<token> ... q<waiter>:<until> ...
+//! v1 <expires> <counter> <permits> h<side><owner>:<until>:<token>[:<weight>] ... q<waiter>:<until> ...
 //! ```
 //!
 //! - `expires`: the item's own absolute expiry, in unix seconds **on the server's clock**
@@ -18,8 +18,10 @@
 //!   lock);
 //! - one `h` record per hold: `side` is `p` (a permit), `r` (a read) or `w` (the write lock),
 //!   `owner` the owner token as 32 hex digits, `until` the server second at which the hold
-//!   ends (it is over once the server's clock reaches it, as memcached judges its items), and
-//!   `token` its fencing token;
+//!   ends (it is over once the server's clock reaches it, as memcached judges its items),
+//!   `token` its fencing token, and `weight` the permits a semaphore's hold takes, written
+//!   only when it is more than one (so records written before weights existed read as one
+//!   permit each, and an item without weighted holds reads the same to older clients);
 //! - one `q` record per waiting writer, with the server second at which its record lapses.
 
 use std::fmt::Write as _;
@@ -37,13 +39,19 @@ pub(crate) const MAX_WAITING_WRITERS: usize = 64;
 pub(crate) const MAX_WAITER_ID: usize = 64;
 
 /// The longest value an item can reach: the header, every hold, every waiting writer (each
-/// with its widest numbers and separators).
-pub(crate) const MAX_VALUE_LEN: usize =
-    HEADER_LEN + MAX_HOLDERS * HOLD_LEN + MAX_WAITING_WRITERS * (MAX_WAITER_ID + WAITER_EXTRA_LEN);
+/// with its widest numbers and separators). A weight is written only for a hold of two
+/// permits or more, so at most half of [`MAX_HOLDERS`] holds carry one.
+pub(crate) const MAX_VALUE_LEN: usize = HEADER_LEN
+    + MAX_HOLDERS * HOLD_LEN
+    + MAX_HOLDERS / 2 * WEIGHT_LEN
+    + MAX_WAITING_WRITERS * (MAX_WAITER_ID + WAITER_EXTRA_LEN);
 /// `v1` and three numbers of at most 20 digits, each after a space.
 const HEADER_LEN: usize = 2 + 3 * 21;
 /// ` h`, the side, 32 hex digits, and two `:`-led numbers of at most 20 digits.
 const HOLD_LEN: usize = 2 + 1 + 32 + 2 * 21;
+/// `:` and a weight of at most 3 digits (a weight is at most the count, at most
+/// [`MAX_HOLDERS`]).
+const WEIGHT_LEN: usize = 1 + 3;
 /// ` q`, then a `:`-led number of at most 20 digits.
 const WAITER_EXTRA_LEN: usize = 2 + 21;
 const _: () = assert!(MAX_VALUE_LEN <= crate::wire::MAX_VALUE);
@@ -94,6 +102,8 @@ pub(crate) struct Hold {
     pub(crate) owner: u128,
     pub(crate) until: u64,
     pub(crate) token: u64,
+    /// The permits it takes (1 for reads and writes).
+    pub(crate) weight: u32,
 }
 
 /// One waiting writer recorded in the item.
@@ -169,6 +179,10 @@ impl Item {
                         owner: u128::from_str_radix(owner, 16).ok()?,
                         until: parts.next()?.parse().ok()?,
                         token: parts.next()?.parse().ok()?,
+                        weight: match parts.next() {
+                            Some(weight) => weight.parse().ok().filter(|w| *w > 1)?,
+                            None => 1,
+                        },
                     };
                     if parts.next().is_some() {
                         return None;
@@ -203,6 +217,9 @@ impl Item {
                 hold.until,
                 hold.token
             );
+            if hold.weight != 1 {
+                let _ = write!(out, ":{}", hold.weight);
+            }
         }
         for waiter in &self.waiting {
             let _ = write!(out, " q{}:{}", waiter.id, waiter.until);
@@ -231,11 +248,12 @@ impl Item {
             return Err(Refusal::NotAHold);
         };
         let blocked = match kind {
-            LockKind::Permit { permits, .. } => {
+            LockKind::Permit { permits, weight } => {
                 if !self.holds.is_empty() && self.permits != permits {
                     return Err(Refusal::PermitsMismatch { stored: self.permits });
                 }
-                let full = self.holds.len() >= usize::try_from(permits).unwrap_or(usize::MAX);
+                let taken: u64 = self.holds.iter().map(|h| u64::from(h.weight)).sum();
+                let full = taken + u64::from(weight) > u64::from(permits);
                 full.then(|| self.expiring(now, true, |_| true))
             }
             LockKind::Read => {
@@ -270,6 +288,7 @@ impl Item {
             owner,
             until,
             token: self.counter,
+            weight: kind.weight(),
         });
         Ok(Admission::Granted { token: self.counter })
     }
@@ -415,6 +434,7 @@ mod tests {
                 owner: u128::MAX - i as u128,
                 until: u64::MAX,
                 token: u64::MAX,
+                weight: 1,
             });
         }
         for i in 0..MAX_WAITING_WRITERS {
@@ -445,6 +465,33 @@ mod tests {
         assert!(item.release(Side::Permit, 2));
         assert!(!item.release(Side::Permit, 2), "released once only");
         assert_eq!(granted(item.admit(permit(3), 4, NOW + 9, None, NOW)), 14);
+    }
+
+    #[test]
+    fn a_weighted_hold_takes_its_weight_and_is_one_record() {
+        let mut item = Item::fresh(NOW + 100, 0);
+        granted(item.admit(LockKind::permits(4, 3), 1, NOW + 5, None, NOW));
+        let (_, recorded) = refused(item.admit(LockKind::permits(4, 2), 2, NOW + 5, None, NOW));
+        assert!(!recorded);
+        granted(item.admit(permit(4), 3, NOW + 5, None, NOW));
+        refused(item.admit(permit(4), 4, NOW + 5, None, NOW));
+        assert_eq!(item.holds.len(), 2);
+        let text = item.encode();
+        assert!(text.contains(":3 ") || text.ends_with(":3"), "{text}");
+        assert_eq!(Item::parse(&text), Some(item.clone()));
+        // Released whole: all three permits come back.
+        assert!(item.release(Side::Permit, 1));
+        granted(item.admit(LockKind::permits(4, 3), 5, NOW + 5, None, NOW));
+        // Records without a weight (as written before weights) take one permit; a weight of
+        // 0 or 1 is never written, so it is not one of ours.
+        let old = format!("v1 {} 7 2 hp{:032x}:{}:7", NOW + 100, 9, NOW + 5);
+        let mut old = Item::parse(&old).expect("an old record reads");
+        assert_eq!(old.holds[0].weight, 1);
+        granted(old.admit(permit(2), 10, NOW + 5, None, NOW));
+        for bad in [":0", ":1", ":x", ":2:2"] {
+            let text = format!("v1 {} 7 2 hp{:032x}:{}:7{bad}", NOW + 100, 9, NOW + 5);
+            assert_eq!(Item::parse(&text), None, "{text}");
+        }
     }
 
     #[test]

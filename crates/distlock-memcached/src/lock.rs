@@ -392,6 +392,7 @@ impl DistributedLock for MemcachedLock {
             .with_ttl_granularity(Duration::from_secs(1))
             .with_ttl_range(MIN_TTL, MAX_TTL)
             .with_primitives(true, true)
+            .with_weights_and_upgrades(true, false)
             .with_notes(true)
     }
 
@@ -511,6 +512,6 @@ mod tests {
         assert_eq!((caps.min_ttl, caps.max_ttl), (MIN_TTL, MAX_TTL));
         assert!(caps.validate_ttl(Duration::from_secs(31 * 24 * 3600)).is_err());
         assert!(caps.semaphores && caps.rw_locks);
-        assert!(caps.notes);
+        assert!(caps.notes && caps.weighted_permits);
     }
 }
