@@ -179,12 +179,16 @@ pub(crate) const BACKEND: &str = "memcached";
 /// [`LockClient::semaphore`](distlock_core::LockClient::semaphore) and
 /// [`LockClient::rw_lock`](distlock_core::LockClient::rw_lock) work on one item per object
 /// (`ns:s:<name>`, `ns:w:<name>`: apart from each other and from the mutex of the same name)
-/// whose value lists every hold (side, owner token, end, fencing token), the waiting writers,
+/// whose value lists every hold (side, owner token, end, fencing token, and a semaphore
+/// hold's weight when it takes more than one permit), the waiting writers,
 /// the semaphore's count and the object's fencing counter. Each change reads the item and
 /// rewrites it with a classic `cas`, so:
 ///
-/// - **Exact.** At most `permits` live holders, under any race between clients: two
-///   clients that read the same item cannot both write it. A client that names another count
+/// - **Exact.** The weights of the live holds never add up to more than `permits`, under any
+///   race between clients: two clients that read the same item cannot both write it. A hold
+///   of several permits ([`Semaphore::acquire_many`](distlock_core::Semaphore::acquire_many))
+///   is one record, taken only when that many are free at once, and released, renewed and
+///   cleaned up by owner whole. A client that names another count
 ///   than the live holders gets [`Error::PermitsMismatch`], and once no holder is live a new
 ///   count is taken. A writer waits for every reader and writer; while a waiting writer is
 ///   recorded (its record renewed by each attempt of its wait, dropped when it wins or
@@ -195,7 +199,8 @@ pub(crate) const BACKEND: &str = "memcached";
 ///   decides whether a hold is live. Absolute expiries limit these primitives to
 ///   mid-December 2037: memcached 1.6 parses expiry times as 32-bit numbers (a write that
 ///   would not fit fails with [`Error::Backend`] instead of storing an item that vanishes).
-/// - **Bounded.** One item keeps at most 512 holds (permits or readers): a semaphore of
+/// - **Bounded.** One item keeps at most 512 holds (permits or readers), so no semaphore
+///   can exceed 512 permits: a semaphore of
 ///   more permits, or a 513th reader, gets [`Error::NotSupported`]; at most 64 waiting
 ///   writers are recorded (the rest wait unrecorded, while the recorded ones keep readers
 ///   out). The item stays below 48 KiB.
