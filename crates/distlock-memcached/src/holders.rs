@@ -63,7 +63,12 @@ impl MemcachedLock {
         waiter: Option<(&str, Duration)>,
     ) -> Result<TryAcquire> {
         if Side::of(kind).is_none() {
-            return self.acquire_once(name, owner, ttl).await;
+            return match kind {
+                LockKind::Exclusive => self.acquire_once(name, owner, ttl).await,
+                kind => Err(Error::invalid_options(format!(
+                    "{kind} is not a hold of a semaphore or read-write lock"
+                ))),
+            };
         }
         if let LockKind::Permit { permits, weight } = kind {
             if permits == 0 {
@@ -275,6 +280,7 @@ impl MemcachedLock {
                         let kind = match hold.side {
                             Side::Permit => LockKind::permits(item.permits, hold.weight),
                             Side::Read => LockKind::Read,
+                            Side::Upgradeable => LockKind::UpgradeableRead,
                             Side::Write => LockKind::Write,
                         };
                         LockState::held(

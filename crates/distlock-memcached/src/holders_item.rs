@@ -16,7 +16,9 @@
 //! - `counter`: the last fencing token handed out for this object;
 //! - `permits`: the count the semaphore's live holders were admitted with (0 for a read-write
 //!   lock);
-//! - one `h` record per hold: `side` is `p` (a permit), `r` (a read) or `w` (the write lock),
+//! - one `h` record per hold: `side` is `p` (a permit), `r` (a read), `u` (the upgradeable
+//!   read; a client that predates it refuses the item rather than misread it) or `w` (the
+//!   write lock),
 //!   `owner` the owner token as 32 hex digits, `until` the server second at which the hold
 //!   ends (it is over once the server's clock reaches it, as memcached judges its items),
 //!   `token` its fencing token, and `weight` the permits a semaphore's hold takes, written
@@ -63,6 +65,9 @@ const _: () = assert!(MAX_VALUE_LEN < 48 * 1024);
 pub(crate) enum Side {
     Permit,
     Read,
+    /// The upgradeable read: shares with plain reads, excludes writes and other upgradeable
+    /// reads, and its owner's write attempt turns it into the write hold.
+    Upgradeable,
     Write,
 }
 
@@ -72,6 +77,7 @@ impl Side {
         match kind {
             LockKind::Permit { .. } => Some(Self::Permit),
             LockKind::Read => Some(Self::Read),
+            LockKind::UpgradeableRead => Some(Self::Upgradeable),
             LockKind::Write => Some(Self::Write),
             _ => None,
         }
@@ -81,6 +87,7 @@ impl Side {
         match self {
             Self::Permit => 'p',
             Self::Read => 'r',
+            Self::Upgradeable => 'u',
             Self::Write => 'w',
         }
     }
@@ -89,6 +96,7 @@ impl Side {
         match letter {
             'p' => Some(Self::Permit),
             'r' => Some(Self::Read),
+            'u' => Some(Self::Upgradeable),
             'w' => Some(Self::Write),
             _ => None,
         }
@@ -236,6 +244,10 @@ impl Item {
     /// One attempt at a hold of `kind` for `owner` until server second `until`, on a pruned
     /// item at server second `now`. A refused [`LockKind::Write`] attempt with a `waiter`
     /// (its id and the second its record lapses) records it; a granted one removes it.
+    ///
+    /// A write attempt by the owner of the upgradeable read is its upgrade: granted once no
+    /// other hold remains, it replaces that hold with the write hold (a new token) in this
+    /// same rewrite, so nothing can come between.
     pub(crate) fn admit(
         &mut self,
         kind: LockKind,
@@ -254,17 +266,31 @@ impl Item {
                 }
                 let taken: u64 = self.holds.iter().map(|h| u64::from(h.weight)).sum();
                 let full = taken + u64::from(weight) > u64::from(permits);
-                full.then(|| self.expiring(now, true, |_| true))
+                full.then(|| self.expiring(now, true, |_: &Hold| true))
             }
-            LockKind::Read => {
-                if self.holds.iter().any(|h| h.side == Side::Write) {
-                    Some(self.expiring(now, true, |s| s == Side::Write))
+            // Plain and upgradeable readers: kept out by the holds their kind excludes, then
+            // by any waiting writer.
+            LockKind::Read | LockKind::UpgradeableRead => {
+                let excluded = |h: &Hold| match h.side {
+                    Side::Write => true,
+                    Side::Upgradeable => kind == LockKind::UpgradeableRead,
+                    Side::Permit | Side::Read => false,
+                };
+                if self.holds.iter().any(excluded) {
+                    Some(self.expiring(now, true, excluded))
                 } else {
                     (!self.waiting.is_empty()).then(Holder::unknown)
                 }
             }
-            // A writer waits for every hold to end; other waiting writers do not block it.
-            _ => (!self.holds.is_empty()).then(|| self.expiring(now, false, |_| true)),
+            // A writer waits for every hold to end but its own upgradeable read; other waiting
+            // writers do not block it.
+            _ => {
+                let other = |h: &Hold| !(h.owner == owner && h.side == Side::Upgradeable);
+                self.holds
+                    .iter()
+                    .any(other)
+                    .then(|| self.expiring(now, false, other))
+            }
         };
         if let Some(holder) = blocked {
             let recorded = match (side, waiter) {
@@ -272,6 +298,10 @@ impl Item {
                 _ => false,
             };
             return Ok(Admission::Refused { holder, recorded });
+        }
+        if side == Side::Write {
+            // The upgrade: its upgradeable read becomes this write hold.
+            self.release(Side::Upgradeable, owner);
         }
         if self.holds.len() >= MAX_HOLDERS {
             return Err(Refusal::TooManyHolders);
@@ -339,8 +369,8 @@ impl Item {
 
     /// The first (`earliest`) or last hold on a side `which` accepts to end, as a waiter's
     /// hint: the seconds left on the server's clock and the holder's owner token.
-    fn expiring(&self, now: u64, earliest: bool, which: impl Fn(Side) -> bool) -> Holder {
-        let holds = self.holds.iter().filter(|h| which(h.side));
+    fn expiring(&self, now: u64, earliest: bool, which: impl Fn(&Hold) -> bool) -> Holder {
+        let holds = self.holds.iter().filter(|h| which(h));
         let hold = if earliest {
             holds.min_by_key(|h| h.until)
         } else {
@@ -567,6 +597,48 @@ mod tests {
         item.record_waiter("w", NOW + 3);
         item.prune(NOW + 3);
         granted(item.admit(LockKind::Read, 2, NOW + 5, None, NOW + 3));
+    }
+
+    #[test]
+    fn an_upgradeable_read_shares_with_readers_and_upgrades_in_place() {
+        let mut item = Item::fresh(NOW + 100, 0);
+        let read_token = granted(item.admit(LockKind::UpgradeableRead, 1, NOW + 5, None, NOW));
+        granted(item.admit(LockKind::Read, 2, NOW + 5, None, NOW));
+        let (holder, _) = refused(item.admit(LockKind::UpgradeableRead, 3, NOW + 5, None, NOW));
+        assert_eq!(
+            holder.owner,
+            Some(owner_text(1)),
+            "one upgradeable reader at a time"
+        );
+        refused(item.admit(LockKind::Write, 3, NOW + 5, None, NOW));
+        // The upgrade waits for the plain reader, and its waiter record keeps new readers
+        // (plain and upgradeable) out meanwhile.
+        let (holder, recorded) = refused(item.admit(LockKind::Write, 1, NOW + 9, Some(("up", NOW + 3)), NOW));
+        assert!(recorded);
+        assert_eq!(
+            holder.owner,
+            Some(owner_text(2)),
+            "waits for the plain reader only"
+        );
+        refused(item.admit(LockKind::Read, 4, NOW + 5, None, NOW));
+        let text = item.encode();
+        assert_eq!(Item::parse(&text), Some(item.clone()), "{text}");
+        item.release(Side::Read, 2);
+        let write_token = granted(item.admit(LockKind::Write, 1, NOW + 9, Some(("up", NOW + 3)), NOW));
+        assert!(write_token > read_token);
+        assert_eq!(item.holds.len(), 1, "one write record, no upgradeable read left");
+        assert_eq!((item.holds[0].side, item.holds[0].owner), (Side::Write, 1));
+        assert!(item.waiting.is_empty());
+        assert!(
+            !item.renew(Side::Upgradeable, 1, NOW + 20),
+            "the read hold is gone"
+        );
+        refused(item.admit(LockKind::UpgradeableRead, 3, NOW + 5, None, NOW));
+        assert!(item.release(Side::Write, 1));
+        assert!(item.holds.is_empty());
+        // A plain reader's write attempt is no upgrade: it waits for its own read.
+        granted(item.admit(LockKind::Read, 5, NOW + 5, None, NOW));
+        refused(item.admit(LockKind::Write, 5, NOW + 5, None, NOW));
     }
 
     #[test]

@@ -397,7 +397,7 @@ impl DistributedLock for MemcachedLock {
             .with_ttl_granularity(Duration::from_secs(1))
             .with_ttl_range(MIN_TTL, MAX_TTL)
             .with_primitives(true, true)
-            .with_weights_and_upgrades(true, false)
+            .with_weights_and_upgrades(true, true)
             .with_notes(true)
     }
 
@@ -517,6 +517,6 @@ mod tests {
         assert_eq!((caps.min_ttl, caps.max_ttl), (MIN_TTL, MAX_TTL));
         assert!(caps.validate_ttl(Duration::from_secs(31 * 24 * 3600)).is_err());
         assert!(caps.semaphores && caps.rw_locks);
-        assert!(caps.notes && caps.weighted_permits);
+        assert!(caps.notes && caps.weighted_permits && caps.upgradeable_reads);
     }
 }
