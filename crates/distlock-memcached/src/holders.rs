@@ -49,7 +49,8 @@ impl MemcachedLock {
     // ---------------------------------------------------------------------------------------
     // Acquire
 
-    /// One attempt at a permit (or a weighted hold of several), a read or the write lock. **2 round trips** (`mg`, then `cas`
+    /// One attempt at a permit (or a weighted hold of several), a read, an upgradeable read
+    /// or the write lock (for the owner of the upgradeable read, its upgrade). **2 round trips** (`mg`, then `cas`
     /// with `mg`), 1 when the attempt is refused without recording a waiting writer, one more
     /// when it creates the item, more for races lost to other clients' writes (see the module
     /// docs; if they go on until the operation timeout, the attempt reports the object held,

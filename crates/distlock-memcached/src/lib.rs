@@ -12,8 +12,9 @@
 //!   [`distlock_core::LocalWaiters`]).
 //! - Semaphores and read-write locks ([`distlock_core::LockClient::semaphore`],
 //!   [`distlock_core::LockClient::rw_lock`]) keep each object in one item, changed by a
-//!   read and a CAS-guarded rewrite (2 round trips): exact permit counts, writer preference,
-//!   holds ended by the server's clock; see "Semaphores and read-write locks" on
+//!   read and a CAS-guarded rewrite (2 round trips): exact permit counts (a hold may take
+//!   several), writer preference, upgradeable reads that become the write lock in one
+//!   rewrite, holds ended by the server's clock; see "Semaphores and read-write locks" on
 //!   [`MemcachedLock`].
 //! - A mutex holder can leave a note beside its hold ([`distlock_core::DistributedLock::set_note`],
 //!   at most [`MAX_NOTE_BYTES`]), which is what leader election

@@ -179,7 +179,8 @@ pub(crate) const BACKEND: &str = "memcached";
 /// [`LockClient::semaphore`](distlock_core::LockClient::semaphore) and
 /// [`LockClient::rw_lock`](distlock_core::LockClient::rw_lock) work on one item per object
 /// (`ns:s:<name>`, `ns:w:<name>`: apart from each other and from the mutex of the same name)
-/// whose value lists every hold (side, owner token, end, fencing token, and a semaphore
+/// whose value lists every hold (side: a permit, a read, the upgradeable read or the write
+/// lock; owner token, end, fencing token, and a semaphore
 /// hold's weight when it takes more than one permit), the waiting writers,
 /// the semaphore's count and the object's fencing counter. Each change reads the item and
 /// rewrites it with a classic `cas`, so:
@@ -192,7 +193,16 @@ pub(crate) const BACKEND: &str = "memcached";
 ///   than the live holders gets [`Error::PermitsMismatch`], and once no holder is live a new
 ///   count is taken. A writer waits for every reader and writer; while a waiting writer is
 ///   recorded (its record renewed by each attempt of its wait, dropped when it wins or
-///   withdraws, lapsing after its stay plus two seconds), no new reader gets in.
+///   withdraws, lapsing after its stay plus two seconds), no new reader gets in, plain or
+///   upgradeable.
+/// - **Upgradeable reads** ([`RwLock::upgradeable_read`](distlock_core::RwLock::upgradeable_read))
+///   are a record of their own side in the same item: one at a time, beside plain readers,
+///   never beside a writer. The upgrade is a write attempt by the same owner: it waits (as a
+///   recorded waiting writer, keeping new readers out) until no other hold remains, then
+///   replaces the upgradeable record with the write record, with a new fencing token, in one
+///   CAS rewrite, so no writer comes between; renewing the old read lease then finds nothing.
+///   The same round trips as any hold (2 per attempt). A client older than upgradeable reads
+///   refuses an item holding one ([`Error::Backend`]) rather than misread it.
 /// - **Holds end by the server's clock**, in whole seconds, like the mutex's items, with the
 ///   same two seconds of slack: the item is written with an absolute expiry that its value
 ///   repeats, so every read learns the server's clock from the `t` flag. No client's clock
