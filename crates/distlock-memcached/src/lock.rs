@@ -201,8 +201,10 @@ pub(crate) const BACKEND: &str = "memcached";
 ///   recorded waiting writer, keeping new readers out) until no other hold remains, then
 ///   replaces the upgradeable record with the write record, with a new fencing token, in one
 ///   CAS rewrite, so no writer comes between; renewing the old read lease then finds nothing.
-///   The same round trips as any hold (2 per attempt). A client older than upgradeable reads
-///   refuses an item holding one ([`Error::Backend`]) rather than misread it.
+///   The same round trips as any hold (2 per attempt).
+/// - **Older clients** (before weighted permits and upgradeable reads) read items without
+///   such records as before, and refuse an item holding one ([`Error::Backend`]) rather than
+///   misread it: upgrade every client of a store before using either.
 /// - **Holds end by the server's clock**, in whole seconds, like the mutex's items, with the
 ///   same two seconds of slack: the item is written with an absolute expiry that its value
 ///   repeats, so every read learns the server's clock from the `t` flag. No client's clock
