@@ -267,3 +267,54 @@ async fn a_leader_that_stops_renewing_is_replaced_within_its_ttl() {
     assert!(leader.term > dead_term, "{:?} after {dead_term:?}", leader.term);
     assert!(next.resign().await.expect("works"));
 }
+
+/// The old holder keeps writing its note while its hold expires and a new holder takes the
+/// lock and writes its own: whatever the interleaving, the new holder's note stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_holder_writing_on_never_replaces_the_next_holders_note() {
+    let url = support::shared_url().await;
+    for round in 0..3 {
+        let name = fresh(&format!("note-race-{round}"));
+        let (old_client, new_client) = (support::lock(&url), support::lock(&url));
+        let old = take(&old_client, &name, Duration::from_secs(1)).await;
+        let stale = {
+            let (lock, old) = (old_client.clone(), old.clone());
+            tokio::spawn(async move {
+                let (mut stored, started) = (0u32, Instant::now());
+                // Until the store no longer records it as the holder.
+                while lock.set_note(&old, "old").await.expect("works") {
+                    stored += 1;
+                    assert!(
+                        started.elapsed() < Duration::from_secs(15),
+                        "a note was stored 15 s after a hold of 1 s"
+                    );
+                }
+                stored
+            })
+        };
+        let started = Instant::now();
+        let new = loop {
+            match new_client
+                .try_acquire(&name, OwnerToken::new(), LONG)
+                .await
+                .expect("works")
+            {
+                TryAcquire::Acquired(lease) => break lease,
+                TryAcquire::Held(_) => {
+                    assert!(started.elapsed() < Duration::from_secs(10), "never expired");
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+        };
+        assert!(new_client.set_note(&new, "new").await.expect("works"));
+        let stored = stale.await.expect("joined");
+        assert!(stored > 0, "the old holder stored its note while it held");
+        assert!(!old_client.set_note(&old, "old").await.expect("works"));
+        assert_eq!(
+            note_of(&new_client, &name).await.as_deref(),
+            Some("new"),
+            "round {round}"
+        );
+        assert!(new_client.release(&new).await.expect("works"));
+    }
+}
