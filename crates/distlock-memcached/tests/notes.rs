@@ -7,10 +7,10 @@ mod support;
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockClient, LockName, OwnerToken, Primitive,
-    TryAcquire,
+    AcquireOptions, DistributedLock, DistributedLockExt, Error, Lease, LockClient, LockName, OwnerToken,
+    Primitive, TryAcquire,
 };
-use distlock_memcached::MemcachedLock;
+use distlock_memcached::{MemcachedLock, MAX_NOTE_BYTES};
 use futures::StreamExt;
 use tokio::time::Instant;
 
@@ -75,6 +75,16 @@ async fn a_note_is_read_back_while_its_holder_holds_and_survives_renewals() {
             .expect("still ours");
         assert_eq!(note_of(&lock, &name).await.as_deref(), Some(odd));
     }
+    // The longest note fits; a longer one is a typed error that changes nothing.
+    let longest = "n".repeat(MAX_NOTE_BYTES);
+    assert!(lock.set_note(&lease, &longest).await.expect("works"));
+    assert_eq!(note_of(&lock, &name).await.as_deref(), Some(longest.as_str()));
+    let too_long = lock.set_note(&lease, &"n".repeat(MAX_NOTE_BYTES + 1)).await;
+    assert!(
+        matches!(too_long, Err(Error::InvalidOptions { .. })),
+        "{too_long:?}"
+    );
+    assert_eq!(note_of(&lock, &name).await.as_deref(), Some(longest.as_str()));
     assert!(lock.release(&lease).await.expect("works"));
     assert_eq!(note_of(&lock, &name).await, None, "a free lock shows no note");
     let next = take(&lock, &name, LONG).await;
