@@ -49,7 +49,8 @@ impl MemcachedLock {
     // ---------------------------------------------------------------------------------------
     // Acquire
 
-    /// One attempt at a permit, a read or the write lock. **2 round trips** (`mg`, then `cas`
+    /// One attempt at a permit (or a weighted hold of several), a read, an upgradeable read
+    /// or the write lock (for the owner of the upgradeable read, its upgrade). **2 round trips** (`mg`, then `cas`
     /// with `mg`), 1 when the attempt is refused without recording a waiting writer, one more
     /// when it creates the item, more for races lost to other clients' writes (see the module
     /// docs; if they go on until the operation timeout, the attempt reports the object held,
@@ -63,11 +64,22 @@ impl MemcachedLock {
         waiter: Option<(&str, Duration)>,
     ) -> Result<TryAcquire> {
         if Side::of(kind).is_none() {
-            return self.acquire_once(name, owner, ttl).await;
+            return match kind {
+                LockKind::Exclusive => self.acquire_once(name, owner, ttl).await,
+                kind => Err(Error::invalid_options(format!(
+                    "{kind} is not a hold of a semaphore or read-write lock"
+                ))),
+            };
         }
-        if let LockKind::Permit { permits, .. } = kind {
+        if let LockKind::Permit { permits, weight } = kind {
             if permits == 0 {
                 return Err(Error::invalid_options("a semaphore needs at least one permit"));
+            }
+            if weight == 0 || weight > permits {
+                return Err(Error::invalid_options(format!(
+                    "a hold of {weight} permits of a semaphore of {permits}: it takes at least one \
+                     and at most them all"
+                )));
             }
             if usize::try_from(permits).map_or(true, |p| p > MAX_HOLDERS) {
                 return Err(Error::NotSupported {
@@ -267,11 +279,9 @@ impl MemcachedLock {
                     .iter()
                     .map(|hold| {
                         let kind = match hold.side {
-                            Side::Permit => LockKind::Permit {
-                                permits: item.permits,
-                                weight: 1,
-                            },
+                            Side::Permit => LockKind::permits(item.permits, hold.weight),
                             Side::Read => LockKind::Read,
+                            Side::Upgradeable => LockKind::UpgradeableRead,
                             Side::Write => LockKind::Write,
                         };
                         LockState::held(

@@ -7,7 +7,7 @@
 //! rules see every holder at once (an exact permit count, a mismatched count detected):
 //!
 //! ```text
-//! v1 <expires> <counter> <permits> h<side><owner>:<until>:<token> ... q<waiter>:<until> ...
+//! v1 <expires> <counter> <permits> h<side><owner>:<until>:<token>[:<weight>] ... q<waiter>:<until> ...
 //! ```
 //!
 //! - `expires`: the item's own absolute expiry, in unix seconds **on the server's clock**
@@ -16,10 +16,14 @@
 //! - `counter`: the last fencing token handed out for this object;
 //! - `permits`: the count the semaphore's live holders were admitted with (0 for a read-write
 //!   lock);
-//! - one `h` record per hold: `side` is `p` (a permit), `r` (a read) or `w` (the write lock),
+//! - one `h` record per hold: `side` is `p` (a permit), `r` (a read), `u` (the upgradeable
+//!   read; a client that predates it refuses the item rather than misread it) or `w` (the
+//!   write lock),
 //!   `owner` the owner token as 32 hex digits, `until` the server second at which the hold
-//!   ends (it is over once the server's clock reaches it, as memcached judges its items), and
-//!   `token` its fencing token;
+//!   ends (it is over once the server's clock reaches it, as memcached judges its items),
+//!   `token` its fencing token, and `weight` the permits a semaphore's hold takes, written
+//!   only when it is more than one (so records written before weights existed read as one
+//!   permit each, and an item without weighted holds reads the same to older clients);
 //! - one `q` record per waiting writer, with the server second at which its record lapses.
 
 use std::fmt::Write as _;
@@ -37,13 +41,19 @@ pub(crate) const MAX_WAITING_WRITERS: usize = 64;
 pub(crate) const MAX_WAITER_ID: usize = 64;
 
 /// The longest value an item can reach: the header, every hold, every waiting writer (each
-/// with its widest numbers and separators).
-pub(crate) const MAX_VALUE_LEN: usize =
-    HEADER_LEN + MAX_HOLDERS * HOLD_LEN + MAX_WAITING_WRITERS * (MAX_WAITER_ID + WAITER_EXTRA_LEN);
+/// with its widest numbers and separators). A weight is written only for a hold of two
+/// permits or more, so at most half of [`MAX_HOLDERS`] holds carry one.
+pub(crate) const MAX_VALUE_LEN: usize = HEADER_LEN
+    + MAX_HOLDERS * HOLD_LEN
+    + MAX_HOLDERS / 2 * WEIGHT_LEN
+    + MAX_WAITING_WRITERS * (MAX_WAITER_ID + WAITER_EXTRA_LEN);
 /// `v1` and three numbers of at most 20 digits, each after a space.
 const HEADER_LEN: usize = 2 + 3 * 21;
 /// ` h`, the side, 32 hex digits, and two `:`-led numbers of at most 20 digits.
 const HOLD_LEN: usize = 2 + 1 + 32 + 2 * 21;
+/// `:` and a weight of at most 3 digits (a weight is at most the count, at most
+/// [`MAX_HOLDERS`]).
+const WEIGHT_LEN: usize = 1 + 3;
 /// ` q`, then a `:`-led number of at most 20 digits.
 const WAITER_EXTRA_LEN: usize = 2 + 21;
 const _: () = assert!(MAX_VALUE_LEN <= crate::wire::MAX_VALUE);
@@ -55,6 +65,9 @@ const _: () = assert!(MAX_VALUE_LEN < 48 * 1024);
 pub(crate) enum Side {
     Permit,
     Read,
+    /// The upgradeable read: shares with plain reads, excludes writes and other upgradeable
+    /// reads, and its owner's write attempt turns it into the write hold.
+    Upgradeable,
     Write,
 }
 
@@ -64,6 +77,7 @@ impl Side {
         match kind {
             LockKind::Permit { .. } => Some(Self::Permit),
             LockKind::Read => Some(Self::Read),
+            LockKind::UpgradeableRead => Some(Self::Upgradeable),
             LockKind::Write => Some(Self::Write),
             _ => None,
         }
@@ -73,6 +87,7 @@ impl Side {
         match self {
             Self::Permit => 'p',
             Self::Read => 'r',
+            Self::Upgradeable => 'u',
             Self::Write => 'w',
         }
     }
@@ -81,6 +96,7 @@ impl Side {
         match letter {
             'p' => Some(Self::Permit),
             'r' => Some(Self::Read),
+            'u' => Some(Self::Upgradeable),
             'w' => Some(Self::Write),
             _ => None,
         }
@@ -94,6 +110,8 @@ pub(crate) struct Hold {
     pub(crate) owner: u128,
     pub(crate) until: u64,
     pub(crate) token: u64,
+    /// The permits it takes (1 for reads and writes).
+    pub(crate) weight: u32,
 }
 
 /// One waiting writer recorded in the item.
@@ -169,6 +187,10 @@ impl Item {
                         owner: u128::from_str_radix(owner, 16).ok()?,
                         until: parts.next()?.parse().ok()?,
                         token: parts.next()?.parse().ok()?,
+                        weight: match parts.next() {
+                            Some(weight) => weight.parse().ok().filter(|w| *w > 1)?,
+                            None => 1,
+                        },
                     };
                     if parts.next().is_some() {
                         return None;
@@ -203,6 +225,9 @@ impl Item {
                 hold.until,
                 hold.token
             );
+            if hold.weight != 1 {
+                let _ = write!(out, ":{}", hold.weight);
+            }
         }
         for waiter in &self.waiting {
             let _ = write!(out, " q{}:{}", waiter.id, waiter.until);
@@ -219,6 +244,10 @@ impl Item {
     /// One attempt at a hold of `kind` for `owner` until server second `until`, on a pruned
     /// item at server second `now`. A refused [`LockKind::Write`] attempt with a `waiter`
     /// (its id and the second its record lapses) records it; a granted one removes it.
+    ///
+    /// A write attempt by the owner of the upgradeable read is its upgrade: granted once no
+    /// other hold remains, it replaces that hold with the write hold (a new token) in this
+    /// same rewrite, so nothing can come between.
     pub(crate) fn admit(
         &mut self,
         kind: LockKind,
@@ -231,22 +260,37 @@ impl Item {
             return Err(Refusal::NotAHold);
         };
         let blocked = match kind {
-            LockKind::Permit { permits, .. } => {
+            LockKind::Permit { permits, weight } => {
                 if !self.holds.is_empty() && self.permits != permits {
                     return Err(Refusal::PermitsMismatch { stored: self.permits });
                 }
-                let full = self.holds.len() >= usize::try_from(permits).unwrap_or(usize::MAX);
-                full.then(|| self.expiring(now, true, |_| true))
+                let taken: u64 = self.holds.iter().map(|h| u64::from(h.weight)).sum();
+                let full = taken + u64::from(weight) > u64::from(permits);
+                full.then(|| self.expiring(now, true, |_: &Hold| true))
             }
-            LockKind::Read => {
-                if self.holds.iter().any(|h| h.side == Side::Write) {
-                    Some(self.expiring(now, true, |s| s == Side::Write))
+            // Plain and upgradeable readers: kept out by the holds their kind excludes, then
+            // by any waiting writer.
+            LockKind::Read | LockKind::UpgradeableRead => {
+                let excluded = |h: &Hold| match h.side {
+                    Side::Write => true,
+                    Side::Upgradeable => kind == LockKind::UpgradeableRead,
+                    Side::Permit | Side::Read => false,
+                };
+                if self.holds.iter().any(excluded) {
+                    Some(self.expiring(now, true, excluded))
                 } else {
                     (!self.waiting.is_empty()).then(Holder::unknown)
                 }
             }
-            // A writer waits for every hold to end; other waiting writers do not block it.
-            _ => (!self.holds.is_empty()).then(|| self.expiring(now, false, |_| true)),
+            // A writer waits for every hold to end but its own upgradeable read; other waiting
+            // writers do not block it.
+            _ => {
+                let other = |h: &Hold| !(h.owner == owner && h.side == Side::Upgradeable);
+                self.holds
+                    .iter()
+                    .any(other)
+                    .then(|| self.expiring(now, false, other))
+            }
         };
         if let Some(holder) = blocked {
             let recorded = match (side, waiter) {
@@ -254,6 +298,10 @@ impl Item {
                 _ => false,
             };
             return Ok(Admission::Refused { holder, recorded });
+        }
+        if side == Side::Write {
+            // The upgrade: its upgradeable read becomes this write hold.
+            self.release(Side::Upgradeable, owner);
         }
         if self.holds.len() >= MAX_HOLDERS {
             return Err(Refusal::TooManyHolders);
@@ -270,6 +318,7 @@ impl Item {
             owner,
             until,
             token: self.counter,
+            weight: kind.weight(),
         });
         Ok(Admission::Granted { token: self.counter })
     }
@@ -320,8 +369,8 @@ impl Item {
 
     /// The first (`earliest`) or last hold on a side `which` accepts to end, as a waiter's
     /// hint: the seconds left on the server's clock and the holder's owner token.
-    fn expiring(&self, now: u64, earliest: bool, which: impl Fn(Side) -> bool) -> Holder {
-        let holds = self.holds.iter().filter(|h| which(h.side));
+    fn expiring(&self, now: u64, earliest: bool, which: impl Fn(&Hold) -> bool) -> Holder {
+        let holds = self.holds.iter().filter(|h| which(h));
         let hold = if earliest {
             holds.min_by_key(|h| h.until)
         } else {
@@ -415,6 +464,7 @@ mod tests {
                 owner: u128::MAX - i as u128,
                 until: u64::MAX,
                 token: u64::MAX,
+                weight: 1,
             });
         }
         for i in 0..MAX_WAITING_WRITERS {
@@ -445,6 +495,33 @@ mod tests {
         assert!(item.release(Side::Permit, 2));
         assert!(!item.release(Side::Permit, 2), "released once only");
         assert_eq!(granted(item.admit(permit(3), 4, NOW + 9, None, NOW)), 14);
+    }
+
+    #[test]
+    fn a_weighted_hold_takes_its_weight_and_is_one_record() {
+        let mut item = Item::fresh(NOW + 100, 0);
+        granted(item.admit(LockKind::permits(4, 3), 1, NOW + 5, None, NOW));
+        let (_, recorded) = refused(item.admit(LockKind::permits(4, 2), 2, NOW + 5, None, NOW));
+        assert!(!recorded);
+        granted(item.admit(permit(4), 3, NOW + 5, None, NOW));
+        refused(item.admit(permit(4), 4, NOW + 5, None, NOW));
+        assert_eq!(item.holds.len(), 2);
+        let text = item.encode();
+        assert!(text.contains(":3 ") || text.ends_with(":3"), "{text}");
+        assert_eq!(Item::parse(&text), Some(item.clone()));
+        // Released whole: all three permits come back.
+        assert!(item.release(Side::Permit, 1));
+        granted(item.admit(LockKind::permits(4, 3), 5, NOW + 5, None, NOW));
+        // Records without a weight (as written before weights) take one permit; a weight of
+        // 0 or 1 is never written, so it is not one of ours.
+        let old = format!("v1 {} 7 2 hp{:032x}:{}:7", NOW + 100, 9, NOW + 5);
+        let mut old = Item::parse(&old).expect("an old record reads");
+        assert_eq!(old.holds[0].weight, 1);
+        granted(old.admit(permit(2), 10, NOW + 5, None, NOW));
+        for bad in [":0", ":1", ":x", ":2:2"] {
+            let text = format!("v1 {} 7 2 hp{:032x}:{}:7{bad}", NOW + 100, 9, NOW + 5);
+            assert_eq!(Item::parse(&text), None, "{text}");
+        }
     }
 
     #[test]
@@ -520,6 +597,48 @@ mod tests {
         item.record_waiter("w", NOW + 3);
         item.prune(NOW + 3);
         granted(item.admit(LockKind::Read, 2, NOW + 5, None, NOW + 3));
+    }
+
+    #[test]
+    fn an_upgradeable_read_shares_with_readers_and_upgrades_in_place() {
+        let mut item = Item::fresh(NOW + 100, 0);
+        let read_token = granted(item.admit(LockKind::UpgradeableRead, 1, NOW + 5, None, NOW));
+        granted(item.admit(LockKind::Read, 2, NOW + 5, None, NOW));
+        let (holder, _) = refused(item.admit(LockKind::UpgradeableRead, 3, NOW + 5, None, NOW));
+        assert_eq!(
+            holder.owner,
+            Some(owner_text(1)),
+            "one upgradeable reader at a time"
+        );
+        refused(item.admit(LockKind::Write, 3, NOW + 5, None, NOW));
+        // The upgrade waits for the plain reader, and its waiter record keeps new readers
+        // (plain and upgradeable) out meanwhile.
+        let (holder, recorded) = refused(item.admit(LockKind::Write, 1, NOW + 9, Some(("up", NOW + 3)), NOW));
+        assert!(recorded);
+        assert_eq!(
+            holder.owner,
+            Some(owner_text(2)),
+            "waits for the plain reader only"
+        );
+        refused(item.admit(LockKind::Read, 4, NOW + 5, None, NOW));
+        let text = item.encode();
+        assert_eq!(Item::parse(&text), Some(item.clone()), "{text}");
+        item.release(Side::Read, 2);
+        let write_token = granted(item.admit(LockKind::Write, 1, NOW + 9, Some(("up", NOW + 3)), NOW));
+        assert!(write_token > read_token);
+        assert_eq!(item.holds.len(), 1, "one write record, no upgradeable read left");
+        assert_eq!((item.holds[0].side, item.holds[0].owner), (Side::Write, 1));
+        assert!(item.waiting.is_empty());
+        assert!(
+            !item.renew(Side::Upgradeable, 1, NOW + 20),
+            "the read hold is gone"
+        );
+        refused(item.admit(LockKind::UpgradeableRead, 3, NOW + 5, None, NOW));
+        assert!(item.release(Side::Write, 1));
+        assert!(item.holds.is_empty());
+        // A plain reader's write attempt is no upgrade: it waits for its own read.
+        granted(item.admit(LockKind::Read, 5, NOW + 5, None, NOW));
+        refused(item.admit(LockKind::Write, 5, NOW + 5, None, NOW));
     }
 
     #[test]

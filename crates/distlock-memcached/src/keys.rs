@@ -5,6 +5,8 @@
 //! For a namespace `ns` (default `distlock`) and a lock name `n`:
 //! - `ns:l:<enc(n)>` is the lock item: the owner token as its value, the TTL as its expiry;
 //! - `ns:f:<enc(n)>` is the fencing counter of `n` (an `incr` counter, 30-day expiry);
+//! - `ns:n:<enc(n)>` is the note beside the mutex `n`'s hold, tagged with that hold (see
+//!   `note.rs`);
 //! - `ns:s:<enc(n)>` is the semaphore `n` and `ns:w:<enc(n)>` the read-write lock `n`: one
 //!   item each, holding every holder, waiting writer and the fencing counter of that object
 //!   (see `holders_item.rs`).
@@ -61,6 +63,11 @@ impl Keys {
     /// The fencing counter's key.
     pub(crate) fn fence_key(&self, encoded: &str) -> String {
         format!("{}:f:{encoded}", self.namespace)
+    }
+
+    /// The key of the note beside the mutex's hold.
+    pub(crate) fn note_key(&self, encoded: &str) -> String {
+        format!("{}:n:{encoded}", self.namespace)
     }
 
     /// The item of the semaphore or read-write lock `encoded` (`primitive` is one of those
@@ -132,6 +139,7 @@ mod tests {
         let all = [
             keys.lock_key("x"),
             keys.fence_key("x"),
+            keys.note_key("x"),
             keys.object_key("x", Primitive::Semaphore),
             keys.object_key("x", Primitive::RwLock),
             crate::wire::IDENTITY_KEY.to_owned(),
@@ -141,6 +149,7 @@ mod tests {
         assert_eq!(keys.object_key("x", Primitive::Mutex), keys.lock_key("x"));
         let enc = keys.encoded(&name(&long)).into_owned();
         assert!(keys.object_key(&enc, Primitive::Semaphore).len() <= MAX_KEY_LEN);
+        assert!(keys.note_key(&enc).len() <= MAX_KEY_LEN);
     }
 
     const PINNED: [usize; 4] = [2, 2, 0, 1];

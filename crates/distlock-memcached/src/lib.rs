@@ -12,9 +12,15 @@
 //!   [`distlock_core::LocalWaiters`]).
 //! - Semaphores and read-write locks ([`distlock_core::LockClient::semaphore`],
 //!   [`distlock_core::LockClient::rw_lock`]) keep each object in one item, changed by a
-//!   read and a CAS-guarded rewrite (2 round trips): exact permit counts, writer preference,
-//!   holds ended by the server's clock; see "Semaphores and read-write locks" on
+//!   read and a CAS-guarded rewrite (2 round trips): exact permit counts (a hold may take
+//!   several), writer preference, upgradeable reads that become the write lock in one
+//!   rewrite, holds ended by the server's clock; see "Semaphores and read-write locks" on
 //!   [`MemcachedLock`].
+//! - A mutex holder can leave a note beside its hold ([`distlock_core::DistributedLock::set_note`],
+//!   at most [`MAX_NOTE_BYTES`]), which is what leader election
+//!   ([`distlock_core::LockClient::election`]) publishes: an item of its own tagged with the
+//!   hold, shown only while that hold lives (2 round trips to set, inspect still 1); see
+//!   "Notes and leader election" on [`MemcachedLock`].
 //! - **Read the guarantees on [`MemcachedLock`] before using it**: a memcached restart, or an
 //!   eviction under memory pressure, silently frees locks. A held guard notices at its next
 //!   renewal and fires its lost-lock signal, and no stale holder can ever release or extend
@@ -63,6 +69,7 @@ mod item_rewrite;
 mod keys;
 mod lock;
 mod mutex;
+mod note;
 mod pool;
 mod renewal;
 mod server_version;
@@ -76,3 +83,4 @@ pub use config::{
 pub use doctor::doctor;
 pub use expiry::{MAX_TTL, MIN_TTL};
 pub use lock::MemcachedLock;
+pub use note::MAX_NOTE_BYTES;

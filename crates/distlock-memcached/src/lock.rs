@@ -6,6 +6,10 @@
 //!   TTL rounded up to whole seconds **plus two seconds** (see "TTLs" on [`MemcachedLock`]);
 //! - `ns:f:<enc(n)>` = the fencing counter, an `incr` counter seeded with the unix time in
 //!   microseconds when it is (re)created, expiry 30 days, refreshed on each use;
+//! - `ns:n:<enc(n)>` = the note beside the mutex `n`'s hold
+//!   ([`DistributedLock::set_note`]): `n1 <owner> <fencing token>`, a newline, the note; no
+//!   expiry; shown only while the lock item holds that same `<owner> <fencing token>`
+//!   (`note.rs`);
 //! - `ns:s:<enc(n)>` (the semaphore `n`) and `ns:w:<enc(n)>` (the read-write lock `n`) =
 //!   one item per object holding all its holders, waiting writers and its fencing counter,
 //!   with an absolute expiry 30 days after its last write (`holders_item.rs`, `holders.rs`);
@@ -55,7 +59,8 @@ pub(crate) const BACKEND: &str = "memcached";
 /// | extend | `cas <lock> 0 <ttl+2> <len> <cas>` + `mg <lock> c v`, pipelined | 1 |
 /// | extend_many (watchdog) | the same pairs for up to 64 leases per pipeline, all servers at once | 1 per 64 leases per server |
 /// | wait | polling with jittered backoff, waking at the holder's expiry (`mg t`) | per attempt: 1 |
-/// | inspect (owner, fencing token, seconds left) | `mg <lock> v t` | 1 |
+/// | inspect (owner, fencing token, seconds left, note) | `mg <lock> v t` + `mg <note> v`, pipelined | 1 |
+/// | set_note (leader election's value) | `mg <note> c v` + `mg <lock> v`, then `cas <note>` (or `add`) | 2 (1 if not the holder's, or the same note is there; 2 more per lost race) |
 /// | ping | `mn` on every server | 1 |
 /// | semaphore / read-write lock: acquire, release, extend | `mg <object> c t v`, then `cas <object>` (the whole item rewritten) + `mg <object> c t v` | 2 (1 more to create the item; more per lost CAS race, see below) |
 /// | the same, refused (or nothing to release or renew) | `mg <object> c t v` | 1 |
@@ -174,23 +179,40 @@ pub(crate) const BACKEND: &str = "memcached";
 /// [`LockClient::semaphore`](distlock_core::LockClient::semaphore) and
 /// [`LockClient::rw_lock`](distlock_core::LockClient::rw_lock) work on one item per object
 /// (`ns:s:<name>`, `ns:w:<name>`: apart from each other and from the mutex of the same name)
-/// whose value lists every hold (side, owner token, end, fencing token), the waiting writers,
+/// whose value lists every hold (side: a permit, a read, the upgradeable read or the write
+/// lock; owner token, end, fencing token, and a semaphore
+/// hold's weight when it takes more than one permit), the waiting writers,
 /// the semaphore's count and the object's fencing counter. Each change reads the item and
 /// rewrites it with a classic `cas`, so:
 ///
-/// - **Exact.** At most `permits` live holders, under any race between clients: two
-///   clients that read the same item cannot both write it. A client that names another count
+/// - **Exact.** The weights of the live holds never add up to more than `permits`, under any
+///   race between clients: two clients that read the same item cannot both write it. A hold
+///   of several permits ([`Semaphore::acquire_many`](distlock_core::Semaphore::acquire_many))
+///   is one record, taken only when that many are free at once, and released, renewed and
+///   cleaned up by owner whole. A client that names another count
 ///   than the live holders gets [`Error::PermitsMismatch`], and once no holder is live a new
 ///   count is taken. A writer waits for every reader and writer; while a waiting writer is
 ///   recorded (its record renewed by each attempt of its wait, dropped when it wins or
-///   withdraws, lapsing after its stay plus two seconds), no new reader gets in.
+///   withdraws, lapsing after its stay plus two seconds), no new reader gets in, plain or
+///   upgradeable.
+/// - **Upgradeable reads** ([`RwLock::upgradeable_read`](distlock_core::RwLock::upgradeable_read))
+///   are a record of their own side in the same item: one at a time, beside plain readers,
+///   never beside a writer. The upgrade is a write attempt by the same owner: it waits (as a
+///   recorded waiting writer, keeping new readers out) until no other hold remains, then
+///   replaces the upgradeable record with the write record, with a new fencing token, in one
+///   CAS rewrite, so no writer comes between; renewing the old read lease then finds nothing.
+///   The same round trips as any hold (2 per attempt).
+/// - **Older clients** (before weighted permits and upgradeable reads) read items without
+///   such records as before, and refuse an item holding one ([`Error::Backend`]) rather than
+///   misread it: upgrade every client of a store before using either.
 /// - **Holds end by the server's clock**, in whole seconds, like the mutex's items, with the
 ///   same two seconds of slack: the item is written with an absolute expiry that its value
 ///   repeats, so every read learns the server's clock from the `t` flag. No client's clock
 ///   decides whether a hold is live. Absolute expiries limit these primitives to
 ///   mid-December 2037: memcached 1.6 parses expiry times as 32-bit numbers (a write that
 ///   would not fit fails with [`Error::Backend`] instead of storing an item that vanishes).
-/// - **Bounded.** One item keeps at most 512 holds (permits or readers): a semaphore of
+/// - **Bounded.** One item keeps at most 512 holds (permits or readers), so no semaphore
+///   can exceed 512 permits: a semaphore of
 ///   more permits, or a 513th reader, gets [`Error::NotSupported`]; at most 64 waiting
 ///   writers are recorded (the rest wait unrecorded, while the recorded ones keep readers
 ///   out). The item stays below 48 KiB.
@@ -211,6 +233,21 @@ pub(crate) const BACKEND: &str = "memcached";
 ///   so it survives the object having no holders; when the item is lost, it is re-created at
 ///   the unix time in microseconds, best effort as for the mutex.
 /// - Waiters poll, as for the mutex (a release wakes nobody in another process).
+///
+/// # Notes and leader election
+///
+/// [`DistributedLock::set_note`] (and so [`LockClient::election`](distlock_core::LockClient::election))
+/// keeps the note in an item of its own beside the lock item, tagged with the hold's owner
+/// token and fencing token: a renewal rewrites the lock item's whole value, which could not
+/// keep a note. The note is stored only while the lock item holds the lease's owner token,
+/// [`DistributedLock::inspect`] reports it only while the lock item still holds that same hold
+/// (never for a later holder, nor after release or expiry), and renewals keep it. A stale
+/// holder's write can never replace a later holder's note: it reads the note item before the
+/// lock item and writes CAS-guarded. Notes are at most [`MAX_NOTE_BYTES`](crate::MAX_NOTE_BYTES)
+/// (any UTF-8). The note item has no expiry (a hold can be renewed for longer than any expiry
+/// it could be given): one per name that ever had a note, replaced by its next note. A
+/// restart or an eviction loses it with the lock; an election's term is the hold's best-effort
+/// fencing token.
 ///
 /// # Ambiguous errors
 ///
@@ -372,6 +409,8 @@ impl DistributedLock for MemcachedLock {
             .with_ttl_granularity(Duration::from_secs(1))
             .with_ttl_range(MIN_TTL, MAX_TTL)
             .with_primitives(true, true)
+            .with_weights_and_upgrades(true, true)
+            .with_notes(true)
     }
 
     /// The mutex goes to the mutex's item (its waiter is not recorded: memcached wakes no
@@ -424,6 +463,12 @@ impl DistributedLock for MemcachedLock {
             .into_iter()
             .map(|r| r.unwrap_or_else(|| Err(Error::backend(BACKEND, "a renewal got no result"))))
             .collect()
+    }
+
+    /// The note goes to an item of its own beside the lock item, tagged with the hold
+    /// (`note.rs`).
+    async fn set_note(&self, lease: &Lease, note: &str) -> Result<bool> {
+        self.set_note_once(lease, note).await
     }
 
     /// Polling, for every primitive: memcached publishes nothing. **0 round trips.**
@@ -484,5 +529,6 @@ mod tests {
         assert_eq!((caps.min_ttl, caps.max_ttl), (MIN_TTL, MAX_TTL));
         assert!(caps.validate_ttl(Duration::from_secs(31 * 24 * 3600)).is_err());
         assert!(caps.semaphores && caps.rw_locks);
+        assert!(caps.notes && caps.weighted_permits && caps.upgradeable_reads);
     }
 }

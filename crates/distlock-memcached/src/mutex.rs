@@ -16,6 +16,7 @@ use crate::exchange::{refused, unexpected};
 use crate::expiry::{fence_seed, ttl_on_server};
 use crate::keys;
 use crate::lock::{MemcachedLock, BACKEND};
+use crate::note::note_for;
 use crate::pool::Server;
 use crate::renewal::{renewal_outcome, Renewal};
 use crate::stopped_server;
@@ -302,15 +303,21 @@ impl MemcachedLock {
     }
 
     /// `mg <lock> v t`: the owner token, the holder's fencing token and the whole seconds
-    /// left. **1 round trip.**
+    /// left, pipelined with `mg <note> v`: the note beside the hold, shown only if it was
+    /// left beside this very hold (`note.rs`). **1 round trip.**
     pub(crate) async fn inspect_once(&self, name: &LockName) -> Result<LockState> {
         let at = self.locate(name);
+        let note_key = self.keys().note_key(&self.keys().encoded(name));
         let mut batch = Batch::new();
         batch.get(&at.lock_key, "v t");
+        batch.get(&note_key, "v");
         let (_, replies) = self.exchange_any(at.server, &batch).await?;
-        let Some(reply) = replies.first() else {
-            return Err(unexpected(at.server, "one reply", &replies));
+        let [reply, noted] = replies.as_slice() else {
+            return Err(unexpected(at.server, "two replies", &replies));
         };
+        if let Code::Refused(message) = &noted.code {
+            return Err(refused(at.server, message));
+        }
         match &reply.code {
             Code::Va => {
                 let value = String::from_utf8_lossy(reply.value.as_deref().unwrap_or_default()).into_owned();
@@ -318,11 +325,10 @@ impl MemcachedLock {
                     .split_once(' ')
                     .and_then(|(_, token)| token.parse::<u64>().ok())
                     .map(FencingToken::new);
-                Ok(LockState::held(
-                    owner_of(&value).to_owned(),
-                    token,
-                    remaining(reply),
-                ))
+                Ok(
+                    LockState::held(owner_of(&value).to_owned(), token, remaining(reply))
+                        .with_note(note_for(noted, &value)),
+                )
             }
             Code::En => Ok(LockState::free(None)),
             Code::Refused(message) => Err(refused(at.server, message)),

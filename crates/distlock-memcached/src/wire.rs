@@ -31,7 +31,7 @@ pub(crate) const MAX_VALUE: usize = 64 * 1024;
 const MAX_LINE: usize = 4096;
 
 /// The key of the server identity item (outside every namespace: namespaces only make
-/// keys with `:l:`, `:f:`, `:s:` and `:w:`).
+/// keys with `:l:`, `:f:`, `:n:`, `:s:` and `:w:`).
 pub(crate) const IDENTITY_KEY: &str = "distlock:server-identity";
 
 /// One memcached process, as identified by the random nonce in its identity item.

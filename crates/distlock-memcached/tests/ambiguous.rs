@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, DistributedLockExt, Lease, LockName, OwnerToken, TryAcquire};
+use distlock_core::{
+    DistributedLock, DistributedLockExt, Lease, LockKind, LockName, OwnerToken, Primitive, TryAcquire,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
@@ -119,4 +121,57 @@ async fn a_winner_whose_token_record_reply_is_lost_gives_the_lock_back() {
         state.owner, None,
         "the failed attempt must give the lock back, found {state:?}"
     );
+}
+
+#[tokio::test]
+async fn an_ambiguous_weighted_attempt_cleaned_up_by_owner_frees_all_its_permits() {
+    let url = support::shared_url().await;
+    let direct = support::lock(&url);
+    let upstream = url.trim_start_matches("memcache://").to_owned();
+    let proxied = support::lock(&reply_eating_proxy(upstream).await);
+    let name = LockName::new(format!("weighted-reply-lost-{}", OwnerToken::new())).expect("valid");
+    let three = LockKind::permits(4, 3);
+    // The item exists already, so the proxied attempt's write is a `cas`, applied with its
+    // reply lost.
+    let TryAcquire::Acquired(first) = direct
+        .try_acquire_kind(&name, LockKind::permit(4), OwnerToken::new(), TTL, None)
+        .await
+        .expect("works")
+    else {
+        panic!("the semaphore is free");
+    };
+    assert!(direct.release(&first).await.expect("works"));
+    let owner = OwnerToken::new();
+    let outcome = proxied.try_acquire_kind(&name, three, owner, TTL, None).await;
+    assert!(outcome.is_err(), "the write's reply never came: {outcome:?}");
+    let holders = direct
+        .inspect_holders(&name, Primitive::Semaphore)
+        .await
+        .expect("works");
+    assert_eq!(holders.len(), 1, "the write was applied: {holders:?}");
+    assert_eq!(holders[0].kind, three, "one hold of 3 permits");
+    let refused = direct
+        .try_acquire_kind(&name, LockKind::permits(4, 2), OwnerToken::new(), TTL, None)
+        .await
+        .expect("works");
+    assert!(
+        matches!(refused, TryAcquire::Held(_)),
+        "1 of 4 is free, not 2: {refused:?}"
+    );
+    // The cleanup after an ambiguous attempt: the same owner and kind, no handle.
+    let cleanup = Lease::new(name.clone(), owner, TTL, Instant::now()).with_kind(three);
+    assert!(direct.release(&cleanup).await.expect("works"));
+    assert!(direct
+        .inspect_holders(&name, Primitive::Semaphore)
+        .await
+        .expect("works")
+        .is_empty());
+    let TryAcquire::Acquired(all) = direct
+        .try_acquire_kind(&name, LockKind::permits(4, 4), OwnerToken::new(), TTL, None)
+        .await
+        .expect("works")
+    else {
+        panic!("all 4 permits are free again");
+    };
+    assert!(direct.release(&all).await.expect("works"));
 }

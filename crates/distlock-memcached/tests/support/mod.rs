@@ -211,6 +211,10 @@ impl DistributedLock for Recorded {
         self.inner.renew(leases).await
     }
 
+    async fn set_note(&self, lease: &Lease, note: &str) -> Result<bool> {
+        self.inner.set_note(lease, note).await
+    }
+
     async fn watch(&self, name: &LockName, primitive: Primitive) -> Result<distlock_core::ReleaseWatch> {
         self.inner.watch(name, primitive).await
     }
