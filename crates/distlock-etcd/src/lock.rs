@@ -4,9 +4,10 @@
 //! This file holds the type, its constructor and the [`DistributedLock`] dispatch. The
 //! submodules, one concern each: `session` (the client's lease: granting, keeping alive,
 //! declaring it over), `mutex` (the mutex: one attempt, waiting in line, release, renewal,
-//! reading the holder), `semaphore` (permits: Curator's `locks` and `leases`), `rw_lock`
-//! (readers and writers in one queue, as etcd's `recipe.RWMutex`), `held` (a watch on each
-//! held key for its deletion behind our back).
+//! reading the holder), `note` (the holder's note: its key's value, as etcd's election's),
+//! `semaphore` (permits: Curator's `locks` and `leases`), `rw_lock` (readers and writers in
+//! one queue, as etcd's `recipe.RWMutex`), `held` (a watch on each held key for its deletion
+//! behind our back).
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -28,6 +29,7 @@ use crate::EtcdConfig;
 
 mod held;
 mod mutex;
+mod note;
 mod rw_lock;
 mod semaphore;
 mod session;
@@ -165,6 +167,7 @@ impl DistributedLock for EtcdLock {
             .with_fairness(Fairness::Fifo)
             .with_expiry(Expiry::Session)
             .with_primitives(true, true)
+            .with_notes(true)
     }
 
     /// The mutex: one transaction, 1 round trip whether the lock is free or held (see
@@ -192,6 +195,12 @@ impl DistributedLock for EtcdLock {
     /// found by its owner token under the prefix of its kind's object: 2.
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.inner.release(lease).await
+    }
+
+    /// Puts `note` as the value of the mutex hold's key, if that key is still the hold's: 1
+    /// round trip (see `note.rs`). etcd's own election reads it as the leader's value.
+    async fn set_note(&self, lease: &Lease, note: &str) -> Result<bool> {
+        self.inner.set_note(lease, note).await
     }
 
     /// Lease-bound holds have nothing to renew (the keeper renews the client's lease): this
@@ -229,7 +238,7 @@ impl DistributedLock for EtcdLock {
         }
     }
 
-    /// The mutex's holder: its first contender; a semaphore's: its oldest leases, as many as
+    /// The mutex's holder: its first contender, with its note; a semaphore's: its oldest leases, as many as
     /// its permits; a read-write lock's: its writer, or the readers before the first writer.
     /// 1 round trip each.
     async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {

@@ -32,6 +32,14 @@ pub(crate) fn absent(key: &str) -> Compare {
     }
 }
 
+/// `key` exists and was created at `revision`.
+pub(crate) fn created_at(key: &str, revision: i64) -> Compare {
+    Compare {
+        target_union: Some(TargetUnion::CreateRevision(revision)),
+        ..absent(key)
+    }
+}
+
 /// No key starts with `prefix` (an empty range compares as one key of create revision 0).
 pub(crate) fn none_under(prefix: &str) -> Compare {
     Compare {
@@ -58,6 +66,16 @@ pub(crate) fn put(key: &str, value: &str, lease: i64) -> RequestOp {
         key: key.as_bytes().to_vec(),
         value: value.as_bytes().to_vec(),
         lease,
+        ..PutRequest::default()
+    }))
+}
+
+/// Puts `value` at `key`, which keeps the lease it has.
+pub(crate) fn put_keeping_lease(key: &str, value: &str) -> RequestOp {
+    op(Request::RequestPut(PutRequest {
+        key: key.as_bytes().to_vec(),
+        value: value.as_bytes().to_vec(),
+        ignore_lease: true,
         ..PutRequest::default()
     }))
 }

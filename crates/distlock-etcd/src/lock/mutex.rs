@@ -28,7 +28,7 @@ use tokio::time::Instant;
 
 use super::{ClientLease, Inner};
 use crate::client::BACKEND;
-use crate::keys::{contender_key, is_owners, object_prefix};
+use crate::keys::{contender_key, is_owners, object_prefix, owner_in};
 use crate::proto::{DeleteRangeRequest, KeyValue, TxnRequest, TxnResponse};
 use crate::txn::{self, kvs, revision};
 
@@ -348,7 +348,7 @@ impl Inner {
             .collect()
     }
 
-    /// The mutex's holder: its first contender (1 round trip).
+    /// The mutex's holder: its first contender, with its note (1 round trip).
     pub(super) async fn holder(self: &Arc<Self>, name: &LockName) -> Result<LockState> {
         let request = txn::first_under_request(&self.prefix(name));
         let reply = self
@@ -363,7 +363,8 @@ impl Inner {
                 owner_of(first),
                 Some(FencingToken::new(first.create_revision.unsigned_abs())),
                 None,
-            ),
+            )
+            .with_note(super::note::note_of(first)),
             None => LockState::free(None),
         })
     }
@@ -385,14 +386,10 @@ pub(super) enum Line {
     LeaseEnded,
 }
 
-/// A contender's owner: its value (the owner token for ours), or its key when the value is
-/// empty (etcd's own lock stores nothing).
+/// A contender's owner: the owner token in its key for ours (its value may be the holder's
+/// note), else its key (etcd's own lock stores nothing, its election the leader's value).
 pub(super) fn owner_of(kv: &KeyValue) -> String {
-    if kv.value.is_empty() {
-        String::from_utf8_lossy(&kv.key).into_owned()
-    } else {
-        String::from_utf8_lossy(&kv.value).into_owned()
-    }
+    owner_in(&kv.key).unwrap_or_else(|| String::from_utf8_lossy(&kv.key).into_owned())
 }
 
 /// Our key in a queue while we wait: deleted in the background if the wait is dropped or
