@@ -55,6 +55,22 @@
 //! later reader out, so readers never starve it. Every hold's fencing token is its key's
 //! create revision, and every key goes with the client's lease.
 //!
+//! # Leader election: etcd's own
+//!
+//! ```text
+//! <root>/<encoded name>/<lease id, hex>-<owner token>     value = the leader's value, once set
+//! ```
+//!
+//! [`LockClient::election`](distlock_core::LockClient::election) is the mutex of its name; the
+//! leader's value ([`DistributedLock::set_note`](distlock_core::DistributedLock::set_note)) is
+//! put as its key's value (1 round trip, only while the key is still the hold's, keeping its
+//! lease), where etcd's `concurrency.Election` keeps its leader's. So `etcdctl elect -l
+//! <prefix>` and a Go service's `Election.Leader`/`Observe` on [`EtcdLock::lock_prefix`] read
+//! our leader's value, and our `leader()`/`observe()` read theirs (`etcdctl elect <prefix>
+//! <value>` campaigns in the same queue). The term is the key's create revision. Until our new
+//! leader has put its value (right after it takes office), etcd's tools read its owner token;
+//! ours report no leader yet.
+//!
 //! # The lease: connected, suspended, lost
 //!
 //! Every key of a client is attached to its one lease, so a lock lives as long as that lease;
@@ -93,7 +109,8 @@
 //! A permit: 1 when the semaphore is full, 2 with room; waiting, 1 to line up for `locks`
 //! (+1 look and a watch per contender ahead), 1 to create the lease and count, 1 to hand
 //! `locks` on, and 1 per deletion of a lease while full. A read or the write lock: 1 (attempt
-//! or wait when free), else 1 per look and a watch on the key to outlive.
+//! or wait when free), else 1 per look and a watch on the key to outlive. A leader's note:
+//! 1; reading the leader (and its note): 1.
 //!
 //! # Ambiguous errors
 //!
