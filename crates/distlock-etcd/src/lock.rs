@@ -167,6 +167,7 @@ impl DistributedLock for EtcdLock {
             .with_fairness(Fairness::Fifo)
             .with_expiry(Expiry::Session)
             .with_primitives(true, true)
+            .with_weights_and_upgrades(true, false)
             .with_notes(true)
     }
 
@@ -181,9 +182,9 @@ impl DistributedLock for EtcdLock {
         let (name, owner) = (&attempt.name, attempt.owner);
         match attempt.kind {
             LockKind::Exclusive => self.inner.try_take(name, owner).await,
-            LockKind::Permit { permits, .. } => {
-                validate_permits(permits)?;
-                self.inner.try_permit(name, permits, owner).await
+            LockKind::Permit { permits, weight } => {
+                validate_permits(permits, weight)?;
+                self.inner.try_permit(name, (permits, weight), owner).await
             }
             LockKind::Read | LockKind::Write => self.inner.try_rw(name, attempt.kind, owner).await,
             _ => Err(attempt.not_supported(BACKEND)),
@@ -227,9 +228,11 @@ impl DistributedLock for EtcdLock {
         let (name, owner) = (&attempt.name, attempt.owner);
         match attempt.kind {
             LockKind::Exclusive => self.inner.queue(name, owner, deadline).await,
-            LockKind::Permit { permits, .. } => {
-                validate_permits(permits)?;
-                self.inner.queue_for_permit(name, permits, owner, deadline).await
+            LockKind::Permit { permits, weight } => {
+                validate_permits(permits, weight)?;
+                self.inner
+                    .queue_for_permit(name, (permits, weight), owner, deadline)
+                    .await
             }
             LockKind::Read | LockKind::Write => {
                 self.inner.queue_rw(name, attempt.kind, owner, deadline).await
@@ -276,10 +279,15 @@ impl DistributedLock for EtcdLock {
     }
 }
 
-/// A semaphore needs at least one permit.
-fn validate_permits(permits: u32) -> Result<()> {
+/// A semaphore needs at least one permit; a hold takes at least one and at most all.
+fn validate_permits(permits: u32, weight: u32) -> Result<()> {
     if permits == 0 {
         return Err(Error::invalid_options("a semaphore needs at least one permit"));
+    }
+    if weight == 0 || weight > permits {
+        return Err(Error::invalid_options(format!(
+            "a hold of {weight} permits of a semaphore of {permits}"
+        )));
     }
     Ok(())
 }
