@@ -9,8 +9,10 @@
 //! <root>/semaphore:<encoded name>/locks/<lease id, hex>-<owner token>
 //!                                              who may add a lease next (a mutex's queue)
 //! <root>/semaphore:<encoded name>/leases/<lease id, hex>-<owner token>
-//!                                              one per permit held or asked for;
-//!                                              value = `permits=<count>` (see `semaphore.rs`)
+//!                                              one per hold (of one permit or several)
+//!                                              held or asked for; value = `permits=<count>`
+//!                                              (`;weight=<n>` after it for n permits; see
+//!                                              `semaphore.rs`)
 //! <root>/rw-lock:<encoded name>/read/<lease id, hex>-<owner token>
 //! <root>/rw-lock:<encoded name>/write/<lease id, hex>-<owner token>
 //!                                              a reader or a writer in the one queue;

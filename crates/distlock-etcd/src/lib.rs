@@ -37,7 +37,7 @@
 //!
 //! ```text
 //! <root>/semaphore:<encoded name>/locks/<lease id, hex>-<owner token>    who may add a lease next
-//! <root>/semaphore:<encoded name>/leases/<lease id, hex>-<owner token>   value = permits=<count>
+//! <root>/semaphore:<encoded name>/leases/<lease id, hex>-<owner token>   value = permits=<count>[;weight=<n>]
 //! <root>/rw-lock:<encoded name>/read/<lease id, hex>-<owner token>       value = the owner token
 //! <root>/rw-lock:<encoded name>/write/<lease id, hex>-<owner token>      value = the owner token
 //! ```
@@ -48,6 +48,9 @@
 //! So a release wakes only the one waiter that can win, waiters are served in arrival order,
 //! and the count is exact. A lease records its count: a live one with another count refuses
 //! [`Error::PermitsMismatch`](distlock_core::Error::PermitsMismatch), leaving nothing behind.
+//! A hold of several permits ([`Semaphore::acquire_many`](distlock_core::Semaphore::acquire_many))
+//! is one lease that records its weight; the weights are counted, so the count stays exact and
+//! the hold is given back whole.
 //!
 //! A read-write lock is etcd's `recipe.RWMutex` layout and order (its Go client's
 //! `experimental/recipes`): one queue by create revision; a reader holds when no writer's key

@@ -3,8 +3,9 @@
 //!
 //! ```text
 //! <root>/semaphore:<encoded name>/locks/<lease id, hex>-<owner token>    who may add a lease next (a mutex's queue)
-//! <root>/semaphore:<encoded name>/leases/<lease id, hex>-<owner token>   one per permit held or asked for;
-//!                                                                       value = "permits=<count>"
+//! <root>/semaphore:<encoded name>/leases/<lease id, hex>-<owner token>   one per hold held or asked for;
+//!                                                                       value = "permits=<count>", and
+//!                                                                       ";weight=<n>" for n permits
 //! ```
 //!
 //! - **Waiting.** Get in line for the `locks` mutex (the mutex's queue: each waiter watches
@@ -18,8 +19,16 @@
 //!   transaction that holds only if `locks` is still empty and no lease was created since
 //!   the read, so the count read is the count at the creation (+1 round trip); a lost race
 //!   reads again (at most three times).
+//! - **Several permits.** A hold of `n` permits is one lease key that records its weight, and
+//!   every count above is of the weights of the leases (a foreign value counts as 1), not of
+//!   the keys. One key rather than `n` created in one transaction: a hold stays one key, so
+//!   release, renewal, the held-key watch and the cleanup by owner act on all of it at once as
+//!   on one permit, and its fencing token is that key's create revision. Waiters stay in
+//!   arrival order: a heavy waiter at the head of `locks` keeps lighter ones behind it out
+//!   until its permits are free (none starves).
 //! - **Exactness.** Every holder counted the leases older than its own after it existed, with
-//!   a linearizable read: of `permits + 1` live leases, the youngest's count saw the others.
+//!   a linearizable read: the live leases older than the youngest were all in its count, so
+//!   their weights and its own add up to at most `permits`.
 //! - **Permit count.** Every lease records its count; a live lease with another count
 //!   refuses with [`Error::PermitsMismatch`] (a waiter deletes its lease and `locks` key
 //!   first: nothing is left behind). Values that are not a count (a foreign client's) are
@@ -30,7 +39,8 @@
 //!
 //! Round trips: an attempt 1 when full, 2 with room. A wait: 1 to get in line for `locks`
 //! (+1 look and a watch per key ahead), 1 to create the lease and count, 1 to delete our
-//! `locks` key; a full semaphore adds 1 read per deletion under `leases`. Release: 1.
+//! `locks` key; a full semaphore adds 1 read per deletion under `leases`. Release: 1. A hold of
+//! several permits costs the same as one of one.
 
 use std::sync::Arc;
 use std::time::Duration;
