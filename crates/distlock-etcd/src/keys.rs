@@ -65,6 +65,53 @@ pub(crate) fn rw_writes(prefix: &str) -> String {
     format!("{prefix}write/")
 }
 
+/// The upgradeable readers of the read-write lock at `prefix`: named to sort just after the
+/// writers (`x` after `write0`, the end of `write/`), so the writers and upgradeable readers
+/// are one range (what keeps an upgradeable reader out) and the readers and writers another
+/// (what an upgrade waits on).
+pub(crate) fn rw_upgradeables(prefix: &str) -> String {
+    format!("{prefix}x-upgradeable/")
+}
+
+/// The upgradeable read key that goes with the write key `write` (the same contender name
+/// under [`rw_upgradeables`]): the anchor an upgraded hold keeps beside its write key.
+pub(crate) fn upgradeable_of_write(write: &str) -> Option<String> {
+    let (writes, leaf) = write.rsplit_once('/')?;
+    let prefix = writes.strip_suffix("write")?;
+    Some(format!("{}{leaf}", rw_upgradeables(prefix)))
+}
+
+/// A range of keys: from `start` up to (not including) `end`.
+#[derive(Debug, Clone)]
+pub(crate) struct KeyRange {
+    pub(crate) start: String,
+    pub(crate) end: Vec<u8>,
+}
+
+impl KeyRange {
+    /// Every key that starts with `prefix`.
+    pub(crate) fn prefix(prefix: &str) -> Self {
+        Self {
+            start: prefix.to_owned(),
+            end: prefix_end(prefix.as_bytes()),
+        }
+    }
+
+    /// From the first key under `first` to the last under `last`.
+    pub(crate) fn spanning(first: &str, last: &str) -> Self {
+        Self {
+            start: first.to_owned(),
+            end: prefix_end(last.as_bytes()),
+        }
+    }
+
+    /// Whether `key` is in the range.
+    #[cfg(test)]
+    pub(crate) fn holds(&self, key: &[u8]) -> bool {
+        key >= self.start.as_bytes() && key < self.end.as_slice()
+    }
+}
+
 /// The owner token in a contender key of ours (what follows the lease id), if `key` is one.
 pub(crate) fn owner_in(key: &[u8]) -> Option<String> {
     let key = std::str::from_utf8(key).ok()?;
@@ -137,6 +184,26 @@ mod tests {
         let rw = object_prefix("distlock", Primitive::RwLock, &name("a"));
         assert_eq!(rw_reads(&rw), "distlock/rw-lock:a/read/");
         assert_eq!(rw_writes(&rw), "distlock/rw-lock:a/write/");
+        assert_eq!(rw_upgradeables(&rw), "distlock/rw-lock:a/x-upgradeable/");
+        assert_eq!(
+            upgradeable_of_write("distlock/rw-lock:a/write/1f-o").as_deref(),
+            Some("distlock/rw-lock:a/x-upgradeable/1f-o")
+        );
+    }
+
+    #[test]
+    fn writers_and_upgradeable_readers_are_one_range_and_readers_and_writers_another() {
+        let rw = object_prefix("distlock", Primitive::RwLock, &name("a"));
+        let (reads, writes, ups) = (rw_reads(&rw), rw_writes(&rw), rw_upgradeables(&rw));
+        let keep_out_upgradeable = KeyRange::spanning(&writes, &ups);
+        let readers_and_writers = KeyRange::spanning(&reads, &writes);
+        let key = |prefix: &str| format!("{prefix}1f-owner").into_bytes();
+        assert!(keep_out_upgradeable.holds(&key(&writes)));
+        assert!(keep_out_upgradeable.holds(&key(&ups)));
+        assert!(!keep_out_upgradeable.holds(&key(&reads)));
+        assert!(readers_and_writers.holds(&key(&reads)));
+        assert!(readers_and_writers.holds(&key(&writes)));
+        assert!(!readers_and_writers.holds(&key(&ups)));
     }
 
     #[test]

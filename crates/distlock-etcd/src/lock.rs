@@ -33,6 +33,7 @@ mod note;
 mod rw_lock;
 mod semaphore;
 mod session;
+mod upgrade;
 
 /// The etcd backend: one client lease (granted again, with the next epoch, when it ends)
 /// to which every key of this client is attached. Cheap to clone; clones share the lease.
@@ -167,7 +168,7 @@ impl DistributedLock for EtcdLock {
             .with_fairness(Fairness::Fifo)
             .with_expiry(Expiry::Session)
             .with_primitives(true, true)
-            .with_weights_and_upgrades(true, false)
+            .with_weights_and_upgrades(true, true)
             .with_notes(true)
     }
 
@@ -186,7 +187,9 @@ impl DistributedLock for EtcdLock {
                 validate_permits(permits, weight)?;
                 self.inner.try_permit(name, (permits, weight), owner).await
             }
-            LockKind::Read | LockKind::Write => self.inner.try_rw(name, attempt.kind, owner).await,
+            LockKind::Read | LockKind::Write | LockKind::UpgradeableRead => {
+                self.inner.try_rw(name, attempt.kind, owner).await
+            }
             _ => Err(attempt.not_supported(BACKEND)),
         }
     }
@@ -234,7 +237,7 @@ impl DistributedLock for EtcdLock {
                     .queue_for_permit(name, (permits, weight), owner, deadline)
                     .await
             }
-            LockKind::Read | LockKind::Write => {
+            LockKind::Read | LockKind::Write | LockKind::UpgradeableRead => {
                 self.inner.queue_rw(name, attempt.kind, owner, deadline).await
             }
             _ => Err(attempt.not_supported(BACKEND)),

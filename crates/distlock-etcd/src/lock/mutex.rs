@@ -28,7 +28,7 @@ use tokio::time::Instant;
 
 use super::{ClientLease, Inner};
 use crate::client::BACKEND;
-use crate::keys::{contender_key, is_owners, object_prefix, owner_in};
+use crate::keys::{contender_key, is_owners, object_prefix, owner_in, upgradeable_of_write, KeyRange};
 use crate::proto::{DeleteRangeRequest, KeyValue, TxnRequest, TxnResponse};
 use crate::txn::{self, kvs, revision};
 
@@ -169,8 +169,11 @@ impl Inner {
                 entry.disarm();
                 return Ok(Some(Self::hold(name, owner, lease, &key, mine, sent_at)));
             }
-            match self.wait_in_line(&prefix, &key, mine, lease, deadline).await? {
-                Line::First => {
+            match self
+                .wait_in_line(&KeyRange::prefix(&prefix), &key, mine, lease, deadline)
+                .await?
+            {
+                Line::First { .. } => {
                     entry.disarm();
                     return Ok(Some(Self::hold(name, owner, lease, &key, mine, sent_at)));
                 }
@@ -190,24 +193,23 @@ impl Inner {
         }
     }
 
-    /// Until our key (`key`, created at `mine`) is first under `prefix`: look at the key just
-    /// before it and wait for its deletion.
+    /// Until our key (`key`, created at `mine`) has no key before it in `blockers`: look at
+    /// the key just before it and wait for its deletion.
     pub(super) async fn wait_in_line(
         self: &Arc<Self>,
-        prefix: &str,
+        blockers: &KeyRange,
         key: &str,
         mine: i64,
         lease: ClientLease,
         deadline: Option<Instant>,
     ) -> Result<Line> {
-        let mut session = self.session.subscribe();
         loop {
             let reply = self
                 .txn_idempotent(
                     "look in line",
                     txn::txn(
                         Vec::new(),
-                        vec![txn::get(key), txn::just_before(prefix, mine)],
+                        vec![txn::get(key), txn::just_before(blockers, mine)],
                         Vec::new(),
                     ),
                 )
@@ -215,32 +217,50 @@ impl Inner {
             if kvs(&reply, 0).is_empty() || !self.keeps(lease.epoch) {
                 return Ok(Line::LeaseEnded);
             }
-            let Some(before) = kvs(&reply, 1).first().cloned() else {
-                return Ok(Line::First);
+            let Some(before) = kvs(&reply, 1).first() else {
+                return Ok(Line::First { at: revision(&reply) });
             };
-            let look_again = Instant::now() + lease.ttl * LOOK_AGAIN_AFTER_TTLS;
-            let until = deadline.map_or(look_again, |d| d.min(look_again));
-            let deleted = crate::watch::deletion(&self.rpc, &before.key, revision(&reply));
-            let lease_changed = async {
-                // Closed only with the client: then, too, look again.
-                let _ = session.wait_for(|s| !s.keeps(lease.epoch)).await.map(drop);
-            };
-            tokio::select! {
-                outcome = deleted => {
-                    if let Err(error) = outcome {
-                        if !error.is_transient() {
-                            return Err(error);
-                        }
-                        // A watch that failed: look again after a pause, not in a tight loop.
-                        tokio::time::sleep_until(until.min(Instant::now() + std::time::Duration::from_millis(100))).await;
+            if let Some(ended) = self
+                .wait_gone(&before.key, revision(&reply), lease, deadline)
+                .await?
+            {
+                return Ok(ended);
+            }
+        }
+    }
+
+    /// Waits for the deletion of `key` after `after`, at most one lease TTL (a watch that went
+    /// silent, its member cut off, must not keep a waiter from a lock that is free) and until
+    /// `deadline`: `None` to look again, else how the wait ended.
+    pub(super) async fn wait_gone(
+        &self,
+        key: &[u8],
+        after: i64,
+        lease: ClientLease,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Line>> {
+        let mut session = self.session.subscribe();
+        let look_again = Instant::now() + lease.ttl * LOOK_AGAIN_AFTER_TTLS;
+        let until = deadline.map_or(look_again, |d| d.min(look_again));
+        let deleted = crate::watch::deletion(&self.rpc, key, after);
+        let lease_changed = async {
+            // Closed only with the client: then, too, look again.
+            let _ = session.wait_for(|s| !s.keeps(lease.epoch)).await.map(drop);
+        };
+        tokio::select! {
+            outcome = deleted => {
+                if let Err(error) = outcome {
+                    if !error.is_transient() {
+                        return Err(error);
                     }
+                    // A watch that failed: look again after a pause, not in a tight loop.
+                    tokio::time::sleep_until(until.min(Instant::now() + std::time::Duration::from_millis(100))).await;
                 }
-                () = lease_changed => return Ok(Line::LeaseEnded),
-                () = tokio::time::sleep_until(until) => {
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Ok(Line::TimedOut);
-                    }
-                }
+                Ok(None)
+            }
+            () = lease_changed => Ok(Some(Line::LeaseEnded)),
+            () = tokio::time::sleep_until(until) => {
+                Ok(deadline.is_some_and(|d| Instant::now() >= d).then_some(Line::TimedOut))
             }
         }
     }
@@ -252,21 +272,45 @@ impl Inner {
         let Some(key) = lease.handle().map(str::to_owned) else {
             return self.release_by_owner(lease).await;
         };
-        let (reply, resent) = self
-            .rpc
-            .call_idempotent_noting("release", move |rpc| {
-                let key = key.clone();
-                async move {
-                    rpc.kv()
-                        .delete_range(DeleteRangeRequest {
-                            key: key.into_bytes(),
-                            ..DeleteRangeRequest::default()
-                        })
-                        .await
-                }
-            })
-            .await?;
-        if reply.deleted == 0 && resent {
+        let upgradeable_parts = match lease.kind() {
+            // An upgraded hold is its write key and the read key it was upgraded from.
+            LockKind::Write => upgradeable_of_write(&key)
+                .map(|read| (Vec::new(), vec![txn::delete(&key), txn::delete(&read)])),
+            // A read key written again is an upgraded hold's: not this lease's to delete.
+            LockKind::UpgradeableRead => Some((vec![txn::never_rewritten(&key)], vec![txn::delete(&key)])),
+            _ => None,
+        };
+        let (deleted, resent) = match upgradeable_parts {
+            Some((compare, deletes)) => {
+                let request = txn::txn(compare, deletes, Vec::new());
+                let (reply, resent) = self
+                    .rpc
+                    .call_idempotent_noting("release", move |rpc| {
+                        let request = request.clone();
+                        async move { rpc.kv().txn(request).await }
+                    })
+                    .await?;
+                (txn::deleted(&reply, 0), resent)
+            }
+            None => {
+                let (reply, resent) = self
+                    .rpc
+                    .call_idempotent_noting("release", move |rpc| {
+                        let key = key.clone();
+                        async move {
+                            rpc.kv()
+                                .delete_range(DeleteRangeRequest {
+                                    key: key.into_bytes(),
+                                    ..DeleteRangeRequest::default()
+                                })
+                                .await
+                        }
+                    })
+                    .await?;
+                (reply.deleted, resent)
+            }
+        };
+        if deleted == 0 && resent {
             // An earlier try may have deleted the key (its reply was lost): "not ours" would
             // be a guess. The key is gone either way.
             return Err(Error::unavailable(
@@ -274,7 +318,7 @@ impl Inner {
                 "release: a try's reply was lost and the key is gone, perhaps by that try",
             ));
         }
-        Ok(reply.deleted > 0 && lease.session_epoch().is_some_and(|epoch| self.keeps(epoch)))
+        Ok(deleted > 0 && lease.session_epoch().is_some_and(|epoch| self.keeps(epoch)))
     }
 
     /// Deletes every key of `lease`'s owner under the prefix of its object (of its kind's
@@ -323,7 +367,14 @@ impl Inner {
                 .await
                 .map(|reply| {
                     (0..batch.len())
-                        .map(|i| kvs(&reply, i).first().is_some_and(|kv| kv.lease == current.id))
+                        .map(|i| {
+                            // An upgradeable read's key written again was upgraded: the write
+                            // lease holds it now.
+                            let upgraded = batch[i].kind() == LockKind::UpgradeableRead;
+                            kvs(&reply, i)
+                                .first()
+                                .is_some_and(|kv| kv.lease == current.id && !(upgraded && kv.version > 1))
+                        })
                         .collect::<Vec<bool>>()
                 })
         });
@@ -381,7 +432,10 @@ fn same_error(error: &Error) -> Error {
 
 /// How a wait in line ended.
 pub(super) enum Line {
-    First,
+    /// Our key is first, as a look at this revision found.
+    First {
+        at: i64,
+    },
     TimedOut,
     LeaseEnded,
 }

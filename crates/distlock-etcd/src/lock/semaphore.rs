@@ -53,7 +53,7 @@ use tokio::time::Instant;
 
 use super::mutex::{Entry, Line, LOOK_AGAIN_AFTER_TTLS};
 use super::{ClientLease, Inner};
-use crate::keys::{contender_key, object_prefix, owner_in, semaphore_leases, semaphore_locks};
+use crate::keys::{contender_key, object_prefix, owner_in, semaphore_leases, semaphore_locks, KeyRange};
 use crate::proto::KeyValue;
 use crate::txn::{self, created, kvs, revision};
 
@@ -248,10 +248,10 @@ impl Inner {
             }
             if first.is_some_and(|first| first.create_revision != mine) {
                 match self
-                    .wait_in_line(&paths.locks, &locks_key, mine, lease, deadline)
+                    .wait_in_line(&KeyRange::prefix(&paths.locks), &locks_key, mine, lease, deadline)
                     .await?
                 {
-                    Line::First => {}
+                    Line::First { .. } => {}
                     Line::TimedOut => {
                         entry.disarm();
                         in_line.delete_now().await;
