@@ -249,3 +249,31 @@ async fn try_upgrade_after_the_readers_leave_and_release_frees_everything() {
         .expect("free after the drop");
     assert!(writer.release().await.expect("released"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_key_upgraded_without_its_write_key_goes_with_the_read_release() {
+    let url = url().await;
+    let (one, two, backend) = clients(&url).await;
+    let rw = fresh(&one, "orphan");
+    let theirs = two.rw_lock(rw.name().clone()).expect("read-write locks");
+    let upgradeable = rw.upgradeable_read().await.expect("upgradeable read");
+    let key = upgradeable.guard().lease().handle().expect("a key").to_owned();
+    // What an upgrade granted while its caller went away leaves once its write key is
+    // deleted behind it: the read key written again, alone.
+    let owner = upgradeable.guard().owner().to_string();
+    support::etcdctl(&url, &["put", &key, &owner, "--ignore-lease"])
+        .await
+        .expect("etcdctl writes the key again");
+    assert!(
+        theirs.try_write().await.expect("try").is_none(),
+        "the key keeps writers out"
+    );
+    let _ = upgradeable.release().await.expect("released");
+    until_no_keys(&url, &backend, &rw).await;
+    let writer = theirs
+        .try_write()
+        .await
+        .expect("try")
+        .expect("free after the release");
+    assert!(writer.release().await.expect("released"));
+}
