@@ -81,6 +81,14 @@ pub(crate) fn upgradeable_of_write(write: &str) -> Option<String> {
     Some(format!("{}{leaf}", rw_upgradeables(prefix)))
 }
 
+/// The write key that goes with the upgradeable read key `read` (the other way round from
+/// [`upgradeable_of_write`]).
+pub(crate) fn write_of_upgradeable(read: &str) -> Option<String> {
+    let (reads, leaf) = read.rsplit_once('/')?;
+    let prefix = reads.strip_suffix("x-upgradeable")?;
+    Some(format!("{}{leaf}", rw_writes(prefix)))
+}
+
 /// A range of keys: from `start` up to (not including) `end`.
 #[derive(Debug, Clone)]
 pub(crate) struct KeyRange {
@@ -188,6 +196,10 @@ mod tests {
         assert_eq!(
             upgradeable_of_write("distlock/rw-lock:a/write/1f-o").as_deref(),
             Some("distlock/rw-lock:a/x-upgradeable/1f-o")
+        );
+        assert_eq!(
+            write_of_upgradeable("distlock/rw-lock:a/x-upgradeable/1f-o").as_deref(),
+            Some("distlock/rw-lock:a/write/1f-o")
         );
     }
 

@@ -28,7 +28,9 @@ use tokio::time::Instant;
 
 use super::{ClientLease, Inner};
 use crate::client::BACKEND;
-use crate::keys::{contender_key, is_owners, object_prefix, owner_in, upgradeable_of_write, KeyRange};
+use crate::keys::{
+    contender_key, is_owners, object_prefix, owner_in, upgradeable_of_write, write_of_upgradeable, KeyRange,
+};
 use crate::proto::{DeleteRangeRequest, KeyValue, TxnRequest, TxnResponse};
 use crate::txn::{self, kvs, revision};
 
@@ -277,7 +279,11 @@ impl Inner {
             LockKind::Write => upgradeable_of_write(&key)
                 .map(|read| (Vec::new(), vec![txn::delete(&key), txn::delete(&read)])),
             // A read key written again is an upgraded hold's: not this lease's to delete.
-            LockKind::UpgradeableRead => Some((vec![txn::never_rewritten(&key)], vec![txn::delete(&key)])),
+            LockKind::UpgradeableRead => {
+                let released = self.release_upgradeable(&key).await;
+                return released
+                    .map(|deleted| deleted && lease.session_epoch().is_some_and(|epoch| self.keeps(epoch)));
+            }
             _ => None,
         };
         let (deleted, resent) = match upgradeable_parts {
@@ -319,6 +325,50 @@ impl Inner {
             ));
         }
         Ok(deleted > 0 && lease.session_epoch().is_some_and(|epoch| self.keeps(epoch)))
+    }
+
+    /// Releases an upgradeable read by its key `key`: deleted if never written again (1 round
+    /// trip). Written again, it is an upgraded hold's anchor and stays, unless that hold's
+    /// write key is gone (an upgrade granted while its caller went away, its write key deleted
+    /// behind it): then it is deleted too, and the release answers `false` (+1).
+    async fn release_upgradeable(&self, key: &str) -> Result<bool> {
+        let Some(write) = write_of_upgradeable(key) else {
+            return Ok(false);
+        };
+        let (reply, resent) = self
+            .rpc
+            .call_idempotent_noting("release", {
+                let request = txn::txn(
+                    vec![txn::never_rewritten(key)],
+                    vec![txn::delete(key)],
+                    vec![txn::get(key), txn::get(&write)],
+                );
+                move |rpc| {
+                    let request = request.clone();
+                    async move { rpc.kv().txn(request).await }
+                }
+            })
+            .await?;
+        if reply.succeeded {
+            return Ok(txn::deleted(&reply, 0) > 0);
+        }
+        if kvs(&reply, 0).is_empty() {
+            if resent {
+                return Err(Error::unavailable(
+                    BACKEND,
+                    "release: a try's reply was lost and the key is gone, perhaps by that try",
+                ));
+            }
+            return Ok(false);
+        }
+        if kvs(&reply, 1).is_empty() {
+            self.txn_idempotent(
+                "release",
+                txn::txn(vec![txn::absent(&write)], vec![txn::delete(key)], Vec::new()),
+            )
+            .await?;
+        }
+        Ok(false)
     }
 
     /// Deletes every key of `lease`'s owner under the prefix of its object (of its kind's
