@@ -15,8 +15,10 @@
 //!                                              `semaphore.rs`)
 //! <root>/rw-lock:<encoded name>/read/<lease id, hex>-<owner token>
 //! <root>/rw-lock:<encoded name>/write/<lease id, hex>-<owner token>
-//!                                              a reader or a writer in the one queue;
-//!                                              value = the owner token (see `rw_lock.rs`)
+//! <root>/rw-lock:<encoded name>/x-upgradeable/<lease id, hex>-<owner token>
+//!                                              a reader, a writer or an upgradeable reader
+//!                                              in the one queue; value = the owner token
+//!                                              (see `rw_lock.rs`, `upgrade.rs`)
 //! ```
 //!
 //! etcd's `concurrency.Mutex` names its key `<prefix><lease id in hex>` and orders every key

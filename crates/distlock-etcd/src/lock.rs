@@ -6,8 +6,9 @@
 //! declaring it over), `mutex` (the mutex: one attempt, waiting in line, release, renewal,
 //! reading the holder), `note` (the holder's note: its key's value, as etcd's election's),
 //! `semaphore` (permits: Curator's `locks` and `leases`), `rw_lock` (readers and writers in
-//! one queue, as etcd's `recipe.RWMutex`), `held` (a watch on each held key for its deletion
-//! behind our back).
+//! one queue, as etcd's `recipe.RWMutex`), `upgrade` (an upgradeable read turned into the
+//! write lock in that queue), `held` (a watch on each held key for its deletion behind our
+//! back).
 
 use std::fmt;
 use std::sync::{Arc, Mutex};

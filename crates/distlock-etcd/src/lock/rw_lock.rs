@@ -4,6 +4,8 @@
 //! ```text
 //! <root>/rw-lock:<encoded name>/read/<lease id, hex>-<owner token>    a reader; value = the owner token
 //! <root>/rw-lock:<encoded name>/write/<lease id, hex>-<owner token>   a writer; value = the owner token
+//! <root>/rw-lock:<encoded name>/x-upgradeable/<lease id, hex>-<owner token>
+//!                                                                     an upgradeable reader (see `upgrade.rs`)
 //! ```
 //!
 //! A reader holds when no writer's key was created before its own, a writer when its key is
@@ -13,16 +15,27 @@
 //! it has held and released, so a stream of readers never starves a writer. etcd's
 //! `RWMutex` names its keys `read/<time>` and `write/<time>` under the same prefix and looks
 //! for the last key below its own mod revision (ours are never written twice, so their mod
-//! revision is their create revision): it queues with this crate in one order, given
-//! `<root>/rw-lock:<encoded name>` as its prefix. Keys go with the client's lease.
+//! revision is their create revision, except an upgraded hold's anchor, see `upgrade.rs`):
+//! it queues with this crate in one order, given `<root>/rw-lock:<encoded name>` as its
+//! prefix. Keys go with the client's lease.
 //!
-//! Fencing: a hold's token is its key's create revision. A writer holds only once every key
-//! before it is gone and every later reader waits for it, so writers and the readers around
-//! them hold in the order of their tokens.
+//! An upgradeable reader holds when no writer and no other upgradeable reader was created
+//! before it; readers do not look at it, writers wait behind it as behind any key. Its
+//! upgrade, and why a reader also stays out while an upgraded key is in the queue: see
+//! `upgrade.rs`.
+//!
+//! Fencing: a hold's token is its key's create revision when it holds at once, else the
+//! revision of the look that found it first (after every key it waited on was deleted). A
+//! writer holds only once every key before it is gone and every later reader waits for it,
+//! so writers and the readers around them hold in the order of their tokens; an upgrade,
+//! granted out of the queue's order, takes its grant's revision, and whoever waited behind it
+//! gets in after the upgraded hold's deletion, so with a greater token.
 //!
 //! Round trips: an attempt is 1 transaction (our key created only when nothing blocks it,
 //! else the first blocker read: nothing is left behind); a wait is 1 when it holds at once,
-//! else 1 look at the key to outlive plus a watch on it, and 1 per wake-up. Release: 1.
+//! else 1 look at the key to outlive plus a watch on it, and 1 per wake-up (a reader that
+//! waited: 1 more look, for an upgraded hold). Release: 1 (a write lock's deletes its key and
+//! the upgradeable read key it may have been upgraded from, in one transaction).
 
 use std::sync::Arc;
 
