@@ -205,28 +205,40 @@ impl Inner {
         lease: ClientLease,
         deadline: Option<Instant>,
     ) -> Result<Line> {
+        let (line, _) = self
+            .wait_in_line_reading(blockers, (key, mine), lease, deadline, None)
+            .await?;
+        Ok(line)
+    }
+
+    /// As [`wait_in_line`](Self::wait_in_line), reading every key under `also` with each look:
+    /// when first, the keys the last look read there.
+    pub(super) async fn wait_in_line_reading(
+        self: &Arc<Self>,
+        blockers: &KeyRange,
+        (key, mine): (&str, i64),
+        lease: ClientLease,
+        deadline: Option<Instant>,
+        also: Option<&str>,
+    ) -> Result<(Line, Vec<KeyValue>)> {
+        let mut look = vec![txn::get(key), txn::just_before(blockers, mine)];
+        look.extend(also.map(|prefix| txn::range(txn::all_under(prefix, 0))));
         loop {
             let reply = self
-                .txn_idempotent(
-                    "look in line",
-                    txn::txn(
-                        Vec::new(),
-                        vec![txn::get(key), txn::just_before(blockers, mine)],
-                        Vec::new(),
-                    ),
-                )
+                .txn_idempotent("look in line", txn::txn(Vec::new(), look.clone(), Vec::new()))
                 .await?;
             if kvs(&reply, 0).is_empty() || !self.keeps(lease.epoch) {
-                return Ok(Line::LeaseEnded);
+                return Ok((Line::LeaseEnded, Vec::new()));
             }
             let Some(before) = kvs(&reply, 1).first() else {
-                return Ok(Line::First { at: revision(&reply) });
+                let at = revision(&reply);
+                return Ok((Line::First { at }, kvs(&reply, 2).to_vec()));
             };
             if let Some(ended) = self
                 .wait_gone(&before.key, revision(&reply), lease, deadline)
                 .await?
             {
-                return Ok(ended);
+                return Ok((ended, Vec::new()));
             }
         }
     }

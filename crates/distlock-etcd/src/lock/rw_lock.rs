@@ -33,8 +33,7 @@
 //!
 //! Round trips: an attempt is 1 transaction (our key created only when nothing blocks it,
 //! else the first blocker read: nothing is left behind); a wait is 1 when it holds at once,
-//! else 1 look at the key to outlive plus a watch on it, and 1 per wake-up (a reader that
-//! waited: 1 more look, for an upgraded hold). Release: 1 (a write lock's deletes its key and
+//! else 1 look at the key to outlive plus a watch on it, and 1 per wake-up. Release: 1 (a write lock's deletes its key and
 //! the upgradeable read key it may have been upgraded from, in one transaction).
 
 use std::sync::Arc;
@@ -48,8 +47,8 @@ use tokio::time::Instant;
 use super::mutex::{owner_of, Entry, Line};
 use super::Inner;
 use crate::keys::{contender_key, object_prefix, rw_reads, rw_upgradeables, rw_writes, KeyRange};
-use crate::proto::{KeyValue, TxnResponse};
-use crate::txn::{self, created, kvs, revision};
+use crate::proto::KeyValue;
+use crate::txn::{self, created, kvs};
 
 /// Where a hold of one side of a read-write lock queues.
 pub(super) struct Side {
@@ -167,8 +166,8 @@ impl Inner {
 
     /// Waits in the read-write lock's queue until `deadline`: our key created (with a read of
     /// the first blocker, so 1 round trip when it holds at once), then the wait of the mutex
-    /// on the last blocker before our key (a reader then also outlives an upgraded hold: 1
-    /// more look). A write wait by the owner of the upgradeable read is its upgrade (see
+    /// on the last blocker before our key (a reader also outlives an upgraded hold, read with
+    /// the same looks). A write wait by the owner of the upgradeable read is its upgrade (see
     /// `upgrade.rs`). Cancel safe: dropped, our key is deleted in the background.
     pub(super) async fn queue_rw(
         self: &Arc<Self>,
@@ -217,55 +216,33 @@ impl Inner {
                 }
             }
             let mut first_held = holds(mine, kvs(&reply, at + 1).first());
-            let mut reply: TxnResponse = reply;
-            let mut upgradeables_at = at + 2;
+            // The upgradeable readers as last read, and the revision of that read.
+            let mut upgradeables = kvs(&reply, at + 2).to_vec();
             // A hold that waited takes as its token the revision at which it found itself
             // first, not its key's creation: an upgrade is granted out of the queue's order,
             // and every hold after it needs a token above the upgrade's.
             let mut token = mine;
             let line = loop {
                 if !first_held {
+                    // A reader reads the upgradeable readers with each look, for an upgraded one.
+                    let also = (kind == LockKind::Read).then_some(side.upgradeables.as_str());
                     match self
-                        .wait_in_line(&side.blockers, &key, mine, lease, deadline)
+                        .wait_in_line_reading(&side.blockers, (&key, mine), lease, deadline, also)
                         .await?
                     {
-                        Line::First { at } => token = at,
-                        ended => break ended,
+                        (Line::First { at }, read) => (token, upgradeables) = (at, read),
+                        (ended, _) => break ended,
                     }
-                    if kind != LockKind::Read {
-                        break Line::First { at: token };
-                    }
-                    reply = self
-                        .txn_idempotent(
-                            "look in line",
-                            txn::txn(
-                                Vec::new(),
-                                vec![txn::get(&key), txn::range(txn::all_under(&side.upgradeables, 0))],
-                                Vec::new(),
-                            ),
-                        )
-                        .await?;
-                    if kvs(&reply, 0).is_empty() {
-                        break Line::LeaseEnded;
-                    }
-                    token = revision(&reply);
-                    upgradeables_at = 1;
                     first_held = true;
                 }
                 let shut_out = match kind {
-                    LockKind::Read => kvs(&reply, upgradeables_at)
-                        .iter()
-                        .find(|kv| upgraded(kv))
-                        .cloned(),
+                    LockKind::Read => upgradeables.iter().find(|kv| upgraded(kv)),
                     _ => None,
                 };
                 let Some(upgraded_hold) = shut_out else {
                     break Line::First { at: token };
                 };
-                match self
-                    .wait_gone(&upgraded_hold.key, revision(&reply), lease, deadline)
-                    .await?
-                {
+                match self.wait_gone(&upgraded_hold.key, token, lease, deadline).await? {
                     // Gone (or look again): the writers before us may have changed too.
                     None => first_held = false,
                     Some(ended) => break ended,
