@@ -277,3 +277,43 @@ async fn a_read_key_upgraded_without_its_write_key_goes_with_the_read_release() 
         .expect("free after the release");
     assert!(writer.release().await.expect("released"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_upgradeable_reader_stays_out_while_a_writer_waits() {
+    let url = url().await;
+    let (one, two, backend) = clients(&url).await;
+    let rw = fresh(&one, "writer-waits");
+    let theirs = two.rw_lock(rw.name().clone()).expect("read-write locks");
+    let reader = rw.try_read().await.expect("try").expect("free");
+    let writer = {
+        let theirs = theirs.clone();
+        tokio::spawn(async move { theirs.write_with(&wait(60)).await.expect("the writer in the end") })
+    };
+    tokio::time::sleep(A_WHILE).await;
+    assert!(
+        rw.try_upgradeable_read().await.expect("try").is_none(),
+        "behind the waiting writer"
+    );
+    let upgradeable = {
+        let rw = rw.clone();
+        tokio::spawn(async move { rw.upgradeable_read_with(&wait(60)).await.expect("in the end") })
+    };
+    tokio::time::sleep(A_WHILE).await;
+    assert!(!upgradeable.is_finished(), "waits behind the writer");
+    assert!(reader.release().await.expect("released"));
+    let writer = timeout(SOON, writer)
+        .await
+        .expect("the writer first")
+        .expect("joined");
+    tokio::time::sleep(A_WHILE).await;
+    assert!(!upgradeable.is_finished(), "out while the writer holds");
+    let token = writer.fencing_token();
+    assert!(writer.release().await.expect("released"));
+    let upgradeable = timeout(SOON, upgradeable)
+        .await
+        .expect("in after the writer")
+        .expect("joined");
+    assert!(upgradeable.guard().fencing_token() > token, "tokens grow");
+    assert!(upgradeable.release().await.expect("released"));
+    until_no_keys(&url, &backend, &rw).await;
+}
