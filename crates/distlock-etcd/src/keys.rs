@@ -9,12 +9,16 @@
 //! <root>/semaphore:<encoded name>/locks/<lease id, hex>-<owner token>
 //!                                              who may add a lease next (a mutex's queue)
 //! <root>/semaphore:<encoded name>/leases/<lease id, hex>-<owner token>
-//!                                              one per permit held or asked for;
-//!                                              value = `permits=<count>` (see `semaphore.rs`)
+//!                                              one per hold (of one permit or several)
+//!                                              held or asked for; value = `permits=<count>`
+//!                                              (`;weight=<n>` after it for n permits; see
+//!                                              `semaphore.rs`)
 //! <root>/rw-lock:<encoded name>/read/<lease id, hex>-<owner token>
 //! <root>/rw-lock:<encoded name>/write/<lease id, hex>-<owner token>
-//!                                              a reader or a writer in the one queue;
-//!                                              value = the owner token (see `rw_lock.rs`)
+//! <root>/rw-lock:<encoded name>/x-upgradeable/<lease id, hex>-<owner token>
+//!                                              a reader, a writer or an upgradeable reader
+//!                                              in the one queue; value = the owner token
+//!                                              (see `rw_lock.rs`, `upgrade.rs`)
 //! ```
 //!
 //! etcd's `concurrency.Mutex` names its key `<prefix><lease id in hex>` and orders every key
@@ -61,6 +65,61 @@ pub(crate) fn rw_reads(prefix: &str) -> String {
 /// The writers of the read-write lock at `prefix` (as etcd's `recipe.RWMutex`).
 pub(crate) fn rw_writes(prefix: &str) -> String {
     format!("{prefix}write/")
+}
+
+/// The upgradeable readers of the read-write lock at `prefix`: named to sort just after the
+/// writers (`x` after `write0`, the end of `write/`), so the writers and upgradeable readers
+/// are one range (what keeps an upgradeable reader out) and the readers and writers another
+/// (what an upgrade waits on).
+pub(crate) fn rw_upgradeables(prefix: &str) -> String {
+    format!("{prefix}x-upgradeable/")
+}
+
+/// The upgradeable read key that goes with the write key `write` (the same contender name
+/// under [`rw_upgradeables`]): the anchor an upgraded hold keeps beside its write key.
+pub(crate) fn upgradeable_of_write(write: &str) -> Option<String> {
+    let (writes, leaf) = write.rsplit_once('/')?;
+    let prefix = writes.strip_suffix("write")?;
+    Some(format!("{}{leaf}", rw_upgradeables(prefix)))
+}
+
+/// The write key that goes with the upgradeable read key `read` (the other way round from
+/// [`upgradeable_of_write`]).
+pub(crate) fn write_of_upgradeable(read: &str) -> Option<String> {
+    let (reads, leaf) = read.rsplit_once('/')?;
+    let prefix = reads.strip_suffix("x-upgradeable")?;
+    Some(format!("{}{leaf}", rw_writes(prefix)))
+}
+
+/// A range of keys: from `start` up to (not including) `end`.
+#[derive(Debug, Clone)]
+pub(crate) struct KeyRange {
+    pub(crate) start: String,
+    pub(crate) end: Vec<u8>,
+}
+
+impl KeyRange {
+    /// Every key that starts with `prefix`.
+    pub(crate) fn prefix(prefix: &str) -> Self {
+        Self {
+            start: prefix.to_owned(),
+            end: prefix_end(prefix.as_bytes()),
+        }
+    }
+
+    /// From the first key under `first` to the last under `last`.
+    pub(crate) fn spanning(first: &str, last: &str) -> Self {
+        Self {
+            start: first.to_owned(),
+            end: prefix_end(last.as_bytes()),
+        }
+    }
+
+    /// Whether `key` is in the range.
+    #[cfg(test)]
+    pub(crate) fn holds(&self, key: &[u8]) -> bool {
+        key >= self.start.as_bytes() && key < self.end.as_slice()
+    }
 }
 
 /// The owner token in a contender key of ours (what follows the lease id), if `key` is one.
@@ -135,6 +194,30 @@ mod tests {
         let rw = object_prefix("distlock", Primitive::RwLock, &name("a"));
         assert_eq!(rw_reads(&rw), "distlock/rw-lock:a/read/");
         assert_eq!(rw_writes(&rw), "distlock/rw-lock:a/write/");
+        assert_eq!(rw_upgradeables(&rw), "distlock/rw-lock:a/x-upgradeable/");
+        assert_eq!(
+            upgradeable_of_write("distlock/rw-lock:a/write/1f-o").as_deref(),
+            Some("distlock/rw-lock:a/x-upgradeable/1f-o")
+        );
+        assert_eq!(
+            write_of_upgradeable("distlock/rw-lock:a/x-upgradeable/1f-o").as_deref(),
+            Some("distlock/rw-lock:a/write/1f-o")
+        );
+    }
+
+    #[test]
+    fn writers_and_upgradeable_readers_are_one_range_and_readers_and_writers_another() {
+        let rw = object_prefix("distlock", Primitive::RwLock, &name("a"));
+        let (reads, writes, ups) = (rw_reads(&rw), rw_writes(&rw), rw_upgradeables(&rw));
+        let keep_out_upgradeable = KeyRange::spanning(&writes, &ups);
+        let readers_and_writers = KeyRange::spanning(&reads, &writes);
+        let key = |prefix: &str| format!("{prefix}1f-owner").into_bytes();
+        assert!(keep_out_upgradeable.holds(&key(&writes)));
+        assert!(keep_out_upgradeable.holds(&key(&ups)));
+        assert!(!keep_out_upgradeable.holds(&key(&reads)));
+        assert!(readers_and_writers.holds(&key(&reads)));
+        assert!(readers_and_writers.holds(&key(&writes)));
+        assert!(!readers_and_writers.holds(&key(&ups)));
     }
 
     #[test]

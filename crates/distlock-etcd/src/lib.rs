@@ -37,9 +37,10 @@
 //!
 //! ```text
 //! <root>/semaphore:<encoded name>/locks/<lease id, hex>-<owner token>    who may add a lease next
-//! <root>/semaphore:<encoded name>/leases/<lease id, hex>-<owner token>   value = permits=<count>
+//! <root>/semaphore:<encoded name>/leases/<lease id, hex>-<owner token>   value = permits=<count>[;weight=<n>]
 //! <root>/rw-lock:<encoded name>/read/<lease id, hex>-<owner token>       value = the owner token
 //! <root>/rw-lock:<encoded name>/write/<lease id, hex>-<owner token>      value = the owner token
+//! <root>/rw-lock:<encoded name>/x-upgradeable/<lease id, hex>-<owner token>
 //! ```
 //!
 //! A semaphore is Apache Curator's `InterProcessSemaphoreV2` structure: waiters line up for
@@ -48,12 +49,40 @@
 //! So a release wakes only the one waiter that can win, waiters are served in arrival order,
 //! and the count is exact. A lease records its count: a live one with another count refuses
 //! [`Error::PermitsMismatch`](distlock_core::Error::PermitsMismatch), leaving nothing behind.
+//! A hold of several permits ([`Semaphore::acquire_many`](distlock_core::Semaphore::acquire_many))
+//! is one lease that records its weight; the weights are counted, so the count stays exact and
+//! the hold is given back whole.
 //!
 //! A read-write lock is etcd's `recipe.RWMutex` layout and order (its Go client's
 //! `experimental/recipes`): one queue by create revision; a reader holds when no writer's key
 //! is older than its own, a writer when its key is the oldest. A waiting writer keeps every
-//! later reader out, so readers never starve it. Every hold's fencing token is its key's
-//! create revision, and every key goes with the client's lease.
+//! later reader out, so readers never starve it. A hold's fencing token is its key's create
+//! revision (a hold that waited: the revision it found itself first at), and every key goes
+//! with the client's lease.
+//!
+//! An upgradeable read ([`RwLock::upgradeable_read`](distlock_core::RwLock::upgradeable_read))
+//! is one more key in that queue, under `x-upgradeable/`: it holds beside readers, keeps
+//! writers and other upgradeable readers out, and stays out while a writer waits. Its upgrade
+//! creates the owner's write key (the waiter record that keeps new readers out), then once no
+//! reader holds writes the read key again in one transaction: from then on the write key and
+//! the read key written again are one write hold, with the grant's revision as its token,
+//! still ahead of any writer that waited meanwhile. etcd's own `RWMutex` has no upgrade.
+//!
+//! # Leader election: etcd's own
+//!
+//! ```text
+//! <root>/<encoded name>/<lease id, hex>-<owner token>     value = the leader's value, once set
+//! ```
+//!
+//! [`LockClient::election`](distlock_core::LockClient::election) is the mutex of its name; the
+//! leader's value ([`DistributedLock::set_note`](distlock_core::DistributedLock::set_note)) is
+//! put as its key's value (1 round trip, only while the key is still the hold's, keeping its
+//! lease), where etcd's `concurrency.Election` keeps its leader's. So `etcdctl elect -l
+//! <prefix>` and a Go service's `Election.Leader`/`Observe` on [`EtcdLock::lock_prefix`] read
+//! our leader's value, and our `leader()`/`observe()` read theirs (`etcdctl elect <prefix>
+//! <value>` campaigns in the same queue). The term is the key's create revision. Until our new
+//! leader has put its value (right after it takes office), etcd's tools read its owner token;
+//! ours report no leader yet.
 //!
 //! # The lease: connected, suspended, lost
 //!
@@ -93,7 +122,10 @@
 //! A permit: 1 when the semaphore is full, 2 with room; waiting, 1 to line up for `locks`
 //! (+1 look and a watch per contender ahead), 1 to create the lease and count, 1 to hand
 //! `locks` on, and 1 per deletion of a lease while full. A read or the write lock: 1 (attempt
-//! or wait when free), else 1 per look and a watch on the key to outlive.
+//! or wait when free), else 1 per look and a watch on the key to outlive. A leader's note:
+//! 1; reading the leader (and its note): 1. An upgradeable read: as a read. `try_upgrade`: 3
+//! when granted, 2 when a reader holds; a waiting upgrade: 1 to create its write key, 1 look,
+//! 1 look and a watch per reader that leaves, 1 to grant.
 //!
 //! # Ambiguous errors
 //!

@@ -4,9 +4,11 @@
 //! This file holds the type, its constructor and the [`DistributedLock`] dispatch. The
 //! submodules, one concern each: `session` (the client's lease: granting, keeping alive,
 //! declaring it over), `mutex` (the mutex: one attempt, waiting in line, release, renewal,
-//! reading the holder), `semaphore` (permits: Curator's `locks` and `leases`), `rw_lock`
-//! (readers and writers in one queue, as etcd's `recipe.RWMutex`), `held` (a watch on each
-//! held key for its deletion behind our back).
+//! reading the holder), `note` (the holder's note: its key's value, as etcd's election's),
+//! `semaphore` (permits: Curator's `locks` and `leases`), `rw_lock` (readers and writers in
+//! one queue, as etcd's `recipe.RWMutex`), `upgrade` (an upgradeable read turned into the
+//! write lock in that queue), `held` (a watch on each held key for its deletion behind our
+//! back).
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -28,9 +30,11 @@ use crate::EtcdConfig;
 
 mod held;
 mod mutex;
+mod note;
 mod rw_lock;
 mod semaphore;
 mod session;
+mod upgrade;
 
 /// The etcd backend: one client lease (granted again, with the next epoch, when it ends)
 /// to which every key of this client is attached. Cheap to clone; clones share the lease.
@@ -165,6 +169,8 @@ impl DistributedLock for EtcdLock {
             .with_fairness(Fairness::Fifo)
             .with_expiry(Expiry::Session)
             .with_primitives(true, true)
+            .with_weights_and_upgrades(true, true)
+            .with_notes(true)
     }
 
     /// The mutex: one transaction, 1 round trip whether the lock is free or held (see
@@ -178,11 +184,13 @@ impl DistributedLock for EtcdLock {
         let (name, owner) = (&attempt.name, attempt.owner);
         match attempt.kind {
             LockKind::Exclusive => self.inner.try_take(name, owner).await,
-            LockKind::Permit { permits, .. } => {
-                validate_permits(permits)?;
-                self.inner.try_permit(name, permits, owner).await
+            LockKind::Permit { permits, weight } => {
+                validate_permits(permits, weight)?;
+                self.inner.try_permit(name, (permits, weight), owner).await
             }
-            LockKind::Read | LockKind::Write => self.inner.try_rw(name, attempt.kind, owner).await,
+            LockKind::Read | LockKind::Write | LockKind::UpgradeableRead => {
+                self.inner.try_rw(name, attempt.kind, owner).await
+            }
             _ => Err(attempt.not_supported(BACKEND)),
         }
     }
@@ -192,6 +200,12 @@ impl DistributedLock for EtcdLock {
     /// found by its owner token under the prefix of its kind's object: 2.
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.inner.release(lease).await
+    }
+
+    /// Puts `note` as the value of the mutex hold's key, if that key is still the hold's: 1
+    /// round trip (see `note.rs`). etcd's own election reads it as the leader's value.
+    async fn set_note(&self, lease: &Lease, note: &str) -> Result<bool> {
+        self.inner.set_note(lease, note).await
     }
 
     /// Lease-bound holds have nothing to renew (the keeper renews the client's lease): this
@@ -218,18 +232,20 @@ impl DistributedLock for EtcdLock {
         let (name, owner) = (&attempt.name, attempt.owner);
         match attempt.kind {
             LockKind::Exclusive => self.inner.queue(name, owner, deadline).await,
-            LockKind::Permit { permits, .. } => {
-                validate_permits(permits)?;
-                self.inner.queue_for_permit(name, permits, owner, deadline).await
+            LockKind::Permit { permits, weight } => {
+                validate_permits(permits, weight)?;
+                self.inner
+                    .queue_for_permit(name, (permits, weight), owner, deadline)
+                    .await
             }
-            LockKind::Read | LockKind::Write => {
+            LockKind::Read | LockKind::Write | LockKind::UpgradeableRead => {
                 self.inner.queue_rw(name, attempt.kind, owner, deadline).await
             }
             _ => Err(attempt.not_supported(BACKEND)),
         }
     }
 
-    /// The mutex's holder: its first contender; a semaphore's: its oldest leases, as many as
+    /// The mutex's holder: its first contender, with its note; a semaphore's: its oldest leases, as many as
     /// its permits; a read-write lock's: its writer, or the readers before the first writer.
     /// 1 round trip each.
     async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
@@ -267,10 +283,15 @@ impl DistributedLock for EtcdLock {
     }
 }
 
-/// A semaphore needs at least one permit.
-fn validate_permits(permits: u32) -> Result<()> {
+/// A semaphore needs at least one permit; a hold takes at least one and at most all.
+fn validate_permits(permits: u32, weight: u32) -> Result<()> {
     if permits == 0 {
         return Err(Error::invalid_options("a semaphore needs at least one permit"));
+    }
+    if weight == 0 || weight > permits {
+        return Err(Error::invalid_options(format!(
+            "a hold of {weight} permits of a semaphore of {permits}"
+        )));
     }
     Ok(())
 }

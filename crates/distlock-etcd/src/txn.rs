@@ -2,7 +2,7 @@
 //! deletes and the ranges that find a queue's first or previous contender; and reading their
 //! replies. Pure functions; no requests are sent here.
 
-use crate::keys::prefix_end;
+use crate::keys::{prefix_end, KeyRange};
 use crate::proto::compare::{CompareResult, CompareTarget, TargetUnion};
 use crate::proto::range_request::{SortOrder, SortTarget};
 use crate::proto::request_op::Request;
@@ -32,11 +32,51 @@ pub(crate) fn absent(key: &str) -> Compare {
     }
 }
 
+/// `key` exists and was created at `revision`.
+pub(crate) fn created_at(key: &str, revision: i64) -> Compare {
+    Compare {
+        target_union: Some(TargetUnion::CreateRevision(revision)),
+        ..absent(key)
+    }
+}
+
 /// No key starts with `prefix` (an empty range compares as one key of create revision 0).
 pub(crate) fn none_under(prefix: &str) -> Compare {
     Compare {
         range_end: prefix_end(prefix.as_bytes()),
         ..absent(prefix)
+    }
+}
+
+/// No key in `range` exists.
+pub(crate) fn none_in(range: &KeyRange) -> Compare {
+    Compare {
+        range_end: range.end.clone(),
+        ..absent(&range.start)
+    }
+}
+
+/// `key` was written only once, at its creation (version 1: it exists and was never put
+/// again).
+pub(crate) fn never_rewritten(key: &str) -> Compare {
+    Compare {
+        result: CompareResult::Equal as i32,
+        target: CompareTarget::Version as i32,
+        key: key.as_bytes().to_vec(),
+        target_union: Some(TargetUnion::Version(1)),
+        range_end: Vec::new(),
+    }
+}
+
+/// No key under `prefix` was written again after its creation (every version below 2; an
+/// empty range holds).
+pub(crate) fn none_rewritten_under(prefix: &str) -> Compare {
+    Compare {
+        result: CompareResult::Less as i32,
+        target: CompareTarget::Version as i32,
+        key: prefix.as_bytes().to_vec(),
+        target_union: Some(TargetUnion::Version(2)),
+        range_end: prefix_end(prefix.as_bytes()),
     }
 }
 
@@ -62,6 +102,16 @@ pub(crate) fn put(key: &str, value: &str, lease: i64) -> RequestOp {
     }))
 }
 
+/// Puts `value` at `key`, which keeps the lease it has.
+pub(crate) fn put_keeping_lease(key: &str, value: &str) -> RequestOp {
+    op(Request::RequestPut(PutRequest {
+        key: key.as_bytes().to_vec(),
+        value: value.as_bytes().to_vec(),
+        ignore_lease: true,
+        ..PutRequest::default()
+    }))
+}
+
 /// Deletes `key`.
 pub(crate) fn delete(key: &str) -> RequestOp {
     op(Request::RequestDeleteRange(DeleteRangeRequest {
@@ -81,6 +131,15 @@ pub(crate) fn get(key: &str) -> RequestOp {
 /// Reads the first contender under `prefix`: the key of the lowest create revision.
 pub(crate) fn first_under(prefix: &str) -> RequestOp {
     op(Request::RequestRange(first_under_request(prefix)))
+}
+
+/// Reads the first key in `range`: the one of the lowest create revision.
+pub(crate) fn first_in(range: &KeyRange) -> RequestOp {
+    op(Request::RequestRange(RangeRequest {
+        key: range.start.as_bytes().to_vec(),
+        range_end: range.end.clone(),
+        ..first_under_request(&range.start)
+    }))
 }
 
 /// As [`first_under`], as a request of its own.
@@ -109,12 +168,12 @@ pub(crate) fn range(request: RangeRequest) -> RequestOp {
     op(Request::RequestRange(request))
 }
 
-/// Reads the contender just before the one created at `revision` under `prefix`: the key of
+/// Reads the contender just before the one created at `revision` in `range`: the key of
 /// the highest create revision below it.
-pub(crate) fn just_before(prefix: &str, revision: i64) -> RequestOp {
+pub(crate) fn just_before(range: &KeyRange, revision: i64) -> RequestOp {
     op(Request::RequestRange(RangeRequest {
-        key: prefix.as_bytes().to_vec(),
-        range_end: prefix_end(prefix.as_bytes()),
+        key: range.start.as_bytes().to_vec(),
+        range_end: range.end.clone(),
         limit: 1,
         sort_order: SortOrder::Descend as i32,
         sort_target: SortTarget::Create as i32,

@@ -28,7 +28,9 @@ use tokio::time::Instant;
 
 use super::{ClientLease, Inner};
 use crate::client::BACKEND;
-use crate::keys::{contender_key, is_owners, object_prefix};
+use crate::keys::{
+    contender_key, is_owners, object_prefix, owner_in, upgradeable_of_write, write_of_upgradeable, KeyRange,
+};
 use crate::proto::{DeleteRangeRequest, KeyValue, TxnRequest, TxnResponse};
 use crate::txn::{self, kvs, revision};
 
@@ -169,8 +171,11 @@ impl Inner {
                 entry.disarm();
                 return Ok(Some(Self::hold(name, owner, lease, &key, mine, sent_at)));
             }
-            match self.wait_in_line(&prefix, &key, mine, lease, deadline).await? {
-                Line::First => {
+            match self
+                .wait_in_line(&KeyRange::prefix(&prefix), &key, mine, lease, deadline)
+                .await?
+            {
+                Line::First { .. } => {
                     entry.disarm();
                     return Ok(Some(Self::hold(name, owner, lease, &key, mine, sent_at)));
                 }
@@ -190,57 +195,86 @@ impl Inner {
         }
     }
 
-    /// Until our key (`key`, created at `mine`) is first under `prefix`: look at the key just
-    /// before it and wait for its deletion.
+    /// Until our key (`key`, created at `mine`) has no key before it in `blockers`: look at
+    /// the key just before it and wait for its deletion.
     pub(super) async fn wait_in_line(
         self: &Arc<Self>,
-        prefix: &str,
+        blockers: &KeyRange,
         key: &str,
         mine: i64,
         lease: ClientLease,
         deadline: Option<Instant>,
     ) -> Result<Line> {
-        let mut session = self.session.subscribe();
+        let (line, _) = self
+            .wait_in_line_reading(blockers, (key, mine), lease, deadline, None)
+            .await?;
+        Ok(line)
+    }
+
+    /// As [`wait_in_line`](Self::wait_in_line), reading every key under `also` with each look:
+    /// when first, the keys the last look read there.
+    pub(super) async fn wait_in_line_reading(
+        self: &Arc<Self>,
+        blockers: &KeyRange,
+        (key, mine): (&str, i64),
+        lease: ClientLease,
+        deadline: Option<Instant>,
+        also: Option<&str>,
+    ) -> Result<(Line, Vec<KeyValue>)> {
+        let mut look = vec![txn::get(key), txn::just_before(blockers, mine)];
+        look.extend(also.map(|prefix| txn::range(txn::all_under(prefix, 0))));
         loop {
             let reply = self
-                .txn_idempotent(
-                    "look in line",
-                    txn::txn(
-                        Vec::new(),
-                        vec![txn::get(key), txn::just_before(prefix, mine)],
-                        Vec::new(),
-                    ),
-                )
+                .txn_idempotent("look in line", txn::txn(Vec::new(), look.clone(), Vec::new()))
                 .await?;
             if kvs(&reply, 0).is_empty() || !self.keeps(lease.epoch) {
-                return Ok(Line::LeaseEnded);
+                return Ok((Line::LeaseEnded, Vec::new()));
             }
-            let Some(before) = kvs(&reply, 1).first().cloned() else {
-                return Ok(Line::First);
+            let Some(before) = kvs(&reply, 1).first() else {
+                let at = revision(&reply);
+                return Ok((Line::First { at }, kvs(&reply, 2).to_vec()));
             };
-            let look_again = Instant::now() + lease.ttl * LOOK_AGAIN_AFTER_TTLS;
-            let until = deadline.map_or(look_again, |d| d.min(look_again));
-            let deleted = crate::watch::deletion(&self.rpc, &before.key, revision(&reply));
-            let lease_changed = async {
-                // Closed only with the client: then, too, look again.
-                let _ = session.wait_for(|s| !s.keeps(lease.epoch)).await.map(drop);
-            };
-            tokio::select! {
-                outcome = deleted => {
-                    if let Err(error) = outcome {
-                        if !error.is_transient() {
-                            return Err(error);
-                        }
-                        // A watch that failed: look again after a pause, not in a tight loop.
-                        tokio::time::sleep_until(until.min(Instant::now() + std::time::Duration::from_millis(100))).await;
+            if let Some(ended) = self
+                .wait_gone(&before.key, revision(&reply), lease, deadline)
+                .await?
+            {
+                return Ok((ended, Vec::new()));
+            }
+        }
+    }
+
+    /// Waits for the deletion of `key` after `after`, at most one lease TTL (a watch that went
+    /// silent, its member cut off, must not keep a waiter from a lock that is free) and until
+    /// `deadline`: `None` to look again, else how the wait ended.
+    pub(super) async fn wait_gone(
+        &self,
+        key: &[u8],
+        after: i64,
+        lease: ClientLease,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Line>> {
+        let mut session = self.session.subscribe();
+        let look_again = Instant::now() + lease.ttl * LOOK_AGAIN_AFTER_TTLS;
+        let until = deadline.map_or(look_again, |d| d.min(look_again));
+        let deleted = crate::watch::deletion(&self.rpc, key, after);
+        let lease_changed = async {
+            // Closed only with the client: then, too, look again.
+            let _ = session.wait_for(|s| !s.keeps(lease.epoch)).await.map(drop);
+        };
+        tokio::select! {
+            outcome = deleted => {
+                if let Err(error) = outcome {
+                    if !error.is_transient() {
+                        return Err(error);
                     }
+                    // A watch that failed: look again after a pause, not in a tight loop.
+                    tokio::time::sleep_until(until.min(Instant::now() + std::time::Duration::from_millis(100))).await;
                 }
-                () = lease_changed => return Ok(Line::LeaseEnded),
-                () = tokio::time::sleep_until(until) => {
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Ok(Line::TimedOut);
-                    }
-                }
+                Ok(None)
+            }
+            () = lease_changed => Ok(Some(Line::LeaseEnded)),
+            () = tokio::time::sleep_until(until) => {
+                Ok(deadline.is_some_and(|d| Instant::now() >= d).then_some(Line::TimedOut))
             }
         }
     }
@@ -252,21 +286,49 @@ impl Inner {
         let Some(key) = lease.handle().map(str::to_owned) else {
             return self.release_by_owner(lease).await;
         };
-        let (reply, resent) = self
-            .rpc
-            .call_idempotent_noting("release", move |rpc| {
-                let key = key.clone();
-                async move {
-                    rpc.kv()
-                        .delete_range(DeleteRangeRequest {
-                            key: key.into_bytes(),
-                            ..DeleteRangeRequest::default()
-                        })
-                        .await
-                }
-            })
-            .await?;
-        if reply.deleted == 0 && resent {
+        let upgradeable_parts = match lease.kind() {
+            // An upgraded hold is its write key and the read key it was upgraded from.
+            LockKind::Write => upgradeable_of_write(&key)
+                .map(|read| (Vec::new(), vec![txn::delete(&key), txn::delete(&read)])),
+            // A read key written again is an upgraded hold's: not this lease's to delete.
+            LockKind::UpgradeableRead => {
+                let released = self.release_upgradeable(&key).await;
+                return released
+                    .map(|deleted| deleted && lease.session_epoch().is_some_and(|epoch| self.keeps(epoch)));
+            }
+            _ => None,
+        };
+        let (deleted, resent) = match upgradeable_parts {
+            Some((compare, deletes)) => {
+                let request = txn::txn(compare, deletes, Vec::new());
+                let (reply, resent) = self
+                    .rpc
+                    .call_idempotent_noting("release", move |rpc| {
+                        let request = request.clone();
+                        async move { rpc.kv().txn(request).await }
+                    })
+                    .await?;
+                (txn::deleted(&reply, 0), resent)
+            }
+            None => {
+                let (reply, resent) = self
+                    .rpc
+                    .call_idempotent_noting("release", move |rpc| {
+                        let key = key.clone();
+                        async move {
+                            rpc.kv()
+                                .delete_range(DeleteRangeRequest {
+                                    key: key.into_bytes(),
+                                    ..DeleteRangeRequest::default()
+                                })
+                                .await
+                        }
+                    })
+                    .await?;
+                (reply.deleted, resent)
+            }
+        };
+        if deleted == 0 && resent {
             // An earlier try may have deleted the key (its reply was lost): "not ours" would
             // be a guess. The key is gone either way.
             return Err(Error::unavailable(
@@ -274,7 +336,51 @@ impl Inner {
                 "release: a try's reply was lost and the key is gone, perhaps by that try",
             ));
         }
-        Ok(reply.deleted > 0 && lease.session_epoch().is_some_and(|epoch| self.keeps(epoch)))
+        Ok(deleted > 0 && lease.session_epoch().is_some_and(|epoch| self.keeps(epoch)))
+    }
+
+    /// Releases an upgradeable read by its key `key`: deleted if never written again (1 round
+    /// trip). Written again, it is an upgraded hold's anchor and stays, unless that hold's
+    /// write key is gone (an upgrade granted while its caller went away, its write key deleted
+    /// behind it): then it is deleted too, and the release answers `false` (+1).
+    async fn release_upgradeable(&self, key: &str) -> Result<bool> {
+        let Some(write) = write_of_upgradeable(key) else {
+            return Ok(false);
+        };
+        let (reply, resent) = self
+            .rpc
+            .call_idempotent_noting("release", {
+                let request = txn::txn(
+                    vec![txn::never_rewritten(key)],
+                    vec![txn::delete(key)],
+                    vec![txn::get(key), txn::get(&write)],
+                );
+                move |rpc| {
+                    let request = request.clone();
+                    async move { rpc.kv().txn(request).await }
+                }
+            })
+            .await?;
+        if reply.succeeded {
+            return Ok(txn::deleted(&reply, 0) > 0);
+        }
+        if kvs(&reply, 0).is_empty() {
+            if resent {
+                return Err(Error::unavailable(
+                    BACKEND,
+                    "release: a try's reply was lost and the key is gone, perhaps by that try",
+                ));
+            }
+            return Ok(false);
+        }
+        if kvs(&reply, 1).is_empty() {
+            self.txn_idempotent(
+                "release",
+                txn::txn(vec![txn::absent(&write)], vec![txn::delete(key)], Vec::new()),
+            )
+            .await?;
+        }
+        Ok(false)
     }
 
     /// Deletes every key of `lease`'s owner under the prefix of its object (of its kind's
@@ -323,7 +429,14 @@ impl Inner {
                 .await
                 .map(|reply| {
                     (0..batch.len())
-                        .map(|i| kvs(&reply, i).first().is_some_and(|kv| kv.lease == current.id))
+                        .map(|i| {
+                            // An upgradeable read's key written again was upgraded: the write
+                            // lease holds it now.
+                            let upgraded = batch[i].kind() == LockKind::UpgradeableRead;
+                            kvs(&reply, i)
+                                .first()
+                                .is_some_and(|kv| kv.lease == current.id && !(upgraded && kv.version > 1))
+                        })
                         .collect::<Vec<bool>>()
                 })
         });
@@ -348,7 +461,7 @@ impl Inner {
             .collect()
     }
 
-    /// The mutex's holder: its first contender (1 round trip).
+    /// The mutex's holder: its first contender, with its note (1 round trip).
     pub(super) async fn holder(self: &Arc<Self>, name: &LockName) -> Result<LockState> {
         let request = txn::first_under_request(&self.prefix(name));
         let reply = self
@@ -363,7 +476,8 @@ impl Inner {
                 owner_of(first),
                 Some(FencingToken::new(first.create_revision.unsigned_abs())),
                 None,
-            ),
+            )
+            .with_note(super::note::note_of(first)),
             None => LockState::free(None),
         })
     }
@@ -380,19 +494,18 @@ fn same_error(error: &Error) -> Error {
 
 /// How a wait in line ended.
 pub(super) enum Line {
-    First,
+    /// Our key is first, as a look at this revision found.
+    First {
+        at: i64,
+    },
     TimedOut,
     LeaseEnded,
 }
 
-/// A contender's owner: its value (the owner token for ours), or its key when the value is
-/// empty (etcd's own lock stores nothing).
+/// A contender's owner: the owner token in its key for ours (its value may be the holder's
+/// note), else its key (etcd's own lock stores nothing, its election the leader's value).
 pub(super) fn owner_of(kv: &KeyValue) -> String {
-    if kv.value.is_empty() {
-        String::from_utf8_lossy(&kv.key).into_owned()
-    } else {
-        String::from_utf8_lossy(&kv.value).into_owned()
-    }
+    owner_in(&kv.key).unwrap_or_else(|| String::from_utf8_lossy(&kv.key).into_owned())
 }
 
 /// Our key in a queue while we wait: deleted in the background if the wait is dropped or

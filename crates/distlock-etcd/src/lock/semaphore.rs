@@ -3,8 +3,9 @@
 //!
 //! ```text
 //! <root>/semaphore:<encoded name>/locks/<lease id, hex>-<owner token>    who may add a lease next (a mutex's queue)
-//! <root>/semaphore:<encoded name>/leases/<lease id, hex>-<owner token>   one per permit held or asked for;
-//!                                                                       value = "permits=<count>"
+//! <root>/semaphore:<encoded name>/leases/<lease id, hex>-<owner token>   one per hold held or asked for;
+//!                                                                       value = "permits=<count>", and
+//!                                                                       ";weight=<n>" for n permits
 //! ```
 //!
 //! - **Waiting.** Get in line for the `locks` mutex (the mutex's queue: each waiter watches
@@ -18,8 +19,16 @@
 //!   transaction that holds only if `locks` is still empty and no lease was created since
 //!   the read, so the count read is the count at the creation (+1 round trip); a lost race
 //!   reads again (at most three times).
+//! - **Several permits.** A hold of `n` permits is one lease key that records its weight, and
+//!   every count above is of the weights of the leases (a foreign value counts as 1), not of
+//!   the keys. One key rather than `n` created in one transaction: a hold stays one key, so
+//!   release, renewal, the held-key watch and the cleanup by owner act on all of it at once as
+//!   on one permit, and its fencing token is that key's create revision. Waiters stay in
+//!   arrival order: a heavy waiter at the head of `locks` keeps lighter ones behind it out
+//!   until its permits are free (none starves).
 //! - **Exactness.** Every holder counted the leases older than its own after it existed, with
-//!   a linearizable read: of `permits + 1` live leases, the youngest's count saw the others.
+//!   a linearizable read: the live leases older than the youngest were all in its count, so
+//!   their weights and its own add up to at most `permits`.
 //! - **Permit count.** Every lease records its count; a live lease with another count
 //!   refuses with [`Error::PermitsMismatch`] (a waiter deletes its lease and `locks` key
 //!   first: nothing is left behind). Values that are not a count (a foreign client's) are
@@ -30,7 +39,8 @@
 //!
 //! Round trips: an attempt 1 when full, 2 with room. A wait: 1 to get in line for `locks`
 //! (+1 look and a watch per key ahead), 1 to create the lease and count, 1 to delete our
-//! `locks` key; a full semaphore adds 1 read per deletion under `leases`. Release: 1.
+//! `locks` key; a full semaphore adds 1 read per deletion under `leases`. Release: 1. A hold of
+//! several permits costs the same as one of one.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,28 +53,45 @@ use tokio::time::Instant;
 
 use super::mutex::{Entry, Line, LOOK_AGAIN_AFTER_TTLS};
 use super::{ClientLease, Inner};
-use crate::keys::{contender_key, object_prefix, owner_in, semaphore_leases, semaphore_locks};
+use crate::keys::{contender_key, object_prefix, owner_in, semaphore_leases, semaphore_locks, KeyRange};
 use crate::proto::KeyValue;
 use crate::txn::{self, created, kvs, revision};
 
 /// What a lease key's value starts with; the permit count follows.
 const PERMITS_DATA: &str = "permits=";
 
+/// What follows the count in the value of a lease of several permits; its weight follows.
+const WEIGHT_DATA: &str = ";weight=";
+
 /// How often one attempt reads again after losing a race to another acquirer.
 const ATTEMPT_TRIES: usize = 3;
 
-/// A lease key's value: `permits=<count>`.
-fn lease_data(permits: u32) -> String {
-    format!("{PERMITS_DATA}{permits}")
+/// A lease key's value: `permits=<count>`, and `;weight=<weight>` after it for a lease of
+/// several permits.
+fn lease_data(permits: u32, weight: u32) -> String {
+    match weight {
+        1 => format!("{PERMITS_DATA}{permits}"),
+        _ => format!("{PERMITS_DATA}{permits}{WEIGHT_DATA}{weight}"),
+    }
+}
+
+/// The permit count and weight in a lease key's value, if it holds them.
+fn recorded(value: &[u8]) -> Option<(u32, u32)> {
+    let data = std::str::from_utf8(value).ok()?.strip_prefix(PERMITS_DATA)?;
+    match data.split_once(WEIGHT_DATA) {
+        Some((permits, weight)) => Some((permits.parse().ok()?, weight.parse().ok()?)),
+        None => Some((data.parse().ok()?, 1)),
+    }
 }
 
 /// The permit count in a lease key's value, if it holds one.
 fn permits_in(value: &[u8]) -> Option<u32> {
-    std::str::from_utf8(value)
-        .ok()?
-        .strip_prefix(PERMITS_DATA)?
-        .parse()
-        .ok()
+    recorded(value).map(|(permits, _)| permits)
+}
+
+/// How many permits a lease takes: the weight its value records, 1 for a foreign value.
+fn weight_of(kv: &KeyValue) -> u64 {
+    recorded(&kv.value).map_or(1, |(_, weight)| u64::from(weight))
 }
 
 /// The semaphore's two prefixes.
@@ -100,14 +127,18 @@ fn check_permits(name: &LockName, leases: &[KeyValue], ours: Option<&str>, asked
     }
 }
 
-/// How many of `leases` were created up to `mine`.
-fn counted(leases: &[KeyValue], mine: i64) -> usize {
-    leases.iter().filter(|kv| kv.create_revision <= mine).count()
+/// How many permits the `leases` created up to `mine` take.
+fn counted(leases: &[KeyValue], mine: i64) -> u64 {
+    leases
+        .iter()
+        .filter(|kv| kv.create_revision <= mine)
+        .map(weight_of)
+        .sum()
 }
 
-/// `permits` as a count of keys.
-fn room(permits: u32) -> usize {
-    usize::try_from(permits).unwrap_or(usize::MAX)
+/// How many permits all of `leases` take.
+fn taken(leases: &[KeyValue]) -> u64 {
+    leases.iter().map(weight_of).sum()
 }
 
 impl Inner {
@@ -115,7 +146,7 @@ impl Inner {
     pub(super) async fn try_permit(
         self: &Arc<Self>,
         name: &LockName,
-        permits: u32,
+        (permits, weight): (u32, u32),
         owner: OwnerToken,
     ) -> Result<TryAcquire> {
         let paths = Paths::of(self, name);
@@ -141,7 +172,7 @@ impl Inner {
                     owner_in(&waiter.key).unwrap_or_else(|| String::from_utf8_lossy(&waiter.key).into());
                 return Ok(TryAcquire::Held(Holder::unknown().with_owner(owner)));
             }
-            if leases.len() >= room(permits) {
+            if taken(leases) + u64::from(weight) > u64::from(permits) {
                 return Ok(TryAcquire::Held(Holder::unknown()));
             }
             let reply = self
@@ -152,7 +183,10 @@ impl Inner {
                             txn::none_under(&paths.locks),
                             txn::unchanged_since(&paths.leases, revision(&read)),
                         ],
-                        vec![txn::put(&key, &lease_data(permits), lease.id), txn::get(&key)],
+                        vec![
+                            txn::put(&key, &lease_data(permits, weight), lease.id),
+                            txn::get(&key),
+                        ],
                         look().success,
                     ),
                 )
@@ -160,7 +194,7 @@ impl Inner {
             if reply.succeeded {
                 let mine = created(&reply, 1);
                 let hold = Self::hold(name, owner, lease, &key, mine, sent_at)
-                    .with_kind(LockKind::Permit { permits, weight: 1 });
+                    .with_kind(LockKind::Permit { permits, weight });
                 return Ok(TryAcquire::Acquired(hold));
             }
             read = reply;
@@ -176,7 +210,7 @@ impl Inner {
     pub(super) async fn queue_for_permit(
         self: &Arc<Self>,
         name: &LockName,
-        permits: u32,
+        (permits, weight): (u32, u32),
         owner: OwnerToken,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>> {
@@ -214,10 +248,10 @@ impl Inner {
             }
             if first.is_some_and(|first| first.create_revision != mine) {
                 match self
-                    .wait_in_line(&paths.locks, &locks_key, mine, lease, deadline)
+                    .wait_in_line(&KeyRange::prefix(&paths.locks), &locks_key, mine, lease, deadline)
                     .await?
                 {
-                    Line::First => {}
+                    Line::First { .. } => {}
                     Line::TimedOut => {
                         entry.disarm();
                         in_line.delete_now().await;
@@ -235,7 +269,7 @@ impl Inner {
             }
             // We hold `locks`: nobody else adds a lease until we let go of it.
             let counted = self
-                .add_lease(name, permits, lease, &paths, &mut entry, deadline)
+                .add_lease(name, (permits, weight), lease, &paths, &mut entry, deadline)
                 .await;
             match counted {
                 Ok(Counted::Holds(mine)) => {
@@ -244,7 +278,7 @@ impl Inner {
                     in_line.delete_now().await;
                     entry.disarm();
                     let hold = Self::hold(name, owner, lease, &lease_key, mine, sent_at)
-                        .with_kind(LockKind::Permit { permits, weight: 1 });
+                        .with_kind(LockKind::Permit { permits, weight });
                     return Ok(Some(hold));
                 }
                 Ok(Counted::TimedOut) => {
@@ -270,12 +304,12 @@ impl Inner {
     }
 
     /// Holding `locks`: creates our lease, `entry`'s key (reading every lease in the same
-    /// transaction), then until the leases created up to ours are at most `permits`, waits
+    /// transaction), then until the leases created up to ours take at most `permits`, waits
     /// for a deletion under `leases` and reads them again.
     async fn add_lease(
         self: &Arc<Self>,
         name: &LockName,
-        permits: u32,
+        (permits, weight): (u32, u32),
         lease: ClientLease,
         paths: &Paths,
         entry: &mut Entry,
@@ -289,7 +323,7 @@ impl Inner {
                 txn::txn(
                     Vec::new(),
                     vec![
-                        txn::put(key, &lease_data(permits), lease.id),
+                        txn::put(key, &lease_data(permits, weight), lease.id),
                         txn::get(key),
                         txn::range(txn::all_under(&paths.leases, 0)),
                     ],
@@ -306,7 +340,7 @@ impl Inner {
             if kvs(&read, leases_at - 1).is_empty() || !self.keeps(lease.epoch) {
                 return Ok(Counted::LeaseEnded);
             }
-            if counted(kvs(&read, leases_at), mine) <= room(permits) {
+            if counted(kvs(&read, leases_at), mine) <= u64::from(permits) {
                 return Ok(Counted::Holds(mine));
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -345,9 +379,10 @@ impl Inner {
         }
     }
 
-    /// The holders of the semaphore `name` (1 round trip): its oldest leases, as many as the
-    /// permit count they record (a lease beyond it is an acquirer still counting or waiting),
-    /// each with its owner token and create revision.
+    /// The holders of the semaphore `name` (1 round trip): its oldest leases, as long as the
+    /// permits they take add up to at most the count they record (a lease beyond is an
+    /// acquirer still counting or waiting), each with its owner token, weight and create
+    /// revision.
     pub(super) async fn permit_holders(self: &Arc<Self>, name: &LockName) -> Result<Vec<LockState>> {
         let paths = Paths::of(self, name);
         let reply = self
@@ -362,19 +397,23 @@ impl Inner {
             .await?;
         let leases = kvs(&reply, 0);
         let agreed = leases.iter().find_map(|kv| permits_in(&kv.value));
-        let holding = agreed.map_or(leases.len(), room);
+        let room = agreed.map_or(u64::MAX, u64::from);
+        let mut held = 0;
         Ok(leases
             .iter()
-            .take(holding)
+            .take_while(|kv| {
+                held += weight_of(kv);
+                held <= room
+            })
             .map(|kv| {
                 let owner = owner_in(&kv.key).unwrap_or_else(|| String::from_utf8_lossy(&kv.key).into());
-                let permits = permits_in(&kv.value).or(agreed).unwrap_or(0);
+                let (permits, weight) = recorded(&kv.value).unwrap_or((agreed.unwrap_or(0), 1));
                 LockState::held(
                     owner,
                     Some(FencingToken::new(kv.create_revision.unsigned_abs())),
                     None,
                 )
-                .with_kind(LockKind::Permit { permits, weight: 1 })
+                .with_kind(LockKind::Permit { permits, weight })
             })
             .collect())
     }
@@ -394,7 +433,11 @@ mod tests {
 
     #[test]
     fn a_lease_value_carries_the_count_and_foreign_values_are_no_count() {
-        assert_eq!(lease_data(3), "permits=3");
+        assert_eq!(lease_data(3, 1), "permits=3");
+        assert_eq!(lease_data(3, 2), "permits=3;weight=2");
+        assert_eq!(recorded(b"permits=3;weight=2"), Some((3, 2)));
+        assert_eq!(recorded(b"permits=3"), Some((3, 1)));
+        assert_eq!(recorded(b"permits=3;weight=x"), None);
         assert_eq!(permits_in(b"permits=3"), Some(3));
         assert_eq!(permits_in(b""), None);
         assert_eq!(permits_in(b"permits=-1"), None);
@@ -402,11 +445,15 @@ mod tests {
     }
 
     #[test]
-    fn only_leases_up_to_ours_are_counted() {
-        let at = |revision| KeyValue {
+    fn only_leases_up_to_ours_are_counted_by_weight() {
+        let at = |revision, value: &str| KeyValue {
             create_revision: revision,
+            value: value.as_bytes().to_vec(),
             ..KeyValue::default()
         };
-        assert_eq!(counted(&[at(3), at(5), at(8)], 5), 2);
+        let leases = [at(3, "permits=4;weight=3"), at(5, ""), at(8, "permits=4")];
+        assert_eq!(counted(&leases, 5), 4, "a foreign lease takes one");
+        assert_eq!(counted(&leases, 3), 3);
+        assert_eq!(taken(&leases), 5);
     }
 }
