@@ -20,7 +20,8 @@
 //! heartbeat), `held` (the registry of held nodes and their deletion watch), `queue` (a queue
 //! of sequential nodes: its order, our node in it, waiting on the predecessor, and deleting
 //! nodes we no longer want), `layout` (paths and node names), `semaphore` and `rw_lock` (their
-//! recipes), `admin` (paths, counters and session facts for operators).
+//! recipes), `note` (the note beside a mutex hold), `admin` (paths, counters and session facts
+//! for operators).
 //!
 //! - `<encoded name>` is [`LockName::encode`] with `[A-Za-z0-9._~-]` kept and everything else
 //!   percent-encoded (names longer than 240 bytes keep a prefix plus a SHA-256); `.` and `..`
@@ -46,8 +47,12 @@
 //!   `-999999999`): it is parsed signed and ordered with wrapping arithmetic. A hyphen before
 //!   a foreign name's digits is a sign only where `%010d` could have written it (`x-0000000005`
 //!   is sequence 5). Other children are ignored.
-//! - The data of our node is the owner token; `inspect` reports whatever the first
-//!   contender's data is (Curator stores the client's IP address, kazoo its identifier).
+//! - The data of our node is the owner token, until its holder leaves a note there
+//!   ([`DistributedLock::set_note`], see `note.rs`: Curator's `LeaderSelector` keeps its
+//!   participant id there too). `inspect` reports the first contender's data as its owner
+//!   (Curator stores the client's IP address, kazoo its identifier) and note, or, once a note
+//!   replaced our owner token, the owner from the node's protected name and the note from its
+//!   data.
 //! - The holder is the contender with the lowest sequence. Its creation zxid (`czxid`, from
 //!   the `create2` reply, so free) is the fencing token: zxids grow over the whole ensemble's
 //!   history, so tokens keep growing when the parent is deleted and re-created, where the
@@ -95,6 +100,7 @@ use crate::ZooKeeperConfig;
 mod admin;
 mod held;
 mod layout;
+mod note;
 mod queue;
 mod rw_lock;
 mod semaphore;
@@ -221,6 +227,7 @@ impl DistributedLock for ZooKeeperLock {
             .with_fairness(Fairness::Fifo)
             .with_expiry(Expiry::Session)
             .with_primitives(true, true)
+            .with_notes(true)
     }
 
     /// The mutex: list the queue first, and only if it is empty create our node, list again
@@ -362,6 +369,13 @@ impl DistributedLock for ZooKeeperLock {
         .await
     }
 
+    /// Writes `note` as the data of the lease's own lock node, as Curator's `LeaderSelector`
+    /// keeps its participant id (see `note.rs`): 2 round trips (`exists`, `setData` at that
+    /// version); `false` with none sent for a lease that is not a mutex hold of its owner.
+    async fn set_note(&self, lease: &Lease, note: &str) -> Result<bool> {
+        self.inner.set_note(lease, note).await
+    }
+
     // -----------------------------------------------------------------------------------------
     // Wait
     // -----------------------------------------------------------------------------------------
@@ -415,8 +429,8 @@ impl DistributedLock for ZooKeeperLock {
     // Semaphores and read-write locks
     // -----------------------------------------------------------------------------------------
 
-    /// The holders of a mutex (its first contender: the queue listed and the first node read, 2 round trips, 1 when
-    /// free), a
+    /// The holders of a mutex (its first contender, with its note: the queue listed and the
+    /// first node read, 2 round trips, 1 when free), a
     /// semaphore (its oldest leases, as many as its permits) or a read-write lock (its writer,
     /// or the readers before the first writer).
     async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
@@ -443,11 +457,15 @@ impl DistributedLock for ZooKeeperLock {
                                 return Ok(LockState::free(None));
                             };
                             match conn.client.get_data(&format!("{parent}/{first}")).await {
-                                Ok((data, stat)) => Ok(LockState::held(
-                                    String::from_utf8_lossy(&data).into_owned(),
-                                    u64::try_from(stat.czxid).ok().map(FencingToken::new),
-                                    None,
-                                )),
+                                Ok((data, stat)) => {
+                                    let (owner, note) = note::owner_and_note(&first, &data, stat.version);
+                                    Ok(LockState::held(
+                                        owner,
+                                        u64::try_from(stat.czxid).ok().map(FencingToken::new),
+                                        None,
+                                    )
+                                    .with_note(note))
+                                }
                                 Err(zk::Error::NoNode) => Ok(LockState::free(None)),
                                 Err(e) => Err(map_err(e)),
                             }
