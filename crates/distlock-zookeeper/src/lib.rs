@@ -53,6 +53,18 @@
 //! order shared with them is safe there: keep such a lock to one library, or let its parent
 //! go (all contenders gone) before the counter wraps.
 //!
+//! # Leader election: the note is the holder's node data
+//!
+//! [`Capabilities::notes`](distlock_core::Capabilities::notes) is declared, so
+//! [`LockClient::election`](distlock_core::LockClient::election) works: the election is the
+//! mutex of its name and the leader's value is the data of the leader's own lock node, written
+//! with a version-checked `setData` once it holds (2 round trips: `exists`, `setData`). This is
+//! Apache Curator's `LeaderSelector` layout (an `InterProcessMutex` whose node data is the
+//! participant id): Curator's `getLeader()` on [`ZooKeeperLock::lock_path`] reads our leader's
+//! value, and our `leader()` reads a Curator leader's participant id. The note goes with the
+//! node, so a later leader never shows an earlier one's value; the term is the node's creation
+//! zxid; a leader whose session ends is replaced once the ensemble expires it.
+//!
 //! # Semaphores and read-write locks: Curator's recipes
 //!
 //! Both are offered ([`Capabilities::semaphores`](distlock_core::Capabilities::semaphores),
