@@ -107,7 +107,7 @@ mod semaphore;
 mod session;
 
 pub use admin::ZooKeeperStats;
-use held::Held;
+use held::{handle_paths, Held};
 use layout::lock_path;
 use queue::{queue, spawn_cleanup, sync_sent, Cleanup, Line, QueueEntry};
 
@@ -227,6 +227,7 @@ impl DistributedLock for ZooKeeperLock {
             .with_fairness(Fairness::Fifo)
             .with_expiry(Expiry::Session)
             .with_primitives(true, true)
+            .with_weights_and_upgrades(true, false)
             .with_notes(true)
     }
 
@@ -270,9 +271,9 @@ impl DistributedLock for ZooKeeperLock {
                     })
                     .await
             }
-            LockKind::Permit { permits, .. } => {
-                validate_permits(permits)?;
-                self.inner.try_permit(name, permits, owner).await
+            LockKind::Permit { permits, weight } => {
+                validate_permits(permits, weight)?;
+                self.inner.try_permit(name, permits, weight, owner).await
             }
             LockKind::Read | LockKind::Write => self.inner.try_rw(name, attempt.kind, owner).await,
             other => Err(not_a_kind(other)),
@@ -283,8 +284,8 @@ impl DistributedLock for ZooKeeperLock {
     // Release
     // -----------------------------------------------------------------------------------------
 
-    /// Deletes our node: 1 round trip (`delete`; +1 parent `delete` on servers without
-    /// container nodes). Owner-checked by construction: the node's name carries the owner
+    /// Deletes our node: 1 round trip (`delete`, or one `multi` of deletes for the nodes of a
+    /// weighted permit, all or none; +1 parent `delete` on servers without container nodes). Owner-checked by construction: the node's name carries the owner
     /// token and is unique to this acquisition, and it is ephemeral, so it exists only while
     /// this hold does. Every kind of hold is one such node (a mutex contender, a semaphore's
     /// lease, a reader or a writer), and the lease's handle is its path, so this is the same
@@ -296,22 +297,22 @@ impl DistributedLock for ZooKeeperLock {
     /// transiently is retried in the background.
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let inner = &self.inner;
-        let Some(path) = lease.handle().map(str::to_owned) else {
+        let Some(handle) = lease.handle() else {
             return self.release_by_owner(lease).await;
         };
-        inner.unhold(&path);
+        let paths: Vec<String> = handle_paths(handle).into_iter().map(str::to_owned).collect();
+        inner.unhold(&paths[0]);
         let mut client: Option<zk::Client> = None;
         let outcome = inner
             .bounded(async {
                 let conn = inner.conn().await?;
                 client = Some(conn.client.clone());
-                let existed = match conn.client.delete(&path, None).await {
-                    Ok(()) => true,
-                    Err(zk::Error::NoNode) => false,
+                let existed = match delete_hold(&conn.client, &paths).await {
+                    Ok(existed) => existed,
                     Err(error) => return Ok(Err(error)),
                 };
                 if !inner.containers.load(Ordering::Relaxed) {
-                    if let Some((parent, _)) = path.rsplit_once('/') {
+                    if let Some((parent, _)) = paths[0].rsplit_once('/') {
                         let _ = conn.client.delete(parent, None).await;
                     }
                 }
@@ -335,21 +336,21 @@ impl DistributedLock for ZooKeeperLock {
             // Keep trying in the background while the session lives.
             spawn_cleanup(
                 client,
-                vec![Cleanup::Path(path)],
+                paths.into_iter().map(Cleanup::Path).collect(),
                 inner.config.operation_timeout(),
             );
         }
         Err(error)
     }
 
-    /// Session-bound locks have nothing to renew: this checks that our node still exists and
-    /// belongs to the current session (1 round trip, `exists`), bounded once by the operation
-    /// timeout. The same for every kind of hold (the handle is its node's path); a lease
+    /// Session-bound locks have nothing to renew: this checks that our node (every node of a
+    /// weighted permit) still exists and belongs to the current session (1 round trip, the
+    /// `exists` sent together), bounded once by the operation timeout. The same for every kind of hold (the handle is its node's path); a lease
     /// without a handle is not renewed (`None`).
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
         renew_each(leases, |lease| async move {
             let lease = &lease;
-            let Some(path) = lease.handle() else {
+            let Some(handle) = lease.handle() else {
                 return Ok(None);
             };
             let inner = &self.inner;
@@ -359,9 +360,16 @@ impl DistributedLock for ZooKeeperLock {
                     if lease.session_epoch() != Some(conn.epoch) {
                         return Ok(None);
                     }
-                    let stat = conn.client.check_stat(path).await.map_err(map_err)?;
-                    let ours = stat.is_some_and(|s| s.ephemeral_owner == conn.client.session_id().0)
-                        && inner.session.borrow().keeps(conn.epoch);
+                    let session = conn.client.session_id().0;
+                    let checks = handle_paths(handle)
+                        .into_iter()
+                        .map(|path| conn.client.check_stat(path));
+                    let mut ours = inner.session.borrow().keeps(conn.epoch);
+                    for stat in futures::future::join_all(checks).await {
+                        ours &= stat
+                            .map_err(map_err)?
+                            .is_some_and(|s| s.ephemeral_owner == session);
+                    }
                     Ok(ours.then(|| lease.clone()))
                 })
                 .await
@@ -414,9 +422,11 @@ impl DistributedLock for ZooKeeperLock {
                 entry.disarm();
                 Ok(Some(lease))
             }
-            LockKind::Permit { permits, .. } => {
-                validate_permits(permits)?;
-                self.inner.queue_for_permit(name, permits, owner, deadline).await
+            LockKind::Permit { permits, weight } => {
+                validate_permits(permits, weight)?;
+                self.inner
+                    .queue_for_permit(name, permits, weight, owner, deadline)
+                    .await
             }
             LockKind::Read | LockKind::Write => {
                 self.inner.queue_for_rw(name, attempt.kind, owner, deadline).await
@@ -489,8 +499,8 @@ impl DistributedLock for ZooKeeperLock {
     /// (the `exists` watch set when it was won fires), with [`LossReason::SessionExpired`] when
     /// its session ends, and with `NotOwned` (ignored by the watchdog) once it is released.
     fn watch_lease(&self, lease: &Lease) -> Option<BoxFuture<'static, LossReason>> {
-        let path = lease.handle()?;
-        let mut rx = self.inner.held().get(path)?.lost.subscribe();
+        let key = handle_paths(lease.handle()?)[0];
+        let mut rx = self.inner.held().get(key)?.lost.subscribe();
         Some(Box::pin(async move {
             let reason = rx.wait_for(Option::is_some).await.map(|r| r.clone());
             match reason {
@@ -514,11 +524,48 @@ impl DistributedLock for ZooKeeperLock {
     }
 }
 
-/// A semaphore needs at least one permit ([`LockClient`](distlock_core::LockClient) checks
-/// too; this keeps a direct caller from a semaphore nobody can hold).
-fn validate_permits(permits: u32) -> Result<()> {
+/// Deletes the nodes of one hold: 1 round trip (a `delete`, or for several nodes one `multi`
+/// of deletes, all or none). `true` if they all existed; when some were already gone, the
+/// others are deleted one by one and the answer is `false` (the hold was no longer whole).
+async fn delete_hold(client: &zk::Client, paths: &[String]) -> std::result::Result<bool, zk::Error> {
+    if let [path] = paths {
+        return match client.delete(path, None).await {
+            Ok(()) => Ok(true),
+            Err(zk::Error::NoNode) => Ok(false),
+            Err(error) => Err(error),
+        };
+    }
+    let mut multi = client.new_multi_writer();
+    for path in paths {
+        multi.add_delete(path, None)?;
+    }
+    match multi.commit().await.map_err(zk::Error::from) {
+        Ok(_) => Ok(true),
+        Err(zk::Error::NoNode) => {
+            let deletes: Vec<_> = paths.iter().map(|path| client.delete(path, None)).collect();
+            for deleted in futures::future::join_all(deletes).await {
+                match deleted {
+                    Ok(()) | Err(zk::Error::NoNode) => {}
+                    Err(error) => return Err(error),
+                }
+            }
+            Ok(false)
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// A semaphore needs at least one permit, and a hold takes 1 to `permits` of them
+/// ([`LockClient`](distlock_core::LockClient) checks too; this keeps a direct caller from a
+/// semaphore nobody can hold, or a hold that can never be granted).
+fn validate_permits(permits: u32, weight: u32) -> Result<()> {
     if permits == 0 {
         return Err(Error::invalid_options("a semaphore needs at least one permit"));
+    }
+    if weight == 0 || weight > permits {
+        return Err(Error::invalid_options(format!(
+            "a hold of {weight} permits of a semaphore of {permits}"
+        )));
     }
     Ok(())
 }
