@@ -87,7 +87,11 @@
 //!   as data (Curator ignores it): an acquirer that finds a live lease with another count
 //!   fails with [`Error::PermitsMismatch`](distlock_core::Error::PermitsMismatch) and leaves
 //!   nothing behind. A permit's fencing token is its lease's creation zxid: leases are only
-//!   created by the holder of `locks`, in the order they are granted.
+//!   created by the holder of `locks`, in the order they are granted. A hold of several
+//!   permits ([`Semaphore::acquire_many`](distlock_core::Semaphore::acquire_many),
+//!   [`Capabilities::weighted_permits`](distlock_core::Capabilities::weighted_permits)) is
+//!   that many leases of one owner created in one `multi`, as Curator's `acquire(n)` takes
+//!   `n` leases, and given back in one `multi`: the same round trips as one permit.
 //! - **Read-write lock.** One FIFO queue: a reader holds with no writer before it, a writer
 //!   when it is first. A waiting writer keeps every later reader out, so writers are never
 //!   starved by a stream of readers. Tokens are creation zxids.
