@@ -227,7 +227,7 @@ impl DistributedLock for ZooKeeperLock {
             .with_fairness(Fairness::Fifo)
             .with_expiry(Expiry::Session)
             .with_primitives(true, true)
-            .with_weights_and_upgrades(true, false)
+            .with_weights_and_upgrades(true, true)
             .with_notes(true)
     }
 
@@ -275,7 +275,9 @@ impl DistributedLock for ZooKeeperLock {
                 validate_permits(permits, weight)?;
                 self.inner.try_permit(name, permits, weight, owner).await
             }
-            LockKind::Read | LockKind::Write => self.inner.try_rw(name, attempt.kind, owner).await,
+            LockKind::Read | LockKind::Write | LockKind::UpgradeableRead => {
+                self.inner.try_rw(name, attempt.kind, owner).await
+            }
             other => Err(not_a_kind(other)),
         }
     }
@@ -307,7 +309,10 @@ impl DistributedLock for ZooKeeperLock {
             .bounded(async {
                 let conn = inner.conn().await?;
                 client = Some(conn.client.clone());
-                let existed = match delete_hold(&conn.client, &paths).await {
+                // An upgradeable read that became the write hold goes only with it (its data,
+                // version 0 until then, marks the upgrade).
+                let version = (lease.kind() == LockKind::UpgradeableRead).then_some(0);
+                let existed = match delete_hold(&conn.client, &paths, version).await {
                     Ok(existed) => existed,
                     Err(error) => return Ok(Err(error)),
                 };
@@ -365,10 +370,12 @@ impl DistributedLock for ZooKeeperLock {
                         .into_iter()
                         .map(|path| conn.client.check_stat(path));
                     let mut ours = inner.session.borrow().keeps(conn.epoch);
+                    // An upgradeable read whose node was written became the write hold.
+                    let unwritten = lease.kind() != LockKind::UpgradeableRead;
                     for stat in futures::future::join_all(checks).await {
                         ours &= stat
                             .map_err(map_err)?
-                            .is_some_and(|s| s.ephemeral_owner == session);
+                            .is_some_and(|s| s.ephemeral_owner == session && (unwritten || s.version == 0));
                     }
                     Ok(ours.then(|| lease.clone()))
                 })
@@ -428,7 +435,7 @@ impl DistributedLock for ZooKeeperLock {
                     .queue_for_permit(name, permits, weight, owner, deadline)
                     .await
             }
-            LockKind::Read | LockKind::Write => {
+            LockKind::Read | LockKind::Write | LockKind::UpgradeableRead => {
                 self.inner.queue_for_rw(name, attempt.kind, owner, deadline).await
             }
             other => Err(not_a_kind(other)),
@@ -524,14 +531,18 @@ impl DistributedLock for ZooKeeperLock {
     }
 }
 
-/// Deletes the nodes of one hold: 1 round trip (a `delete`, or for several nodes one `multi`
-/// of deletes, all or none). `true` if they all existed; when some were already gone, the
+/// Deletes the nodes of one hold: 1 round trip (a `delete`, at `version` if given, or for
+/// several nodes one `multi` of deletes, all or none). `true` if they all existed; when some were already gone, the
 /// others are deleted one by one and the answer is `false` (the hold was no longer whole).
-async fn delete_hold(client: &zk::Client, paths: &[String]) -> std::result::Result<bool, zk::Error> {
+async fn delete_hold(
+    client: &zk::Client,
+    paths: &[String],
+    version: Option<i32>,
+) -> std::result::Result<bool, zk::Error> {
     if let [path] = paths {
-        return match client.delete(path, None).await {
+        return match client.delete(path, version).await {
             Ok(()) => Ok(true),
-            Err(zk::Error::NoNode) => Ok(false),
+            Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(false),
             Err(error) => Err(error),
         };
     }

@@ -20,7 +20,7 @@ mod waiting;
 
 pub(super) use cleanup::{spawn_cleanup, Cleanup};
 pub(super) use entry::{Node, QueueEntry};
-pub(super) use order::{is_write, queue, sequence_of, Line};
+pub(super) use order::{is_upgradeable, is_write, queue, sequence_of, Line};
 pub(super) use waiting::vanished;
 
 /// A `sync` of `path`, sent now (before any request made after this call): the server this
@@ -63,6 +63,23 @@ impl Inner {
         self.listings.fetch_add(1, Ordering::Relaxed);
         match conn.client.list_children(parent).await {
             Ok(children) => Ok(Some(children)),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(map_err(e)),
+        }
+    }
+
+    /// [`list_children`](Self::list_children) with the parent's `mzxid` (the zxid of the last
+    /// write of its data): 1 round trip. A read-write lock's parent data is written when an
+    /// upgrade is granted, so a node created before it learns that it may have been overtaken
+    /// (see `rw_lock.rs`).
+    pub(super) async fn list_children_stat(
+        &self,
+        conn: &Conn,
+        parent: &str,
+    ) -> Result<Option<(Vec<String>, i64)>> {
+        self.listings.fetch_add(1, Ordering::Relaxed);
+        match conn.client.get_children(parent).await {
+            Ok((children, stat)) => Ok(Some((children, stat.mzxid))),
             Err(zk::Error::NoNode) => Ok(None),
             Err(e) => Err(map_err(e)),
         }

@@ -37,6 +37,9 @@ pub(in crate::lock) struct QueueEntry {
     pub(in crate::lock) created: Option<String>,
     /// The other nodes created together with `created` (a weighted permit's leases).
     group: Vec<String>,
+    /// The parent's `mzxid` in the listing that last placed our node (`None` when no such
+    /// listing was made).
+    pub(in crate::lock) parent_mzxid: Option<i64>,
     pub(in crate::lock) sent: bool,
     armed: bool,
     /// An entry cleaned up after this one (a semaphore's `locks` node after its lease, so the
@@ -57,6 +60,7 @@ impl QueueEntry {
             containers: inner.containers.load(Ordering::Relaxed),
             created: None,
             group: Vec::new(),
+            parent_mzxid: None,
             sent: false,
             armed: true,
             then: None,
