@@ -95,6 +95,15 @@
 //! - **Read-write lock.** One FIFO queue: a reader holds with no writer before it, a writer
 //!   when it is first. A waiting writer keeps every later reader out, so writers are never
 //!   starved by a stream of readers. Tokens are creation zxids.
+//! - **Upgradeable read** ([`RwLock::upgradeable_read`](distlock_core::RwLock::upgradeable_read),
+//!   [`Capabilities::upgradeable_reads`](distlock_core::Capabilities::upgradeable_reads); no
+//!   Curator recipe, on the same queue): its node `_c_<uuid>-upgradeable-__READ__<seq>` is a
+//!   reader to Curator; it holds with no writer and no other upgradeable reader before it.
+//!   The upgrade adds a writer node of the same owner that waits only for the plain readers
+//!   holding, and is granted in one `multi` that marks the read node upgraded: the write hold
+//!   is both nodes, so writers queued meanwhile (Curator's too) wait until it is released.
+//!   Its token is that `multi`'s zxid, and a node it overtook takes a fresh token when
+//!   granted, so tokens still grow in the order holds are granted.
 //!
 //! Round trips: a permit when there is room, 5 alone and 6 beside other holders (`locks`:
 //! `create2`, `getChildren`; our lease: `create2`, `getChildren`; the other leases' data, all
