@@ -235,3 +235,115 @@ async fn an_upgrade_without_readers_is_granted_and_its_drop_frees_everything() {
     let again = lock_b.try_upgradeable_read().await.expect("works").expect("free");
     assert!(again.release().await.expect("released"));
 }
+
+/// A reader that queued behind a waiting writer before an upgrade began holds after the
+/// upgraded writer though its node is older: its token is still greater than the upgraded
+/// hold's, and the writer's before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_overtaken_by_an_upgrade_get_greater_tokens() {
+    let fixture = ZkFixture::shared().await;
+    let name = unique("upgr-tokens");
+    let a = LockClient::new(support::connect(fixture.url()).await);
+    let b = LockClient::new(support::connect(fixture.url()).await);
+    let lock_a = a.rw_lock(&name).expect("a read-write lock");
+    let lock_b = b.rw_lock(&name).expect("a read-write lock");
+    let mut upgradeable = lock_a.upgradeable_read().await.expect("the upgradeable read");
+    let reader = lock_b.read().await.expect("a plain reader");
+    let spawn_wait = |write: bool| {
+        let lock_b = lock_b.clone();
+        tokio::spawn(async move {
+            let opts = waiting(Duration::from_secs(60));
+            let guard = if write {
+                lock_b.write_with(&opts).await
+            } else {
+                lock_b.read_with(&opts).await
+            }?;
+            let token = guard.fencing_token();
+            guard.release().await?;
+            Ok::<_, distlock_core::Error>(token)
+        })
+    };
+    let writer = spawn_wait(true);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let late_reader = spawn_wait(false);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let upgrade = tokio::spawn(async move {
+        upgradeable
+            .upgrade_with(&waiting(Duration::from_secs(30)))
+            .await
+            .map(|()| upgradeable)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(reader.release().await.expect("released"));
+    let upgraded = upgrade.await.expect("joined").expect("upgraded");
+    let upgraded_token = upgraded.fencing_token();
+    assert!(!writer.is_finished() && !late_reader.is_finished());
+    assert!(upgraded.release().await.expect("released"));
+    let writer_token = writer.await.expect("joined").expect("the writer");
+    let reader_token = late_reader.await.expect("joined").expect("the reader");
+    assert!(
+        upgraded_token < writer_token && writer_token < reader_token,
+        "tokens in grant order: {upgraded_token:?}, {writer_token:?}, {reader_token:?}"
+    );
+}
+
+/// The owner's cleanup after an ambiguous upgrade (a write lease of the owner without a
+/// handle) frees both nodes of a granted upgrade, and leaves the upgradeable read alone when
+/// the upgrade was not granted; the old read lease of an upgraded hold releases nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cleanup_of_an_upgrade_frees_only_what_it_took() {
+    let fixture = ZkFixture::shared().await;
+    let name = unique("upgr-cleanup");
+    let a = LockClient::new(support::connect(fixture.url()).await);
+    let b = LockClient::new(support::connect(fixture.url()).await);
+    let raw = support::raw(fixture.url()).await;
+    let store = support::connect(fixture.url()).await;
+    let lock_a = a.rw_lock(&name).expect("a read-write lock");
+    let lock_b = b.rw_lock(&name).expect("a read-write lock");
+    let write_cleanup = |owner| {
+        distlock_core::Lease::new(
+            name.clone(),
+            owner,
+            Duration::from_secs(10),
+            tokio::time::Instant::now(),
+        )
+        .with_kind(LockKind::Write)
+    };
+
+    // Not granted: a reader is in; the cleanup finds no writer node and keeps the read hold.
+    let upgradeable = lock_a.upgradeable_read().await.expect("the upgradeable read");
+    let reader = lock_b.read().await.expect("a reader");
+    assert!(!store
+        .release(&write_cleanup(upgradeable.owner()))
+        .await
+        .expect("works"));
+    assert_eq!(nodes(&raw, &store, &name).await.len(), 2);
+    assert!(lock_b.try_upgradeable_read().await.expect("works").is_none());
+    assert!(reader.release().await.expect("released"));
+
+    // Granted: the old read lease frees nothing; the cleanup frees both nodes.
+    let mut upgradeable = upgradeable;
+    let read_lease = upgradeable.lease();
+    assert!(upgradeable.try_upgrade().await.expect("works"));
+    assert!(
+        !store.release(&read_lease).await.expect("works"),
+        "the read lease is over"
+    );
+    assert_eq!(
+        nodes(&raw, &store, &name).await.len(),
+        2,
+        "the write hold is whole"
+    );
+    assert!(lock_b.try_write().await.expect("works").is_none());
+    assert!(store
+        .release(&write_cleanup(read_lease.owner()))
+        .await
+        .expect("cleaned up"));
+    assert!(nodes(&raw, &store, &name).await.is_empty());
+    let lost = tokio::time::timeout(Duration::from_secs(10), upgradeable.lost())
+        .await
+        .expect("the upgraded guard learns its nodes are gone");
+    assert_eq!(lost, distlock_core::LossReason::NotOwned);
+    let writer = lock_b.try_write().await.expect("works").expect("free");
+    assert!(writer.release().await.expect("released"));
+}
