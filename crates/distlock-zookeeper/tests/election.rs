@@ -311,3 +311,47 @@ async fn a_dead_leader_is_replaced_within_the_session_timeout() {
     assert!(new.resign().await.expect("resigned"));
     faults.heal();
 }
+
+/// Curator's `LeaderSelector` layout, both ways: a participant that leads with a protected
+/// node whose data is its id (as `LeaderSelector` creates it) is read back as the leader with
+/// that value, and a candidate of ours queues behind it and leads once its node is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_selector_participant_is_read_as_the_leader() {
+    let fixture = ZkFixture::shared().await;
+    let raw = support::raw(fixture.url()).await;
+    let client = LockClient::new(support::connect(fixture.url()).await);
+    let store = support::connect(fixture.url()).await;
+    let name = unique("selector");
+    let parent = store.lock_path(&name);
+    let container = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    raw.mkdir(&parent, &container).await.expect("the parent");
+    let mode =
+        zookeeper_client::CreateMode::EphemeralSequential.with_acls(zookeeper_client::Acls::anyone_all());
+    let protected = format!("{parent}/_c_{}-lock-", uuid::Uuid::new_v4());
+    let (_, sequence) = raw
+        .create(&protected, b"participant-7", &mode)
+        .await
+        .expect("the participant's node");
+    let election = client.election(&name).expect("an election");
+    let leader = election.leader().await.expect("leader works").expect("a leader");
+    assert_eq!(leader.value, "participant-7");
+    let ours = {
+        let election = election.clone();
+        tokio::spawn(async move { election.campaign("ours").await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!ours.is_finished(), "our candidate queues behind the participant");
+    raw.delete(&format!("{protected}{sequence}"), None)
+        .await
+        .expect("the participant resigns");
+    let leadership = tokio::time::timeout(Duration::from_secs(10), ours)
+        .await
+        .expect("our candidate leads")
+        .expect("joined")
+        .expect("leads");
+    assert_eq!(
+        election.leader().await.expect("leader works").map(|l| l.value),
+        Some("ours".to_owned())
+    );
+    assert!(leadership.resign().await.expect("resigned"));
+}
