@@ -12,7 +12,9 @@
 //! <chroot>/<root>/semaphore:<encoded name>/{locks,leases}/...
 //!                                                  a semaphore (see `semaphore.rs`)
 //! <chroot>/<root>/rw-lock:<encoded name>/_c_<uuid>-__READ__/__WRIT__<seq>
-//!                                                  a read-write lock (see `rw_lock.rs`)
+//!                                                  a read-write lock (see `rw_lock.rs`; an
+//!                                                  upgradeable reader's node ends in
+//!                                                  `upgradeable-__READ__<seq>`)
 //! ```
 //!
 //! This file holds the type, its constructor and the [`DistributedLock`] dispatch. The
@@ -584,7 +586,9 @@ fn validate_permits(permits: u32, weight: u32) -> Result<()> {
 /// The error for a kind `try_acquire_kind` and `acquire_kind_queued` do not take (the mutex
 /// has `try_acquire` and `acquire_queued`).
 fn not_a_kind(kind: LockKind) -> Error {
-    Error::invalid_options(format!("{kind} is not a permit, a read or the write lock"))
+    Error::invalid_options(format!(
+        "{kind} is not a permit, a read, an upgradeable read or the write lock"
+    ))
 }
 
 impl Inner {

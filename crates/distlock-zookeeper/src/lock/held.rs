@@ -24,6 +24,9 @@ const WATCH_RETRY: Duration = Duration::from_millis(100);
 pub(super) struct Held {
     pub(super) epoch: u64,
     pub(super) lost: watch::Sender<Option<LossReason>>,
+    /// Writes of the node's data we sent ourselves (a note) whose change event the watch has
+    /// not seen yet: not worth a log line.
+    own_writes: u32,
 }
 
 impl Inner {
@@ -83,6 +86,7 @@ impl Inner {
             Held {
                 epoch: conn.epoch,
                 lost,
+                own_writes: 0,
             },
         );
         for watched in &nodes {
@@ -103,6 +107,13 @@ impl Inner {
             .with_kind(kind)
             .with_fencing(fencing)
             .with_handle(handle_of(&paths)))
+    }
+
+    /// Notes that we are about to write the data of the hold keyed `key` ourselves.
+    pub(super) fn expect_own_write(&self, key: &str) {
+        if let Some(held) = self.held().get_mut(key) {
+            held.own_writes = held.own_writes.saturating_add(1);
+        }
     }
 
     pub(super) fn unhold(&self, path: &str) {
@@ -212,8 +223,16 @@ async fn watch_held(
                 let Some(inner) = inner.upgrade() else {
                     return;
                 };
-                if inner.held().get(&key).is_none_or(|h| h.epoch != epoch) {
-                    return; // released meanwhile
+                let own = match inner.held().get_mut(&key) {
+                    Some(held) if held.epoch == epoch => {
+                        let own = held.own_writes > 0;
+                        held.own_writes = held.own_writes.saturating_sub(1);
+                        own
+                    }
+                    _ => return, // released meanwhile
+                };
+                if own {
+                    continue;
                 }
                 tracing::info!(
                     path,

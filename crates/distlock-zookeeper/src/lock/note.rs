@@ -48,6 +48,7 @@ impl Inner {
                     Some(stat) if stat.ephemeral_owner == session => stat,
                     _ => return Ok(false),
                 };
+                self.expect_own_write(path);
                 match conn
                     .client
                     .set_data(path, note.as_bytes(), Some(stat.version))
