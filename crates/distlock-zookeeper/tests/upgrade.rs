@@ -347,3 +347,119 @@ async fn the_cleanup_of_an_upgrade_frees_only_what_it_took() {
     let writer = lock_b.try_write().await.expect("works").expect("free");
     assert!(writer.release().await.expect("released"));
 }
+
+/// An upgrade that times out (a plain reader stays) leaves the upgradeable read held and no
+/// writer node behind; once the reader leaves, the upgrade is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_that_times_out_keeps_the_read_hold() {
+    let fixture = ZkFixture::shared().await;
+    let name = unique("upgr-timeout");
+    let a = LockClient::new(support::connect(fixture.url()).await);
+    let b = LockClient::new(support::connect(fixture.url()).await);
+    let raw = support::raw(fixture.url()).await;
+    let store = support::connect(fixture.url()).await;
+    let lock_a = a.rw_lock(&name).expect("a read-write lock");
+    let lock_b = b.rw_lock(&name).expect("a read-write lock");
+    let mut upgradeable = lock_a.upgradeable_read().await.expect("the upgradeable read");
+    let reader = lock_b.read().await.expect("a reader");
+    let outcome = upgradeable
+        .upgrade_with(&waiting(Duration::from_millis(500)))
+        .await;
+    assert!(
+        matches!(outcome, Err(distlock_core::Error::Timeout { .. })),
+        "{outcome:?}"
+    );
+    assert!(!upgradeable.is_upgraded() && !upgradeable.is_lost());
+    assert_eq!(
+        nodes(&raw, &store, &name).await.len(),
+        2,
+        "no writer node is left"
+    );
+    assert!(lock_b.try_upgradeable_read().await.expect("works").is_none());
+    assert!(reader.release().await.expect("released"));
+    assert!(upgradeable.try_upgrade().await.expect("works"));
+    assert!(upgradeable.release().await.expect("released"));
+    assert!(nodes(&raw, &store, &name).await.is_empty());
+}
+
+/// Readers, writers and upgraders on three sessions, four rounds each: a writer (plain or
+/// upgraded) is always alone, and at most one upgradeable hold exists at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_writers_and_upgraders_keep_the_rules_under_contention() {
+    use std::sync::atomic::{AtomicI32, Ordering};
+    use std::sync::Arc;
+
+    let fixture = ZkFixture::shared().await;
+    let name = unique("upgr-mix");
+    let readers = Arc::new(AtomicI32::new(0));
+    let writers = Arc::new(AtomicI32::new(0));
+    let upgradeables = Arc::new(AtomicI32::new(0));
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(LockClient::new(support::connect(fixture.url()).await));
+    }
+    let mut tasks = Vec::new();
+    for task in 0..7usize {
+        let lock = clients[task % 3].rw_lock(&name).expect("a read-write lock");
+        let (readers, writers, upgradeables) = (readers.clone(), writers.clone(), upgradeables.clone());
+        tasks.push(tokio::spawn(async move {
+            let opts = waiting(Duration::from_secs(90));
+            let pause = || tokio::time::sleep(Duration::from_millis(15));
+            for _ in 0..4 {
+                match task % 3 {
+                    0 => {
+                        let guard = lock.read_with(&opts).await.expect("a read");
+                        readers.fetch_add(1, Ordering::SeqCst);
+                        assert_eq!(writers.load(Ordering::SeqCst), 0, "a reader beside a writer");
+                        pause().await;
+                        readers.fetch_sub(1, Ordering::SeqCst);
+                        assert!(guard.release().await.expect("released"));
+                    }
+                    1 => {
+                        let guard = lock.write_with(&opts).await.expect("a write");
+                        assert_eq!(writers.fetch_add(1, Ordering::SeqCst), 0, "two writers");
+                        assert_eq!(readers.load(Ordering::SeqCst), 0, "a writer beside readers");
+                        assert_eq!(
+                            upgradeables.load(Ordering::SeqCst),
+                            0,
+                            "a writer beside an upgradeable"
+                        );
+                        pause().await;
+                        writers.fetch_sub(1, Ordering::SeqCst);
+                        assert!(guard.release().await.expect("released"));
+                    }
+                    _ => {
+                        let mut guard = lock
+                            .upgradeable_read_with(&opts)
+                            .await
+                            .expect("an upgradeable read");
+                        assert_eq!(upgradeables.fetch_add(1, Ordering::SeqCst), 0, "two upgradeables");
+                        assert_eq!(
+                            writers.load(Ordering::SeqCst),
+                            0,
+                            "an upgradeable beside a writer"
+                        );
+                        pause().await;
+                        guard.upgrade_with(&opts).await.expect("upgraded");
+                        upgradeables.fetch_sub(1, Ordering::SeqCst);
+                        assert_eq!(writers.fetch_add(1, Ordering::SeqCst), 0, "two writers");
+                        assert_eq!(
+                            readers.load(Ordering::SeqCst),
+                            0,
+                            "an upgraded writer beside readers"
+                        );
+                        pause().await;
+                        writers.fetch_sub(1, Ordering::SeqCst);
+                        assert!(guard.release().await.expect("released"));
+                    }
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(120), task)
+            .await
+            .expect("no task is stuck")
+            .expect("no task failed");
+    }
+}
