@@ -278,3 +278,37 @@ async fn an_ambiguous_weighted_attempt_cleaned_up_by_owner_frees_all_of_it() {
         "{zero:?}"
     );
 }
+
+/// Any lease node of a weighted hold deleted behind our back (here the last one) is the
+/// hold's loss: its guard is told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_weighted_hold_missing_one_lease_is_lost() {
+    let fixture = ZkFixture::shared().await;
+    let name = unique("weight-stolen");
+    let client = LockClient::new(support::connect(fixture.url()).await);
+    let raw = support::raw(fixture.url()).await;
+    let store = support::connect(fixture.url()).await;
+    let guard = client
+        .semaphore(&name, 3)
+        .expect("a semaphore")
+        .acquire_many(2)
+        .await
+        .expect("two permits");
+    let mut nodes = leases(&raw, &store, &name).await;
+    nodes.sort_by_key(|c| c.rsplit('-').next().map(str::to_owned));
+    assert_eq!(nodes.len(), 2);
+    let last = format!("{}/leases/{}", store.semaphore_path(&name), nodes[1]);
+    raw.delete(&last, None).await.expect("deleted behind its back");
+    let reason = tokio::time::timeout(Duration::from_secs(10), guard.lost())
+        .await
+        .expect("the guard learns it lost the hold");
+    assert_eq!(reason, distlock_core::LossReason::NotOwned);
+    assert!(
+        !guard.release().await.expect("works"),
+        "the hold was no longer whole"
+    );
+    assert!(
+        leases(&raw, &store, &name).await.is_empty(),
+        "its other lease is deleted too"
+    );
+}
