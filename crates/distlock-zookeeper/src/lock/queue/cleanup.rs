@@ -25,10 +25,12 @@ impl ZooKeeperLock {
     /// ambiguous attempt): per queue the hold may have a node in, `sync`, `getChildren`, and a
     /// `delete` of each node carrying the owner's protected prefix, bounded once by the
     /// operation timeout. The queues by the lease's kind: the mutex's; the read-write lock's
-    /// (reader or writer prefix); a semaphore's `leases`, then its `locks` (an acquisition cut
-    /// short may have left a node in either). `true` if a node of the hold itself (not a
+    /// (reader, upgradeable reader or writer prefix; for a write also the owner's upgradeable
+    /// node if an upgrade marked it, for an upgradeable read that node only if not); a
+    /// semaphore's `leases` (every lease of a weighted hold), then its `locks` (an acquisition
+    /// cut short may have left a node in either). `true` if a node of the hold itself (not a
     /// `locks` node) was deleted. Round trips per queue: 2 (`sync`, `getChildren`), +1
-    /// `delete` per node of the owner.
+    /// `delete` per node of the owner (+1 `exists` before it for a marked node).
     pub(in crate::lock) async fn release_by_owner(&self, lease: &Lease) -> Result<bool> {
         let inner = &self.inner;
         let root = inner.config.root();
