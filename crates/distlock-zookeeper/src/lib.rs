@@ -53,6 +53,18 @@
 //! order shared with them is safe there: keep such a lock to one library, or let its parent
 //! go (all contenders gone) before the counter wraps.
 //!
+//! # Leader election: the note is the holder's node data
+//!
+//! [`Capabilities::notes`](distlock_core::Capabilities::notes) is declared, so
+//! [`LockClient::election`](distlock_core::LockClient::election) works: the election is the
+//! mutex of its name and the leader's value is the data of the leader's own lock node, written
+//! with a version-checked `setData` once it holds (2 round trips: `exists`, `setData`). This is
+//! Apache Curator's `LeaderSelector` layout (an `InterProcessMutex` whose node data is the
+//! participant id): Curator's `getLeader()` on [`ZooKeeperLock::lock_path`] reads our leader's
+//! value, and our `leader()` reads a Curator leader's participant id. The note goes with the
+//! node, so a later leader never shows an earlier one's value; the term is the node's creation
+//! zxid; a leader whose session ends is replaced once the ensemble expires it.
+//!
 //! # Semaphores and read-write locks: Curator's recipes
 //!
 //! Both are offered ([`Capabilities::semaphores`](distlock_core::Capabilities::semaphores),
@@ -75,10 +87,23 @@
 //!   as data (Curator ignores it): an acquirer that finds a live lease with another count
 //!   fails with [`Error::PermitsMismatch`](distlock_core::Error::PermitsMismatch) and leaves
 //!   nothing behind. A permit's fencing token is its lease's creation zxid: leases are only
-//!   created by the holder of `locks`, in the order they are granted.
+//!   created by the holder of `locks`, in the order they are granted. A hold of several
+//!   permits ([`Semaphore::acquire_many`](distlock_core::Semaphore::acquire_many),
+//!   [`Capabilities::weighted_permits`](distlock_core::Capabilities::weighted_permits)) is
+//!   that many leases of one owner created in one `multi`, as Curator's `acquire(n)` takes
+//!   `n` leases, and given back in one `multi`: the same round trips as one permit.
 //! - **Read-write lock.** One FIFO queue: a reader holds with no writer before it, a writer
 //!   when it is first. A waiting writer keeps every later reader out, so writers are never
 //!   starved by a stream of readers. Tokens are creation zxids.
+//! - **Upgradeable read** ([`RwLock::upgradeable_read`](distlock_core::RwLock::upgradeable_read),
+//!   [`Capabilities::upgradeable_reads`](distlock_core::Capabilities::upgradeable_reads); no
+//!   Curator recipe, on the same queue): its node `_c_<uuid>-upgradeable-__READ__<seq>` is a
+//!   reader to Curator; it holds with no writer and no other upgradeable reader before it.
+//!   The upgrade adds a writer node of the same owner that waits only for the plain readers
+//!   holding, and is granted in one `multi` that marks the read node upgraded: the write hold
+//!   is both nodes, so writers queued meanwhile (Curator's too) wait until it is released.
+//!   Its token is that `multi`'s zxid, and a node it overtook takes a fresh token when
+//!   granted, so tokens still grow in the order holds are granted.
 //!
 //! Round trips: a permit when there is room, 5 alone and 6 beside other holders (`locks`:
 //! `create2`, `getChildren`; our lease: `create2`, `getChildren`; the other leases' data, all

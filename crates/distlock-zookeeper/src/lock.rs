@@ -12,7 +12,9 @@
 //! <chroot>/<root>/semaphore:<encoded name>/{locks,leases}/...
 //!                                                  a semaphore (see `semaphore.rs`)
 //! <chroot>/<root>/rw-lock:<encoded name>/_c_<uuid>-__READ__/__WRIT__<seq>
-//!                                                  a read-write lock (see `rw_lock.rs`)
+//!                                                  a read-write lock (see `rw_lock.rs`; an
+//!                                                  upgradeable reader's node ends in
+//!                                                  `upgradeable-__READ__<seq>`)
 //! ```
 //!
 //! This file holds the type, its constructor and the [`DistributedLock`] dispatch. The
@@ -20,7 +22,8 @@
 //! heartbeat), `held` (the registry of held nodes and their deletion watch), `queue` (a queue
 //! of sequential nodes: its order, our node in it, waiting on the predecessor, and deleting
 //! nodes we no longer want), `layout` (paths and node names), `semaphore` and `rw_lock` (their
-//! recipes), `admin` (paths, counters and session facts for operators).
+//! recipes), `note` (the note beside a mutex hold), `admin` (paths, counters and session facts
+//! for operators).
 //!
 //! - `<encoded name>` is [`LockName::encode`] with `[A-Za-z0-9._~-]` kept and everything else
 //!   percent-encoded (names longer than 240 bytes keep a prefix plus a SHA-256); `.` and `..`
@@ -46,8 +49,12 @@
 //!   `-999999999`): it is parsed signed and ordered with wrapping arithmetic. A hyphen before
 //!   a foreign name's digits is a sign only where `%010d` could have written it (`x-0000000005`
 //!   is sequence 5). Other children are ignored.
-//! - The data of our node is the owner token; `inspect` reports whatever the first
-//!   contender's data is (Curator stores the client's IP address, kazoo its identifier).
+//! - The data of our node is the owner token, until its holder leaves a note there
+//!   ([`DistributedLock::set_note`], see `note.rs`: Curator's `LeaderSelector` keeps its
+//!   participant id there too). `inspect` reports the first contender's data as its owner
+//!   (Curator stores the client's IP address, kazoo its identifier) and note, or, once a note
+//!   replaced our owner token, the owner from the node's protected name and the note from its
+//!   data.
 //! - The holder is the contender with the lowest sequence. Its creation zxid (`czxid`, from
 //!   the `create2` reply, so free) is the fencing token: zxids grow over the whole ensemble's
 //!   history, so tokens keep growing when the parent is deleted and re-created, where the
@@ -95,13 +102,14 @@ use crate::ZooKeeperConfig;
 mod admin;
 mod held;
 mod layout;
+mod note;
 mod queue;
 mod rw_lock;
 mod semaphore;
 mod session;
 
 pub use admin::ZooKeeperStats;
-use held::Held;
+use held::{handle_paths, Held};
 use layout::lock_path;
 use queue::{queue, spawn_cleanup, sync_sent, Cleanup, Line, QueueEntry};
 
@@ -221,6 +229,8 @@ impl DistributedLock for ZooKeeperLock {
             .with_fairness(Fairness::Fifo)
             .with_expiry(Expiry::Session)
             .with_primitives(true, true)
+            .with_weights_and_upgrades(true, true)
+            .with_notes(true)
     }
 
     /// The mutex: list the queue first, and only if it is empty create our node, list again
@@ -263,11 +273,13 @@ impl DistributedLock for ZooKeeperLock {
                     })
                     .await
             }
-            LockKind::Permit { permits, .. } => {
-                validate_permits(permits)?;
-                self.inner.try_permit(name, permits, owner).await
+            LockKind::Permit { permits, weight } => {
+                validate_permits(permits, weight)?;
+                self.inner.try_permit(name, permits, weight, owner).await
             }
-            LockKind::Read | LockKind::Write => self.inner.try_rw(name, attempt.kind, owner).await,
+            LockKind::Read | LockKind::Write | LockKind::UpgradeableRead => {
+                self.inner.try_rw(name, attempt.kind, owner).await
+            }
             other => Err(not_a_kind(other)),
         }
     }
@@ -276,8 +288,8 @@ impl DistributedLock for ZooKeeperLock {
     // Release
     // -----------------------------------------------------------------------------------------
 
-    /// Deletes our node: 1 round trip (`delete`; +1 parent `delete` on servers without
-    /// container nodes). Owner-checked by construction: the node's name carries the owner
+    /// Deletes our node: 1 round trip (`delete`, or one `multi` of deletes for the nodes of a
+    /// weighted permit, all or none; +1 parent `delete` on servers without container nodes). Owner-checked by construction: the node's name carries the owner
     /// token and is unique to this acquisition, and it is ephemeral, so it exists only while
     /// this hold does. Every kind of hold is one such node (a mutex contender, a semaphore's
     /// lease, a reader or a writer), and the lease's handle is its path, so this is the same
@@ -289,22 +301,25 @@ impl DistributedLock for ZooKeeperLock {
     /// transiently is retried in the background.
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let inner = &self.inner;
-        let Some(path) = lease.handle().map(str::to_owned) else {
+        let Some(handle) = lease.handle() else {
             return self.release_by_owner(lease).await;
         };
-        inner.unhold(&path);
+        let paths: Vec<String> = handle_paths(handle).into_iter().map(str::to_owned).collect();
+        inner.unhold(&paths[0]);
         let mut client: Option<zk::Client> = None;
         let outcome = inner
             .bounded(async {
                 let conn = inner.conn().await?;
                 client = Some(conn.client.clone());
-                let existed = match conn.client.delete(&path, None).await {
-                    Ok(()) => true,
-                    Err(zk::Error::NoNode) => false,
+                // An upgradeable read that became the write hold goes only with it (its data,
+                // version 0 until then, marks the upgrade).
+                let version = (lease.kind() == LockKind::UpgradeableRead).then_some(0);
+                let existed = match delete_hold(&conn.client, &paths, version).await {
+                    Ok(existed) => existed,
                     Err(error) => return Ok(Err(error)),
                 };
                 if !inner.containers.load(Ordering::Relaxed) {
-                    if let Some((parent, _)) = path.rsplit_once('/') {
+                    if let Some((parent, _)) = paths[0].rsplit_once('/') {
                         let _ = conn.client.delete(parent, None).await;
                     }
                 }
@@ -328,21 +343,21 @@ impl DistributedLock for ZooKeeperLock {
             // Keep trying in the background while the session lives.
             spawn_cleanup(
                 client,
-                vec![Cleanup::Path(path)],
+                paths.into_iter().map(Cleanup::Path).collect(),
                 inner.config.operation_timeout(),
             );
         }
         Err(error)
     }
 
-    /// Session-bound locks have nothing to renew: this checks that our node still exists and
-    /// belongs to the current session (1 round trip, `exists`), bounded once by the operation
-    /// timeout. The same for every kind of hold (the handle is its node's path); a lease
+    /// Session-bound locks have nothing to renew: this checks that our node (every node of a
+    /// weighted permit) still exists and belongs to the current session (1 round trip, the
+    /// `exists` sent together), bounded once by the operation timeout. The same for every kind of hold (the handle is its node's path); a lease
     /// without a handle is not renewed (`None`).
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
         renew_each(leases, |lease| async move {
             let lease = &lease;
-            let Some(path) = lease.handle() else {
+            let Some(handle) = lease.handle() else {
                 return Ok(None);
             };
             let inner = &self.inner;
@@ -352,14 +367,30 @@ impl DistributedLock for ZooKeeperLock {
                     if lease.session_epoch() != Some(conn.epoch) {
                         return Ok(None);
                     }
-                    let stat = conn.client.check_stat(path).await.map_err(map_err)?;
-                    let ours = stat.is_some_and(|s| s.ephemeral_owner == conn.client.session_id().0)
-                        && inner.session.borrow().keeps(conn.epoch);
+                    let session = conn.client.session_id().0;
+                    let checks = handle_paths(handle)
+                        .into_iter()
+                        .map(|path| conn.client.check_stat(path));
+                    let mut ours = inner.session.borrow().keeps(conn.epoch);
+                    // An upgradeable read whose node was written became the write hold.
+                    let unwritten = lease.kind() != LockKind::UpgradeableRead;
+                    for stat in futures::future::join_all(checks).await {
+                        ours &= stat
+                            .map_err(map_err)?
+                            .is_some_and(|s| s.ephemeral_owner == session && (unwritten || s.version == 0));
+                    }
                     Ok(ours.then(|| lease.clone()))
                 })
                 .await
         })
         .await
+    }
+
+    /// Writes `note` as the data of the lease's own lock node, as Curator's `LeaderSelector`
+    /// keeps its participant id (see `note.rs`): 2 round trips (`exists`, `setData` at that
+    /// version); `false` with none sent for a lease that is not a mutex hold of its owner.
+    async fn set_note(&self, lease: &Lease, note: &str) -> Result<bool> {
+        self.inner.set_note(lease, note).await
     }
 
     // -----------------------------------------------------------------------------------------
@@ -400,11 +431,13 @@ impl DistributedLock for ZooKeeperLock {
                 entry.disarm();
                 Ok(Some(lease))
             }
-            LockKind::Permit { permits, .. } => {
-                validate_permits(permits)?;
-                self.inner.queue_for_permit(name, permits, owner, deadline).await
+            LockKind::Permit { permits, weight } => {
+                validate_permits(permits, weight)?;
+                self.inner
+                    .queue_for_permit(name, permits, weight, owner, deadline)
+                    .await
             }
-            LockKind::Read | LockKind::Write => {
+            LockKind::Read | LockKind::Write | LockKind::UpgradeableRead => {
                 self.inner.queue_for_rw(name, attempt.kind, owner, deadline).await
             }
             other => Err(not_a_kind(other)),
@@ -415,8 +448,8 @@ impl DistributedLock for ZooKeeperLock {
     // Semaphores and read-write locks
     // -----------------------------------------------------------------------------------------
 
-    /// The holders of a mutex (its first contender: the queue listed and the first node read, 2 round trips, 1 when
-    /// free), a
+    /// The holders of a mutex (its first contender, with its note: the queue listed and the
+    /// first node read, 2 round trips, 1 when free), a
     /// semaphore (its oldest leases, as many as its permits) or a read-write lock (its writer,
     /// or the readers before the first writer).
     async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
@@ -443,11 +476,15 @@ impl DistributedLock for ZooKeeperLock {
                                 return Ok(LockState::free(None));
                             };
                             match conn.client.get_data(&format!("{parent}/{first}")).await {
-                                Ok((data, stat)) => Ok(LockState::held(
-                                    String::from_utf8_lossy(&data).into_owned(),
-                                    u64::try_from(stat.czxid).ok().map(FencingToken::new),
-                                    None,
-                                )),
+                                Ok((data, stat)) => {
+                                    let (owner, note) = note::owner_and_note(&first, &data, stat.version);
+                                    Ok(LockState::held(
+                                        owner,
+                                        u64::try_from(stat.czxid).ok().map(FencingToken::new),
+                                        None,
+                                    )
+                                    .with_note(note))
+                                }
                                 Err(zk::Error::NoNode) => Ok(LockState::free(None)),
                                 Err(e) => Err(map_err(e)),
                             }
@@ -471,8 +508,8 @@ impl DistributedLock for ZooKeeperLock {
     /// (the `exists` watch set when it was won fires), with [`LossReason::SessionExpired`] when
     /// its session ends, and with `NotOwned` (ignored by the watchdog) once it is released.
     fn watch_lease(&self, lease: &Lease) -> Option<BoxFuture<'static, LossReason>> {
-        let path = lease.handle()?;
-        let mut rx = self.inner.held().get(path)?.lost.subscribe();
+        let key = handle_paths(lease.handle()?)[0];
+        let mut rx = self.inner.held().get(key)?.lost.subscribe();
         Some(Box::pin(async move {
             let reason = rx.wait_for(Option::is_some).await.map(|r| r.clone());
             match reason {
@@ -496,11 +533,52 @@ impl DistributedLock for ZooKeeperLock {
     }
 }
 
-/// A semaphore needs at least one permit ([`LockClient`](distlock_core::LockClient) checks
-/// too; this keeps a direct caller from a semaphore nobody can hold).
-fn validate_permits(permits: u32) -> Result<()> {
+/// Deletes the nodes of one hold: 1 round trip (a `delete`, at `version` if given, or for
+/// several nodes one `multi` of deletes, all or none). `true` if they all existed; when some were already gone, the
+/// others are deleted one by one and the answer is `false` (the hold was no longer whole).
+async fn delete_hold(
+    client: &zk::Client,
+    paths: &[String],
+    version: Option<i32>,
+) -> std::result::Result<bool, zk::Error> {
+    if let [path] = paths {
+        return match client.delete(path, version).await {
+            Ok(()) => Ok(true),
+            Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(false),
+            Err(error) => Err(error),
+        };
+    }
+    let mut multi = client.new_multi_writer();
+    for path in paths {
+        multi.add_delete(path, None)?;
+    }
+    match multi.commit().await.map_err(zk::Error::from) {
+        Ok(_) => Ok(true),
+        Err(zk::Error::NoNode) => {
+            let deletes: Vec<_> = paths.iter().map(|path| client.delete(path, None)).collect();
+            for deleted in futures::future::join_all(deletes).await {
+                match deleted {
+                    Ok(()) | Err(zk::Error::NoNode) => {}
+                    Err(error) => return Err(error),
+                }
+            }
+            Ok(false)
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// A semaphore needs at least one permit, and a hold takes 1 to `permits` of them
+/// ([`LockClient`](distlock_core::LockClient) checks too; this keeps a direct caller from a
+/// semaphore nobody can hold, or a hold that can never be granted).
+fn validate_permits(permits: u32, weight: u32) -> Result<()> {
     if permits == 0 {
         return Err(Error::invalid_options("a semaphore needs at least one permit"));
+    }
+    if weight == 0 || weight > permits {
+        return Err(Error::invalid_options(format!(
+            "a hold of {weight} permits of a semaphore of {permits}"
+        )));
     }
     Ok(())
 }
@@ -508,7 +586,9 @@ fn validate_permits(permits: u32) -> Result<()> {
 /// The error for a kind `try_acquire_kind` and `acquire_kind_queued` do not take (the mutex
 /// has `try_acquire` and `acquire_queued`).
 fn not_a_kind(kind: LockKind) -> Error {
-    Error::invalid_options(format!("{kind} is not a permit, a read or the write lock"))
+    Error::invalid_options(format!(
+        "{kind} is not a permit, a read, an upgradeable read or the write lock"
+    ))
 }
 
 impl Inner {

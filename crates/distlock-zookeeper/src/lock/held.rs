@@ -24,6 +24,9 @@ const WATCH_RETRY: Duration = Duration::from_millis(100);
 pub(super) struct Held {
     pub(super) epoch: u64,
     pub(super) lost: watch::Sender<Option<LossReason>>,
+    /// Writes of the node's data we sent ourselves (a note) whose change event the watch has
+    /// not seen yet: not worth a log line.
+    own_writes: u32,
 }
 
 impl Inner {
@@ -43,6 +46,25 @@ impl Inner {
         sent_at: Instant,
         kind: LockKind,
     ) -> Result<Lease> {
+        self.hold_group(conn, name, owner, vec![node], sent_at, kind)
+    }
+
+    /// [`hold`](Self::hold) for a hold of several nodes won together (a weighted permit's
+    /// leases, in queue order): the lease's handle names them all ([`handle_of`]), its fencing
+    /// token is the first one's creation zxid, and the deletion of any of them is reported to
+    /// its guard.
+    pub(super) fn hold_group(
+        self: &Arc<Self>,
+        conn: &Conn,
+        name: &LockName,
+        owner: OwnerToken,
+        nodes: Vec<Node>,
+        sent_at: Instant,
+        kind: LockKind,
+    ) -> Result<Lease> {
+        let Some(node) = nodes.first().cloned() else {
+            return Err(super::queue::vanished());
+        };
         if !self.session.borrow().keeps(conn.epoch) {
             // Won on the server, but the session is already declared over here: its node is
             // left to the session's end (the drop of the entry deletes it if it still can).
@@ -64,20 +86,34 @@ impl Inner {
             Held {
                 epoch: conn.epoch,
                 lost,
+                own_writes: 0,
             },
         );
-        tokio::spawn(watch_held(
-            Arc::downgrade(self),
-            conn.client.clone(),
-            node.path.clone(),
-            conn.epoch,
-            self.config.operation_timeout(),
-        ));
+        for watched in &nodes {
+            tokio::spawn(watch_held(
+                Arc::downgrade(self),
+                conn.client.clone(),
+                Watched {
+                    key: node.path.clone(),
+                    path: watched.path.clone(),
+                },
+                conn.epoch,
+                self.config.operation_timeout(),
+            ));
+        }
         let fencing = FencingToken::new(u64::try_from(node.czxid).unwrap_or_default());
+        let paths: Vec<&str> = nodes.iter().map(|n| n.path.as_str()).collect();
         Ok(Lease::session_bound(name.clone(), owner, conn.epoch, sent_at)
             .with_kind(kind)
             .with_fencing(fencing)
-            .with_handle(node.path))
+            .with_handle(handle_of(&paths)))
+    }
+
+    /// Notes that we are about to write the data of the hold keyed `key` ourselves.
+    pub(super) fn expect_own_write(&self, key: &str) {
+        if let Some(held) = self.held().get_mut(key) {
+            held.own_writes = held.own_writes.saturating_add(1);
+        }
     }
 
     pub(super) fn unhold(&self, path: &str) {
@@ -102,11 +138,36 @@ impl Inner {
     }
 }
 
+/// The handle of a hold of `paths`: the one path, or for a hold of several nodes their paths
+/// joined by newlines (a character no ZooKeeper path may contain). The first path is the
+/// hold's key in the registry.
+pub(super) fn handle_of(paths: &[&str]) -> String {
+    paths.join("\n")
+}
+
+/// The node paths of a hold, from its lease's handle (see [`handle_of`]); the first is its key.
+pub(super) fn handle_paths(handle: &str) -> Vec<&str> {
+    handle.split('\n').collect()
+}
+
+/// A node watched for a hold: the hold's registry key (its first node) and the node.
+struct Watched {
+    key: String,
+    path: String,
+}
+
 /// Watches one held node; reports it stolen if it is deleted while still registered. A data
 /// change (Curator's revoker writes `__REVOKE__` into the holder's node) fires the one-shot
 /// watch too: it is set again, so a later deletion is still seen. Holds the client only for
 /// the `exists` round trips, so it never keeps a session open.
-async fn watch_held(inner: Weak<Inner>, client: zk::Client, path: String, epoch: u64, op_timeout: Duration) {
+async fn watch_held(
+    inner: Weak<Inner>,
+    client: zk::Client,
+    watched: Watched,
+    epoch: u64,
+    op_timeout: Duration,
+) {
+    let Watched { key, path } = watched;
     let mut client = Some(client);
     loop {
         let Some(watching) = client.take().or_else(|| {
@@ -124,7 +185,7 @@ async fn watch_held(inner: Weak<Inner>, client: zk::Client, path: String, epoch:
             Ok(Ok((Some(_), watcher))) => watcher,
             Ok(Ok((None, _))) => {
                 if let Some(inner) = inner.upgrade() {
-                    inner.stolen(&path, epoch);
+                    inner.stolen(&key, epoch);
                 }
                 return;
             }
@@ -134,7 +195,7 @@ async fn watch_held(inner: Weak<Inner>, client: zk::Client, path: String, epoch:
                 let Some(strong) = inner.upgrade() else {
                     return;
                 };
-                if strong.held().get(&path).is_none_or(|h| h.epoch != epoch) {
+                if strong.held().get(&key).is_none_or(|h| h.epoch != epoch) {
                     return; // released meanwhile
                 }
                 let mut session = strong.session.subscribe();
@@ -154,7 +215,7 @@ async fn watch_held(inner: Weak<Inner>, client: zk::Client, path: String, epoch:
         match event.event_type {
             zk::EventType::NodeDeleted => {
                 if let Some(inner) = inner.upgrade() {
-                    inner.stolen(&path, epoch);
+                    inner.stolen(&key, epoch);
                 }
                 return;
             }
@@ -162,8 +223,16 @@ async fn watch_held(inner: Weak<Inner>, client: zk::Client, path: String, epoch:
                 let Some(inner) = inner.upgrade() else {
                     return;
                 };
-                if inner.held().get(&path).is_none_or(|h| h.epoch != epoch) {
-                    return; // released meanwhile
+                let own = match inner.held().get_mut(&key) {
+                    Some(held) if held.epoch == epoch => {
+                        let own = held.own_writes > 0;
+                        held.own_writes = held.own_writes.saturating_sub(1);
+                        own
+                    }
+                    _ => return, // released meanwhile
+                };
+                if own {
+                    continue;
                 }
                 tracing::info!(
                     path,

@@ -8,7 +8,7 @@
 //!     locks/_c_<uuid>-lock-<seq>                its mutex: who may add a lease next
 //!     leases/_c_<uuid>-lease-<seq>              its leases; data = "permits=<count>"
 //! <root>/rw-lock:<encoded name>                 the read-write lock (a Curator InterProcessReadWriteLock path)
-//!     _c_<uuid>-__READ__<seq>, _c_<uuid>-__WRIT__<seq>
+//!     _c_<uuid>-__READ__<seq>, _c_<uuid>-__WRIT__<seq>, _c_<uuid>-upgradeable-__READ__<seq>
 //! ```
 //!
 //! The encoded name keeps `[A-Za-z0-9._~-]` and percent-encodes every other byte, so it never
@@ -27,6 +27,9 @@ pub(super) const LEASE_NODE: &str = "lease-";
 pub(super) const READ_NODE: &str = "__READ__";
 /// The node name of a writer: Curator's `InterProcessReadWriteLock` write-lock name.
 pub(super) const WRITE_NODE: &str = "__WRIT__";
+/// The node name of an upgradeable reader: ends in Curator's read-lock name, so Curator's
+/// `InterProcessReadWriteLock` sorts it by its sequence and counts it as a reader.
+pub(super) const UPGRADEABLE_NODE: &str = "upgradeable-__READ__";
 /// The longest encoded name segment.
 #[cfg(test)]
 const MAX_SEGMENT: usize = 240;

@@ -20,7 +20,7 @@ mod waiting;
 
 pub(super) use cleanup::{spawn_cleanup, Cleanup};
 pub(super) use entry::{Node, QueueEntry};
-pub(super) use order::{is_write, queue, sequence_of, Line};
+pub(super) use order::{is_upgradeable, is_write, queue, sequence_of, Line};
 pub(super) use waiting::vanished;
 
 /// A `sync` of `path`, sent now (before any request made after this call): the server this
@@ -68,6 +68,23 @@ impl Inner {
         }
     }
 
+    /// [`list_children`](Self::list_children) with the parent's `mzxid` (the zxid of the last
+    /// write of its data): 1 round trip. A read-write lock's parent data is written when an
+    /// upgrade is granted, so a node created before it learns that it may have been overtaken
+    /// (see `rw_lock.rs`).
+    pub(super) async fn list_children_stat(
+        &self,
+        conn: &Conn,
+        parent: &str,
+    ) -> Result<Option<(Vec<String>, i64)>> {
+        self.listings.fetch_add(1, Ordering::Relaxed);
+        match conn.client.get_children(parent).await {
+            Ok((children, stat)) => Ok(Some((children, stat.mzxid))),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(map_err(e)),
+        }
+    }
+
     /// Finds our node among the contenders `queue` (queue order): the nodes carrying our
     /// protected `prefix`. The lowest of them that belongs to our session is ours; every other
     /// one (a duplicate left by a `create` retried after a lost reply, or a node of an earlier
@@ -79,27 +96,48 @@ impl Inner {
         conn: &Conn,
         parent: &str,
         prefix: &str,
-        mut queue: Vec<String>,
+        queue: Vec<String>,
         known: Option<&Node>,
     ) -> Result<(Option<Node>, Vec<String>)> {
+        let known: Vec<Node> = known.into_iter().cloned().collect();
+        let (ours, queue) = self.settle_group(conn, parent, prefix, queue, &known, 1).await?;
+        Ok((ours.into_iter().next(), queue))
+    }
+
+    /// [`settle`](Self::settle) for a hold of `keep` nodes created together (a weighted
+    /// permit's leases): the lowest `keep` nodes of ours in our session are ours, the others
+    /// are deleted. `known` are the nodes we just created. No round trip when the nodes of ours
+    /// are exactly `known`.
+    pub(super) async fn settle_group(
+        &self,
+        conn: &Conn,
+        parent: &str,
+        prefix: &str,
+        mut queue: Vec<String>,
+        known: &[Node],
+        keep: usize,
+    ) -> Result<(Vec<Node>, Vec<String>)> {
         let mine: Vec<String> = queue.iter().filter(|c| c.starts_with(prefix)).cloned().collect();
-        if let ([only], Some(node)) = (mine.as_slice(), known) {
-            if *only == node.child {
-                return Ok((Some(node.clone()), queue));
-            }
+        if known.len() == keep
+            && mine.len() == keep
+            && mine.iter().all(|c| known.iter().any(|n| n.child == *c))
+        {
+            let mut ours = known.to_vec();
+            ours.sort_by_key(|n| mine.iter().position(|c| *c == n.child));
+            return Ok((ours, queue));
         }
         let session = conn.client.session_id().0;
-        let mut adopted: Option<Node> = None;
+        let mut adopted: Vec<Node> = Vec::new();
         for child in mine {
             let path = format!("{parent}/{child}");
-            if adopted.is_none() {
-                if let Some(node) = known.filter(|n| n.child == child) {
-                    adopted = Some(node.clone());
+            if adopted.len() < keep {
+                if let Some(node) = known.iter().find(|n| n.child == child) {
+                    adopted.push(node.clone());
                     continue;
                 }
                 match conn.client.check_stat(&path).await.map_err(map_err)? {
                     Some(stat) if stat.ephemeral_owner == session => {
-                        adopted = Some(Node {
+                        adopted.push(Node {
                             path,
                             child,
                             czxid: stat.czxid,

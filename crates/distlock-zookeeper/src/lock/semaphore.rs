@@ -22,7 +22,16 @@
 //!   [`Error::PermitsMismatch`], its lease and `locks` node deleted first. Of two leases with
 //!   different counts, the later one sees the earlier (as above), so they never both hold.
 //!   Leases whose data is not a count (Curator's) are not checked.
-//! - **Fencing.** A permit's token is its lease node's creation zxid. Leases are only created
+//! - **Weighted holds.** A hold of `weight` permits is `weight` lease nodes of one owner,
+//!   created together in one `multi` (all or none, one creation zxid), as Curator's
+//!   `acquire(n)` takes `n` leases under the `locks` mutex. Every lease counts as one permit,
+//!   so the count above is the sum of the weights; the hold is granted once all its leases
+//!   fit. Release deletes them together (one `multi`), renewal checks them all (their
+//!   `exists` sent together), the owner's cleanup deletes every lease of its protected prefix,
+//!   and the deletion of any of them behind our back is the hold's loss. The lease's handle
+//!   names every node (see `held.rs`). A heavy waiter keeps the `locks` mutex while it waits,
+//!   so the line stays FIFO: lighter acquirers behind it wait too.
+//! - **Fencing.** A permit's token is its (first) lease node's creation zxid. Leases are only created
 //!   by the holder of the `locks` mutex, which releases it only once its lease holds (or is
 //!   gone): leases are created in the order they are granted, so every new permit's token is
 //!   above every earlier permit's (zxids grow over the ensemble's history).
@@ -86,19 +95,22 @@ fn lease_count(children: &[String], queue: &[String]) -> usize {
 }
 
 impl Inner {
-    /// One attempt at a permit, without waiting. Round trips: 1 (a `sync`, then `getChildren`
-    /// of `locks` and of `leases`, sent together) when the semaphore is full (+1 `getData` per lease, sent
-    /// together, to check the count) or someone is at the head of its line; when there is
-    /// room, +2 to take the `locks` mutex (`create2`, `getChildren`), +2 for our lease
-    /// (`create2`, `getChildren`), +1 to read the other leases' counts (none when we are
-    /// alone), +1 `delete` of the `locks` node: 6 alone, 7 beside other holders.
+    /// One attempt at `weight` permits, without waiting. Round trips: 1 (a `sync`, then
+    /// `getChildren` of `locks` and of `leases`, sent together) when fewer than `weight` are
+    /// free (+1 `getData` per lease, sent together, to check the count) or someone is at the
+    /// head of its line; when there is room, +2 to take the `locks` mutex (`create2`,
+    /// `getChildren`), +2 for our lease or leases (`create2`, or one `multi` of `weight`
+    /// creates; `getChildren`), +1 to read the other leases' counts (none when we are alone),
+    /// +1 `delete` of the `locks` node: 6 alone, 7 beside other holders, whatever the weight.
     pub(super) async fn try_permit(
         self: &Arc<Self>,
         name: &LockName,
         permits: u32,
+        weight: u32,
         owner: OwnerToken,
     ) -> Result<TryAcquire> {
-        let kind = LockKind::Permit { permits, weight: 1 };
+        let kind = LockKind::Permit { permits, weight };
+        let count = usize::try_from(weight).unwrap_or(usize::MAX);
         let paths = Paths::of(self, name);
         let room = usize::try_from(permits).unwrap_or(usize::MAX);
         self.bounded(async {
@@ -111,7 +123,7 @@ impl Inner {
             );
             synced?;
             let (locks_listed, leases) = (locks_listed?, leases_listed?.unwrap_or_default());
-            if leases.len() >= room {
+            if leases.len().saturating_add(count) > room {
                 // Full: nothing is created, but a count the holders disagree with is an error.
                 self.check_permits(&conn, name, &paths.leases, &leases, None, permits)
                     .await?;
@@ -144,29 +156,32 @@ impl Inner {
                 protected_prefix(owner, LEASE_NODE),
             )
             .chain(locks);
-            let created = entry.create(lease_data(permits).as_bytes()).await?;
+            let created = entry.create_group(lease_data(permits).as_bytes(), count).await?;
             let children = self
                 .list_children(&conn, &paths.leases)
                 .await?
                 .unwrap_or_default();
-            let (ours, contenders) = self
-                .settle(
+            let (nodes, contenders) = self
+                .settle_group(
                     &conn,
                     &paths.leases,
                     &entry.prefix,
                     queue(children.clone()),
-                    Some(&created),
+                    &created,
+                    count,
                 )
                 .await?;
-            let node = ours.ok_or_else(vanished)?;
-            entry.created = Some(node.path.clone());
+            if nodes.len() < count {
+                return Err(vanished());
+            }
+            entry.set_nodes(&nodes);
             let checked = self
                 .check_permits(
                     &conn,
                     name,
                     &paths.leases,
                     &contenders,
-                    Some(&node.child),
+                    Some(&entry.prefix),
                     permits,
                 )
                 .await;
@@ -177,7 +192,7 @@ impl Inner {
             checked?;
             if lease_count(&children, &contenders) <= room {
                 entry.leave_chained().await;
-                let lease = self.hold(&conn, name, owner, node, sent_at, kind)?;
+                let lease = self.hold_group(&conn, name, owner, nodes, sent_at, kind)?;
                 entry.disarm();
                 return Ok(TryAcquire::Acquired(lease));
             }
@@ -187,12 +202,13 @@ impl Inner {
         .await
     }
 
-    /// Waits for a permit in the semaphore's line: the `locks` mutex first (FIFO, as the
-    /// mutex's queue), then our lease, counted on each change of `leases` (a children watch)
-    /// while we keep the `locks` mutex. Round trips when there is room: 2 for the `locks`
-    /// mutex (`create2`, `getChildren`), 2 for the lease (`create2`, `getChildren` with a
-    /// watch), +1 to read the other leases' counts (none when alone), +1 `delete` of the
-    /// `locks` node; a full semaphore adds 1 `getChildren` per change of `leases`, and a busy
+    /// Waits for `weight` permits in the semaphore's line: the `locks` mutex first (FIFO, as
+    /// the mutex's queue), then our lease or leases, counted on each change of `leases` (a
+    /// children watch) while we keep the `locks` mutex. Round trips when there is room: 2 for
+    /// the `locks` mutex (`create2`, `getChildren`), 2 for the lease or leases (`create2` or
+    /// one `multi`, `getChildren` with a watch), +1 to read the other leases' counts (none when
+    /// alone), +1 `delete` of the `locks` node; a full semaphore adds 1 `getChildren` per
+    /// change of `leases`, and a busy
     /// `locks` mutex what its queue costs (1 `exists`, then 1 `getChildren` per wake-up).
     ///
     /// # Cancel safety
@@ -204,10 +220,12 @@ impl Inner {
         self: &Arc<Self>,
         name: &LockName,
         permits: u32,
+        weight: u32,
         owner: OwnerToken,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>> {
-        let kind = LockKind::Permit { permits, weight: 1 };
+        let kind = LockKind::Permit { permits, weight };
+        let count = usize::try_from(weight).unwrap_or(usize::MAX);
         let paths = Paths::of(self, name);
         let room = usize::try_from(permits).unwrap_or(usize::MAX);
         let sent_at = Instant::now();
@@ -234,11 +252,13 @@ impl Inner {
             protected_prefix(owner, LEASE_NODE),
         )
         .chain(locks);
-        let created = self.bounded(entry.create(lease_data(permits).as_bytes())).await?;
+        let created = self
+            .bounded(entry.create_group(lease_data(permits).as_bytes(), count))
+            .await?;
         let mut session = self.session.subscribe();
         let mut checked = false;
         loop {
-            let (children, contenders, node, watcher) = self
+            let (children, contenders, nodes, watcher) = self
                 .bounded(async {
                     self.listings.fetch_add(1, Ordering::Relaxed);
                     let (children, watcher) = conn
@@ -250,25 +270,29 @@ impl Inner {
                             other => map_err(other),
                         })?;
                     let (ours, contenders) = self
-                        .settle(
+                        .settle_group(
                             &conn,
                             &paths.leases,
                             &entry.prefix,
                             queue(children.clone()),
-                            Some(&created),
+                            &created,
+                            count,
                         )
                         .await?;
-                    Ok((children, contenders, ours.ok_or_else(vanished)?, watcher))
+                    if ours.len() < count {
+                        return Err(vanished());
+                    }
+                    Ok((children, contenders, ours, watcher))
                 })
                 .await?;
-            entry.created = Some(node.path.clone());
+            entry.set_nodes(&nodes);
             if !checked {
                 let check = self.bounded(self.check_permits(
                     &conn,
                     name,
                     &paths.leases,
                     &contenders,
-                    Some(&node.child),
+                    Some(&entry.prefix),
                     permits,
                 ));
                 if let Err(error @ Error::PermitsMismatch { .. }) = check.await {
@@ -286,7 +310,7 @@ impl Inner {
                         Ok(())
                     })
                     .await;
-                let lease = self.hold(&conn, name, owner, node, sent_at, kind)?;
+                let lease = self.hold_group(&conn, name, owner, nodes, sent_at, kind)?;
                 entry.disarm();
                 return Ok(Some(lease));
             }
@@ -301,9 +325,9 @@ impl Inner {
         }
     }
 
-    /// Reads the data of every lease in `children` but `ours` (all requests sent together: 1
-    /// round trip, none when there is no other lease) and refuses with
-    /// [`Error::PermitsMismatch`] if one carries a count other than `asked`.
+    /// Reads the data of every lease in `children` but ours (named with our protected prefix
+    /// `ours`; all requests sent together: 1 round trip, none when there is no other lease)
+    /// and refuses with [`Error::PermitsMismatch`] if one carries a count other than `asked`.
     async fn check_permits(
         &self,
         conn: &Conn,
@@ -315,7 +339,7 @@ impl Inner {
     ) -> Result<()> {
         let reads: Vec<_> = children
             .iter()
-            .filter(|c| Some(c.as_str()) != ours)
+            .filter(|c| ours.is_none_or(|prefix| !c.starts_with(prefix)))
             .map(|c| conn.client.get_data(&format!("{leases}/{c}")))
             .collect();
         for read in join_all(reads).await {
@@ -335,9 +359,11 @@ impl Inner {
         Ok(())
     }
 
-    /// The holders of the semaphore `name`: its oldest leases, as many as the permit count
-    /// they carry (a lease beyond it is an acquirer still waiting), each with its owner token
-    /// (from the protected name; the node's data for a foreign lease) and its creation zxid.
+    /// The holders of the semaphore `name`: its oldest holds (the leases of one owner are one
+    /// hold, its weight their number), as many as fit in the permit count the leases carry (a
+    /// hold beyond it is an acquirer still waiting), each with its owner token (from the
+    /// protected name; the node's data for a foreign lease) and its first lease's creation
+    /// zxid.
     /// Round trips: 1 (`sync` and `getChildren`, sent together), +1 for the leases' data
     /// (sent together).
     pub(super) async fn permit_holders(self: &Arc<Self>, name: &LockName) -> Result<Vec<LockState>> {
@@ -361,16 +387,32 @@ impl Inner {
                 }
             }
             let agreed = read.iter().find_map(|(_, data, _)| permits_in(data));
-            let holding = agreed.and_then(|p| usize::try_from(p).ok()).unwrap_or(read.len());
-            Ok(read
+            let room = agreed.unwrap_or(u32::try_from(read.len()).unwrap_or(u32::MAX));
+            // One hold per owner (a weighted hold is several leases of one owner's protected name), in queue
+            // order, as long as their weights fit: a hold beyond is an acquirer still waiting.
+            let mut holds: Vec<(String, u32, u32, Option<FencingToken>)> = Vec::new();
+            for (child, data, stat) in read {
+                let protected = owner_in(&child);
+                let permits = permits_in(&data).or(agreed).unwrap_or(0);
+                match holds.iter_mut().find(|(o, ..)| protected.as_ref() == Some(o)) {
+                    Some((_, _, weight, _)) => *weight += 1,
+                    None => holds.push((
+                        protected.unwrap_or_else(|| String::from_utf8_lossy(&data).into_owned()),
+                        permits,
+                        1,
+                        u64::try_from(stat.czxid).ok().map(FencingToken::new),
+                    )),
+                }
+            }
+            let mut taken = 0u32;
+            Ok(holds
                 .into_iter()
-                .take(holding)
-                .map(|(child, data, stat)| {
-                    let owner =
-                        owner_in(&child).unwrap_or_else(|| String::from_utf8_lossy(&data).into_owned());
-                    let permits = permits_in(&data).or(agreed).unwrap_or(0);
-                    LockState::held(owner, u64::try_from(stat.czxid).ok().map(FencingToken::new), None)
-                        .with_kind(LockKind::Permit { permits, weight: 1 })
+                .take_while(|(_, _, weight, _)| {
+                    taken = taken.saturating_add(*weight);
+                    taken <= room
+                })
+                .map(|(owner, permits, weight, fencing)| {
+                    LockState::held(owner, fencing, None).with_kind(LockKind::Permit { permits, weight })
                 })
                 .collect())
         })

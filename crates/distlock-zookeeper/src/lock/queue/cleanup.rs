@@ -9,7 +9,7 @@ use distlock_core::{Lease, LockKind, Result};
 use zookeeper_client as zk;
 
 use crate::lock::layout::{
-    self, object_path, protected_prefix, LEASE_NODE, LOCK_NODE, READ_NODE, WRITE_NODE,
+    self, object_path, protected_prefix, LEASE_NODE, LOCK_NODE, READ_NODE, UPGRADEABLE_NODE, WRITE_NODE,
 };
 use crate::lock::{map_err, timed_out, Conn, Inner, ZooKeeperLock};
 
@@ -25,40 +25,65 @@ impl ZooKeeperLock {
     /// ambiguous attempt): per queue the hold may have a node in, `sync`, `getChildren`, and a
     /// `delete` of each node carrying the owner's protected prefix, bounded once by the
     /// operation timeout. The queues by the lease's kind: the mutex's; the read-write lock's
-    /// (reader or writer prefix); a semaphore's `leases`, then its `locks` (an acquisition cut
-    /// short may have left a node in either). `true` if a node of the hold itself (not a
+    /// (reader, upgradeable reader or writer prefix; for a write also the owner's upgradeable
+    /// node if an upgrade marked it, for an upgradeable read that node only if not); a
+    /// semaphore's `leases` (every lease of a weighted hold), then its `locks` (an acquisition
+    /// cut short may have left a node in either). `true` if a node of the hold itself (not a
     /// `locks` node) was deleted. Round trips per queue: 2 (`sync`, `getChildren`), +1
-    /// `delete` per node of the owner.
+    /// `delete` per node of the owner (+1 `exists` before it for a marked node).
     pub(in crate::lock) async fn release_by_owner(&self, lease: &Lease) -> Result<bool> {
         let inner = &self.inner;
         let root = inner.config.root();
         let owner = lease.owner();
         let kind = lease.kind();
         let object = object_path(root, kind.primitive(), lease.name());
-        // (parent, prefix, whether a node there is the hold)
-        let queues: Vec<(String, String, bool)> = match kind {
+        // (parent, prefix, whether a node there is the hold, which of its nodes)
+        let queues: Vec<(String, String, bool, Owned)> = match kind {
             LockKind::Permit { .. } => vec![
                 (
                     layout::semaphore_leases(&object),
                     protected_prefix(owner, LEASE_NODE),
                     true,
+                    Owned::Any,
                 ),
                 (
                     layout::semaphore_locks(&object),
                     protected_prefix(owner, LOCK_NODE),
                     false,
+                    Owned::Any,
                 ),
             ],
-            LockKind::Read => vec![(object, protected_prefix(owner, READ_NODE), true)],
-            LockKind::Write => vec![(object, protected_prefix(owner, WRITE_NODE), true)],
-            _ => vec![(object, protected_prefix(owner, LOCK_NODE), true)],
+            LockKind::Read => vec![(object, protected_prefix(owner, READ_NODE), true, Owned::Any)],
+            // A write may be an upgrade: its hold is also the owner's upgradeable read, once
+            // written (an upgrade not granted leaves that read hold alone).
+            LockKind::Write => vec![
+                (
+                    object.clone(),
+                    protected_prefix(owner, WRITE_NODE),
+                    true,
+                    Owned::Any,
+                ),
+                (
+                    object,
+                    protected_prefix(owner, UPGRADEABLE_NODE),
+                    true,
+                    Owned::Written,
+                ),
+            ],
+            LockKind::UpgradeableRead => vec![(
+                object,
+                protected_prefix(owner, UPGRADEABLE_NODE),
+                true,
+                Owned::Unwritten,
+            )],
+            _ => vec![(object, protected_prefix(owner, LOCK_NODE), true, Owned::Any)],
         };
         inner
             .bounded(async {
                 let conn = inner.conn().await?;
                 let mut released = false;
-                for (parent, prefix, hold) in &queues {
-                    let deleted = inner.delete_owned(&conn, parent, prefix).await?;
+                for (parent, prefix, hold, which) in &queues {
+                    let deleted = inner.delete_owned(&conn, parent, prefix, *which).await?;
                     released |= deleted && *hold;
                 }
                 Ok(released)
@@ -70,8 +95,9 @@ impl ZooKeeperLock {
 impl Inner {
     /// Deletes every child of `parent` carrying the protected `prefix` (an owner's nodes):
     /// `sync` first (the reconnection may have reached a follower behind the leader), then
-    /// `getChildren` and a `delete` per such node. `true` if one was deleted.
-    async fn delete_owned(&self, conn: &Conn, parent: &str, prefix: &str) -> Result<bool> {
+    /// `getChildren` and a `delete` per such node (of those `which` names: +1 `exists` per node
+    /// for [`Owned::Written`]). `true` if one was deleted.
+    async fn delete_owned(&self, conn: &Conn, parent: &str, prefix: &str, which: Owned) -> Result<bool> {
         match conn.client.sync(parent).await {
             Ok(()) | Err(zk::Error::NoNode) => {}
             Err(e) => return Err(map_err(e)),
@@ -82,15 +108,35 @@ impl Inner {
         let mut deleted = false;
         for child in children.iter().filter(|c| c.starts_with(prefix)) {
             let path = format!("{parent}/{child}");
-            self.unhold(&path);
-            match conn.client.delete(&path, None).await {
-                Ok(()) => deleted = true,
-                Err(zk::Error::NoNode) => {}
+            let version = match which {
+                Owned::Any => None,
+                Owned::Unwritten => Some(0),
+                Owned::Written => match conn.client.check_stat(&path).await.map_err(map_err)? {
+                    Some(stat) if stat.version > 0 => Some(stat.version),
+                    _ => continue,
+                },
+            };
+            match conn.client.delete(&path, version).await {
+                Ok(()) => {
+                    self.unhold(&path);
+                    deleted = true;
+                }
+                Err(zk::Error::NoNode) => self.unhold(&path),
+                Err(zk::Error::BadVersion) => {}
                 Err(e) => return Err(map_err(e)),
             }
         }
         Ok(deleted)
     }
+}
+
+/// Which of an owner's nodes a cleanup deletes, by whether their data was written since their
+/// creation (an upgradeable read's is, once it became the write hold).
+#[derive(Debug, Clone, Copy)]
+enum Owned {
+    Any,
+    Unwritten,
+    Written,
 }
 
 pub(in crate::lock) fn ignore_no_node(error: zk::Error) -> Result<()> {

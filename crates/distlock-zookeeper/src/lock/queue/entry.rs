@@ -35,6 +35,11 @@ pub(in crate::lock) struct QueueEntry {
     op_timeout: Duration,
     containers: bool,
     pub(in crate::lock) created: Option<String>,
+    /// The other nodes created together with `created` (a weighted permit's leases).
+    group: Vec<String>,
+    /// The parent's `mzxid` in the listing that last placed our node (`None` when no such
+    /// listing was made).
+    pub(in crate::lock) parent_mzxid: Option<i64>,
     pub(in crate::lock) sent: bool,
     armed: bool,
     /// An entry cleaned up after this one (a semaphore's `locks` node after its lease, so the
@@ -54,6 +59,8 @@ impl QueueEntry {
             op_timeout: inner.config.operation_timeout(),
             containers: inner.containers.load(Ordering::Relaxed),
             created: None,
+            group: Vec::new(),
+            parent_mzxid: None,
             sent: false,
             armed: true,
             then: None,
@@ -114,6 +121,96 @@ impl QueueEntry {
                 Err(e) => return Err(map_err(e)),
             }
         }
+    }
+
+    /// `count` EPHEMERAL_SEQUENTIAL nodes holding `data`, created together in one `multi` (1
+    /// round trip, +1 `exists` on servers whose multi replies carry no stat; one node is a
+    /// plain [`create`](Self::create)): all of them or none, with one creation zxid. Missing parents and a lost reply are
+    /// handled as `create` does (the nodes found by our protected prefix).
+    pub(in crate::lock) async fn create_group(&mut self, data: &[u8], count: usize) -> Result<Vec<Node>> {
+        if count <= 1 {
+            return Ok(vec![self.create(data).await?]);
+        }
+        let prefix_path = format!("{}/{}", self.parent, self.prefix);
+        let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let mut multi = self.client.new_multi_writer();
+            for _ in 0..count {
+                multi.add_create(&prefix_path, data, &options).map_err(map_err)?;
+            }
+            let committed = multi.commit();
+            self.sent = true;
+            let error = match committed.await {
+                Ok(results) => {
+                    let mut nodes = Vec::with_capacity(count);
+                    for result in results {
+                        let zk::MultiWriteResult::Create { path, stat } = result else {
+                            return Err(Error::backend(BACKEND, "a multi of creates answered otherwise"));
+                        };
+                        let child = path.rsplit('/').next().unwrap_or_default().to_owned();
+                        nodes.push(Node {
+                            path: format!("{}/{child}", self.parent),
+                            child,
+                            czxid: stat.czxid,
+                        });
+                    }
+                    if nodes.iter().any(|n| n.czxid < 0) {
+                        // The server's reply to a multi may carry no stat (ZOOKEEPER-4026): the
+                        // nodes share the transaction's zxid, read once from the first.
+                        let czxid = match self.client.check_stat(&nodes[0].path).await {
+                            Ok(Some(stat)) => stat.czxid,
+                            Ok(None) => return Err(super::waiting::vanished()),
+                            Err(e) => return Err(map_err(e)),
+                        };
+                        nodes.iter_mut().for_each(|n| n.czxid = czxid);
+                    }
+                    self.set_nodes(&nodes);
+                    return Ok(nodes);
+                }
+                Err(error) => zk::Error::from(error),
+            };
+            match error {
+                zk::Error::NoNode if attempts < 4 => self.create_parent().await?,
+                zk::Error::ConnectionLoss if attempts < 4 => {
+                    let found = self.find_own_group(count).await?;
+                    if found.len() == count {
+                        return Ok(found);
+                    }
+                }
+                e => return Err(map_err(e)),
+            }
+        }
+    }
+
+    /// Records `nodes` (in queue order) as this entry's nodes.
+    pub(in crate::lock) fn set_nodes(&mut self, nodes: &[Node]) {
+        self.created = nodes.first().map(|n| n.path.clone());
+        self.group = nodes.iter().skip(1).map(|n| n.path.clone()).collect();
+    }
+
+    /// After a lost `multi` reply: our `count` nodes, if the multi was applied (none if not).
+    async fn find_own_group(&mut self, count: usize) -> Result<Vec<Node>> {
+        let Some(inner) = self.inner.upgrade() else {
+            return Err(Error::unavailable(BACKEND, "the ZooKeeper client was dropped"));
+        };
+        match self.client.sync(&self.parent).await {
+            Ok(()) | Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(map_err(e)),
+        }
+        let conn = Conn {
+            client: self.client.clone(),
+            epoch: 0,
+        };
+        let Some(children) = inner.list_children(&conn, &self.parent).await? else {
+            return Ok(Vec::new());
+        };
+        let (ours, _) = inner
+            .settle_group(&conn, &self.parent, &self.prefix, queue(children), &[], count)
+            .await?;
+        self.set_nodes(&ours);
+        Ok(ours)
     }
 
     /// After a lost `create` reply: our node, if the create was applied. The reconnection may
@@ -188,10 +285,19 @@ impl QueueEntry {
         Ok(())
     }
 
-    /// Deletes our node now (1 round trip) and disarms.
+    /// The paths of our nodes: `created` and its group.
+    fn nodes(&self) -> impl Iterator<Item = &str> {
+        self.created
+            .as_deref()
+            .into_iter()
+            .chain(self.group.iter().map(String::as_str))
+    }
+
+    /// Deletes our node (or our group's nodes, sent together) now (1 round trip) and disarms.
     pub(in crate::lock) async fn leave(&mut self) -> Result<()> {
-        if let Some(path) = &self.created {
-            self.client.delete(path, None).await.or_else(ignore_no_node)?;
+        let deletes: Vec<_> = self.nodes().map(|path| self.client.delete(path, None)).collect();
+        for deleted in deletes {
+            deleted.await.or_else(ignore_no_node)?;
         }
         self.disarm();
         Ok(())
@@ -200,13 +306,13 @@ impl QueueEntry {
     /// Deletes our node, then the chained entry's, in one round trip (both requests sent at
     /// once, applied in order), and disarms both.
     pub(in crate::lock) async fn leave_all(&mut self) -> Result<()> {
-        let ours = self.created.as_deref().map(|path| self.client.delete(path, None));
+        let ours: Vec<_> = self.nodes().map(|path| self.client.delete(path, None)).collect();
         let next = self
             .then
             .as_deref()
             .and_then(|next| next.created.as_deref())
             .map(|path| self.client.delete(path, None));
-        if let Some(deleted) = ours {
+        for deleted in ours {
             deleted.await.or_else(ignore_no_node)?;
         }
         self.disarm();
@@ -234,24 +340,27 @@ impl QueueEntry {
     }
 
     /// What must be deleted for this entry if it is dropped now, disarming it.
-    fn cleanup(&mut self) -> Option<Cleanup> {
+    fn cleanup(&mut self) -> Vec<Cleanup> {
         if !self.armed || !self.sent {
-            return None;
+            return Vec::new();
         }
         self.armed = false;
-        Some(match self.created.take() {
-            Some(path) => Cleanup::Path(path),
-            None => Cleanup::Prefix {
+        match self.created.take() {
+            Some(path) => std::iter::once(path)
+                .chain(std::mem::take(&mut self.group))
+                .map(Cleanup::Path)
+                .collect(),
+            None => vec![Cleanup::Prefix {
                 parent: std::mem::take(&mut self.parent),
                 prefix: std::mem::take(&mut self.prefix),
-            },
-        })
+            }],
+        }
     }
 }
 
 impl Drop for QueueEntry {
     fn drop(&mut self) {
-        let mut cleanups: Vec<Cleanup> = self.cleanup().into_iter().collect();
+        let mut cleanups: Vec<Cleanup> = self.cleanup();
         if let Some(next) = self.then.as_deref_mut() {
             cleanups.extend(next.cleanup());
         }

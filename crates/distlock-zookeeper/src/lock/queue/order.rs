@@ -10,7 +10,7 @@
 
 use distlock_core::LockKind;
 
-use crate::lock::layout::{LEASE_NODE, LOCK_NODE, WRITE_NODE};
+use crate::lock::layout::{LEASE_NODE, LOCK_NODE, UPGRADEABLE_NODE, WRITE_NODE};
 
 /// The markers after whose last occurrence the whole rest of a name is the sequence: their
 /// own trailing hyphen is no sign.
@@ -91,6 +91,16 @@ pub(in crate::lock) fn is_write(child: &str) -> bool {
     child.contains(WRITE_NODE)
 }
 
+/// Whether a read-write lock's node is an upgradeable reader's (to Curator, a reader).
+pub(in crate::lock) fn is_upgradeable(child: &str) -> bool {
+    child.contains(UPGRADEABLE_NODE)
+}
+
+/// Whether a read-write lock's node is a plain reader's (neither a writer nor upgradeable).
+fn is_plain_read(child: &str) -> bool {
+    !is_write(child) && !is_upgradeable(child)
+}
+
 /// The rules of one queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(in crate::lock) enum Line {
@@ -100,6 +110,13 @@ pub(in crate::lock) enum Line {
     Read,
     /// The write side of a read-write lock: the first node holds.
     Write,
+    /// The upgradeable read of a read-write lock: holds with no writer and no other
+    /// upgradeable reader before it (plain readers share with it).
+    Upgradeable,
+    /// The write node of an upgrade, created by the holder of the upgradeable read: holds once
+    /// no plain reader holds (none before the first writer node). Writers and upgradeable
+    /// readers queued after the upgradeable read wait for it, so they never hold it back.
+    Upgrade,
 }
 
 /// What one listing says about our node.
@@ -117,6 +134,7 @@ impl Line {
         match kind {
             LockKind::Read => Some(Self::Read),
             LockKind::Write => Some(Self::Write),
+            LockKind::UpgradeableRead => Some(Self::Upgradeable),
             _ => None,
         }
     }
@@ -126,6 +144,8 @@ impl Line {
         match self {
             Self::Mutex | Self::Write => queue.is_empty(),
             Self::Read => !queue.iter().any(|c| is_write(c)),
+            Self::Upgradeable => !queue.iter().any(|c| is_write(c) || is_upgradeable(c)),
+            Self::Upgrade => holding_readers(queue).next().is_none(),
         }
     }
 
@@ -140,8 +160,30 @@ impl Line {
                 None => Verdict::Holds,
                 Some(writer) => Verdict::Watch(writer),
             },
+            Self::Upgradeable => {
+                let blocking = queue[..position]
+                    .iter()
+                    .rev()
+                    .find(|c| is_write(c) || is_upgradeable(c));
+                match blocking {
+                    None => Verdict::Holds,
+                    Some(node) => Verdict::Watch(node),
+                }
+            }
+            Self::Upgrade => match holding_readers(&queue[..position]).last() {
+                None => Verdict::Holds,
+                Some(reader) => Verdict::Watch(reader),
+            },
         }
     }
+}
+
+/// The plain readers of `queue` that hold: those before its first writer node.
+fn holding_readers(queue: &[String]) -> impl Iterator<Item = &String> {
+    queue
+        .iter()
+        .take_while(|c| !is_write(c))
+        .filter(|c| is_plain_read(c))
 }
 
 #[cfg(test)]
@@ -241,6 +283,46 @@ mod tests {
             .enumerate()
             .map(|(i, side)| format!("_c_0f9b6b8e-4a4f-4c53-9a4a-7d0c1b1f7a11-{side}{i:010}"))
             .collect()
+    }
+
+    /// U holds beside plain readers; a writer X and a second upgradeable reader queue behind
+    /// it; the upgrade's write node W waits only for the readers that hold (before X), not for
+    /// X or the reader behind X (both wait for U, which stays until W is released).
+    #[test]
+    fn an_upgrade_waits_only_for_the_readers_that_hold() {
+        use crate::lock::layout::UPGRADEABLE_NODE;
+        let q = rw(&[
+            UPGRADEABLE_NODE,
+            READ_NODE,
+            WRITE_NODE,
+            UPGRADEABLE_NODE,
+            READ_NODE,
+            WRITE_NODE,
+        ]);
+        assert_eq!(Line::Upgradeable.verdict(&q, 0), Verdict::Holds);
+        assert_eq!(
+            Line::Read.verdict(&q, 1),
+            Verdict::Holds,
+            "plain readers share with U"
+        );
+        assert_eq!(Line::Write.verdict(&q, 2), Verdict::Watch(&q[1]));
+        assert_eq!(Line::Upgradeable.verdict(&q, 3), Verdict::Watch(&q[2]));
+        assert_eq!(Line::Read.verdict(&q, 4), Verdict::Watch(&q[2]));
+        assert_eq!(Line::Upgrade.verdict(&q, 5), Verdict::Watch(&q[1]));
+        let without_reader: Vec<String> = q
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 1)
+            .map(|(_, c)| c.clone())
+            .collect();
+        assert_eq!(Line::Upgrade.verdict(&without_reader, 4), Verdict::Holds);
+        assert!(
+            !Line::Upgradeable.admits_newcomer(&q[..1]),
+            "one upgradeable reader at a time"
+        );
+        assert!(Line::Read.admits_newcomer(&q[..2]));
+        assert!(!Line::Upgrade.admits_newcomer(&q[..3]), "a plain reader holds");
+        assert!(Line::Upgrade.admits_newcomer(&without_reader[..3]));
     }
 
     #[test]

@@ -65,7 +65,11 @@ impl Inner {
             }
         }
         let created = entry.create(data).await?;
-        let children = self.list_children(conn, &entry.parent).await?.unwrap_or_default();
+        let (children, mzxid) = self
+            .list_children_stat(conn, &entry.parent)
+            .await?
+            .unwrap_or_default();
+        entry.parent_mzxid = Some(mzxid);
         let (ours, queue) = self
             .settle(
                 conn,
@@ -107,7 +111,11 @@ impl Inner {
         loop {
             let (ours, queue) = self
                 .bounded(async {
-                    let children = self.list_children(conn, &entry.parent).await?.unwrap_or_default();
+                    let (children, mzxid) = self
+                        .list_children_stat(conn, &entry.parent)
+                        .await?
+                        .unwrap_or_default();
+                    entry.parent_mzxid = Some(mzxid);
                     self.settle(conn, &entry.parent, &entry.prefix, queue(children), Some(created))
                         .await
                 })
