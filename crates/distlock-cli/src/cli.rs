@@ -38,10 +38,10 @@ Exit codes of `exec`: the command's own code (128+N if killed by signal N), or
       or at the lease's deadline, whichever is first
   126 the command cannot be executed     127 the command was not found
   70  the command's process group could not be set up
-Any command: 64 invalid name, duration or --permits (0, or another count than the live
-holders of the semaphore gave), 69 store unavailable, 78 bad URL, store not compiled in, or
-a store without what was asked (semaphores, read-write locks, fencing tokens), 2 usage
-error. `check` exits 1 if a case failed; `doctor` exits 3 if a setting is unsafe.
+Any command: 64 invalid name, duration, --permits (0, or another count than the live
+holders of the semaphore gave) or --weight (0 or above --permits), 69 store unavailable,
+78 bad URL, store not compiled in, or a store without what was asked (semaphores,
+read-write locks, weighted permits, leader election, fencing tokens), 2 usage error. `check` exits 1 if a case failed; `doctor` exits 3 if a setting is unsafe.
 
 `exec` runs the command in a process group of its own. On Linux that group is killed with
 SIGKILL when distlock dies, however it dies (kill -9 included), and at the lease's local
