@@ -111,14 +111,7 @@ async fn holders(client: &LockClient, name: &LockName, primitive: Primitive, jso
         println!("{}", serde_json::to_string(&report).unwrap_or_default());
         return Ok(exit::OK);
     }
-    let readers = states.iter().filter(|s| s.kind == LockKind::Read).count();
-    let summary = match (states.len(), permits) {
-        (0, _) => "free".to_owned(),
-        (n, Some(permits)) => format!("{n} of {permits} permits held"),
-        (_, None) if readers > 0 => format!("held by {readers} reader{}", plural(readers)),
-        (_, None) => "held by a writer".to_owned(),
-    };
-    println!("{name} ({primitive}): {summary}");
+    println!("{name} ({primitive}): {}", summary(&states, permits));
     for state in &states {
         let owner = state.owner.as_deref().unwrap_or("an unknown owner");
         let details = details(state);
@@ -130,6 +123,17 @@ async fn holders(client: &LockClient, name: &LockName, primitive: Primitive, jso
         println!("  {:<6} held by {owner}{details}", kind_word(state.kind));
     }
     Ok(exit::OK)
+}
+
+/// What the holders of a semaphore (of `permits`) or a read-write lock hold, in a few words.
+fn summary(states: &[LockState], permits: Option<u32>) -> String {
+    let readers = states.iter().filter(|s| s.kind == LockKind::Read).count();
+    match (states.len(), permits) {
+        (0, _) => "free".to_owned(),
+        (n, Some(permits)) => format!("{n} of {permits} permits held"),
+        (_, None) if readers > 0 => format!("held by {readers} reader{}", plural(readers)),
+        (_, None) => "held by a writer".to_owned(),
+    }
 }
 
 /// `fencing token T` and `1.2s left`, those that are known.
