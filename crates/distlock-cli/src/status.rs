@@ -159,3 +159,27 @@ fn plural(n: usize) -> &'static str {
         "s"
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(kind: LockKind) -> LockState {
+        LockState::held("owner".to_owned(), None, None).with_kind(kind)
+    }
+
+    #[test]
+    fn a_semaphore_counts_the_permits_its_holders_took_not_the_holders() {
+        let states = [holder(LockKind::permits(4, 3)), holder(LockKind::permit(4))];
+        assert_eq!(summary(&states, Some(4)), "4 of 4 permits held");
+        assert_eq!(kind_word(LockKind::permits(4, 3)), "permit");
+    }
+
+    #[test]
+    fn an_upgradeable_reader_is_a_reader_not_a_writer() {
+        let states = [holder(LockKind::UpgradeableRead), holder(LockKind::Read)];
+        assert_eq!(summary(&states, None), "held by 2 readers (one upgradeable)");
+        assert_eq!(summary(&states[..1], None), "held by 1 reader (upgradeable)");
+        assert_eq!(kind_word(LockKind::UpgradeableRead), "upgradeable");
+    }
+}
