@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -77,6 +77,79 @@ fn the_leader_runs_its_command_which_learns_its_term_and_distlock_exits_with_its
         .strip_prefix("scheduler term=")
         .unwrap_or_else(|| panic!("the command printed {stdout:?}"));
     assert!(term.parse::<u64>().is_ok(), "the term {term:?} is not a number");
+}
+
+/// Whether the process `pid` runs (not a zombie).
+fn runs(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rfind(')')
+            .and_then(|end| stat[end + 1..].trim_start().chars().next())
+            .is_some_and(|state| state != 'Z' && state != 'X')
+    })
+}
+
+/// A leader frozen past its TTL loses its leadership: its command is killed at the lease's
+/// local deadline (as `exec`'s is), and once thawed `distlock` says so and exits 76.
+#[test]
+fn a_lost_leadership_stops_the_command_and_exits_76() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let started = dir.path().join("started");
+    let script = format!(
+        "echo $$ > '{}.tmp' && mv '{0}.tmp' '{0}'; while :; do sleep 0.05; done",
+        started.display()
+    );
+    let mut leader = distlock(
+        "memory://leader",
+        &[
+            "leader",
+            "scheduler",
+            "--value",
+            "host-a:80",
+            "--ttl",
+            "1s",
+            "--grace",
+            "5s",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("distlock runs");
+    wait_started(&started, &mut leader);
+    let command = std::fs::read_to_string(&started)
+        .expect("the pid")
+        .trim()
+        .to_owned();
+    let pid = leader.id().to_string();
+    let signal = |sig: &str| {
+        assert!(Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .expect("kill")
+            .success());
+    };
+    signal("-STOP");
+    std::thread::sleep(Duration::from_millis(2500));
+    let alive = cfg!(target_os = "linux") && runs(&command);
+    signal("-CONT");
+    let code = wait_exit(&mut leader, Duration::from_secs(20));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut leader.stderr.take().expect("piped"), &mut stderr).expect("stderr");
+    if runs(&command) {
+        let _ = Command::new("kill").args(["-KILL", &command]).status();
+    }
+    assert!(
+        !alive,
+        "the command of a frozen leader ran past its lease (TTL 1s, frozen 2.5s)"
+    );
+    assert_eq!(code, Some(76), "stderr: {stderr}");
+    assert!(
+        stderr.contains("the leadership of \"scheduler\" was lost"),
+        "stderr: {stderr}"
+    );
 }
 
 #[test]
