@@ -88,3 +88,7 @@ struct ReadmeDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/src/choosing.md")]
 struct GuideChoosingDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/src/coordination.md")]
+struct GuideCoordinationDoctests;

@@ -17,6 +17,18 @@ mod lost_lock;
 #[path = "../examples/any_store.rs"]
 mod any_store;
 
+#[allow(dead_code)]
+#[path = "../examples/leader_election.rs"]
+mod leader_election;
+
+#[allow(dead_code)]
+#[path = "../examples/weighted_permits.rs"]
+mod weighted_permits;
+
+#[allow(dead_code)]
+#[path = "../examples/upgradeable_read.rs"]
+mod upgradeable_read;
+
 /// The built example `name`, built (or brought up to date) first by a nested `cargo build`
 /// with the stores this test was built with: `cargo test` builds examples only as test
 /// harnesses, and Cargo releases its build lock before it runs tests. Built with every
@@ -180,6 +192,72 @@ async fn lost_lock_stops_the_work_at_the_loss() {
         .expect("the example runs");
     // A 1 s maximum hold and 100 ms batches: the work stops near 10 batches, not later.
     assert!((5..=15).contains(&batches), "{batches} batches");
+}
+
+/// The leaders the election example's observer saw: each replica once, terms rising where
+/// the store fences.
+fn assert_leaders(url: &str, leaders: &[(String, Option<distlock::FencingToken>)]) {
+    let mut values: Vec<&str> = leaders.iter().map(|(value, _)| value.as_str()).collect();
+    values.sort_unstable();
+    assert_eq!(
+        values,
+        ["10.0.0.0:8080", "10.0.0.1:8080", "10.0.0.2:8080"],
+        "{url}: each replica led once"
+    );
+    let terms: Vec<_> = leaders.iter().filter_map(|(_, term)| *term).collect();
+    assert!(
+        terms.is_empty() || (terms.len() == leaders.len() && terms.windows(2).all(|w| w[0] < w[1])),
+        "{url}: terms {terms:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_new_primitives_examples_run_on_the_memory_store() {
+    let url = "memory://new-primitives-examples";
+    let leaders = leader_election::run(url)
+        .await
+        .expect("the election example runs");
+    assert_leaders(url, &leaders);
+    let most = weighted_permits::run(url)
+        .await
+        .expect("the weighted permits example runs");
+    assert_eq!(most, 4, "4 GPUs in use at once (the job of 4), never more");
+    let rebuilds = upgradeable_read::run(url)
+        .await
+        .expect("the upgradeable read example runs");
+    assert_eq!(rebuilds, 1, "the catalog is rebuilt once");
+}
+
+/// The election, weighted permits and upgradeable read examples on every enabled store: they
+/// run where the store declares the capability, and fail with `NotSupported` elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_new_primitives_examples_run_wherever_the_store_declares_them() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    for url in every_enabled_store(&dir) {
+        let client = distlock::connect(&url).await.expect("the store opens");
+        let caps = client.capabilities().clone();
+        let unsupported = |what: &str, outcome: String| {
+            assert!(
+                outcome.contains("NotSupported"),
+                "{url}: {what} without the capability: {outcome}"
+            );
+        };
+        match leader_election::run(&url).await {
+            Ok(leaders) if caps.notes => assert_leaders(&url, &leaders),
+            outcome if caps.notes => panic!("{url}: the election example: {outcome:?}"),
+            outcome => unsupported("the election example", format!("{outcome:?}")),
+        }
+        match weighted_permits::run(&url).await {
+            Ok(most) if caps.weighted_permits => assert!(most <= 4, "{url}: {most} GPUs in use"),
+            outcome if caps.weighted_permits => panic!("{url}: the weighted permits example: {outcome:?}"),
+            outcome => unsupported("the weighted permits example", format!("{outcome:?}")),
+        }
+        match upgradeable_read::run(&url).await {
+            Ok(rebuilds) if caps.upgradeable_reads => assert_eq!(rebuilds, 1, "{url}: rebuilds"),
+            outcome if caps.upgradeable_reads => panic!("{url}: the upgradeable read example: {outcome:?}"),
+            outcome => unsupported("the upgradeable read example", format!("{outcome:?}")),
+        }
+    }
 }
 
 /// Every store this build has, on the test servers.

@@ -20,11 +20,17 @@ of one NAME exclude each other; the semaphore NAME is an object of its own):
                 one command at a time, never beside a --shared, --read or --write holder
   --permits N   a permit of the semaphore NAME: at most N commands at once; every holder
                 must give the same N while any holds a permit
+  --weight W    with --permits N: W of the N permits, taken and given back together
   --read        a read lock of the read-write lock NAME (alias --shared): readers run
                 together, never beside a writer or a plain exec; once one waits, new
                 readers wait
   --write       the write lock of the read-write lock NAME: no reader or writer beside it
 `status --semaphore NAME` and `status --rw NAME` list the holders of those two.
+
+`leader NAME --value V -- COMMAND` campaigns in the election NAME, runs COMMAND while it
+leads (others read V with `leader NAME --show`, or follow each change with `--observe`),
+stops it as `exec` does if the leadership is lost, and resigns when it exits; its exit codes
+are those of `exec`.
 
 Exit codes of `exec`: the command's own code (128+N if killed by signal N), or
   75  the lock (or a permit) was not acquired within --wait (or at once with --no-wait)
@@ -32,10 +38,10 @@ Exit codes of `exec`: the command's own code (128+N if killed by signal N), or
       or at the lease's deadline, whichever is first
   126 the command cannot be executed     127 the command was not found
   70  the command's process group could not be set up
-Any command: 64 invalid name, duration or --permits (0, or another count than the live
-holders of the semaphore gave), 69 store unavailable, 78 bad URL, store not compiled in, or
-a store without what was asked (semaphores, read-write locks, fencing tokens), 2 usage
-error. `check` exits 1 if a case failed; `doctor` exits 3 if a setting is unsafe.
+Any command: 64 invalid name, duration, --permits (0, or another count than the live
+holders of the semaphore gave) or --weight (0 or above --permits), 69 store unavailable,
+78 bad URL, store not compiled in, or a store without what was asked (semaphores,
+read-write locks, weighted permits, leader election, fencing tokens), 2 usage error. `check` exits 1 if a case failed; `doctor` exits 3 if a setting is unsafe.
 
 `exec` runs the command in a process group of its own. On Linux that group is killed with
 SIGKILL when distlock dies, however it dies (kill -9 included), and at the lease's local
@@ -70,6 +76,9 @@ pub enum Command {
     /// Show whether a lock is held, by whom, its fencing token and remaining TTL (or the
     /// holders of a semaphore or read-write lock).
     Status(StatusArgs),
+    /// Run a command while leading the election NAME (publishing a value others read), or
+    /// show or follow who leads.
+    Leader(LeaderArgs),
     /// Run the conformance suite against the store and print a table of the cases.
     Check(CheckArgs),
     /// Measure latency, handoff and throughput of one or more stores side by side.
@@ -103,6 +112,11 @@ pub struct ExecArgs {
     #[arg(long, value_name = "N")]
     pub permits: Option<u32>,
 
+    /// With --permits: hold W of the N permits at once, given back together (a command that
+    /// needs more of what the semaphore shares). From 1 to N; default 1.
+    #[arg(long, value_name = "W", requires = "permits")]
+    pub weight: Option<u32>,
+
     /// Hold a read lock of the read-write lock NAME: readers run together, never beside a
     /// writer (`--write`) or a plain `exec NAME`; once one waits, new readers wait for it.
     #[arg(long, visible_alias = "shared")]
@@ -131,6 +145,55 @@ pub struct ExecArgs {
 
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("read_only").args(["show", "observe"])))]
+pub struct LeaderArgs {
+    /// The value published while leading, for others to read (this replica's address, say).
+    #[arg(long, value_name = "VALUE", required_unless_present_any = ["show", "observe"])]
+    pub value: Option<String>,
+
+    /// Print the current leader (value and term), or that no one leads, and exit.
+    #[arg(long, conflicts_with_all = ["value", "command"])]
+    pub show: bool,
+
+    /// Print each change of leader as it happens, until interrupted.
+    #[arg(long, conflicts_with_all = ["value", "command"])]
+    pub observe: bool,
+
+    /// With --show or --observe: print JSON (one object per line) instead of sentences.
+    #[arg(long)]
+    pub json: bool,
+
+    /// How long to wait for the leadership (500ms, 30s, 2m); default: until it comes.
+    #[arg(long, short, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
+    pub wait: Option<Duration>,
+
+    /// Fail at once (exit 75) if another candidate leads.
+    #[arg(long, short = 'n')]
+    pub no_wait: bool,
+
+    /// The leadership's TTL; it is renewed every TTL/3 while the command runs.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+    pub ttl: Duration,
+
+    /// Pass the leader's term (its fencing token) to the command in this environment
+    /// variable.
+    #[arg(long, value_name = "NAME")]
+    pub term_env: Option<String>,
+
+    /// After a lost leadership, how long the command gets between SIGTERM and SIGKILL; never
+    /// past the lease's local deadline.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
+    pub grace: Duration,
+
+    /// The election's name.
+    pub name: String,
+
+    /// The command and its arguments (after `--`), run while leading.
+    #[arg(last = true, value_name = "COMMAND", required_unless_present_any = ["show", "observe"])]
     pub command: Vec<String>,
 }
 

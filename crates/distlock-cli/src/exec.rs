@@ -3,7 +3,7 @@
 //! What is held is, by default, the exclusive hold of `NAME`: the write lock of the
 //! read-write lock `NAME` and the lock `NAME` (the lock alone on a store without read-write
 //! locks), so that it excludes `--shared` holders as `flock` excludes `flock -s`; one permit
-//! of the semaphore `NAME` with `--permits N`; or a side of the read-write lock `NAME` with
+//! of the semaphore `NAME` with `--permits N` (`W` of them with `--weight W`); or a side of the read-write lock `NAME` with
 //! `--read` (alias `--shared`) / `--write`. Only how the hold is obtained differs
 //! ([`hold`]): every hold is made of the same `LockGuard`s, so all that follows (renewal, the
 //! lost-lock stop, the process group and its deadline, the exit codes) is the same for each.
@@ -66,7 +66,7 @@ use crate::exit;
 use crate::group::CommandGroup;
 
 mod hold;
-use hold::Hold;
+pub(crate) use hold::Hold;
 
 /// The shortest period at which the group leader hears of renewals.
 const PROMISE_MIN_PERIOD: Duration = Duration::from_millis(10);
@@ -81,22 +81,64 @@ pub async fn run(url: &str, args: ExecArgs) -> Result<u8> {
         kind: kind(&args)?,
     };
     let client = distlock::connect(url).await?;
-    let wait = match (args.no_wait, args.wait) {
+    let opts = AcquireOptions::new()
+        .ttl(args.ttl)
+        .wait(wait(args.no_wait, args.wait));
+    let hold = Hold::acquire(&client, held, &opts).await?;
+    let command = Run {
+        name: &args.name,
+        command: &args.command,
+        token_env: args
+            .fencing_token_env
+            .as_deref()
+            .map(|v| (v, "fencing tokens (--fencing-token-env)")),
+        ttl: args.ttl,
+        grace: args.grace,
+    };
+    run_under(&client, hold, &held, &command).await
+}
+
+/// The wait `--no-wait` and `--wait` ask for: by default, as long as it takes.
+pub(crate) fn wait(no_wait: bool, wait: Option<Duration>) -> Wait {
+    match (no_wait, wait) {
         (true, _) => Wait::No,
         (false, Some(d)) => Wait::For(d),
         (false, None) => Wait::Forever,
-    };
-    let opts = AcquireOptions::new().ttl(args.ttl).wait(wait);
-    let guard = Hold::acquire(&client, held, &opts).await?;
+    }
+}
 
+/// The command to run under a hold, and how.
+pub(crate) struct Run<'a> {
+    /// The name held, passed to the command in `DISTLOCK_LOCK_NAME`.
+    pub(crate) name: &'a str,
+    /// The command and its arguments.
+    pub(crate) command: &'a [String],
+    /// The variable to pass the hold's fencing token in, and what to call the token when the
+    /// store has none (naming the flag that asked for it).
+    pub(crate) token_env: Option<(&'a str, &'static str)>,
+    /// The hold's TTL (the group leader hears of renewals every TTL/6).
+    pub(crate) ttl: Duration,
+    /// How long the command gets between SIGTERM and SIGKILL after a loss.
+    pub(crate) grace: Duration,
+}
+
+/// Runs `run`'s command while `guard` holds (`held` names it in messages): kills it if the
+/// hold is lost ([`exit::LOST`]), releases the hold when it exits and returns its exit code.
+/// Used by `exec` and by `leader`, whose hold is a leadership.
+pub(crate) async fn run_under(
+    client: &distlock::LockClient,
+    guard: Hold,
+    held: &dyn fmt::Display,
+    args: &Run<'_>,
+) -> Result<u8> {
     let mut command = Command::new(&args.command[0]);
-    command.args(&args.command[1..]).env(LOCK_NAME_ENV, &args.name);
-    if let Some(variable) = &args.fencing_token_env {
+    command.args(&args.command[1..]).env(LOCK_NAME_ENV, args.name);
+    if let Some((variable, missing)) = args.token_env {
         let Some(token) = guard.fencing_token() else {
             let _ = guard.release().await;
             return Err(Error::NotSupported {
                 backend: client.backend().backend(),
-                what: "fencing tokens (--fencing-token-env)",
+                what: missing,
             });
         };
         command.env(variable, token.to_string());
@@ -211,7 +253,7 @@ struct Held<'a> {
 /// the lock of the name.
 ///
 /// # Errors
-/// [`Error::InvalidOptions`] for `--permits 0`.
+/// [`Error::InvalidOptions`] for `--permits 0`, or a `--weight` of 0 or above `--permits`.
 fn kind(args: &ExecArgs) -> Result<LockKind> {
     Ok(match args.permits {
         Some(0) => {
@@ -219,7 +261,15 @@ fn kind(args: &ExecArgs) -> Result<LockKind> {
                 "--permits must be at least 1 (the number of commands that may run at once)",
             ))
         }
-        Some(permits) => LockKind::Permit { permits, weight: 1 },
+        Some(permits) => {
+            let weight = args.weight.unwrap_or(1);
+            if weight == 0 || weight > permits {
+                return Err(Error::invalid_options(format!(
+                    "--weight must be from 1 to --permits ({permits}), not {weight}"
+                )));
+            }
+            LockKind::permits(permits, weight)
+        }
         None if args.read => LockKind::Read,
         None if args.write => LockKind::Write,
         None => LockKind::Exclusive,
@@ -230,7 +280,8 @@ impl fmt::Display for Held<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = self.name;
         match self.kind {
-            LockKind::Permit { .. } => write!(f, "a permit of semaphore {name:?}"),
+            LockKind::Permit { weight: 1, .. } => write!(f, "a permit of semaphore {name:?}"),
+            LockKind::Permit { weight, .. } => write!(f, "{weight} permits of semaphore {name:?}"),
             LockKind::Read => write!(f, "the read lock of {name:?}"),
             LockKind::Write => write!(f, "the write lock of {name:?}"),
             _ => write!(f, "lock {name:?}"),

@@ -10,8 +10,9 @@ pub const OK: u8 = 0;
 pub const CHECK_FAILED: u8 = 1;
 /// `doctor` found a setting that makes locks unsafe.
 pub const UNSAFE: u8 = 3;
-/// Bad arguments: an invalid lock name, TTL, duration or `--permits` (zero, or another count
-/// than the live holders of the semaphore gave); clap's own usage errors exit 2.
+/// Bad arguments: an invalid lock name, TTL, duration, `--weight` (zero, or above
+/// `--permits`) or `--permits` (zero, or another count than the live holders of the semaphore
+/// gave); clap's own usage errors exit 2.
 pub const USAGE: u8 = 64;
 /// The store is unreachable or failed.
 pub const UNAVAILABLE: u8 = 69;

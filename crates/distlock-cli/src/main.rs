@@ -10,6 +10,7 @@ mod doctor;
 mod exec;
 mod exit;
 mod group;
+mod leader;
 mod schema;
 mod status;
 
@@ -49,6 +50,10 @@ async fn run(cli: Cli) -> u8 {
     let outcome = match cli.command {
         Command::Exec(args) => match one_url(&cli.url) {
             Ok(url) => exec::run(&url, args).await,
+            Err(e) => Err(e),
+        },
+        Command::Leader(args) => match one_url(&cli.url) {
+            Ok(url) => leader::run(&url, args).await,
             Err(e) => Err(e),
         },
         Command::Status(args) => match one_url(&cli.url) {

@@ -67,8 +67,11 @@ struct Holders<'a> {
 
 #[derive(Serialize)]
 struct Hold<'a> {
-    /// `"permit"`, `"read"` or `"write"`.
+    /// `"permit"`, `"read"`, `"upgradeable"` or `"write"`.
     kind: &'static str,
+    /// How many permits a semaphore's hold took.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    weight: Option<u32>,
     owner: Option<&'a str>,
     fencing_token: Option<u64>,
     remaining_ms: Option<u128>,
@@ -102,6 +105,7 @@ async fn holders(client: &LockClient, name: &LockName, primitive: Primitive, jso
                 .iter()
                 .map(|s| Hold {
                     kind: kind_word(s.kind),
+                    weight: matches!(s.kind, LockKind::Permit { .. }).then(|| s.kind.weight()),
                     owner: s.owner.as_deref(),
                     fencing_token: s.fencing.map(|t| t.get()),
                     remaining_ms: s.remaining.map(|d| d.as_millis()),
@@ -111,14 +115,7 @@ async fn holders(client: &LockClient, name: &LockName, primitive: Primitive, jso
         println!("{}", serde_json::to_string(&report).unwrap_or_default());
         return Ok(exit::OK);
     }
-    let readers = states.iter().filter(|s| s.kind == LockKind::Read).count();
-    let summary = match (states.len(), permits) {
-        (0, _) => "free".to_owned(),
-        (n, Some(permits)) => format!("{n} of {permits} permits held"),
-        (_, None) if readers > 0 => format!("held by {readers} reader{}", plural(readers)),
-        (_, None) => "held by a writer".to_owned(),
-    };
-    println!("{name} ({primitive}): {summary}");
+    println!("{name} ({primitive}): {}", summary(&states, permits));
     for state in &states {
         let owner = state.owner.as_deref().unwrap_or("an unknown owner");
         let details = details(state);
@@ -132,17 +129,40 @@ async fn holders(client: &LockClient, name: &LockName, primitive: Primitive, jso
     Ok(exit::OK)
 }
 
-/// `fencing token T` and `1.2s left`, those that are known.
+/// What the holders of a semaphore (of `permits`) or a read-write lock hold, in a few words.
+/// A semaphore counts the permits its holders took (a hold may take several).
+fn summary(states: &[LockState], permits: Option<u32>) -> String {
+    let readers = states.iter().filter(|s| s.kind.is_read()).count();
+    let upgradeable = states.iter().any(|s| s.kind == LockKind::UpgradeableRead);
+    match (states.len(), permits) {
+        (0, _) => "free".to_owned(),
+        (_, Some(permits)) => {
+            let taken: u32 = states.iter().map(|s| s.kind.weight()).sum();
+            format!("{taken} of {permits} permits held")
+        }
+        (_, None) if readers == 1 && upgradeable => "held by 1 reader (upgradeable)".to_owned(),
+        (_, None) if upgradeable => format!("held by {readers} readers (one upgradeable)"),
+        (_, None) if readers > 0 => format!("held by {readers} reader{}", plural(readers)),
+        (_, None) => "held by a writer".to_owned(),
+    }
+}
+
+/// `3 permits` (a hold of several), `fencing token T` and `1.2s left`, those that are known.
 fn details(state: &LockState) -> Vec<String> {
+    let weight = match state.kind {
+        LockKind::Permit { weight, .. } if weight > 1 => Some(format!("{weight} permits")),
+        _ => None,
+    };
     let token = state.fencing.map(|t| format!("fencing token {t}"));
     let left = state.remaining.map(|d| format!("{:.1}s left", d.as_secs_f64()));
-    [token, left].into_iter().flatten().collect()
+    [weight, token, left].into_iter().flatten().collect()
 }
 
 fn kind_word(kind: LockKind) -> &'static str {
     match kind {
         LockKind::Permit { .. } => "permit",
         LockKind::Read => "read",
+        LockKind::UpgradeableRead => "upgradeable",
         LockKind::Write => "write",
         _ => "lock",
     }
@@ -153,5 +173,29 @@ fn plural(n: usize) -> &'static str {
         ""
     } else {
         "s"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(kind: LockKind) -> LockState {
+        LockState::held("owner".to_owned(), None, None).with_kind(kind)
+    }
+
+    #[test]
+    fn a_semaphore_counts_the_permits_its_holders_took_not_the_holders() {
+        let states = [holder(LockKind::permits(4, 3)), holder(LockKind::permit(4))];
+        assert_eq!(summary(&states, Some(4)), "4 of 4 permits held");
+        assert_eq!(kind_word(LockKind::permits(4, 3)), "permit");
+    }
+
+    #[test]
+    fn an_upgradeable_reader_is_a_reader_not_a_writer() {
+        let states = [holder(LockKind::UpgradeableRead), holder(LockKind::Read)];
+        assert_eq!(summary(&states, None), "held by 2 readers (one upgradeable)");
+        assert_eq!(summary(&states[..1], None), "held by 1 reader (upgradeable)");
+        assert_eq!(kind_word(LockKind::UpgradeableRead), "upgradeable");
     }
 }

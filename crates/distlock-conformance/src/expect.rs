@@ -72,11 +72,17 @@ pub enum Reason {
     /// The fixture has no replicated store whose replica keeps every acknowledged write to
     /// fail over ([`Fixture::failover`](crate::Fixture::failover)).
     Failover,
+    /// `Capabilities::weighted_permits` is false: a semaphore hold takes one permit.
+    WeightedPermits,
+    /// `Capabilities::upgradeable_reads` is false: no upgradeable read locks.
+    UpgradeableReads,
+    /// `Capabilities::notes` is false: no note beside a hold, so no leader election.
+    Notes,
 }
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 23] = [
+    pub const ALL: [Reason; 26] = [
         Reason::Fencing,
         Reason::Ttl,
         Reason::Primitives,
@@ -100,6 +106,9 @@ impl Reason {
         Reason::StoreClock,
         Reason::StoreClockDeclared,
         Reason::Failover,
+        Reason::WeightedPermits,
+        Reason::UpgradeableReads,
+        Reason::Notes,
     ];
 
     fn parse(word: &str) -> Option<Reason> {

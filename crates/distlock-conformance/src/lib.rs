@@ -331,6 +331,27 @@ pub const CASES: &[Case] = &[
         c53_failover_keeps_every_acknowledged_lock,
         "a failover to a replica with every acknowledged write grants nobody a lock its holder says held; tokens grow"
     ),
+    case!(
+        c54_weighted_permits_never_over_admit,
+        "holds of 1 to 3 permits of 5 never add up to more than 5; more than 5 is a typed error that sends nothing"
+    ),
+    case!(
+        c55_upgradeable_read_excludes_writers_until_released,
+        "one upgradeable reader beside readers; its upgrade waits for them; no writer gets in before its release"
+    ),
+    case!(
+        c56_one_leader_at_a_time,
+        "one leader at a time, terms increase, anyone reads the leader; a resigned or dead leader is replaced"
+    ),
+    case!(
+        c57_observers_see_every_leader_in_order,
+        "observers see every change of leader, in order, with its term"
+    ),
+    case!(
+        c58_cut_off_leader_hears_of_loss_first,
+        "a silently cut-off leader hears of its loss before another candidate leads",
+        Needs::FaultProxy
+    ),
 ];
 
 /// Runs the case `name` against `fixture`, failing (panicking) if it fails or runs past
@@ -476,6 +497,11 @@ macro_rules! conformance_tests {
             c51_forward_clock_jump_lets_no_second_holder,
             c52_partitioned_member_holder_hears_of_loss_first,
             c53_failover_keeps_every_acknowledged_lock,
+            c54_weighted_permits_never_over_admit,
+            c55_upgradeable_read_excludes_writers_until_released,
+            c56_one_leader_at_a_time,
+            c57_observers_see_every_leader_in_order,
+            c58_cut_off_leader_hears_of_loss_first,
         );
 
         #[test]

@@ -178,6 +178,10 @@ impl DistributedLock for Observed {
         self.inner.withdraw(name, kind, waiter).await
     }
 
+    async fn set_note(&self, lease: &Lease, note: &str) -> Result<bool> {
+        self.inner.set_note(lease, note).await
+    }
+
     async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
         self.inner.inspect(name, primitive).await
     }

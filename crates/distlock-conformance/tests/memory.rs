@@ -30,5 +30,6 @@ conformance_tests!(
         c51: StoreClock,
         c52: Members,
         c53: Failover,
+        c58: FaultProxy,
     ],
 );

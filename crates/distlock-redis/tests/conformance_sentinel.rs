@@ -25,5 +25,10 @@ distlock_conformance::conformance_tests!(
         c50: FaultProxy,
         c51: StoreClock,
         c52: Members,
+        c54: WeightedPermits,
+        c55: UpgradeableReads,
+        c56: Notes,
+        c57: Notes,
+        c58: Notes,
     ],
 );

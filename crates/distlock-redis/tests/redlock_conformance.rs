@@ -28,6 +28,11 @@ macro_rules! redlock_conformance {
                 c49: NoQueue,
                 c52: Members,
                 c53: Failover,
+                c54: WeightedPermits,
+                c55: UpgradeableReads,
+                c56: Notes,
+                c57: Notes,
+                c58: Notes,
             ],
             partial = [c50: Semaphores],
         );

@@ -9,13 +9,17 @@
 //! each other in a cycle. On a store without read-write locks no reader can exist, and the
 //! lock NAME alone is held.
 //!
+//! `distlock leader` runs its command under a [`Leadership`] the same way: its guard is the
+//! hold's, and giving the hold back resigns.
+//!
 //! This module owns taking and giving back those guards and seeing them as one hold (one
 //! deadline, one lost-lock signal); it does not run the command.
 
 use std::time::Duration;
 
 use distlock::{
-    AcquireOptions, FencingToken, LockClient, LockGuard, LockKind, LossReason, LostSignal, Result, Wait,
+    AcquireOptions, FencingToken, Leadership, LockClient, LockGuard, LockKind, LossReason, LostSignal,
+    Result, Wait,
 };
 use futures::future::{join_all, select_all};
 use tokio::time::Instant;
@@ -23,9 +27,10 @@ use tokio::time::Instant;
 use super::Held;
 
 /// The guards of one hold, in the order they were taken; the last one is the hold's own
-/// (its fencing token is the one passed to the command).
-pub(super) struct Hold {
+/// (its fencing token is the one passed to the command). A leadership's hold is its guard.
+pub(crate) struct Hold {
     guards: Vec<LockGuard>,
+    leadership: Option<Leadership>,
 }
 
 impl Hold {
@@ -41,7 +46,12 @@ impl Hold {
     pub(super) async fn acquire(client: &LockClient, held: Held<'_>, opts: &AcquireOptions) -> Result<Self> {
         let name = held.name;
         let guard = match held.kind {
-            LockKind::Permit { permits, .. } => client.semaphore(name, permits)?.acquire_with(opts).await?,
+            LockKind::Permit { permits, weight } => {
+                client
+                    .semaphore(name, permits)?
+                    .acquire_many_with(weight, opts)
+                    .await?
+            }
             LockKind::Read => client.rw_lock(name)?.read_with(opts).await?,
             LockKind::Write => client.rw_lock(name)?.write_with(opts).await?,
             _ if client.capabilities().rw_locks => {
@@ -52,11 +62,7 @@ impl Hold {
                     other => other,
                 };
                 match client.acquire_with(name, &opts.clone().wait(wait)).await {
-                    Ok(lock) => {
-                        return Ok(Self {
-                            guards: vec![writer, lock],
-                        })
-                    }
+                    Ok(lock) => return Ok(Self::of(vec![writer, lock])),
                     Err(error) => {
                         // A release that fails is retried in the background.
                         let _ = writer.release().await;
@@ -66,26 +72,49 @@ impl Hold {
             }
             _ => client.acquire_with(name, opts).await?,
         };
-        Ok(Self { guards: vec![guard] })
+        Ok(Self::of(vec![guard]))
     }
 
-    /// The fencing token of the hold's own guard.
+    fn of(guards: Vec<LockGuard>) -> Self {
+        Self {
+            guards,
+            leadership: None,
+        }
+    }
+
+    /// The hold of a leader: giving it back resigns.
+    pub(crate) fn leadership(leadership: Leadership) -> Self {
+        Self {
+            guards: Vec::new(),
+            leadership: Some(leadership),
+        }
+    }
+
+    /// Every guard of the hold, the hold's own last.
+    fn guards(&self) -> impl Iterator<Item = &LockGuard> {
+        self.guards
+            .iter()
+            .chain(self.leadership.as_ref().map(Leadership::guard))
+    }
+
+    /// The fencing token of the hold's own guard (a leader's term).
     pub(super) fn fencing_token(&self) -> Option<FencingToken> {
-        self.guards.last().and_then(LockGuard::fencing_token)
+        self.guards().last().and_then(LockGuard::fencing_token)
     }
 
     /// How long every guard is still ours for sure: the least of their remaining times
     /// (`None` for session-bound leases).
     pub(super) fn remaining(&self) -> Option<Duration> {
-        self.guards.iter().filter_map(LockGuard::remaining).min()
+        self.guards().filter_map(LockGuard::remaining).min()
     }
 
     /// One lost-lock signal for the hold: it fires when one of its guards is lost.
     pub(super) fn lost_signal(&self) -> Lost {
-        Lost(self.guards.iter().map(LockGuard::lost_signal).collect())
+        Lost(self.guards().map(LockGuard::lost_signal).collect())
     }
 
-    /// Releases every guard at once. Returns whether every one was still ours.
+    /// Releases every guard at once (a leader resigns). Returns whether every one was still
+    /// ours.
     ///
     /// # Errors
     /// The first store error (each release whose outcome is unknown is retried in the
@@ -93,7 +122,15 @@ impl Hold {
     pub(super) async fn release(self) -> Result<bool> {
         let mut all_ours = true;
         let mut first_error = None;
-        for outcome in join_all(self.guards.into_iter().map(LockGuard::release)).await {
+        let resign = self.leadership.map(Leadership::resign);
+        let releases = self.guards.into_iter().map(LockGuard::release);
+        let (released, resigned) = futures::join!(join_all(releases), async {
+            match resign {
+                Some(resign) => Some(resign.await),
+                None => None,
+            }
+        });
+        for outcome in released.into_iter().chain(resigned) {
             match outcome {
                 Ok(ours) => all_ours &= ours,
                 Err(error) => {

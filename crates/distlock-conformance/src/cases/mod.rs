@@ -11,6 +11,7 @@ use crate::expect::Skip;
 mod acquire;
 mod clock;
 mod cut_off;
+mod election;
 mod exclusion;
 mod expiry;
 mod failover;
@@ -31,14 +32,19 @@ mod rw_lock;
 mod semaphore;
 mod stale;
 mod unknown;
+mod upgrade;
 mod waiting;
 mod wakeup;
+mod weighted;
 
 pub use acquire::{
     c01_try_acquire_reports_held, c02_release_then_not_owned, c14_no_reentrancy, c15_names_are_exact,
 };
 pub use clock::c51_forward_clock_jump_lets_no_second_holder;
 pub use cut_off::c43_wait_cut_off_mid_attempt_leaves_nothing;
+pub use election::{
+    c56_one_leader_at_a_time, c57_observers_see_every_leader_in_order, c58_cut_off_leader_hears_of_loss_first,
+};
 pub use exclusion::{c09_mutual_exclusion_under_contention, c10_many_locks_at_once};
 pub use expiry::{
     c03_stale_owner_cannot_release_or_extend, c04_ttl_expiry_frees_lock, c13_dropped_guard_frees_lock,
@@ -70,6 +76,7 @@ pub use rw_lock::{
 pub use semaphore::{c33_semaphore_never_over_admits, c34_semaphore_counts_agree_and_stale_frees_nothing};
 pub use stale::c48_cut_off_holder_frees_nothing_of_the_next;
 pub use unknown::c47_unknown_acquisition_is_cleaned_up_by_owner;
+pub use upgrade::c55_upgradeable_read_excludes_writers_until_released;
 pub use waiting::{
     c06_wait_timeout_and_handoff, c07_cancelled_acquire_leaves_nothing, c20_with_lock,
     c45_with_lock_never_polls_work_past_the_deadline, c46_zero_wait_is_one_attempt,
@@ -78,6 +85,7 @@ pub use wakeup::{
     c27_release_wakes_one_waiter, c28_release_in_process_wakes_a_polling_waiter,
     c44_permit_release_wakes_one_waiter,
 };
+pub use weighted::c54_weighted_permits_never_over_admit;
 
 /// How a case ended (a failure is a panic).
 #[derive(Debug, Clone, PartialEq, Eq)]
