@@ -15,10 +15,5 @@ distlock_conformance::conformance_tests!(
         c49: NoQueue,
         c52: Members,
         c53: Failover,
-        c54: WeightedPermits,
-        c55: UpgradeableReads,
-        c56: Notes,
-        c57: Notes,
-        c58: Notes,
     ],
 );

@@ -15,8 +15,5 @@ distlock_conformance::conformance_tests!(
         c53: Failover,
         c54: WeightedPermits,
         c55: UpgradeableReads,
-        c56: Notes,
-        c57: Notes,
-        c58: Notes,
     ],
 );

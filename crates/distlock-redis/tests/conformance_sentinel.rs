@@ -27,8 +27,6 @@ distlock_conformance::conformance_tests!(
         c52: Members,
         c54: WeightedPermits,
         c55: UpgradeableReads,
-        c56: Notes,
-        c57: Notes,
-        c58: Notes,
+        c58: FaultProxy,
     ],
 );

@@ -16,10 +16,5 @@ distlock_conformance::conformance_tests!(
         c43: StoreQueue,
         c44: PermitWakeOne,
         c51: StoreClock,
-        c54: WeightedPermits,
-        c55: UpgradeableReads,
-        c56: Notes,
-        c57: Notes,
-        c58: Notes,
     ],
 );
