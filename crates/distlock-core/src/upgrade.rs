@@ -109,7 +109,8 @@ impl UpgradeableReadGuard {
     ///
     /// # Errors
     /// [`Error::Timeout`] if plain readers held on past the wait: the guard still holds the
-    /// upgradeable read. [`Error::LockLost`] if the read hold was lost before the upgrade.
+    /// upgradeable read. [`Error::LockLost`] if the read hold was lost before the upgrade or
+    /// while it waited (the wait stops then: an upgrade never becomes a plain write).
     /// Store errors: after an ambiguous one the guard still speaks of the read hold, and
     /// its lost-lock signal fires if the store no longer has it.
     ///
@@ -129,10 +130,19 @@ impl UpgradeableReadGuard {
         }
         let mut opts = opts.clone();
         opts.owner = Some(self.guard.owner());
-        let write = self
-            .client
-            .acquire_kind(self.guard.name(), LockKind::Write, &opts)
-            .await?;
+        // The write attempts are an upgrade only while the read hold lives: the wait stops
+        // when its lost-lock signal fires (at the hold's local deadline, ahead of the store's
+        // expiry), so no attempt is sent once the store may have let the read hold go and a
+        // writer in.
+        let write = tokio::select! {
+            write = self.client.acquire_kind(self.guard.name(), LockKind::Write, &opts) => write?,
+            reason = self.guard.lost() => {
+                return Err(Error::LockLost {
+                    name: self.guard.name().to_string(),
+                    reason,
+                })
+            }
+        };
         // The store turned the read hold into the write hold: the read guard ends here
         // without a release, and the write guard renews the hold from now on.
         let read = std::mem::replace(&mut self.guard, write);
