@@ -231,6 +231,7 @@ mod host_waiters;
 mod lock;
 #[cfg(feature = "mysql")]
 mod mysql_pool;
+mod notes_sql;
 #[cfg(feature = "postgres")]
 mod pg_pool;
 #[cfg(feature = "postgres")]

@@ -7,6 +7,7 @@
 //! - `release.rs`, `hand_over.rs`: the mutex's release, and its hand-over to the next owner;
 //! - `renew.rs`: renewing leases, and the mutex's single extend;
 //! - `inspect.rs`: reading the mutex's row, and the ping;
+//! - `notes.rs`: the note a mutex holder leaves beside its hold (leader election's value);
 //! - `holds.rs` (and `holds/` per dialect): semaphores and read-write locks;
 //! - `renew_many.rs`: PostgreSQL's renewal of many leases in one round trip;
 //! - `queue.rs`: PostgreSQL's queue of the mutex's waiters;
@@ -128,6 +129,7 @@ mod binds;
 mod hand_over;
 mod holds;
 mod inspect;
+mod notes;
 mod prepare;
 mod purge;
 #[cfg(feature = "postgres")]
@@ -208,6 +210,9 @@ struct Inner {
     /// PostgreSQL: which of this client's waiters may be in the database's queue of waiters.
     #[cfg(feature = "postgres")]
     waiters: PgWaiters,
+    /// Whether the notes table is there (a DBA's schema from before it may lack it): set once
+    /// the schema is prepared.
+    notes: std::sync::atomic::AtomicBool,
 }
 
 enum Pool {
@@ -330,6 +335,7 @@ impl SqlLock {
                 pool,
                 sql,
                 config,
+                notes: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         lock.prepare().await?;
@@ -374,6 +380,7 @@ impl DistributedLock for SqlLock {
             .with_ttl_granularity(Duration::from_millis(1))
             .with_ttl_range(Duration::from_millis(1), MAX_TTL)
             .with_primitives(true, true)
+            .with_notes(self.has_notes())
     }
 
     /// Hands over: one `UPDATE` passes a mutex to the next owner (see
@@ -548,7 +555,8 @@ impl DistributedLock for SqlLock {
         }
     }
 
-    /// The mutex: the row's owner, version and remaining time. **1 round trip.**
+    /// The mutex: the row's owner, version and remaining time, and the holder's note (joined
+    /// from the notes table). **1 round trip.**
     /// A semaphore or read-write lock, oldest first. **1 round trip.**
     async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
         if primitive != Primitive::Mutex {
@@ -558,6 +566,13 @@ impl DistributedLock for SqlLock {
                 .map(ObjectState::held_by);
         }
         self.inspect_mutex(name).await.map(ObjectState::from)
+    }
+
+    /// Stores `note` for the mutex hold of `lease` in the notes table, tagged with the hold's
+    /// fencing token, where the row's owner is still `lease`'s and the hold has not expired
+    /// (see `notes_sql.rs`). **1 round trip.** `Ok(false)` for any other kind of lease.
+    async fn set_note(&self, lease: &Lease, note: &str) -> Result<bool> {
+        self.set_mutex_note(lease, note).await
     }
 
     /// Deletes the waiting writer's record. **1 round trip**; nothing for other kinds.

@@ -1,5 +1,6 @@
 //! The SQL that purges idle rows: lock rows, objects of semaphores and read-write locks with
-//! their expired holds, and (PostgreSQL) expired entries of the queue of waiters. This module
+//! their expired holds, (PostgreSQL) expired entries of the queue of waiters, and the notes of
+//! holds that ended ([`stale_notes`]). This module
 //! owns that SQL only; `lock/purge.rs` runs it.
 //!
 //! # What may go, and why a fencing token never goes back
@@ -16,6 +17,7 @@
 //! [`BATCH`] rows, so none holds locks for long.
 
 use crate::holds_sql::holds_table;
+use crate::notes_sql::notes_table;
 use crate::sql::{Dialect, MYSQL_CLOCK_US, PG_CLOCK_US, SQLITE_NOW_MS};
 use crate::waiters_sql::waiters_table;
 
@@ -95,5 +97,38 @@ pub(crate) fn statements(dialect: Dialect, table: &str, idle_us: i64) -> Vec<Str
                 ),
             ]
         }
+    }
+}
+
+/// Deletes up to [`BATCH`] notes whose hold is no longer live (released, expired, handed
+/// over, or its row purged): such a note is never read again (`notes_sql.rs`). A note of a
+/// live hold is never deleted. Run after [`statements`], where the notes table exists.
+pub(crate) fn stale_notes(dialect: Dialect, table: &str) -> String {
+    let notes = notes_table(dialect, table);
+    let (t, n, now) = match dialect {
+        Dialect::MySql => (format!("`{table}`"), format!("`{notes}`"), "UTC_TIMESTAMP(6)"),
+        Dialect::Postgres => (
+            format!("\"{table}\""),
+            format!("\"{notes}\""),
+            "statement_timestamp()",
+        ),
+        Dialect::Sqlite => (format!("\"{table}\""), format!("\"{notes}\""), SQLITE_NOW_MS),
+    };
+    // MySQL: a single-table DELETE with LIMIT, whose table has no alias (MariaDB takes none).
+    let r = match dialect {
+        Dialect::MySql => n.clone(),
+        Dialect::Postgres | Dialect::Sqlite => "n".to_owned(),
+    };
+    // Kept: a note of a live hold, and one whose token the statement's snapshot of the lock
+    // row has not reached (a hold taken and noted while the purge ran).
+    let stale = format!(
+        "NOT EXISTS (SELECT 1 FROM {t} AS l WHERE l.lock_key = {r}.lock_key AND (l.version < {r}.token \
+         OR (l.version = {r}.token AND l.owner = {r}.holder AND l.expires_at > {now})))"
+    );
+    match dialect {
+        Dialect::MySql => format!("DELETE FROM {n} WHERE {stale} LIMIT {BATCH}"),
+        Dialect::Postgres | Dialect::Sqlite => format!(
+            "DELETE FROM {n} WHERE lock_key IN (SELECT lock_key FROM {n} AS n WHERE {stale} LIMIT {BATCH})"
+        ),
     }
 }

@@ -66,10 +66,12 @@ pub(crate) enum Param {
     Kinds,
     /// Each hold's TTL in µs.
     HoldTtls,
+    /// The note a mutex holder leaves beside its hold.
+    Note,
 }
 
 impl Param {
-    const ALL: [Param; 23] = [
+    const ALL: [Param; 24] = [
         Param::Primitive,
         Param::Key,
         Param::Name,
@@ -93,6 +95,7 @@ impl Param {
         Param::Holders,
         Param::Kinds,
         Param::HoldTtls,
+        Param::Note,
     ];
 
     /// The placeholder's name in a statement's text.
@@ -121,6 +124,7 @@ impl Param {
             Param::Holders => "holders",
             Param::Kinds => "kinds",
             Param::HoldTtls => "hold_ttls",
+            Param::Note => "note",
         }
     }
 
@@ -157,6 +161,7 @@ pub(crate) struct Values<'a> {
     pub(crate) holders: Option<&'a [String]>,
     pub(crate) kinds: Option<&'a [String]>,
     pub(crate) hold_ttls: Option<&'a [i64]>,
+    pub(crate) note: Option<&'a str>,
 }
 
 impl Values<'_> {
@@ -187,6 +192,7 @@ impl Values<'_> {
             Param::Holders => self.holders.is_some(),
             Param::Kinds => self.kinds.is_some(),
             Param::HoldTtls => self.hold_ttls.is_some(),
+            Param::Note => self.note.is_some(),
         }
     }
 }
@@ -305,6 +311,7 @@ impl Statement {
                 Param::Clock => args.add(values.clock),
                 Param::Waiter => args.add(values.waiter),
                 Param::Stay => args.add(values.stay),
+                Param::Note => args.add(values.note),
                 Param::Indexes
                 | Param::Keys
                 | Param::Owners

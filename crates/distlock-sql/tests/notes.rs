@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, DistributedLockExt, LockClient, LockName, OwnerToken, Primitive, TryAcquire,
+    AcquireOptions, DistributedLock, DistributedLockExt, LockClient, LockName, OwnerToken, Primitive,
+    TryAcquire,
 };
 use distlock_sql::{SqlConfig, SqlLock};
 use futures::StreamExt;
@@ -52,11 +53,18 @@ impl Store {
 
     /// A new client with a pool of its own, as another process would have.
     async fn client(&self) -> SqlLock {
+        self.client_on("distlock_locks").await
+    }
+
+    /// As [`Store::client`], on the lock table `table`.
+    async fn client_on(&self, table: &str) -> SqlLock {
         let config = match self {
             Self::Sqlite { path, .. } => SqlConfig::sqlite(path),
             Self::Server { url } => SqlConfig::from_url(url).expect("a valid URL"),
         };
         config
+            .with_table(table)
+            .expect("a plain name")
             .with_operation_timeout(Duration::from_secs(5))
             .build()
             .await
@@ -100,7 +108,10 @@ async fn a_note_is_read_back_and_survives_renewal(store: &Store) {
     let renewed = lock.renew(std::slice::from_ref(&lease)).await;
     let renewed = renewed[0].as_ref().expect("works").clone().expect("renewed");
     assert_eq!(note(&other, &name).await.as_deref(), Some("10.0.0.7:8080"));
-    assert!(lock.set_note(&renewed, "héllo 'quoted' \"note\" \\").await.expect("works"));
+    assert!(lock
+        .set_note(&renewed, "héllo 'quoted' \"note\" \\")
+        .await
+        .expect("works"));
     assert_eq!(
         note(&other, &name).await.as_deref(),
         Some("héllo 'quoted' \"note\" \\")
@@ -154,10 +165,7 @@ async fn a_later_holder_never_shows_an_earlier_note(store: &Store) {
     };
     assert_eq!(note(&lock, &name).await, None, "a new hold of the same owner");
     assert!(lock.release(&again).await.expect("works"));
-    assert!(
-        !lock.set_note(&again, "x").await.expect("works"),
-        "nothing held"
-    );
+    assert!(!lock.set_note(&again, "x").await.expect("works"), "nothing held");
 }
 
 /// Campaign, leader, resign and observe through `LockClient`; a second candidate waits and
@@ -309,4 +317,99 @@ on_every_dialect!(
     an_election_runs_through_the_client,
     one_leader_at_a_time_among_many,
     a_silent_leader_is_replaced_within_the_ttl,
+    bad_notes_are_typed_errors,
+    a_purge_deletes_the_notes_of_ended_holds_only,
 );
+
+/// A DBA's schema from before the notes table (a client that may not create tables): the
+/// client starts, locks and inspects as before, declares no notes, and refuses a note with a
+/// typed error; once the DDL of this version runs, a new client has notes.
+#[tokio::test]
+async fn sqlite_a_schema_without_the_notes_table_keeps_working() {
+    use sqlx::Connection;
+
+    let store = Store::sqlite();
+    let Store::Sqlite { path, .. } = &store else {
+        unreachable!("a SQLite store")
+    };
+    drop(store.client().await);
+    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(path);
+    let mut admin = sqlx::SqliteConnection::connect_with(&options)
+        .await
+        .expect("opens");
+    sqlx::raw_sql("DROP TABLE \"distlock_locks_notes\"")
+        .execute(&mut admin)
+        .await
+        .expect("the notes table was there");
+
+    let dba = || SqlConfig::sqlite(path).with_create_table(false).build();
+    let lock = dba().await.expect("starts on the older schema");
+    assert!(!lock.capabilities().notes);
+    let name = unique("old-schema");
+    let lease = take(&lock, &name, TTL).await;
+    let state = lock
+        .inspect(&name, Primitive::Mutex)
+        .await
+        .expect("works")
+        .into_lock();
+    assert_eq!(state.owner, Some(lease.owner().to_string()));
+    assert!(matches!(
+        lock.set_note(&lease, "x").await,
+        Err(distlock_core::Error::NotSupported { .. })
+    ));
+    assert!(LockClient::new(lock.clone()).election("e").is_err());
+
+    sqlx::raw_sql(&SqlConfig::sqlite(path).ddl())
+        .execute(&mut admin)
+        .await
+        .expect("the DDL of this version runs on the older schema");
+    let upgraded = dba().await.expect("starts");
+    assert!(upgraded.capabilities().notes);
+    assert!(upgraded.set_note(&lease, "x").await.expect("works"));
+    assert_eq!(note(&lock, &name).await, None, "the older client reads no notes");
+    assert_eq!(note(&upgraded, &name).await.as_deref(), Some("x"));
+    assert!(lock.release(&lease).await.expect("works"));
+}
+
+/// Bad input is a typed error, never a panic: a note too long for the column, a NUL on
+/// PostgreSQL.
+async fn bad_notes_are_typed_errors(store: &Store) {
+    let lock = store.client().await;
+    let name = unique("bad-note");
+    let lease = take(&lock, &name, TTL).await;
+    let long = "x".repeat(65_536);
+    assert!(matches!(
+        lock.set_note(&lease, &long).await,
+        Err(distlock_core::Error::InvalidOptions { .. })
+    ));
+    match lock.set_note(&lease, "a\0b").await {
+        Ok(stored) => {
+            assert!(stored);
+            assert_eq!(note(&lock, &name).await.as_deref(), Some("a\0b"));
+        }
+        Err(e) => assert!(matches!(e, distlock_core::Error::InvalidOptions { .. }), "{e:?}"),
+    }
+    assert!(lock.release(&lease).await.expect("works"));
+}
+
+/// A purge deletes the notes of holds that ended (released, expired) and keeps a live
+/// holder's; on a table of the check's own, whose lock rows are too young to purge, so the
+/// stale notes are all it deletes.
+async fn a_purge_deletes_the_notes_of_ended_holds_only(store: &Store) {
+    let table = format!("notes_purge_{}", uuid::Uuid::new_v4().simple());
+    let lock = store.client_on(&table).await;
+    let (a, b, c) = (unique("a"), unique("b"), unique("c"));
+    let released = take(&lock, &a, TTL).await;
+    assert!(lock.set_note(&released, "released").await.expect("works"));
+    assert!(lock.release(&released).await.expect("works"));
+    let live = take(&lock, &b, TTL).await;
+    assert!(lock.set_note(&live, "live").await.expect("works"));
+    let expiring = take(&lock, &c, Duration::from_millis(200)).await;
+    assert!(lock.set_note(&expiring, "expired").await.expect("works"));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let purged = lock.purge_idle(Duration::from_secs(60)).await.expect("purges");
+    assert_eq!(purged, 2, "the two notes of ended holds");
+    assert_eq!(note(&lock, &b).await.as_deref(), Some("live"));
+    assert_eq!(lock.purge_idle(Duration::from_secs(60)).await.expect("purges"), 0);
+    assert!(lock.release(&live).await.expect("works"));
+}
