@@ -51,7 +51,11 @@
 //! mutex's rows and statements are untouched by it. Their attempt is the one operation that
 //! runs a transaction (committed within the operation's one round trip on MySQL).
 //!
-//! On PostgreSQL the mutex's waiters queue in a third table (`<table>_waiters`, layout and
+//! A mutex holder's note ([`DistributedLock::set_note`]) lives in a table of its own
+//! (`<table>_notes`, layout in `notes_sql.rs`), tagged with the hold's owner and `version`;
+//! the mutex's statements never touch it, and inspect joins it.
+//!
+//! On PostgreSQL the mutex's waiters queue in a fourth table (`<table>_waiters`, layout and
 //! statements in `waiters_sql.rs`), run by `lock/queue.rs`: a waiter's attempt queues it, a
 //! release wakes the first of them, and a waiter whose wait ends leaves.
 
@@ -167,7 +171,8 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// from 1 ms to 30 days in 1 ms steps,
 /// [`inspect`](DistributedLock::inspect), semaphores and read-write locks (writer
 /// preference: a waiting writer keeps new readers out), each hold with its own fencing
-/// token from a per-object counter.
+/// token from a per-object counter, and notes beside a mutex hold (leader election), where
+/// the notes table is there (see `notes_sql.rs`).
 ///
 /// # Why not `GET_LOCK`, `pg_advisory_lock` or `SELECT ... FOR UPDATE`
 ///

@@ -19,6 +19,14 @@ CREATE TABLE IF NOT EXISTS `distlock_locks_holds` (
   PRIMARY KEY (primitive, lock_key, holder)
 ) ENGINE=InnoDB;
 
+CREATE TABLE IF NOT EXISTS `distlock_locks_notes` (
+  lock_key VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  holder   VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  token    BIGINT NOT NULL,
+  note     TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+  PRIMARY KEY (lock_key)
+) ENGINE=InnoDB;
+
 CREATE TABLE IF NOT EXISTS `distlock_locks_schema` (
   id      TINYINT NOT NULL PRIMARY KEY,
   version BIGINT NOT NULL

@@ -18,6 +18,13 @@ CREATE TABLE IF NOT EXISTS "distlock_locks_holds" (
   PRIMARY KEY (primitive, lock_key, holder)
 );
 
+CREATE TABLE IF NOT EXISTS "distlock_locks_notes" (
+  lock_key VARCHAR(255) COLLATE "C" NOT NULL PRIMARY KEY,
+  holder   VARCHAR(64) COLLATE "C" NOT NULL,
+  token    BIGINT NOT NULL,
+  note     TEXT NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS "distlock_locks_waiters" (
   lock_key   VARCHAR(255) COLLATE "C" NOT NULL,
   waiter     VARCHAR(64) COLLATE "C" NOT NULL,

@@ -18,6 +18,13 @@ CREATE TABLE IF NOT EXISTS "distlock_locks_holds" (
   PRIMARY KEY (primitive, lock_key, holder)
 ) WITHOUT ROWID;
 
+CREATE TABLE IF NOT EXISTS "distlock_locks_notes" (
+  lock_key TEXT NOT NULL PRIMARY KEY,
+  holder   TEXT NOT NULL,
+  token    INTEGER NOT NULL,
+  note     TEXT NOT NULL
+) WITHOUT ROWID;
+
 CREATE TABLE IF NOT EXISTS "distlock_locks_schema" (
   id      INTEGER NOT NULL PRIMARY KEY CHECK (id = 1),
   version INTEGER NOT NULL
