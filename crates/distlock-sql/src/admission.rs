@@ -18,7 +18,8 @@ use distlock_core::LockKind;
 /// times are in the dialect's unit (µs on MySQL, ms on SQLite).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Census {
-    /// Live holds of any kind (permits, readers, the writer).
+    /// Live holds of any kind (permits, readers, the writer), each counted by its weight (the
+    /// permits it takes; 1 for anything but a permit): so, for a semaphore, the permits taken.
     pub(crate) holds: i64,
     /// Live read holds.
     pub(crate) readers: i64,
@@ -95,8 +96,9 @@ pub(crate) enum Verdict {
 
 impl Census {
     /// The rule:
-    /// - a permit of `permits` gets in while fewer than `permits` holds are live, unless the
-    ///   live holders were admitted with another count (then nothing changes);
+    /// - `weight` permits of `permits` get in while the live holds take no more than
+    ///   `permits - weight`, unless the live holders were admitted with another count (then
+    ///   nothing changes);
     /// - a reader gets in unless a writer holds or a writer is recorded waiting (writer
     ///   preference: a waiting writer keeps new readers out);
     /// - a writer gets in when no hold at all is live (other waiting writers do not block it).
@@ -105,11 +107,11 @@ impl Census {
             return Verdict::Renew(token);
         }
         let admitted = match kind {
-            LockKind::Permit { permits, .. } => {
+            LockKind::Permit { permits, weight } => {
                 if let Some(stored) = self.stored_permits.filter(|&s| s != i64::from(permits)) {
                     return Verdict::Mismatch(stored);
                 }
-                self.holds < i64::from(permits)
+                self.holds + i64::from(weight) <= i64::from(permits)
             }
             LockKind::Read => self.writers == 0 && self.waiting == 0,
             LockKind::Write => self.holds == 0,
@@ -164,6 +166,19 @@ mod tests {
         let full = Census { holds: 3, ..two };
         assert_eq!(full.verdict(permits(3)), Verdict::Refuse);
         assert_eq!(full.wait_hint(permits(3)), Some(40));
+    }
+
+    #[test]
+    fn weights_are_counted() {
+        let two_taken = Census {
+            holds: 2,
+            stored_permits: Some(4),
+            ..Census::default()
+        };
+        let of = |weight| LockKind::Permit { permits: 4, weight };
+        assert_eq!(two_taken.verdict(of(2)), Verdict::Admit);
+        assert_eq!(two_taken.verdict(of(3)), Verdict::Refuse);
+        assert_eq!(Census::default().verdict(of(4)), Verdict::Admit);
     }
 
     #[test]

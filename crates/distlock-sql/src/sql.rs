@@ -152,7 +152,7 @@ impl Statements {
     }
 
     /// Every statement that creates the schema of `table`, in the order to run them: the
-    /// mutex table, the holds table, the notes table, on PostgreSQL the mutex's queue of waiters, the version
+    /// mutex table, the holds table, the weights table, the notes table, on PostgreSQL the mutex's queue of waiters, the version
     /// table (`schema.rs`), on PostgreSQL the functions of an attempt at a hold, of a release
     /// and of a waiter leaving the queue, and last the version's record. With `on_start`, the
     /// functions are replaced only where the recorded version is older (a client's start);
@@ -161,6 +161,7 @@ impl Statements {
         let mut all = vec![
             self.create_table.clone(),
             self.holds.create_table.clone(),
+            self.holds.create_weights.clone(),
             self.notes.create_table.clone(),
         ];
         if !self.waiters.create_table.is_empty() {
@@ -447,6 +448,7 @@ mod tests {
                 &h.sqlite.census,
                 &h.sqlite.bump,
                 &h.sqlite.insert,
+                &h.sqlite.weigh,
                 &h.sqlite.renew,
                 &h.sqlite.record_waiter,
                 &s.waiters.release,

@@ -68,10 +68,12 @@ pub(crate) enum Param {
     HoldTtls,
     /// The note a mutex holder leaves beside its hold.
     Note,
+    /// How many permits a hold takes.
+    Weight,
 }
 
 impl Param {
-    const ALL: [Param; 24] = [
+    const ALL: [Param; 25] = [
         Param::Primitive,
         Param::Key,
         Param::Name,
@@ -96,6 +98,7 @@ impl Param {
         Param::Kinds,
         Param::HoldTtls,
         Param::Note,
+        Param::Weight,
     ];
 
     /// The placeholder's name in a statement's text.
@@ -125,6 +128,7 @@ impl Param {
             Param::Kinds => "kinds",
             Param::HoldTtls => "hold_ttls",
             Param::Note => "note",
+            Param::Weight => "weight",
         }
     }
 
@@ -162,6 +166,7 @@ pub(crate) struct Values<'a> {
     pub(crate) kinds: Option<&'a [String]>,
     pub(crate) hold_ttls: Option<&'a [i64]>,
     pub(crate) note: Option<&'a str>,
+    pub(crate) weight: Option<i32>,
 }
 
 impl Values<'_> {
@@ -193,6 +198,7 @@ impl Values<'_> {
             Param::Kinds => self.kinds.is_some(),
             Param::HoldTtls => self.hold_ttls.is_some(),
             Param::Note => self.note.is_some(),
+            Param::Weight => self.weight.is_some(),
         }
     }
 }
@@ -312,6 +318,7 @@ impl Statement {
                 Param::Waiter => args.add(values.waiter),
                 Param::Stay => args.add(values.stay),
                 Param::Note => args.add(values.note),
+                Param::Weight => args.add(values.weight),
                 Param::Indexes
                 | Param::Keys
                 | Param::Owners

@@ -264,6 +264,11 @@ async fn an_ambiguous_weighted_attempt_is_freed_whole(store: &Store) {
     let observer = store.client().await;
     let name = unique("lost-answer");
     let semaphore = client.semaphore(name.clone(), 3).expect("valid");
+    // A connection that has run an attempt already (its statements prepared), so the lost
+    // reply is the attempt's own.
+    let warm = client.semaphore(unique("warm-up"), 3).expect("valid");
+    let guard = warm.acquire_many(2).await.expect("a warm-up hold");
+    assert!(guard.release().await.expect("works"));
 
     proxies.drop_replies();
     let opts = AcquireOptions::new().ttl(TTL).no_wait();
@@ -328,4 +333,75 @@ on_every_dialect!(
     a_renewed_weighted_hold_keeps_all_its_permits,
     mixed_weights_never_exceed_the_count,
     a_waiter_for_three_gets_in_when_three_are_free,
+    a_schema_of_version_1_is_migrated_in_place,
 );
+
+/// Runs `sql` (several statements) on the store as its administrator.
+async fn admin(store: &Store, sql: &str) {
+    use sqlx::Connection;
+    match store {
+        Store::Sqlite { path, .. } => {
+            let options = sqlx::sqlite::SqliteConnectOptions::new().filename(path);
+            let mut conn = sqlx::SqliteConnection::connect_with(&options)
+                .await
+                .expect("opens");
+            sqlx::raw_sql(sql).execute(&mut conn).await.expect("runs");
+        }
+        Store::Server { url } if url.starts_with("mysql") => {
+            let mut conn = sqlx::MySqlConnection::connect(url).await.expect("connects");
+            sqlx::raw_sql(sql).execute(&mut conn).await.expect("runs");
+        }
+        Store::Server { url } => {
+            let mut conn = sqlx::PgConnection::connect(url).await.expect("connects");
+            sqlx::raw_sql(sql).execute(&mut conn).await.expect("runs");
+        }
+    }
+}
+
+/// A schema of version 1 (no weights table, on PostgreSQL no attempt function that counts
+/// weights) with a live permit: a client that may create the schema migrates it in place (the
+/// hold stays, and counts), and one that may not refuses to start, saying what to run.
+async fn a_schema_of_version_1_is_migrated_in_place(store: &Store) {
+    let table = format!("weights_v1_{}", uuid::Uuid::new_v4().simple());
+    let lock = store.client_on(&table).await;
+    let name = unique("v1");
+    let old = won(attempt(&lock, &name, permits(3, 1)).await, "a permit");
+    let quote = |t: &str| match store {
+        Store::Server { url } if url.starts_with("mysql") => format!("`{t}`"),
+        _ => format!("\"{t}\""),
+    };
+    let mut v1 = format!(
+        "DROP TABLE {}; UPDATE {} SET version = 1;",
+        quote(&format!("{table}_weights")),
+        quote(&format!("{table}_schema"))
+    );
+    if matches!(store, Store::Server { url } if url.starts_with("postgres")) {
+        v1.push_str(&format!(
+            "DROP FUNCTION \"{table}_holds_try\"(text, text, text, text, text, integer, bigint, text, bigint, integer);"
+        ));
+    }
+    admin(store, &v1).await;
+
+    let config = |create| {
+        let config = match store {
+            Store::Sqlite { path, .. } => SqlConfig::sqlite(path),
+            Store::Server { url } => SqlConfig::from_url(url).expect("a valid URL"),
+        };
+        config
+            .with_table(&table)
+            .expect("a plain name")
+            .with_create_table(create)
+    };
+    let older = config(false).build().await;
+    assert!(
+        matches!(&older, Err(distlock_core::Error::InvalidConfig { reason }) if reason.contains("older")),
+        "{older:?}"
+    );
+    let new = config(true).build().await.expect("migrates");
+    refused(attempt(&new, &name, permits(3, 3)).await, "the old hold counts");
+    let two = won(attempt(&new, &name, permits(3, 2)).await, "two of the two left");
+    assert_eq!(taken(&new, &name).await, 3);
+    assert!(new.release(&old).await.expect("works"));
+    assert!(new.release(&two).await.expect("works"));
+    assert!(config(false).build().await.is_ok(), "version 2 now");
+}

@@ -51,8 +51,9 @@ enum Outcome {
     Lost(Census),
 }
 
-/// A live hold as `inspect_holders` reads it: holder, kind, permits, version, remaining time.
-type HolderRow = (String, String, Option<i64>, i64, Option<i64>);
+/// A live hold as `inspect_holders` reads it: holder, kind, permits, version, remaining time,
+/// weight.
+type HolderRow = (String, String, Option<i64>, i64, Option<i64>, i64);
 
 impl SqlLock {
     /// One attempt at a hold of `kind` (a permit, a read or the write lock); the mutex's
@@ -72,6 +73,15 @@ impl SqlLock {
         if let LockKind::Permit { permits: 0, .. } = kind {
             return Err(Error::invalid_options("a semaphore needs at least one permit"));
         }
+        if let LockKind::Permit { permits, weight } = kind {
+            if weight == 0 || weight > permits {
+                return Err(Error::invalid_options(format!(
+                    "a hold of {weight} permits of a semaphore of {permits}"
+                )));
+            }
+        }
+        // At most `permits`, so at most u32::MAX; the columns are signed 32-bit on PostgreSQL.
+        let weight = i32::try_from(kind.weight()).unwrap_or(i32::MAX);
         let ttl_units = self.ttl_units(ttl)?;
         let key = lock_key(name);
         let owner_str = owner.to_string();
@@ -86,6 +96,7 @@ impl SqlLock {
             Pool::MySql(pool) => {
                 let query = crate::holds_sql::mysql_attempt(
                     &self.inner.sql.holds.table,
+                    &self.inner.sql.holds.weights,
                     &crate::holds_sql::AttemptValues {
                         primitive: kind.primitive().as_str(),
                         key: &key,
@@ -119,6 +130,7 @@ impl SqlLock {
                         _ => None,
                     },
                     ttl: Some(ttl_units),
+                    weight: Some(weight),
                     // A waiting writer's record: its holder value and its stay.
                     waiter: waiter.as_ref().map(|(holder, _)| holder.as_str()),
                     stay: waiter.as_ref().map(|(_, stay)| *stay),
@@ -156,6 +168,7 @@ impl SqlLock {
                             _ => None,
                         },
                         ttl: Some(ttl_units),
+                        weight: Some(weight),
                         holder: waiter.as_ref().map(|(holder, _)| holder.as_str()),
                         stay: waiter.as_ref().map(|(_, stay)| *stay),
                         ..Values::default()
@@ -336,8 +349,8 @@ impl SqlLock {
         });
         Ok(rows
             .into_iter()
-            .filter_map(|(holder, kind, permits, version, left)| {
-                let kind = kind_of_row(&kind, permits)?;
+            .filter_map(|(holder, kind, permits, version, left, weight)| {
+                let kind = kind_of_row(&kind, permits, weight)?;
                 let fencing = u64::try_from(version).ok().map(FencingToken::new);
                 Some(LockState::held(holder, fencing, self.remaining(left)).with_kind(kind))
             })

@@ -15,7 +15,7 @@ pub(super) struct Attempt<'a> {
     /// The holds table's `withdraw` statement.
     pub(super) withdraw: &'a Statement,
     pub(super) kind: LockKind,
-    /// The attempt's values: primitive, key, name, owner, kind, permits and TTL (ms); a
+    /// The attempt's values: primitive, key, name, owner, kind, permits, weight and TTL (ms); a
     /// waiting writer's `holder` value and stay (ms) if it leaves a record.
     pub(super) values: Values<'a>,
 }
@@ -60,6 +60,10 @@ pub(super) async fn attempt(conn: &mut SqliteConnection, a: &Attempt<'_>) -> Res
             };
             let (sql, args) = run(&s.insert, hold)?;
             sqlx::query_with(sql, args).execute(&mut *conn).await?;
+            if a.kind.weight() > 1 {
+                let (sql, args) = run(&s.weigh, hold)?;
+                sqlx::query_with(sql, args).execute(&mut *conn).await?;
+            }
             Outcome::Won(token)
         }
         Verdict::Mismatch(_) | Verdict::Refuse => Outcome::Lost(census),
