@@ -20,7 +20,11 @@
 //!   so permits are exact under any concurrency; on MySQL the whole transaction is one round
 //!   trip (one text query of several statements), on PostgreSQL too (one call of a PL/pgSQL
 //!   function the backend creates beside the tables). Release, extend and withdraw are one
-//!   statement each. See [`SqlLock`].
+//!   statement each. See [`SqlLock`]. A hold of several permits
+//!   ([`Semaphore::acquire_many`](distlock_core::Semaphore::acquire_many)) is one hold row
+//!   and a row with its weight in `<table>_weights`, written in the same transaction; the
+//!   census counts each hold by its weight, and releasing or renewing the hold acts on all
+//!   its permits at once.
 //! - A mutex holder can leave a note beside its hold
 //!   ([`DistributedLock::set_note`](distlock_core::DistributedLock::set_note)), which
 //!   [`inspect`](distlock_core::DistributedLock::inspect) reports while that hold lives: what
@@ -66,11 +70,14 @@
 //!   PostgreSQL's functions only where the recorded version is older, refuses to start on a
 //!   newer one (an older client could break the newer clients' functions), and with
 //!   [`SqlConfig::with_create_table`]`(false)` refuses a missing or older schema, saying what
-//!   to run. The DDL of a dialect and table, complete (tables, PostgreSQL's functions, the
+//!   to run. Version 2 added the weights table and PostgreSQL's attempt function that counts
+//!   weights (beside version 1's, which running clients of that version still call): a client
+//!   of version 1 would count a hold of several permits as one, so it refuses to start on a
+//!   schema of version 2; stop such clients before holds of several permits are taken. The DDL of a dialect and table, complete (tables, PostgreSQL's functions, the
 //!   version), is [`SqlConfig::ddl`], printed by `distlock schema --url <url> [--table
 //!   <name>]`; run it with the dialect's own client (`mysql`, `psql`, `sqlite3`).
 //! - What a DBA creates once, and what a runtime user then needs: the lock table, the holds
-//!   table `<table>_holds`, the notes table `<table>_notes` (without it, or without the
+//!   table `<table>_holds`, the weights table `<table>_weights`, the notes table `<table>_notes` (without it, or without the
 //!   privileges on it, a client works as before but offers no notes), the version table
 //!   `<table>_schema`, and on PostgreSQL the queue
 //!   `<table>_waiters` and the functions `<table>_holds_try`, `<table>_release` and

@@ -171,7 +171,8 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// from 1 ms to 30 days in 1 ms steps,
 /// [`inspect`](DistributedLock::inspect), semaphores and read-write locks (writer
 /// preference: a waiting writer keeps new readers out), each hold with its own fencing
-/// token from a per-object counter, and notes beside a mutex hold (leader election), where
+/// token from a per-object counter, holds of several permits
+/// ([`Semaphore::acquire_many`](distlock_core::Semaphore::acquire_many)), and notes beside a mutex hold (leader election), where
 /// the notes table is there (see `notes_sql.rs`).
 ///
 /// # Why not `GET_LOCK`, `pg_advisory_lock` or `SELECT ... FOR UPDATE`

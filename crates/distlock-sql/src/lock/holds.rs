@@ -3,12 +3,17 @@
 //! the meaning of their results; it shares the pool, the retries and the error mapping of
 //! the mutex (`lock.rs`), and never touches the mutex table.
 //!
+//! A hold of several permits ([`LockKind::Permit`]'s `weight`) is one hold: one row, and a
+//! weight row written in the same transaction (see `holds_sql.rs`); its release, renewal and
+//! the cleanup by owner act on its row, and so on all of its permits at once. It costs no
+//! round trip more than a single permit.
+//!
 //! Round trips (MySQL) and statements (SQLite: local calls to the connection's thread, no
 //! network) per operation:
 //!
 //! | operation                       | MySQL / MariaDB | PostgreSQL | SQLite |
 //! |---------------------------------|-----------------|------------|--------|
-//! | acquire, won                    | 1               | 1 (a call of the attempt's function) | 6 (`BEGIN IMMEDIATE`, purge, census, bump, insert, `COMMIT`); a writer with a waiting record 7 |
+//! | acquire, won                    | 1               | 1 (a call of the attempt's function) | 6 (`BEGIN IMMEDIATE`, purge, census, bump, insert, `COMMIT`); a hold of several permits (its weight row) or a writer with a waiting record 7 |
 //! | acquire, refused or mismatched  | 1               | 1          | 4 (`BEGIN IMMEDIATE`, purge, census, `COMMIT`); a waiting writer 5 |
 //! | acquire, retried after applied  | 1               | 1          | 5 (`BEGIN IMMEDIATE`, purge, census, renew, `COMMIT`) |
 //! | release                         | 1               | 1 (with its `NOTIFY`) | 1 |
