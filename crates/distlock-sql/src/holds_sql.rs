@@ -12,7 +12,7 @@
 //! | row            | `holder`                     | `kind`                         | `permits`          | `version`                            | `expires_at` |
 //! |----------------|------------------------------|--------------------------------|--------------------|--------------------------------------|--------------|
 //! | the object     | `#`                          | `object`                       | `NULL`             | the last fencing token issued        | `NULL` |
-//! | a hold         | the holder's owner token     | `permit`, `read` or `write`    | the count (permit) | this hold's fencing token            | end of the hold |
+//! | a hold         | the holder's owner token     | `permit`, `read`, `write`, `uread` (upgradeable read) | the count (permit) | this hold's fencing token            | end of the hold |
 //! | waiting writer | `~` + the waiter's id        | `waiter`                       | `NULL`             | 0                                    | end of the wait record |
 //!
 //! A hold of several permits ([`LockKind::Permit`]'s `weight` above 1) also has a row in a
@@ -110,6 +110,7 @@ pub(crate) fn kind_column(kind: LockKind) -> Option<&'static str> {
         LockKind::Permit { .. } => Some("permit"),
         LockKind::Read => Some("read"),
         LockKind::Write => Some("write"),
+        LockKind::UpgradeableRead => Some("uread"),
         _ => None,
     }
 }
@@ -123,6 +124,7 @@ pub(crate) fn kind_of_row(kind: &str, permits: Option<i64>, weight: i64) -> Opti
         }),
         "read" => Some(LockKind::Read),
         "write" => Some(LockKind::Write),
+        "uread" => Some(LockKind::UpgradeableRead),
         _ => None,
     }
 }
@@ -197,6 +199,9 @@ pub(crate) struct SqliteAttempt {
     pub(crate) insert: Statement,
     /// The new hold's weight row (a hold of several permits).
     pub(crate) weigh: Statement,
+    /// An upgrade: turns the owner's upgradeable read into the write hold, with its new
+    /// fencing token and TTL.
+    pub(crate) upgrade: Statement,
     /// Renews the attempt's own hold (a retry).
     pub(crate) renew: Statement,
     /// Records or renews a waiting writer.
@@ -249,7 +254,7 @@ impl HoldStatements {
             holders: Statement::new(Dialect::MySql, &format!(
                 "SELECT CAST(holder AS CHAR CHARACTER SET utf8mb4), CAST(kind AS CHAR CHARACTER SET utf8mb4), \
                  CAST(permits AS SIGNED), version, {left}, CAST(COALESCE(weight, 1) AS SIGNED) FROM {t} {join} \
-                 WHERE primitive = :primitive AND lock_key = :key AND kind IN ('permit', 'read', 'write') \
+                 WHERE primitive = :primitive AND lock_key = :key AND kind IN ('permit', 'read', 'write', 'uread') \
                  AND expires_at > {now} ORDER BY version"
             )),
             create_weights: format!(
@@ -328,7 +333,7 @@ impl HoldStatements {
             holders: Statement::new(Dialect::Postgres, &format!(
                 "SELECT holder::text, kind::text, permits::int8, version, {left}, COALESCE(weight, 1)::int8 \
                  FROM {t} {join} \
-                 WHERE primitive = :primitive AND lock_key = :key AND kind IN ('permit', 'read', 'write') \
+                 WHERE primitive = :primitive AND lock_key = :key AND kind IN ('permit', 'read', 'write', 'uread') \
                  AND expires_at > {now} ORDER BY version"
             )),
             sqlite: SqliteAttempt::default(),
@@ -371,7 +376,7 @@ impl HoldStatements {
             )),
             holders: Statement::new(Dialect::Sqlite, &format!(
                 "SELECT holder, kind, permits, version, {left}, COALESCE(weight, 1) FROM {t} {join} \
-                 WHERE primitive = :primitive AND lock_key = :key AND kind IN ('permit', 'read', 'write') \
+                 WHERE primitive = :primitive AND lock_key = :key AND kind IN ('permit', 'read', 'write', 'uread') \
                  AND expires_at > {now} ORDER BY version"
             )),
             create_weights: format!(
@@ -417,6 +422,13 @@ impl HoldStatements {
                          VALUES (:primitive, :key, :owner, :name, :kind, :permits, :token, {now} + :ttl)"
                     ),
                 ),
+                upgrade: Statement::new(
+                    Dialect::Sqlite,
+                    &format!(
+                        "UPDATE {t} SET kind = 'write', version = :token, expires_at = {now} + :ttl \
+                         WHERE primitive = :primitive AND lock_key = :key AND holder = :owner AND kind = 'uread'"
+                    ),
+                ),
                 weigh: Statement::new(
                     Dialect::Sqlite,
                     &format!(
@@ -450,8 +462,9 @@ impl HoldStatements {
 /// The census's columns over one object's live rows, each joined to its weight row (a
 /// [`CensusRow`](crate::admission::CensusRow)): the permits the holds take (each hold its
 /// weight), readers, writers, waiting writers, the permit count of live permits, the token of
-/// the attempt's own hold (`owner` of `kind`), and the remaining times of the first permit,
-/// the last reader and the writer (`left` computes a row's remaining time).
+/// the attempt's own hold (`owner` of `kind`), the remaining times of the first permit,
+/// the last reader and the writer (`left` computes a row's remaining time), the upgradeable
+/// readers, and the token of `owner`'s upgradeable read.
 fn census_columns(owner: &str, kind: &str, left: &str) -> String {
     format!(
         "COALESCE(SUM(CASE WHEN kind = 'waiter' THEN 0 ELSE COALESCE(weight, 1) END), 0), \
@@ -461,7 +474,9 @@ fn census_columns(owner: &str, kind: &str, left: &str) -> String {
          MAX(CASE WHEN holder = {owner} AND kind = {kind} THEN version END), \
          MIN(CASE WHEN kind = 'permit' THEN {left} END), \
          MAX(CASE WHEN kind = 'read' THEN {left} END), \
-         MAX(CASE WHEN kind = 'write' THEN {left} END)"
+         MAX(CASE WHEN kind = 'write' THEN {left} END), \
+         COALESCE(SUM(kind = 'uread'), 0), \
+         MAX(CASE WHEN holder = {owner} AND kind = 'uread' THEN version END)"
     )
 }
 
@@ -508,13 +523,17 @@ fn pg_attempt_function(t: &str, w: &str, function: &str) -> String {
          max(version) FILTER (WHERE holder = p_holder AND kind = p_kind) AS mine,\n    \
          min(left_us) FILTER (WHERE kind = 'permit') AS first_permit,\n    \
          max(left_us) FILTER (WHERE kind = 'read') AS last_reader,\n    \
-         max(left_us) FILTER (WHERE kind = 'write') AS writer\n  \
+         max(left_us) FILTER (WHERE kind = 'write') AS writer,\n    \
+         count(*) FILTER (WHERE kind = 'uread') AS upgraders,\n    \
+         max(version) FILTER (WHERE holder = p_holder AND kind = 'uread') AS my_upgradeable\n  \
          INTO c FROM (SELECT kind, holder, permits, version, COALESCE(weight, 1) AS weight, \
          (extract(epoch FROM (expires_at - v_now)) * 1000000)::bigint AS left_us \
          FROM {t} {join} WHERE {object} AND kind <> 'object' AND expires_at > v_now) AS live;\n  \
          v_won := c.mine IS NOT NULL OR CASE p_kind \
          WHEN 'permit' THEN (c.stored IS NULL OR c.stored = p_permits) AND c.holds + p_weight <= p_permits \
          WHEN 'read' THEN c.writers = 0 AND c.waiting = 0 \
+         WHEN 'uread' THEN c.writers = 0 AND c.upgraders = 0 AND c.waiting = 0 \
+         WHEN 'write' THEN c.holds = 0 OR (c.my_upgradeable IS NOT NULL AND c.holds = 1) \
          ELSE c.holds = 0 END;\n  \
          IF c.mine IS NOT NULL THEN\n    \
          v_token := c.mine;\n    \
@@ -522,8 +541,13 @@ fn pg_attempt_function(t: &str, w: &str, function: &str) -> String {
          ELSIF v_won THEN\n    \
          UPDATE {t} SET version = GREATEST(version + 1, (extract(epoch FROM v_now) * 1000000)::bigint) \
          WHERE {object} AND holder = '#' RETURNING version INTO v_token;\n    \
+         IF p_kind = 'write' AND c.my_upgradeable IS NOT NULL THEN\n      \
+         UPDATE {t} SET kind = 'write', version = v_token, expires_at = {ttl} \
+         WHERE {object} AND holder = p_holder AND kind = 'uread';\n    \
+         ELSE\n      \
          INSERT INTO {t} {columns} VALUES (p_primitive, p_key, p_holder, p_name, p_kind, \
          CASE WHEN p_kind = 'permit' THEN p_permits END, v_token, {ttl});\n    \
+         END IF;\n    \
          IF p_weight > 1 THEN\n      \
          INSERT INTO {w} (obj_primitive, obj_key, owner, token, weight) \
          VALUES (p_primitive, p_key, p_holder, v_token, p_weight);\n    \
@@ -592,11 +616,23 @@ pub(crate) fn mysql_attempt(table: &str, weights: &str, v: &AttemptValues<'_>) -
             "NULL".to_owned(),
             "@dl_mine IS NOT NULL OR (@dl_writers = 0 AND @dl_waiting = 0)".to_owned(),
         ),
-        // A writer, and anything else (which never reaches here) only when nothing is held.
+        LockKind::UpgradeableRead => (
+            "NULL".to_owned(),
+            "@dl_mine IS NOT NULL OR (@dl_writers = 0 AND @dl_upgraders = 0 AND @dl_waiting = 0)".to_owned(),
+        ),
+        // A writer only when nothing is held, or its owner's upgradeable read alone (its
+        // upgrade); anything else (which never reaches here) only when nothing is held.
         _ => (
             "NULL".to_owned(),
-            "@dl_mine IS NOT NULL OR @dl_holds = 0".to_owned(),
+            "@dl_mine IS NOT NULL OR @dl_holds = 0 OR (@dl_my_upgradeable IS NOT NULL AND @dl_holds = 1)"
+                .to_owned(),
         ),
+    };
+    // An upgrade turns the owner's upgradeable read into the write hold instead of inserting
+    // one (it has the same key).
+    let (fresh, upgrade) = match v.kind {
+        LockKind::Write => (" AND @dl_my_upgradeable IS NULL", true),
+        _ => ("", false),
     };
     let ttl = v.ttl;
     let object = format!("primitive = {p} AND lock_key = {k}");
@@ -611,7 +647,7 @@ pub(crate) fn mysql_attempt(table: &str, weights: &str, v: &AttemptValues<'_>) -
          ON DUPLICATE KEY UPDATE version = version;\n\
          DELETE FROM {t} WHERE {object} AND kind <> 'object' AND expires_at <= UTC_TIMESTAMP(6);\n\
          SELECT {census} INTO @dl_holds, @dl_readers, @dl_writers, @dl_waiting, @dl_stored, @dl_mine, \
-         @dl_first_permit, @dl_last_reader, @dl_writer \
+         @dl_first_permit, @dl_last_reader, @dl_writer, @dl_upgraders, @dl_my_upgradeable \
          FROM {t} {join} WHERE {object} AND kind <> 'object' AND expires_at > UTC_TIMESTAMP(6) FOR UPDATE;\n\
          SET @dl_won = ({won});\n\
          UPDATE {t} SET version = LAST_INSERT_ID(GREATEST(version + 1, {MYSQL_CLOCK_US})) \
@@ -619,11 +655,20 @@ pub(crate) fn mysql_attempt(table: &str, weights: &str, v: &AttemptValues<'_>) -
          SET @dl_token = CASE WHEN NOT @dl_won THEN NULL WHEN @dl_mine IS NOT NULL THEN @dl_mine \
          ELSE LAST_INSERT_ID() END;\n\
          INSERT INTO {t} {columns} SELECT {p}, {k}, {o}, {n}, {kind_lit}, {permits}, @dl_token, \
-         UTC_TIMESTAMP(6) + INTERVAL {ttl} MICROSECOND FROM DUAL WHERE @dl_won AND @dl_mine IS NULL;\n\
+         UTC_TIMESTAMP(6) + INTERVAL {ttl} MICROSECOND FROM DUAL WHERE @dl_won AND @dl_mine IS NULL{fresh};\n\
          UPDATE {t} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL {ttl} MICROSECOND \
          WHERE {object} AND holder = {o} AND kind = {kind_lit} AND @dl_mine IS NOT NULL;\n",
         census = census_columns(&o, &kind_lit, left),
     );
+    if upgrade {
+        let _ = writeln!(
+            q,
+            "UPDATE {t} SET kind = 'write', version = @dl_token, \
+             expires_at = UTC_TIMESTAMP(6) + INTERVAL {ttl} MICROSECOND \
+             WHERE {object} AND holder = {o} AND kind = 'uread' AND @dl_won AND @dl_mine IS NULL \
+             AND @dl_my_upgradeable IS NOT NULL;"
+        );
+    }
     if weight > 1 {
         let _ = writeln!(
             q,
@@ -646,7 +691,8 @@ pub(crate) fn mysql_attempt(table: &str, weights: &str, v: &AttemptValues<'_>) -
          SELECT CAST(@dl_won AS SIGNED), CAST(@dl_token AS SIGNED), CAST(@dl_holds AS SIGNED), \
          CAST(@dl_readers AS SIGNED), CAST(@dl_writers AS SIGNED), CAST(@dl_waiting AS SIGNED), \
          CAST(@dl_stored AS SIGNED), CAST(@dl_mine AS SIGNED), CAST(@dl_first_permit AS SIGNED), \
-         CAST(@dl_last_reader AS SIGNED), CAST(@dl_writer AS SIGNED)",
+         CAST(@dl_last_reader AS SIGNED), CAST(@dl_writer AS SIGNED), CAST(@dl_upgraders AS SIGNED), \
+         CAST(@dl_my_upgradeable AS SIGNED)",
     );
     q
 }

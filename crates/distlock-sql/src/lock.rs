@@ -386,7 +386,7 @@ impl DistributedLock for SqlLock {
             .with_ttl_granularity(Duration::from_millis(1))
             .with_ttl_range(Duration::from_millis(1), MAX_TTL)
             .with_primitives(true, true)
-            .with_weights_and_upgrades(true, false)
+            .with_weights_and_upgrades(true, true)
             .with_notes(self.has_notes())
     }
 

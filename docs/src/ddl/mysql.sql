@@ -41,4 +41,4 @@ CREATE TABLE IF NOT EXISTS `distlock_locks_schema` (
   version BIGINT NOT NULL
 ) ENGINE=InnoDB;
 
-INSERT INTO `distlock_locks_schema` (id, version) VALUES (1, 2) ON DUPLICATE KEY UPDATE version = GREATEST(version, 2);
+INSERT INTO `distlock_locks_schema` (id, version) VALUES (1, 3) ON DUPLICATE KEY UPDATE version = GREATEST(version, 3);

@@ -68,15 +68,21 @@ BEGIN
     max(version) FILTER (WHERE holder = p_holder AND kind = p_kind) AS mine,
     min(left_us) FILTER (WHERE kind = 'permit') AS first_permit,
     max(left_us) FILTER (WHERE kind = 'read') AS last_reader,
-    max(left_us) FILTER (WHERE kind = 'write') AS writer
+    max(left_us) FILTER (WHERE kind = 'write') AS writer,
+    count(*) FILTER (WHERE kind = 'uread') AS upgraders,
+    max(version) FILTER (WHERE holder = p_holder AND kind = 'uread') AS my_upgradeable
   INTO c FROM (SELECT kind, holder, permits, version, COALESCE(weight, 1) AS weight, (extract(epoch FROM (expires_at - v_now)) * 1000000)::bigint AS left_us FROM "distlock_locks_holds" LEFT JOIN "distlock_locks_weights" ON obj_primitive = primitive AND obj_key = lock_key AND owner = holder AND token = version WHERE primitive = p_primitive AND lock_key = p_key AND kind <> 'object' AND expires_at > v_now) AS live;
-  v_won := c.mine IS NOT NULL OR CASE p_kind WHEN 'permit' THEN (c.stored IS NULL OR c.stored = p_permits) AND c.holds + p_weight <= p_permits WHEN 'read' THEN c.writers = 0 AND c.waiting = 0 ELSE c.holds = 0 END;
+  v_won := c.mine IS NOT NULL OR CASE p_kind WHEN 'permit' THEN (c.stored IS NULL OR c.stored = p_permits) AND c.holds + p_weight <= p_permits WHEN 'read' THEN c.writers = 0 AND c.waiting = 0 WHEN 'uread' THEN c.writers = 0 AND c.upgraders = 0 AND c.waiting = 0 WHEN 'write' THEN c.holds = 0 OR (c.my_upgradeable IS NOT NULL AND c.holds = 1) ELSE c.holds = 0 END;
   IF c.mine IS NOT NULL THEN
     v_token := c.mine;
     UPDATE "distlock_locks_holds" SET expires_at = v_now + p_ttl_us::float8 * interval '1 microsecond' WHERE primitive = p_primitive AND lock_key = p_key AND holder = p_holder AND kind = p_kind;
   ELSIF v_won THEN
     UPDATE "distlock_locks_holds" SET version = GREATEST(version + 1, (extract(epoch FROM v_now) * 1000000)::bigint) WHERE primitive = p_primitive AND lock_key = p_key AND holder = '#' RETURNING version INTO v_token;
-    INSERT INTO "distlock_locks_holds" (primitive, lock_key, holder, lock_name, kind, permits, version, expires_at) VALUES (p_primitive, p_key, p_holder, p_name, p_kind, CASE WHEN p_kind = 'permit' THEN p_permits END, v_token, v_now + p_ttl_us::float8 * interval '1 microsecond');
+    IF p_kind = 'write' AND c.my_upgradeable IS NOT NULL THEN
+      UPDATE "distlock_locks_holds" SET kind = 'write', version = v_token, expires_at = v_now + p_ttl_us::float8 * interval '1 microsecond' WHERE primitive = p_primitive AND lock_key = p_key AND holder = p_holder AND kind = 'uread';
+    ELSE
+      INSERT INTO "distlock_locks_holds" (primitive, lock_key, holder, lock_name, kind, permits, version, expires_at) VALUES (p_primitive, p_key, p_holder, p_name, p_kind, CASE WHEN p_kind = 'permit' THEN p_permits END, v_token, v_now + p_ttl_us::float8 * interval '1 microsecond');
+    END IF;
     IF p_weight > 1 THEN
       INSERT INTO "distlock_locks_weights" (obj_primitive, obj_key, owner, token, weight) VALUES (p_primitive, p_key, p_holder, v_token, p_weight);
     END IF;
@@ -131,4 +137,4 @@ BEGIN
 END
 $distlock$;
 
-INSERT INTO "distlock_locks_schema" AS s (id, version) VALUES (1, 2) ON CONFLICT (id) DO UPDATE SET version = GREATEST(s.version, 2);
+INSERT INTO "distlock_locks_schema" AS s (id, version) VALUES (1, 3) ON CONFLICT (id) DO UPDATE SET version = GREATEST(s.version, 3);

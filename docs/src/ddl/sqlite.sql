@@ -39,4 +39,4 @@ CREATE TABLE IF NOT EXISTS "distlock_locks_schema" (
   version INTEGER NOT NULL
 );
 
-INSERT INTO "distlock_locks_schema" (id, version) VALUES (1, 2) ON CONFLICT (id) DO UPDATE SET version = MAX(version, excluded.version);
+INSERT INTO "distlock_locks_schema" (id, version) VALUES (1, 3) ON CONFLICT (id) DO UPDATE SET version = MAX(version, excluded.version);

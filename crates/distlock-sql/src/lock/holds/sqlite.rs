@@ -47,7 +47,7 @@ pub(super) async fn attempt(conn: &mut SqliteConnection, a: &Attempt<'_>) -> Res
             sqlx::query_with(sql, args).execute(&mut *conn).await?;
             Outcome::Won(token)
         }
-        Verdict::Admit => {
+        verdict @ (Verdict::Admit | Verdict::Upgrade) => {
             let clock = Values {
                 clock: Some(crate::lock::clock_micros()),
                 ..a.values
@@ -58,7 +58,12 @@ pub(super) async fn attempt(conn: &mut SqliteConnection, a: &Attempt<'_>) -> Res
                 token: Some(token),
                 ..a.values
             };
-            let (sql, args) = run(&s.insert, hold)?;
+            // An upgrade turns the owner's upgradeable read into this write hold.
+            let step = match verdict {
+                Verdict::Upgrade => &s.upgrade,
+                _ => &s.insert,
+            };
+            let (sql, args) = run(step, hold)?;
             sqlx::query_with(sql, args).execute(&mut *conn).await?;
             if a.kind.weight() > 1 {
                 let (sql, args) = run(&s.weigh, hold)?;
