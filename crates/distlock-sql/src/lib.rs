@@ -24,7 +24,11 @@
 //!   ([`Semaphore::acquire_many`](distlock_core::Semaphore::acquire_many)) is one hold row
 //!   and a row with its weight in `<table>_weights`, written in the same transaction; the
 //!   census counts each hold by its weight, and releasing or renewing the hold acts on all
-//!   its permits at once.
+//!   its permits at once. An upgradeable read
+//!   ([`RwLock::upgradeable_read`](distlock_core::RwLock::upgradeable_read)) is a hold row of
+//!   its own kind; its upgrade is a write attempt by its owner that, once no plain reader
+//!   holds, turns that row into the write hold in the same transaction (one round trip on
+//!   MySQL and PostgreSQL).
 //! - A mutex holder can leave a note beside its hold
 //!   ([`DistributedLock::set_note`](distlock_core::DistributedLock::set_note)), which
 //!   [`inspect`](distlock_core::DistributedLock::inspect) reports while that hold lives: what
@@ -73,7 +77,8 @@
 //!   to run. Version 2 added the weights table and PostgreSQL's attempt function that counts
 //!   weights (beside version 1's, which running clients of that version still call): a client
 //!   of version 1 would count a hold of several permits as one, so it refuses to start on a
-//!   schema of version 2; stop such clients before holds of several permits are taken. The DDL of a dialect and table, complete (tables, PostgreSQL's functions, the
+//!   schema of version 2; stop such clients before holds of several permits are taken.
+//!   Version 3 replaced the body of PostgreSQL's attempt function, for upgradeable reads. The DDL of a dialect and table, complete (tables, PostgreSQL's functions, the
 //!   version), is [`SqlConfig::ddl`], printed by `distlock schema --url <url> [--table
 //!   <name>]`; run it with the dialect's own client (`mysql`, `psql`, `sqlite3`).
 //! - What a DBA creates once, and what a runtime user then needs: the lock table, the holds

@@ -172,7 +172,8 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// [`inspect`](DistributedLock::inspect), semaphores and read-write locks (writer
 /// preference: a waiting writer keeps new readers out), each hold with its own fencing
 /// token from a per-object counter, holds of several permits
-/// ([`Semaphore::acquire_many`](distlock_core::Semaphore::acquire_many)), and notes beside a mutex hold (leader election), where
+/// ([`Semaphore::acquire_many`](distlock_core::Semaphore::acquire_many)), upgradeable reads
+/// ([`RwLock::upgradeable_read`](distlock_core::RwLock::upgradeable_read)), and notes beside a mutex hold (leader election), where
 /// the notes table is there (see `notes_sql.rs`).
 ///
 /// # Why not `GET_LOCK`, `pg_advisory_lock` or `SELECT ... FOR UPDATE`

@@ -3,6 +3,12 @@
 //! the meaning of their results; it shares the pool, the retries and the error mapping of
 //! the mutex (`lock.rs`), and never touches the mutex table.
 //!
+//! An upgradeable read ([`LockKind::UpgradeableRead`]) is a hold row of kind `uread`. Its
+//! owner's write attempt is its upgrade: granted when no other hold lives, it turns that row
+//! into the write hold (new kind, new fencing token, the write lease's TTL) in the attempt's
+//! own transaction, so no other writer can come between; while it waits, its waiting record
+//! keeps new readers out as any waiting writer's does. The read lease then renews nothing.
+//!
 //! A hold of several permits ([`LockKind::Permit`]'s `weight`) is one hold: one row, and a
 //! weight row written in the same transaction (see `holds_sql.rs`); its release, renewal and
 //! the cleanup by owner act on its row, and so on all of its permits at once. It costs no
@@ -16,6 +22,7 @@
 //! | acquire, won                    | 1               | 1 (a call of the attempt's function) | 6 (`BEGIN IMMEDIATE`, purge, census, bump, insert, `COMMIT`); a hold of several permits (its weight row) or a writer with a waiting record 7 |
 //! | acquire, refused or mismatched  | 1               | 1          | 4 (`BEGIN IMMEDIATE`, purge, census, `COMMIT`); a waiting writer 5 |
 //! | acquire, retried after applied  | 1               | 1          | 5 (`BEGIN IMMEDIATE`, purge, census, renew, `COMMIT`) |
+//! | upgrade (a write attempt by the upgradeable reader), granted | 1 | 1 | 6 (`BEGIN IMMEDIATE`, purge, census, bump, the row turned into the write hold, `COMMIT`); 7 with its waiting record |
 //! | release                         | 1               | 1 (with its `NOTIFY`) | 1 |
 //! | extend                          | 1               | 1          | 1 |
 //! | `extend_many` (n leases)        | n, up to 32 at once (the default) | 1, mutexes and holds together | n |
