@@ -334,6 +334,7 @@ on_every_dialect!(
     mixed_weights_never_exceed_the_count,
     a_waiter_for_three_gets_in_when_three_are_free,
     a_schema_of_version_1_is_migrated_in_place,
+    a_purge_deletes_the_weights_of_holds_that_are_gone,
 );
 
 /// Runs `sql` (several statements) on the store as its administrator.
@@ -404,4 +405,20 @@ async fn a_schema_of_version_1_is_migrated_in_place(store: &Store) {
     assert!(new.release(&old).await.expect("works"));
     assert!(new.release(&two).await.expect("works"));
     assert!(config(false).build().await.is_ok(), "version 2 now");
+}
+
+/// A purge deletes the weight row of a released hold and keeps a live one's; on a table of the
+/// check's own, whose rows are too young to purge otherwise.
+async fn a_purge_deletes_the_weights_of_holds_that_are_gone(store: &Store) {
+    let table = format!("weights_purge_{}", uuid::Uuid::new_v4().simple());
+    let lock = store.client_on(&table).await;
+    let (a, b) = (unique("a"), unique("b"));
+    let released = won(attempt(&lock, &a, permits(3, 2)).await, "two of three");
+    assert!(lock.release(&released).await.expect("works"));
+    let live = won(attempt(&lock, &b, permits(3, 3)).await, "three of three");
+    let purged = lock.purge_idle(Duration::from_secs(60)).await.expect("purges");
+    assert_eq!(purged, 1, "the released hold's weight row");
+    assert_eq!(taken(&lock, &b).await, 3, "the live hold keeps its weight");
+    refused(attempt(&lock, &b, permits(3, 1)).await, "still full");
+    assert!(lock.release(&live).await.expect("works"));
 }
