@@ -2,6 +2,11 @@
 //! ([`DistributedLock::set_note`](distlock_core::DistributedLock::set_note)), and whether the
 //! notes table is there at all. This module owns the meaning of the statement's answer; the
 //! table and its statements are `notes_sql.rs`'s, reading a note back is `inspect.rs`'s.
+//!
+//! Round trips, every dialect: a note **1** (one `INSERT ... SELECT` upsert, owner-checked
+//! against the live hold); reading it **0** more (inspect joins the notes table in its one
+//! round trip). So leader election costs a campaign that wins 2 (the acquisition, then the
+//! note), a read of the leader 1, a resignation 1 (the release).
 
 use std::sync::atomic::Ordering;
 
