@@ -18,7 +18,8 @@ use distlock_core::LockKind;
 /// times are in the dialect's unit (µs on MySQL, ms on SQLite).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Census {
-    /// Live holds of any kind (permits, readers, the writer).
+    /// Live holds of any kind (permits, readers, the writer), each counted by its weight (the
+    /// permits it takes; 1 for anything but a permit): so, for a semaphore, the permits taken.
     pub(crate) holds: i64,
     /// Live read holds.
     pub(crate) readers: i64,
@@ -37,6 +38,11 @@ pub(crate) struct Census {
     pub(crate) last_reader_left: Option<i64>,
     /// Time left on the write hold.
     pub(crate) writer_left: Option<i64>,
+    /// Live upgradeable read holds (0 or 1).
+    pub(crate) upgraders: i64,
+    /// The fencing token of the attempt's owner's live upgradeable read, if any: a write
+    /// attempt by that owner is its upgrade.
+    pub(crate) my_upgradeable: Option<i64>,
 }
 
 /// The columns a census query yields, in order.
@@ -49,6 +55,8 @@ pub(crate) type CensusRow = (
     Option<i64>,
     Option<i64>,
     Option<i64>,
+    Option<i64>,
+    i64,
     Option<i64>,
 );
 
@@ -64,6 +72,8 @@ impl From<CensusRow> for Census {
             first_permit_left,
             last_reader_left,
             writer_left,
+            upgraders,
+            my_upgradeable,
         ) = row;
         Self {
             holds,
@@ -75,6 +85,8 @@ impl From<CensusRow> for Census {
             first_permit_left,
             last_reader_left,
             writer_left,
+            upgraders,
+            my_upgradeable,
         }
     }
 }
@@ -87,6 +99,8 @@ pub(crate) enum Verdict {
     Renew(i64),
     /// Take a new hold.
     Admit,
+    /// Turn the owner's upgradeable read into the write hold (with a new fencing token).
+    Upgrade,
     /// Live permit holders were admitted with this other count: change nothing.
     Mismatch(i64),
     /// Full, or excluded by readers, a writer or a waiting writer.
@@ -95,23 +109,36 @@ pub(crate) enum Verdict {
 
 impl Census {
     /// The rule:
-    /// - a permit of `permits` gets in while fewer than `permits` holds are live, unless the
-    ///   live holders were admitted with another count (then nothing changes);
+    /// - `weight` permits of `permits` get in while the live holds take no more than
+    ///   `permits - weight`, unless the live holders were admitted with another count (then
+    ///   nothing changes);
     /// - a reader gets in unless a writer holds or a writer is recorded waiting (writer
     ///   preference: a waiting writer keeps new readers out);
-    /// - a writer gets in when no hold at all is live (other waiting writers do not block it).
+    /// - an upgradeable reader as a reader, and also not while another upgradeable reader
+    ///   holds;
+    /// - a writer gets in when no hold at all is live (other waiting writers do not block it);
+    ///   a writer whose owner holds the object's upgradeable read (its upgrade) when no other
+    ///   hold is live, and then that hold becomes the write hold.
     pub(crate) fn verdict(&self, kind: LockKind) -> Verdict {
         if let Some(token) = self.mine {
             return Verdict::Renew(token);
         }
         let admitted = match kind {
-            LockKind::Permit { permits, .. } => {
+            LockKind::Permit { permits, weight } => {
                 if let Some(stored) = self.stored_permits.filter(|&s| s != i64::from(permits)) {
                     return Verdict::Mismatch(stored);
                 }
-                self.holds < i64::from(permits)
+                self.holds + i64::from(weight) <= i64::from(permits)
             }
             LockKind::Read => self.writers == 0 && self.waiting == 0,
+            LockKind::UpgradeableRead => self.writers == 0 && self.upgraders == 0 && self.waiting == 0,
+            // The owner's own upgradeable read is the one hold (of weight 1) left.
+            LockKind::Write if self.my_upgradeable.is_some() => {
+                return match self.holds == 1 {
+                    true => Verdict::Upgrade,
+                    false => Verdict::Refuse,
+                };
+            }
             LockKind::Write => self.holds == 0,
             _ => false,
         };
@@ -129,7 +156,7 @@ impl Census {
     pub(crate) fn wait_hint(&self, kind: LockKind) -> Option<i64> {
         match kind {
             LockKind::Permit { .. } => self.first_permit_left,
-            LockKind::Read => self.writer_left.filter(|_| self.writers > 0),
+            LockKind::Read | LockKind::UpgradeableRead => self.writer_left.filter(|_| self.writers > 0),
             LockKind::Write if self.writers > 0 => self.writer_left,
             LockKind::Write => self.last_reader_left,
             _ => None,
@@ -164,6 +191,50 @@ mod tests {
         let full = Census { holds: 3, ..two };
         assert_eq!(full.verdict(permits(3)), Verdict::Refuse);
         assert_eq!(full.wait_hint(permits(3)), Some(40));
+    }
+
+    #[test]
+    fn one_upgradeable_reader_beside_readers_and_its_upgrade() {
+        let reader = Census {
+            holds: 1,
+            readers: 1,
+            ..Census::default()
+        };
+        assert_eq!(reader.verdict(LockKind::UpgradeableRead), Verdict::Admit);
+        let both = Census {
+            holds: 2,
+            upgraders: 1,
+            ..reader.clone()
+        };
+        assert_eq!(both.verdict(LockKind::Read), Verdict::Admit);
+        assert_eq!(both.verdict(LockKind::UpgradeableRead), Verdict::Refuse);
+        assert_eq!(both.verdict(LockKind::Write), Verdict::Refuse);
+        let mine = Census {
+            my_upgradeable: Some(9),
+            ..both
+        };
+        assert_eq!(mine.verdict(LockKind::Write), Verdict::Refuse, "a reader is in");
+        let alone = Census {
+            holds: 1,
+            readers: 0,
+            ..mine
+        };
+        assert_eq!(alone.verdict(LockKind::Write), Verdict::Upgrade);
+        let waiting = Census { waiting: 1, ..reader };
+        assert_eq!(waiting.verdict(LockKind::UpgradeableRead), Verdict::Refuse);
+    }
+
+    #[test]
+    fn weights_are_counted() {
+        let two_taken = Census {
+            holds: 2,
+            stored_permits: Some(4),
+            ..Census::default()
+        };
+        let of = |weight| LockKind::Permit { permits: 4, weight };
+        assert_eq!(two_taken.verdict(of(2)), Verdict::Admit);
+        assert_eq!(two_taken.verdict(of(3)), Verdict::Refuse);
+        assert_eq!(Census::default().verdict(of(4)), Verdict::Admit);
     }
 
     #[test]

@@ -20,6 +20,10 @@ enum Seed {
     Permit(u32),
     Read,
     Write,
+    /// Another owner's upgradeable read.
+    Upgradeable,
+    /// The attempt's owner's upgradeable read (a write attempt then is its upgrade).
+    MyUpgradeable,
     /// A waiting writer's record.
     Waiter,
     /// The attempt's own hold, of the attempt's kind (a retried attempt).
@@ -134,6 +138,56 @@ fn situations() -> Vec<(&'static str, Vec<Row>, LockKind)> {
             LockKind::Read,
         ),
         (
+            "an upgradeable reader in, a reader",
+            vec![(Seed::Upgradeable, LIVE)],
+            LockKind::Read,
+        ),
+        (
+            "an upgradeable reader in, an upgradeable reader",
+            vec![(Seed::Upgradeable, LIVE)],
+            LockKind::UpgradeableRead,
+        ),
+        (
+            "an expired upgradeable reader, an upgradeable reader",
+            vec![(Seed::Upgradeable, EXPIRED)],
+            LockKind::UpgradeableRead,
+        ),
+        (
+            "an upgradeable reader in, a writer",
+            vec![(Seed::Upgradeable, LIVE)],
+            LockKind::Write,
+        ),
+        (
+            "readers in, an upgradeable reader",
+            vec![(Seed::Read, LIVE), (Seed::Read, LIVE)],
+            LockKind::UpgradeableRead,
+        ),
+        (
+            "a waiting writer, an upgradeable reader",
+            vec![(Seed::Read, LIVE), (Seed::Waiter, LIVE)],
+            LockKind::UpgradeableRead,
+        ),
+        (
+            "a writer in, an upgradeable reader",
+            vec![(Seed::Write, LIVE)],
+            LockKind::UpgradeableRead,
+        ),
+        (
+            "my upgradeable read and a reader, its upgrade",
+            vec![(Seed::MyUpgradeable, LIVE), (Seed::Read, LIVE)],
+            LockKind::Write,
+        ),
+        (
+            "my upgradeable read alone and a waiting writer, its upgrade",
+            vec![(Seed::MyUpgradeable, LIVE), (Seed::Waiter, LIVE)],
+            LockKind::Write,
+        ),
+        (
+            "my expired upgradeable read and a reader, a writer",
+            vec![(Seed::MyUpgradeable, EXPIRED), (Seed::Read, LIVE)],
+            LockKind::Write,
+        ),
+        (
             "my write lock and a waiting writer, a writer",
             vec![(Seed::Mine, LIVE), (Seed::Waiter, LIVE)],
             LockKind::Write,
@@ -157,6 +211,11 @@ fn census(rows: &[Row], kind: LockKind) -> Census {
             },
             Seed::Read => LockKind::Read,
             Seed::Write => LockKind::Write,
+            Seed::Upgradeable => LockKind::UpgradeableRead,
+            Seed::MyUpgradeable => {
+                census.my_upgradeable = Some(100);
+                LockKind::UpgradeableRead
+            }
             Seed::Waiter => {
                 census.waiting += 1;
                 continue;
@@ -164,6 +223,7 @@ fn census(rows: &[Row], kind: LockKind) -> Census {
         };
         census.holds += 1;
         match seed_kind {
+            LockKind::UpgradeableRead => census.upgraders += 1,
             LockKind::Permit { permits, .. } => census.stored_permits = Some(i64::from(permits)),
             LockKind::Read => census.readers += 1,
             _ => census.writers += 1,
@@ -183,7 +243,7 @@ enum Decision {
 
 fn expected(verdict: Verdict) -> Decision {
     match verdict {
-        Verdict::Admit => Decision::Admit,
+        Verdict::Admit | Verdict::Upgrade => Decision::Admit,
         Verdict::Renew(_) => Decision::Renew,
         Verdict::Refuse => Decision::Refuse,
         Verdict::Mismatch(n) => Decision::Mismatch(u32::try_from(n).expect("a small count")),
@@ -320,6 +380,8 @@ async fn agree(lock: &SqlLock, db: &impl Seeder, dialect: &str) {
                 ),
                 Seed::Read => (format!("other-{j}"), LockKind::Read, 100),
                 Seed::Write => (format!("other-{j}"), LockKind::Write, 100),
+                Seed::Upgradeable => (format!("other-{j}"), LockKind::UpgradeableRead, 100),
+                Seed::MyUpgradeable => (owner.to_string(), LockKind::UpgradeableRead, 100),
             };
             let column = crate::holds_sql::kind_column(seed_kind).unwrap_or("waiter");
             let permits = match seed_kind {

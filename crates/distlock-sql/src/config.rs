@@ -331,7 +331,9 @@ impl SqlConfig {
 
     /// The `CREATE TABLE` statements for this config's database and table, for teams whose
     /// DBAs create tables: the lock table, then its holds table (`<table>_holds`, for
-    /// semaphores and read-write locks), separated by `;`. On PostgreSQL more follow: the
+    /// semaphores and read-write locks), its weights table (`<table>_weights`, the weights of
+    /// holds of several permits), its notes table (`<table>_notes`, a mutex holder's
+    /// note), separated by `;`. On PostgreSQL more follow: the
     /// function an attempt at a semaphore or read-write lock calls (`<table>_holds_try`), the
     /// mutex's queue of waiters ([`waiters_table`](Self::waiters_table)), and the functions of
     /// a release (`<table>_release`) and of a waiter leaving the queue (`<table>_leave`); the

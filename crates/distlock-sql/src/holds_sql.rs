@@ -12,8 +12,16 @@
 //! | row            | `holder`                     | `kind`                         | `permits`          | `version`                            | `expires_at` |
 //! |----------------|------------------------------|--------------------------------|--------------------|--------------------------------------|--------------|
 //! | the object     | `#`                          | `object`                       | `NULL`             | the last fencing token issued        | `NULL` |
-//! | a hold         | the holder's owner token     | `permit`, `read` or `write`    | the count (permit) | this hold's fencing token            | end of the hold |
+//! | a hold         | the holder's owner token     | `permit`, `read`, `write`, `uread` (upgradeable read) | the count (permit) | this hold's fencing token            | end of the hold |
 //! | waiting writer | `~` + the waiter's id        | `waiter`                       | `NULL`             | 0                                    | end of the wait record |
+//!
+//! A hold of several permits ([`LockKind::Permit`]'s `weight` above 1) also has a row in a
+//! second table, `<table>_weights`, keyed by the hold's object, holder and fencing token
+//! (`obj_primitive`, `obj_key`, `owner`, `token`) with its `weight`; a hold without such a row
+//! weighs 1. The census joins it on the hold's `version`, so a weight counts only beside the
+//! hold it was written with (in the same transaction), and releases, renewals and the
+//! cleanup by owner, which touch the hold's row only, act on the whole hold. A weight row
+//! whose hold is gone is never read again; the purge deletes it.
 //!
 //! `primitive` is [`Primitive::as_str`](distlock_core::Primitive::as_str) (`semaphore`,
 //! `rw-lock`), so the semaphore `x` and the read-write lock `x` never share a row, nor a row
@@ -52,6 +60,19 @@ use crate::statement::Statement;
 /// The longest `holder` value: `~` + a SHA-256 in hex (64), or an owner token (36).
 pub(crate) const HOLDER_LEN: usize = 72;
 
+/// The weights table's name for the mutex table `table`: `<table>_weights`, shortened as
+/// [`holds_table`] does.
+pub(crate) fn weights_table(dialect: Dialect, table: &str) -> String {
+    identifier(dialect, table, "_weights")
+}
+
+/// The join of a hold row (the holds table's columns, unqualified) to its weight row in the
+/// weights table `w` (quoted), and the hold's weight: the weights table's columns are named
+/// apart from the holds table's, so no column needs its table's name.
+fn weight_join(w: &str) -> String {
+    format!("LEFT JOIN {w} ON obj_primitive = primitive AND obj_key = lock_key AND owner = holder AND token = version")
+}
+
 /// The holds table's name for the mutex table `table`: `<table>_holds`, or, when that would
 /// pass the 64 characters of a MySQL identifier (63 on PostgreSQL), a prefix of `table`, 8
 /// hex digits of its SHA-256 and `_holds` (so two long table names never share a holds table).
@@ -89,19 +110,21 @@ pub(crate) fn kind_column(kind: LockKind) -> Option<&'static str> {
         LockKind::Permit { .. } => Some("permit"),
         LockKind::Read => Some("read"),
         LockKind::Write => Some("write"),
+        LockKind::UpgradeableRead => Some("uread"),
         _ => None,
     }
 }
 
-/// The hold a row's `kind` and `permits` describe; `None` for anything else.
-pub(crate) fn kind_of_row(kind: &str, permits: Option<i64>) -> Option<LockKind> {
+/// The hold a row's `kind`, `permits` and weight describe; `None` for anything else.
+pub(crate) fn kind_of_row(kind: &str, permits: Option<i64>, weight: i64) -> Option<LockKind> {
     match kind {
         "permit" => Some(LockKind::Permit {
             permits: u32::try_from(permits?).ok()?,
-            weight: 1,
+            weight: u32::try_from(weight).ok()?,
         }),
         "read" => Some(LockKind::Read),
         "write" => Some(LockKind::Write),
+        "uread" => Some(LockKind::UpgradeableRead),
         _ => None,
     }
 }
@@ -128,7 +151,12 @@ pub(crate) struct HoldStatements {
     /// The table's name, unquoted.
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) table: String,
+    /// The weights table's name, unquoted.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub(crate) weights: String,
     pub(crate) create_table: String,
+    /// Creates the weights table.
+    pub(crate) create_weights: String,
     /// PostgreSQL: creates (or replaces) the function of an attempt; empty elsewhere.
     pub(crate) create_function: String,
     /// PostgreSQL: calls the function of an attempt. `:permits` is `NULL` but for a permit;
@@ -146,7 +174,7 @@ pub(crate) struct HoldStatements {
     /// Deletes a waiting writer's record (`:holder`) (PostgreSQL:
     /// yields the count, and announces the withdrawal with `pg_notify`).
     pub(crate) withdraw: Statement,
-    /// Yields holder, kind, permits, version, remaining time (µs / ms)
+    /// Yields holder, kind, permits, version, remaining time (µs / ms) and weight
     /// of each live hold, oldest first.
     pub(crate) holders: Statement,
     /// SQLite: the statements of an attempt's transaction (MySQL builds its one query per
@@ -169,6 +197,11 @@ pub(crate) struct SqliteAttempt {
     pub(crate) bump: Statement,
     /// The new hold.
     pub(crate) insert: Statement,
+    /// The new hold's weight row (a hold of several permits).
+    pub(crate) weigh: Statement,
+    /// An upgrade: turns the owner's upgradeable read into the write hold, with its new
+    /// fencing token and TTL.
+    pub(crate) upgrade: Statement,
     /// Renews the attempt's own hold (a retry).
     pub(crate) renew: Statement,
     /// Records or renews a waiting writer.
@@ -179,15 +212,18 @@ impl HoldStatements {
     /// The statements for the holds table of the mutex table `table`.
     pub(crate) fn new(dialect: Dialect, table: &str) -> Self {
         let holds = holds_table(dialect, table);
+        let weights = weights_table(dialect, table);
         match dialect {
-            Dialect::MySql => Self::mysql(holds),
-            Dialect::Postgres => Self::postgres(table, holds),
-            Dialect::Sqlite => Self::sqlite(holds),
+            Dialect::MySql => Self::mysql(holds, weights),
+            Dialect::Postgres => Self::postgres(table, holds, weights),
+            Dialect::Sqlite => Self::sqlite(holds, weights),
         }
     }
 
-    fn mysql(table: String) -> Self {
+    fn mysql(table: String, weights: String) -> Self {
         let t = format!("`{table}`");
+        let w = format!("`{weights}`");
+        let join = weight_join(&w);
         let now = "UTC_TIMESTAMP(6)";
         let left = "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)";
         Self {
@@ -217,22 +253,35 @@ impl HoldStatements {
             )),
             holders: Statement::new(Dialect::MySql, &format!(
                 "SELECT CAST(holder AS CHAR CHARACTER SET utf8mb4), CAST(kind AS CHAR CHARACTER SET utf8mb4), \
-                 CAST(permits AS SIGNED), version, {left} FROM {t} \
-                 WHERE primitive = :primitive AND lock_key = :key AND kind IN ('permit', 'read', 'write') \
+                 CAST(permits AS SIGNED), version, {left}, CAST(COALESCE(weight, 1) AS SIGNED) FROM {t} {join} \
+                 WHERE primitive = :primitive AND lock_key = :key AND kind IN ('permit', 'read', 'write', 'uread') \
                  AND expires_at > {now} ORDER BY version"
             )),
+            create_weights: format!(
+                "CREATE TABLE IF NOT EXISTS {w} (\n  \
+                 obj_primitive VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n  \
+                 obj_key       VARCHAR({KEY_LEN}) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n  \
+                 owner         VARCHAR({HOLDER_LEN}) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n  \
+                 token         BIGINT NOT NULL,\n  \
+                 weight        INT UNSIGNED NOT NULL,\n  \
+                 PRIMARY KEY (obj_primitive, obj_key, owner, token)\n\
+                 ) ENGINE=InnoDB"
+            ),
             sqlite: SqliteAttempt::default(),
             create_function: String::new(),
             attempt: Statement::default(),
             table,
+            weights,
         }
     }
 
     /// PostgreSQL: the layout of MySQL's table, and an attempt as one call of a PL/pgSQL
     /// function (one round trip, its values bound as parameters). Releases and withdrawals
     /// `pg_notify` the mutex table's channel (`mutex_table`) with `<primitive>:<key>`.
-    fn postgres(mutex_table: &str, table: String) -> Self {
+    fn postgres(mutex_table: &str, table: String, weights: String) -> Self {
         let t = format!("\"{table}\"");
+        let w = format!("\"{weights}\"");
+        let join = weight_join(&w);
         let now = PG_NOW;
         let left = PG_LEFT_US;
         let function = attempt_function(mutex_table);
@@ -251,9 +300,20 @@ impl HoldStatements {
                  PRIMARY KEY (primitive, lock_key, holder)\n\
                  )"
             ),
-            create_function: pg_attempt_function(&t, &function),
+            create_weights: format!(
+                "CREATE TABLE IF NOT EXISTS {w} (\n  \
+                 obj_primitive VARCHAR(16) COLLATE \"C\" NOT NULL,\n  \
+                 obj_key       VARCHAR({KEY_LEN}) COLLATE \"C\" NOT NULL,\n  \
+                 owner         VARCHAR({HOLDER_LEN}) COLLATE \"C\" NOT NULL,\n  \
+                 token         BIGINT NOT NULL,\n  \
+                 weight        INTEGER NOT NULL,\n  \
+                 PRIMARY KEY (obj_primitive, obj_key, owner, token)\n\
+                 )"
+            ),
+            create_function: pg_attempt_function(&t, &w, &function),
             attempt: Statement::new(Dialect::Postgres, &format!(
-                "SELECT * FROM \"{function}\"(:primitive, :key, :name, :owner, :kind, :permits, :ttl, :waiter, :stay)"
+                "SELECT * FROM \"{function}\"(:primitive, :key, :name, :owner, :kind, :permits, :ttl, :waiter, :stay, \
+                 :weight::int4)"
             )),
             release: Statement::new(Dialect::Postgres, &format!(
                 "WITH gone AS (DELETE FROM {t} WHERE primitive = :primitive AND lock_key = :key AND holder = :owner \
@@ -271,17 +331,21 @@ impl HoldStatements {
                  SELECT count(*) FROM gone WHERE {notify}"
             )),
             holders: Statement::new(Dialect::Postgres, &format!(
-                "SELECT holder::text, kind::text, permits::int8, version, {left} FROM {t} \
-                 WHERE primitive = :primitive AND lock_key = :key AND kind IN ('permit', 'read', 'write') \
+                "SELECT holder::text, kind::text, permits::int8, version, {left}, COALESCE(weight, 1)::int8 \
+                 FROM {t} {join} \
+                 WHERE primitive = :primitive AND lock_key = :key AND kind IN ('permit', 'read', 'write', 'uread') \
                  AND expires_at > {now} ORDER BY version"
             )),
             sqlite: SqliteAttempt::default(),
             table,
+            weights,
         }
     }
 
-    fn sqlite(table: String) -> Self {
+    fn sqlite(table: String, weights: String) -> Self {
         let t = format!("\"{table}\"");
+        let w = format!("\"{weights}\"");
+        let join = weight_join(&w);
         let now = SQLITE_NOW_MS;
         let left = format!("expires_at - {now}");
         let columns = "(primitive, lock_key, holder, lock_name, kind, permits, version, expires_at)";
@@ -311,10 +375,20 @@ impl HoldStatements {
                 "DELETE FROM {t} WHERE primitive = :primitive AND lock_key = :key AND holder = :holder AND kind = 'waiter'"
             )),
             holders: Statement::new(Dialect::Sqlite, &format!(
-                "SELECT holder, kind, permits, version, {left} FROM {t} \
-                 WHERE primitive = :primitive AND lock_key = :key AND kind IN ('permit', 'read', 'write') \
+                "SELECT holder, kind, permits, version, {left}, COALESCE(weight, 1) FROM {t} {join} \
+                 WHERE primitive = :primitive AND lock_key = :key AND kind IN ('permit', 'read', 'write', 'uread') \
                  AND expires_at > {now} ORDER BY version"
             )),
+            create_weights: format!(
+                "CREATE TABLE IF NOT EXISTS {w} (\n  \
+                 obj_primitive TEXT NOT NULL,\n  \
+                 obj_key       TEXT NOT NULL,\n  \
+                 owner         TEXT NOT NULL,\n  \
+                 token         INTEGER NOT NULL,\n  \
+                 weight        INTEGER NOT NULL,\n  \
+                 PRIMARY KEY (obj_primitive, obj_key, owner, token)\n\
+                 ) WITHOUT ROWID"
+            ),
             sqlite: SqliteAttempt {
                 purge: Statement::new(
                     Dialect::Sqlite,
@@ -326,8 +400,8 @@ impl HoldStatements {
                 census: Statement::new(
                     Dialect::Sqlite,
                     &format!(
-                        "SELECT {} FROM {t} WHERE primitive = :primitive AND lock_key = :key AND kind <> 'object' \
-                         AND expires_at > {now}",
+                        "SELECT {} FROM {t} {join} WHERE primitive = :primitive AND lock_key = :key \
+                         AND kind <> 'object' AND expires_at > {now}",
                         census_columns(":owner", ":kind", &left)
                     ),
                 ),
@@ -348,6 +422,20 @@ impl HoldStatements {
                          VALUES (:primitive, :key, :owner, :name, :kind, :permits, :token, {now} + :ttl)"
                     ),
                 ),
+                upgrade: Statement::new(
+                    Dialect::Sqlite,
+                    &format!(
+                        "UPDATE {t} SET kind = 'write', version = :token, expires_at = {now} + :ttl \
+                         WHERE primitive = :primitive AND lock_key = :key AND holder = :owner AND kind = 'uread'"
+                    ),
+                ),
+                weigh: Statement::new(
+                    Dialect::Sqlite,
+                    &format!(
+                        "INSERT INTO {w} (obj_primitive, obj_key, owner, token, weight) \
+                         VALUES (:primitive, :key, :owner, :token, :weight)"
+                    ),
+                ),
                 renew: Statement::new(
                     Dialect::Sqlite,
                     &format!(
@@ -366,23 +454,29 @@ impl HoldStatements {
             create_function: String::new(),
             attempt: Statement::default(),
             table,
+            weights,
         }
     }
 }
 
-/// The census's columns over one object's live rows (a [`CensusRow`](crate::admission::CensusRow)):
-/// holds, readers, writers, waiting writers, the permit count of live permits, the token of
-/// the attempt's own hold (`owner` of `kind`), and the remaining times of the first permit,
-/// the last reader and the writer (`left` computes a row's remaining time).
+/// The census's columns over one object's live rows, each joined to its weight row (a
+/// [`CensusRow`](crate::admission::CensusRow)): the permits the holds take (each hold its
+/// weight), readers, writers, waiting writers, the permit count of live permits, the token of
+/// the attempt's own hold (`owner` of `kind`), the remaining times of the first permit,
+/// the last reader and the writer (`left` computes a row's remaining time), the upgradeable
+/// readers, and the token of `owner`'s upgradeable read.
 fn census_columns(owner: &str, kind: &str, left: &str) -> String {
     format!(
-        "COALESCE(SUM(kind <> 'waiter'), 0), COALESCE(SUM(kind = 'read'), 0), \
+        "COALESCE(SUM(CASE WHEN kind = 'waiter' THEN 0 ELSE COALESCE(weight, 1) END), 0), \
+         COALESCE(SUM(kind = 'read'), 0), \
          COALESCE(SUM(kind = 'write'), 0), COALESCE(SUM(kind = 'waiter'), 0), \
          MIN(CASE WHEN kind = 'permit' THEN permits END), \
          MAX(CASE WHEN holder = {owner} AND kind = {kind} THEN version END), \
          MIN(CASE WHEN kind = 'permit' THEN {left} END), \
          MAX(CASE WHEN kind = 'read' THEN {left} END), \
-         MAX(CASE WHEN kind = 'write' THEN {left} END)"
+         MAX(CASE WHEN kind = 'write' THEN {left} END), \
+         COALESCE(SUM(kind = 'uread'), 0), \
+         MAX(CASE WHEN holder = {owner} AND kind = 'uread' THEN version END)"
     )
 }
 
@@ -395,14 +489,21 @@ fn census_columns(owner: &str, kind: &str, left: &str) -> String {
 /// `admission.rs`'s rule, and then either bumps the object's version and inserts the hold or
 /// renews the attempt's own hold (a retry); a writer removes its waiting record when it wins
 /// and records or renews it when it loses. Its clock is read once the object is taken.
-fn pg_attempt_function(t: &str, function: &str) -> String {
+///
+/// A hold of several permits (`p_weight` above 1) also writes its weight row in the weights
+/// table `w` (quoted), and the census counts each hold by its weight. The function takes
+/// `p_weight` last: an overload beside the one of schema version 1 (nine parameters), which
+/// clients of that version still call.
+fn pg_attempt_function(t: &str, w: &str, function: &str) -> String {
     let columns = "(primitive, lock_key, holder, lock_name, kind, permits, version, expires_at)";
     let object = "primitive = p_primitive AND lock_key = p_key";
     let ttl = "v_now + p_ttl_us::float8 * interval '1 microsecond'";
     let stay = "v_now + p_stay_us::float8 * interval '1 microsecond'";
+    let join = weight_join(w);
     format!(
         "CREATE OR REPLACE FUNCTION \"{function}\"(p_primitive text, p_key text, p_name text, \
-         p_holder text, p_kind text, p_permits integer, p_ttl_us bigint, p_waiter text, p_stay_us bigint)\n\
+         p_holder text, p_kind text, p_permits integer, p_ttl_us bigint, p_waiter text, p_stay_us bigint, \
+         p_weight integer)\n\
          RETURNS TABLE (o_won boolean, o_token bigint, o_holds bigint, o_readers bigint, \
          o_writers bigint, o_waiting bigint, o_stored bigint, o_mine bigint, o_first_permit bigint, \
          o_last_reader bigint, o_writer bigint)\n\
@@ -414,7 +515,7 @@ fn pg_attempt_function(t: &str, function: &str) -> String {
          PERFORM 1 FROM {t} WHERE {object} AND holder = '#' FOR UPDATE;\n  \
          v_now := clock_timestamp();\n  \
          DELETE FROM {t} WHERE {object} AND kind <> 'object' AND expires_at <= v_now;\n  \
-         SELECT count(*) FILTER (WHERE kind <> 'waiter') AS holds,\n    \
+         SELECT coalesce(sum(weight) FILTER (WHERE kind <> 'waiter'), 0)::bigint AS holds,\n    \
          count(*) FILTER (WHERE kind = 'read') AS readers,\n    \
          count(*) FILTER (WHERE kind = 'write') AS writers,\n    \
          count(*) FILTER (WHERE kind = 'waiter') AS waiting,\n    \
@@ -422,13 +523,17 @@ fn pg_attempt_function(t: &str, function: &str) -> String {
          max(version) FILTER (WHERE holder = p_holder AND kind = p_kind) AS mine,\n    \
          min(left_us) FILTER (WHERE kind = 'permit') AS first_permit,\n    \
          max(left_us) FILTER (WHERE kind = 'read') AS last_reader,\n    \
-         max(left_us) FILTER (WHERE kind = 'write') AS writer\n  \
-         INTO c FROM (SELECT kind, holder, permits, version, \
+         max(left_us) FILTER (WHERE kind = 'write') AS writer,\n    \
+         count(*) FILTER (WHERE kind = 'uread') AS upgraders,\n    \
+         max(version) FILTER (WHERE holder = p_holder AND kind = 'uread') AS my_upgradeable\n  \
+         INTO c FROM (SELECT kind, holder, permits, version, COALESCE(weight, 1) AS weight, \
          (extract(epoch FROM (expires_at - v_now)) * 1000000)::bigint AS left_us \
-         FROM {t} WHERE {object} AND kind <> 'object' AND expires_at > v_now) AS live;\n  \
+         FROM {t} {join} WHERE {object} AND kind <> 'object' AND expires_at > v_now) AS live;\n  \
          v_won := c.mine IS NOT NULL OR CASE p_kind \
-         WHEN 'permit' THEN (c.stored IS NULL OR c.stored = p_permits) AND c.holds < p_permits \
+         WHEN 'permit' THEN (c.stored IS NULL OR c.stored = p_permits) AND c.holds + p_weight <= p_permits \
          WHEN 'read' THEN c.writers = 0 AND c.waiting = 0 \
+         WHEN 'uread' THEN c.writers = 0 AND c.upgraders = 0 AND c.waiting = 0 \
+         WHEN 'write' THEN c.holds = 0 OR (c.my_upgradeable IS NOT NULL AND c.holds = 1) \
          ELSE c.holds = 0 END;\n  \
          IF c.mine IS NOT NULL THEN\n    \
          v_token := c.mine;\n    \
@@ -436,8 +541,17 @@ fn pg_attempt_function(t: &str, function: &str) -> String {
          ELSIF v_won THEN\n    \
          UPDATE {t} SET version = GREATEST(version + 1, (extract(epoch FROM v_now) * 1000000)::bigint) \
          WHERE {object} AND holder = '#' RETURNING version INTO v_token;\n    \
+         IF p_kind = 'write' AND c.my_upgradeable IS NOT NULL THEN\n      \
+         UPDATE {t} SET kind = 'write', version = v_token, expires_at = {ttl} \
+         WHERE {object} AND holder = p_holder AND kind = 'uread';\n    \
+         ELSE\n      \
          INSERT INTO {t} {columns} VALUES (p_primitive, p_key, p_holder, p_name, p_kind, \
-         CASE WHEN p_kind = 'permit' THEN p_permits END, v_token, {ttl});\n  \
+         CASE WHEN p_kind = 'permit' THEN p_permits END, v_token, {ttl});\n    \
+         END IF;\n    \
+         IF p_weight > 1 THEN\n      \
+         INSERT INTO {w} (obj_primitive, obj_key, owner, token, weight) \
+         VALUES (p_primitive, p_key, p_holder, v_token, p_weight);\n    \
+         END IF;\n  \
          END IF;\n  \
          IF p_waiter IS NOT NULL THEN\n    \
          IF v_won THEN\n      \
@@ -479,8 +593,11 @@ pub(crate) struct AttemptValues<'a> {
 /// A statement that fails stops the query with the transaction open: the caller must close
 /// the connection then (which rolls it back), never return it to the pool.
 #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-pub(crate) fn mysql_attempt(table: &str, v: &AttemptValues<'_>) -> String {
+pub(crate) fn mysql_attempt(table: &str, weights: &str, v: &AttemptValues<'_>) -> String {
     let t = format!("`{table}`");
+    let w = format!("`{weights}`");
+    let join = weight_join(&w);
+    let weight = v.kind.weight();
     let p = ascii_literal(v.primitive);
     let k = ascii_literal(v.key);
     let n = text_literal(v.name);
@@ -492,18 +609,30 @@ pub(crate) fn mysql_attempt(table: &str, v: &AttemptValues<'_>) -> String {
             permits.to_string(),
             format!(
                 "@dl_mine IS NOT NULL OR ((@dl_stored IS NULL OR @dl_stored = {permits}) \
-                 AND @dl_holds < {permits})"
+                 AND @dl_holds + {weight} <= {permits})"
             ),
         ),
         LockKind::Read => (
             "NULL".to_owned(),
             "@dl_mine IS NOT NULL OR (@dl_writers = 0 AND @dl_waiting = 0)".to_owned(),
         ),
-        // A writer, and anything else (which never reaches here) only when nothing is held.
+        LockKind::UpgradeableRead => (
+            "NULL".to_owned(),
+            "@dl_mine IS NOT NULL OR (@dl_writers = 0 AND @dl_upgraders = 0 AND @dl_waiting = 0)".to_owned(),
+        ),
+        // A writer only when nothing is held, or its owner's upgradeable read alone (its
+        // upgrade); anything else (which never reaches here) only when nothing is held.
         _ => (
             "NULL".to_owned(),
-            "@dl_mine IS NOT NULL OR @dl_holds = 0".to_owned(),
+            "@dl_mine IS NOT NULL OR @dl_holds = 0 OR (@dl_my_upgradeable IS NOT NULL AND @dl_holds = 1)"
+                .to_owned(),
         ),
+    };
+    // An upgrade turns the owner's upgradeable read into the write hold instead of inserting
+    // one (it has the same key).
+    let (fresh, upgrade) = match v.kind {
+        LockKind::Write => (" AND @dl_my_upgradeable IS NULL", true),
+        _ => ("", false),
     };
     let ttl = v.ttl;
     let object = format!("primitive = {p} AND lock_key = {k}");
@@ -518,19 +647,35 @@ pub(crate) fn mysql_attempt(table: &str, v: &AttemptValues<'_>) -> String {
          ON DUPLICATE KEY UPDATE version = version;\n\
          DELETE FROM {t} WHERE {object} AND kind <> 'object' AND expires_at <= UTC_TIMESTAMP(6);\n\
          SELECT {census} INTO @dl_holds, @dl_readers, @dl_writers, @dl_waiting, @dl_stored, @dl_mine, \
-         @dl_first_permit, @dl_last_reader, @dl_writer \
-         FROM {t} WHERE {object} AND kind <> 'object' AND expires_at > UTC_TIMESTAMP(6) FOR UPDATE;\n\
+         @dl_first_permit, @dl_last_reader, @dl_writer, @dl_upgraders, @dl_my_upgradeable \
+         FROM {t} {join} WHERE {object} AND kind <> 'object' AND expires_at > UTC_TIMESTAMP(6) FOR UPDATE;\n\
          SET @dl_won = ({won});\n\
          UPDATE {t} SET version = LAST_INSERT_ID(GREATEST(version + 1, {MYSQL_CLOCK_US})) \
          WHERE {object} AND holder = '#' AND @dl_won AND @dl_mine IS NULL;\n\
          SET @dl_token = CASE WHEN NOT @dl_won THEN NULL WHEN @dl_mine IS NOT NULL THEN @dl_mine \
          ELSE LAST_INSERT_ID() END;\n\
          INSERT INTO {t} {columns} SELECT {p}, {k}, {o}, {n}, {kind_lit}, {permits}, @dl_token, \
-         UTC_TIMESTAMP(6) + INTERVAL {ttl} MICROSECOND FROM DUAL WHERE @dl_won AND @dl_mine IS NULL;\n\
+         UTC_TIMESTAMP(6) + INTERVAL {ttl} MICROSECOND FROM DUAL WHERE @dl_won AND @dl_mine IS NULL{fresh};\n\
          UPDATE {t} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL {ttl} MICROSECOND \
          WHERE {object} AND holder = {o} AND kind = {kind_lit} AND @dl_mine IS NOT NULL;\n",
         census = census_columns(&o, &kind_lit, left),
     );
+    if upgrade {
+        let _ = writeln!(
+            q,
+            "UPDATE {t} SET kind = 'write', version = @dl_token, \
+             expires_at = UTC_TIMESTAMP(6) + INTERVAL {ttl} MICROSECOND \
+             WHERE {object} AND holder = {o} AND kind = 'uread' AND @dl_won AND @dl_mine IS NULL \
+             AND @dl_my_upgradeable IS NOT NULL;"
+        );
+    }
+    if weight > 1 {
+        let _ = writeln!(
+            q,
+            "INSERT INTO {w} (obj_primitive, obj_key, owner, token, weight) SELECT {p}, {k}, {o}, @dl_token, {weight} \
+             FROM DUAL WHERE @dl_won AND @dl_mine IS NULL;"
+        );
+    }
     if let Some((waiter, stay)) = v.waiter {
         let w = ascii_literal(waiter);
         let _ = write!(
@@ -546,7 +691,8 @@ pub(crate) fn mysql_attempt(table: &str, v: &AttemptValues<'_>) -> String {
          SELECT CAST(@dl_won AS SIGNED), CAST(@dl_token AS SIGNED), CAST(@dl_holds AS SIGNED), \
          CAST(@dl_readers AS SIGNED), CAST(@dl_writers AS SIGNED), CAST(@dl_waiting AS SIGNED), \
          CAST(@dl_stored AS SIGNED), CAST(@dl_mine AS SIGNED), CAST(@dl_first_permit AS SIGNED), \
-         CAST(@dl_last_reader AS SIGNED), CAST(@dl_writer AS SIGNED)",
+         CAST(@dl_last_reader AS SIGNED), CAST(@dl_writer AS SIGNED), CAST(@dl_upgraders AS SIGNED), \
+         CAST(@dl_my_upgradeable AS SIGNED)",
     );
     q
 }

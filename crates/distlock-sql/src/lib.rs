@@ -20,7 +20,22 @@
 //!   so permits are exact under any concurrency; on MySQL the whole transaction is one round
 //!   trip (one text query of several statements), on PostgreSQL too (one call of a PL/pgSQL
 //!   function the backend creates beside the tables). Release, extend and withdraw are one
-//!   statement each. See [`SqlLock`].
+//!   statement each. See [`SqlLock`]. A hold of several permits
+//!   ([`Semaphore::acquire_many`](distlock_core::Semaphore::acquire_many)) is one hold row
+//!   and a row with its weight in `<table>_weights`, written in the same transaction; the
+//!   census counts each hold by its weight, and releasing or renewing the hold acts on all
+//!   its permits at once. An upgradeable read
+//!   ([`RwLock::upgradeable_read`](distlock_core::RwLock::upgradeable_read)) is a hold row of
+//!   its own kind; its upgrade is a write attempt by its owner that, once no plain reader
+//!   holds, turns that row into the write hold in the same transaction (one round trip on
+//!   MySQL and PostgreSQL).
+//! - A mutex holder can leave a note beside its hold
+//!   ([`DistributedLock::set_note`](distlock_core::DistributedLock::set_note)), which
+//!   [`inspect`](distlock_core::DistributedLock::inspect) reports while that hold lives: what
+//!   leader election ([`LockClient::election`](distlock_core::LockClient::election)) publishes
+//!   the leader's value with. Notes live in a third table, `<table>_notes`, tagged with the
+//!   hold's owner and fencing token, so a later holder never shows an earlier one's note and
+//!   renewals keep it; one round trip to set, none extra to read (inspect joins it).
 //! - PostgreSQL wakes waiters by notification, and a release of a mutex wakes **one** waiter:
 //!   a waiter's attempt that finds the lock held also puts it in the lock's queue of waiters
 //!   (`<table>_waiters`, in the same statement), and the release (one call of a PL/pgSQL
@@ -59,11 +74,17 @@
 //!   PostgreSQL's functions only where the recorded version is older, refuses to start on a
 //!   newer one (an older client could break the newer clients' functions), and with
 //!   [`SqlConfig::with_create_table`]`(false)` refuses a missing or older schema, saying what
-//!   to run. The DDL of a dialect and table, complete (tables, PostgreSQL's functions, the
+//!   to run. Version 2 added the weights table and PostgreSQL's attempt function that counts
+//!   weights (beside version 1's, which running clients of that version still call): a client
+//!   of version 1 would count a hold of several permits as one, so it refuses to start on a
+//!   schema of version 2; stop such clients before holds of several permits are taken.
+//!   Version 3 replaced the body of PostgreSQL's attempt function, for upgradeable reads. The DDL of a dialect and table, complete (tables, PostgreSQL's functions, the
 //!   version), is [`SqlConfig::ddl`], printed by `distlock schema --url <url> [--table
 //!   <name>]`; run it with the dialect's own client (`mysql`, `psql`, `sqlite3`).
 //! - What a DBA creates once, and what a runtime user then needs: the lock table, the holds
-//!   table `<table>_holds`, the version table `<table>_schema`, and on PostgreSQL the queue
+//!   table `<table>_holds`, the weights table `<table>_weights`, the notes table `<table>_notes` (without it, or without the
+//!   privileges on it, a client works as before but offers no notes), the version table
+//!   `<table>_schema`, and on PostgreSQL the queue
 //!   `<table>_waiters` and the functions `<table>_holds_try`, `<table>_release` and
 //!   `<table>_leave`. At run time: `SELECT`, `INSERT`, `UPDATE` and `DELETE` on those tables
 //!   (`SELECT` alone on `<table>_schema`) and, on PostgreSQL, `EXECUTE` on the functions
@@ -73,7 +94,7 @@
 //! - Idle rows are purged ([`SqlLock::purge_idle`]; each client does it a few seconds after
 //!   it opens and then hourly, see [`SqlConfig::with_purge_after`]): only what the database
 //!   clock proves idle (a row's version is the clock in µs when it was last taken), so a name
-//!   taken again gets a higher fencing token than before.
+//!   taken again gets a higher fencing token than before; and the notes of holds that ended.
 //!
 //! SQLite runs in WAL mode with `synchronous = NORMAL` and a busy timeout of three quarters
 //! of the operation timeout; `database is locked` is retried inside the operation and never
@@ -231,6 +252,7 @@ mod host_waiters;
 mod lock;
 #[cfg(feature = "mysql")]
 mod mysql_pool;
+mod notes_sql;
 #[cfg(feature = "postgres")]
 mod pg_pool;
 #[cfg(feature = "postgres")]

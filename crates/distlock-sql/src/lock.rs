@@ -7,6 +7,7 @@
 //! - `release.rs`, `hand_over.rs`: the mutex's release, and its hand-over to the next owner;
 //! - `renew.rs`: renewing leases, and the mutex's single extend;
 //! - `inspect.rs`: reading the mutex's row, and the ping;
+//! - `notes.rs`: the note a mutex holder leaves beside its hold (leader election's value);
 //! - `holds.rs` (and `holds/` per dialect): semaphores and read-write locks;
 //! - `renew_many.rs`: PostgreSQL's renewal of many leases in one round trip;
 //! - `queue.rs`: PostgreSQL's queue of the mutex's waiters;
@@ -50,7 +51,11 @@
 //! mutex's rows and statements are untouched by it. Their attempt is the one operation that
 //! runs a transaction (committed within the operation's one round trip on MySQL).
 //!
-//! On PostgreSQL the mutex's waiters queue in a third table (`<table>_waiters`, layout and
+//! A mutex holder's note ([`DistributedLock::set_note`]) lives in a table of its own
+//! (`<table>_notes`, layout in `notes_sql.rs`), tagged with the hold's owner and `version`;
+//! the mutex's statements never touch it, and inspect joins it.
+//!
+//! On PostgreSQL the mutex's waiters queue in a fourth table (`<table>_waiters`, layout and
 //! statements in `waiters_sql.rs`), run by `lock/queue.rs`: a waiter's attempt queues it, a
 //! release wakes the first of them, and a waiter whose wait ends leaves.
 
@@ -128,6 +133,7 @@ mod binds;
 mod hand_over;
 mod holds;
 mod inspect;
+mod notes;
 mod prepare;
 mod purge;
 #[cfg(feature = "postgres")]
@@ -165,7 +171,10 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// from 1 ms to 30 days in 1 ms steps,
 /// [`inspect`](DistributedLock::inspect), semaphores and read-write locks (writer
 /// preference: a waiting writer keeps new readers out), each hold with its own fencing
-/// token from a per-object counter.
+/// token from a per-object counter, holds of several permits
+/// ([`Semaphore::acquire_many`](distlock_core::Semaphore::acquire_many)), upgradeable reads
+/// ([`RwLock::upgradeable_read`](distlock_core::RwLock::upgradeable_read)), and notes beside a mutex hold (leader election), where
+/// the notes table is there (see `notes_sql.rs`).
 ///
 /// # Why not `GET_LOCK`, `pg_advisory_lock` or `SELECT ... FOR UPDATE`
 ///
@@ -208,6 +217,9 @@ struct Inner {
     /// PostgreSQL: which of this client's waiters may be in the database's queue of waiters.
     #[cfg(feature = "postgres")]
     waiters: PgWaiters,
+    /// Whether the notes table is there (a DBA's schema from before it may lack it): set once
+    /// the schema is prepared.
+    notes: std::sync::atomic::AtomicBool,
 }
 
 enum Pool {
@@ -330,6 +342,7 @@ impl SqlLock {
                 pool,
                 sql,
                 config,
+                notes: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         lock.prepare().await?;
@@ -374,6 +387,8 @@ impl DistributedLock for SqlLock {
             .with_ttl_granularity(Duration::from_millis(1))
             .with_ttl_range(Duration::from_millis(1), MAX_TTL)
             .with_primitives(true, true)
+            .with_weights_and_upgrades(true, true)
+            .with_notes(self.has_notes())
     }
 
     /// Hands over: one `UPDATE` passes a mutex to the next owner (see
@@ -548,7 +563,8 @@ impl DistributedLock for SqlLock {
         }
     }
 
-    /// The mutex: the row's owner, version and remaining time. **1 round trip.**
+    /// The mutex: the row's owner, version and remaining time, and the holder's note (joined
+    /// from the notes table). **1 round trip.**
     /// A semaphore or read-write lock, oldest first. **1 round trip.**
     async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
         if primitive != Primitive::Mutex {
@@ -558,6 +574,13 @@ impl DistributedLock for SqlLock {
                 .map(ObjectState::held_by);
         }
         self.inspect_mutex(name).await.map(ObjectState::from)
+    }
+
+    /// Stores `note` for the mutex hold of `lease` in the notes table, tagged with the hold's
+    /// fencing token, where the row's owner is still `lease`'s and the hold has not expired
+    /// (see `notes_sql.rs`). **1 round trip.** `Ok(false)` for any other kind of lease.
+    async fn set_note(&self, lease: &Lease, note: &str) -> Result<bool> {
+        self.set_mutex_note(lease, note).await
     }
 
     /// Deletes the waiting writer's record. **1 round trip**; nothing for other kinds.

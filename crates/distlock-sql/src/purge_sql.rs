@@ -1,5 +1,6 @@
 //! The SQL that purges idle rows: lock rows, objects of semaphores and read-write locks with
-//! their expired holds, and (PostgreSQL) expired entries of the queue of waiters. This module
+//! their expired holds, the weight rows of holds that are gone, (PostgreSQL) expired entries of the queue of waiters, and the notes of
+//! holds that ended ([`stale_notes`]). This module
 //! owns that SQL only; `lock/purge.rs` runs it.
 //!
 //! # What may go, and why a fencing token never goes back
@@ -15,7 +16,8 @@
 //! holds that ended over `idle` ago are purged first. Each statement deletes at most
 //! [`BATCH`] rows, so none holds locks for long.
 
-use crate::holds_sql::holds_table;
+use crate::holds_sql::{holds_table, weights_table};
+use crate::notes_sql::notes_table;
 use crate::sql::{Dialect, MYSQL_CLOCK_US, PG_CLOCK_US, SQLITE_NOW_MS};
 use crate::waiters_sql::waiters_table;
 
@@ -26,6 +28,38 @@ pub(crate) const BATCH: u64 = 1000;
 /// again while it deletes a whole [`BATCH`].
 pub(crate) fn statements(dialect: Dialect, table: &str, idle_us: i64) -> Vec<String> {
     let holds = holds_table(dialect, table);
+    let mut all = idle_rows(dialect, table, &holds, idle_us);
+    all.push(orphan_weights(dialect, &holds, &weights_table(dialect, table)));
+    all
+}
+
+/// Deletes up to [`BATCH`] weight rows whose hold row is gone (released, expired and
+/// deleted, purged): a weight row is read only joined to its hold, by the hold's token, so it
+/// is never read again. Its key includes the token, so a hold taken later never shares it.
+fn orphan_weights(dialect: Dialect, holds: &str, weights: &str) -> String {
+    let (h, w) = match dialect {
+        Dialect::MySql => (format!("`{holds}`"), format!("`{weights}`")),
+        Dialect::Postgres | Dialect::Sqlite => (format!("\"{holds}\""), format!("\"{weights}\"")),
+    };
+    let gone = |r: &str| {
+        format!(
+            "NOT EXISTS (SELECT 1 FROM {h} AS x WHERE x.primitive = {r}.obj_primitive AND x.lock_key = {r}.obj_key \
+             AND x.holder = {r}.owner AND x.version = {r}.token)"
+        )
+    };
+    let key = "obj_primitive, obj_key, owner, token";
+    match dialect {
+        // A single-table DELETE with LIMIT, whose table has no alias (MariaDB takes none).
+        Dialect::MySql => format!("DELETE FROM {w} WHERE {} LIMIT {BATCH}", gone(&w)),
+        Dialect::Postgres | Dialect::Sqlite => format!(
+            "DELETE FROM {w} WHERE ({key}) IN (SELECT {key} FROM {w} AS o WHERE {} LIMIT {BATCH})",
+            gone("o")
+        ),
+    }
+}
+
+/// The idle rows' statements, see [`statements`].
+fn idle_rows(dialect: Dialect, table: &str, holds: &str, idle_us: i64) -> Vec<String> {
     match dialect {
         Dialect::MySql => {
             let (t, h) = (format!("`{table}`"), format!("`{holds}`"));
@@ -95,5 +129,38 @@ pub(crate) fn statements(dialect: Dialect, table: &str, idle_us: i64) -> Vec<Str
                 ),
             ]
         }
+    }
+}
+
+/// Deletes up to [`BATCH`] notes whose hold is no longer live (released, expired, handed
+/// over, or its row purged): such a note is never read again (`notes_sql.rs`). A note of a
+/// live hold is never deleted. Run after [`statements`], where the notes table exists.
+pub(crate) fn stale_notes(dialect: Dialect, table: &str) -> String {
+    let notes = notes_table(dialect, table);
+    let (t, n, now) = match dialect {
+        Dialect::MySql => (format!("`{table}`"), format!("`{notes}`"), "UTC_TIMESTAMP(6)"),
+        Dialect::Postgres => (
+            format!("\"{table}\""),
+            format!("\"{notes}\""),
+            "statement_timestamp()",
+        ),
+        Dialect::Sqlite => (format!("\"{table}\""), format!("\"{notes}\""), SQLITE_NOW_MS),
+    };
+    // MySQL: a single-table DELETE with LIMIT, whose table has no alias (MariaDB takes none).
+    let r = match dialect {
+        Dialect::MySql => n.clone(),
+        Dialect::Postgres | Dialect::Sqlite => "n".to_owned(),
+    };
+    // Kept: a note of a live hold, and one whose token the statement's snapshot of the lock
+    // row has not reached (a hold taken and noted while the purge ran).
+    let stale = format!(
+        "NOT EXISTS (SELECT 1 FROM {t} AS l WHERE l.lock_key = {r}.lock_key AND (l.version < {r}.token \
+         OR (l.version = {r}.token AND l.owner = {r}.holder AND l.expires_at > {now})))"
+    );
+    match dialect {
+        Dialect::MySql => format!("DELETE FROM {n} WHERE {stale} LIMIT {BATCH}"),
+        Dialect::Postgres | Dialect::Sqlite => format!(
+            "DELETE FROM {n} WHERE lock_key IN (SELECT lock_key FROM {n} AS n WHERE {stale} LIMIT {BATCH})"
+        ),
     }
 }

@@ -17,7 +17,15 @@ use crate::holds_sql::identifier;
 use crate::sql::Dialect;
 
 /// The version of the schema this backend creates and works with.
-pub(crate) const SCHEMA_VERSION: i64 = 1;
+///
+/// 2: the weights table (`<table>_weights`) and the attempt's function that counts holds by
+/// their weight (an overload with `p_weight`): a client of version 1 would count a hold of
+/// several permits as one.
+///
+/// 3: upgradeable reads: hold rows of kind `uread`, and PostgreSQL's attempt function that
+/// admits them and turns one into the write hold on its owner's upgrade (the same signature
+/// as version 2's, so the new version is what makes starting clients replace its body).
+pub(crate) const SCHEMA_VERSION: i64 = 3;
 
 /// `<table>_schema`, shortened as the holds table's name is.
 pub(crate) fn schema_table(dialect: Dialect, table: &str) -> String {

@@ -28,6 +28,7 @@
 //! clock readings, with the row deleted by hand between them.
 
 use crate::holds_sql::HoldStatements;
+use crate::notes_sql::NoteStatements;
 use crate::statement::Statement;
 use crate::waiters_sql::WaiterStatements;
 
@@ -134,6 +135,8 @@ pub(crate) struct Statements {
     pub(crate) extend_many: Statement,
     /// The holds table's statements (semaphores and read-write locks), see `holds_sql.rs`.
     pub(crate) holds: HoldStatements,
+    /// The notes table's statements (a mutex holder's note), see `notes_sql.rs`.
+    pub(crate) notes: NoteStatements,
     /// PostgreSQL: the mutex's queue of waiters, see `waiters_sql.rs`. Empty elsewhere.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) waiters: WaiterStatements,
@@ -149,13 +152,18 @@ impl Statements {
     }
 
     /// Every statement that creates the schema of `table`, in the order to run them: the
-    /// mutex table, the holds table, on PostgreSQL the mutex's queue of waiters, the version
+    /// mutex table, the holds table, the weights table, the notes table, on PostgreSQL the mutex's queue of waiters, the version
     /// table (`schema.rs`), on PostgreSQL the functions of an attempt at a hold, of a release
     /// and of a waiter leaving the queue, and last the version's record. With `on_start`, the
     /// functions are replaced only where the recorded version is older (a client's start);
     /// without, always (a DBA's script for this version).
     pub(crate) fn create_schema(&self, dialect: Dialect, table: &str, on_start: bool) -> Vec<String> {
-        let mut all = vec![self.create_table.clone(), self.holds.create_table.clone()];
+        let mut all = vec![
+            self.create_table.clone(),
+            self.holds.create_table.clone(),
+            self.holds.create_weights.clone(),
+            self.notes.create_table.clone(),
+        ];
         if !self.waiters.create_table.is_empty() {
             all.push(self.waiters.create_table.clone());
         }
@@ -243,6 +251,7 @@ impl Statements {
             )),
             extend_many: Statement::default(),
             holds: HoldStatements::new(Dialect::MySql, table),
+            notes: NoteStatements::new(Dialect::MySql, table),
             acquire_waiting: Statement::default(),
             waiters: WaiterStatements::default(),
         }
@@ -338,6 +347,7 @@ impl Statements {
                 httl = pg_micros("d.ttl"),
             )),
             holds,
+            notes: NoteStatements::new(Dialect::Postgres, table),
             waiters,
         }
     }
@@ -404,6 +414,7 @@ impl Statements {
             ),
             extend_many: Statement::default(),
             holds: HoldStatements::new(Dialect::Sqlite, table),
+            notes: NoteStatements::new(Dialect::Sqlite, table),
             acquire_waiting: Statement::default(),
             waiters: WaiterStatements::default(),
         }
@@ -437,11 +448,14 @@ mod tests {
                 &h.sqlite.census,
                 &h.sqlite.bump,
                 &h.sqlite.insert,
+                &h.sqlite.weigh,
                 &h.sqlite.renew,
                 &h.sqlite.record_waiter,
                 &s.waiters.release,
                 &s.waiters.leave,
                 &s.extend_many,
+                &s.notes.set,
+                &s.notes.inspect,
             ] {
                 let text = statement.as_str();
                 // PostgreSQL's casts (`::type`) aside, no `:` may start a name.

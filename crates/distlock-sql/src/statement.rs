@@ -66,10 +66,14 @@ pub(crate) enum Param {
     Kinds,
     /// Each hold's TTL in µs.
     HoldTtls,
+    /// The note a mutex holder leaves beside its hold.
+    Note,
+    /// How many permits a hold takes.
+    Weight,
 }
 
 impl Param {
-    const ALL: [Param; 23] = [
+    const ALL: [Param; 25] = [
         Param::Primitive,
         Param::Key,
         Param::Name,
@@ -93,6 +97,8 @@ impl Param {
         Param::Holders,
         Param::Kinds,
         Param::HoldTtls,
+        Param::Note,
+        Param::Weight,
     ];
 
     /// The placeholder's name in a statement's text.
@@ -121,6 +127,8 @@ impl Param {
             Param::Holders => "holders",
             Param::Kinds => "kinds",
             Param::HoldTtls => "hold_ttls",
+            Param::Note => "note",
+            Param::Weight => "weight",
         }
     }
 
@@ -157,6 +165,8 @@ pub(crate) struct Values<'a> {
     pub(crate) holders: Option<&'a [String]>,
     pub(crate) kinds: Option<&'a [String]>,
     pub(crate) hold_ttls: Option<&'a [i64]>,
+    pub(crate) note: Option<&'a str>,
+    pub(crate) weight: Option<i32>,
 }
 
 impl Values<'_> {
@@ -187,6 +197,8 @@ impl Values<'_> {
             Param::Holders => self.holders.is_some(),
             Param::Kinds => self.kinds.is_some(),
             Param::HoldTtls => self.hold_ttls.is_some(),
+            Param::Note => self.note.is_some(),
+            Param::Weight => self.weight.is_some(),
         }
     }
 }
@@ -305,6 +317,8 @@ impl Statement {
                 Param::Clock => args.add(values.clock),
                 Param::Waiter => args.add(values.waiter),
                 Param::Stay => args.add(values.stay),
+                Param::Note => args.add(values.note),
+                Param::Weight => args.add(values.weight),
                 Param::Indexes
                 | Param::Keys
                 | Param::Owners

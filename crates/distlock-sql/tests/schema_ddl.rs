@@ -13,11 +13,19 @@ use distlock_sql::{SqlConfig, SqlLock};
 async fn takes_every_kind(lock: &SqlLock) {
     let name = LockName::new("from-the-ddl").expect("a name");
     let ttl = Duration::from_secs(30);
+    assert!(
+        lock.capabilities().notes,
+        "the notes table is there and the user may use it"
+    );
     for kind in [
         LockKind::Exclusive,
         LockKind::Permit {
             permits: 2,
             weight: 1,
+        },
+        LockKind::Permit {
+            permits: 2,
+            weight: 2,
         },
         LockKind::Read,
     ] {
@@ -29,7 +37,12 @@ async fn takes_every_kind(lock: &SqlLock) {
             }
         };
         match attempt {
-            Ok(TryAcquire::Acquired(lease)) => assert!(lock.release(&lease).await.expect("releases")),
+            Ok(TryAcquire::Acquired(lease)) => {
+                if kind == LockKind::Exclusive {
+                    assert!(lock.set_note(&lease, "a note").await.expect("notes"));
+                }
+                assert!(lock.release(&lease).await.expect("releases"))
+            }
             other => panic!("{kind:?} on the DBA's schema: {other:?}"),
         }
     }
@@ -71,7 +84,7 @@ async fn the_postgres_ddl_is_complete() {
         .sql(
             "CREATE ROLE app LOGIN PASSWORD 'app'; \
              GRANT SELECT, INSERT, UPDATE, DELETE ON distlock_locks, distlock_locks_holds, \
-             distlock_locks_waiters TO app; GRANT SELECT ON distlock_locks_schema TO app",
+             distlock_locks_weights, distlock_locks_notes, distlock_locks_waiters TO app; GRANT SELECT ON distlock_locks_schema TO app",
         )
         .expect("a runtime user");
     let url = format!("postgres://app:app@{}/distlock_test", server.addr());
@@ -103,6 +116,8 @@ async fn the_mysql_ddl_is_complete() {
             "CREATE USER 'app'@'127.0.0.1' IDENTIFIED BY 'app'; \
              GRANT SELECT, INSERT, UPDATE, DELETE ON distlock_test.distlock_locks TO 'app'@'127.0.0.1'; \
              GRANT SELECT, INSERT, UPDATE, DELETE ON distlock_test.distlock_locks_holds TO 'app'@'127.0.0.1'; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON distlock_test.distlock_locks_weights TO 'app'@'127.0.0.1'; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON distlock_test.distlock_locks_notes TO 'app'@'127.0.0.1'; \
              GRANT SELECT ON distlock_test.distlock_locks_schema TO 'app'@'127.0.0.1'",
         )
         .expect("a runtime user");

@@ -1,4 +1,4 @@
-//! The by-name guarantee of the mutex's release, hand-over, extend and inspect, and of
+//! The by-name guarantee of the mutex's release, hand-over, extend, inspect and note, and of
 //! PostgreSQL's batch renewal: each
 //! statement is bound from the [`Values`] its call site builds, by the names the statement's
 //! text uses, so what remains to check is that the call site gives a value for every name
@@ -7,6 +7,7 @@
 
 use super::hand_over::hand_over_values;
 use super::inspect::inspect_values;
+use super::notes::note_values;
 use super::release::release_values;
 use super::renew::extend_values;
 use crate::sql::{Dialect, Statements};
@@ -30,6 +31,8 @@ fn mutex_statements_get_every_value_they_name() {
             ("hand-over", &s.hand_over, hand_over),
             ("extend", &s.extend, extend_values("k", "o", 1)),
             ("inspect", &s.inspect, inspect_values("k")),
+            ("inspect with the note", &s.notes.inspect, inspect_values("k")),
+            ("note", &s.notes.set, note_values("k", "o", "n")),
         ] {
             assert!(
                 !statement.params().is_empty(),

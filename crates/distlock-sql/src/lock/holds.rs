@@ -3,14 +3,26 @@
 //! the meaning of their results; it shares the pool, the retries and the error mapping of
 //! the mutex (`lock.rs`), and never touches the mutex table.
 //!
+//! An upgradeable read ([`LockKind::UpgradeableRead`]) is a hold row of kind `uread`. Its
+//! owner's write attempt is its upgrade: granted when no other hold lives, it turns that row
+//! into the write hold (new kind, new fencing token, the write lease's TTL) in the attempt's
+//! own transaction, so no other writer can come between; while it waits, its waiting record
+//! keeps new readers out as any waiting writer's does. The read lease then renews nothing.
+//!
+//! A hold of several permits ([`LockKind::Permit`]'s `weight`) is one hold: one row, and a
+//! weight row written in the same transaction (see `holds_sql.rs`); its release, renewal and
+//! the cleanup by owner act on its row, and so on all of its permits at once. It costs no
+//! round trip more than a single permit.
+//!
 //! Round trips (MySQL) and statements (SQLite: local calls to the connection's thread, no
 //! network) per operation:
 //!
 //! | operation                       | MySQL / MariaDB | PostgreSQL | SQLite |
 //! |---------------------------------|-----------------|------------|--------|
-//! | acquire, won                    | 1               | 1 (a call of the attempt's function) | 6 (`BEGIN IMMEDIATE`, purge, census, bump, insert, `COMMIT`); a writer with a waiting record 7 |
+//! | acquire, won                    | 1               | 1 (a call of the attempt's function) | 6 (`BEGIN IMMEDIATE`, purge, census, bump, insert, `COMMIT`); a hold of several permits (its weight row) or a writer with a waiting record 7 |
 //! | acquire, refused or mismatched  | 1               | 1          | 4 (`BEGIN IMMEDIATE`, purge, census, `COMMIT`); a waiting writer 5 |
 //! | acquire, retried after applied  | 1               | 1          | 5 (`BEGIN IMMEDIATE`, purge, census, renew, `COMMIT`) |
+//! | upgrade (a write attempt by the upgradeable reader), granted | 1 | 1 | 6 (`BEGIN IMMEDIATE`, purge, census, bump, the row turned into the write hold, `COMMIT`); 7 with its waiting record |
 //! | release                         | 1               | 1 (with its `NOTIFY`) | 1 |
 //! | extend                          | 1               | 1          | 1 |
 //! | `extend_many` (n leases)        | n, up to 32 at once (the default) | 1, mutexes and holds together | n |
@@ -51,8 +63,9 @@ enum Outcome {
     Lost(Census),
 }
 
-/// A live hold as `inspect_holders` reads it: holder, kind, permits, version, remaining time.
-type HolderRow = (String, String, Option<i64>, i64, Option<i64>);
+/// A live hold as `inspect_holders` reads it: holder, kind, permits, version, remaining time,
+/// weight.
+type HolderRow = (String, String, Option<i64>, i64, Option<i64>, i64);
 
 impl SqlLock {
     /// One attempt at a hold of `kind` (a permit, a read or the write lock); the mutex's
@@ -72,6 +85,15 @@ impl SqlLock {
         if let LockKind::Permit { permits: 0, .. } = kind {
             return Err(Error::invalid_options("a semaphore needs at least one permit"));
         }
+        if let LockKind::Permit { permits, weight } = kind {
+            if weight == 0 || weight > permits {
+                return Err(Error::invalid_options(format!(
+                    "a hold of {weight} permits of a semaphore of {permits}"
+                )));
+            }
+        }
+        // At most `permits`, so at most u32::MAX; the columns are signed 32-bit on PostgreSQL.
+        let weight = i32::try_from(kind.weight()).unwrap_or(i32::MAX);
         let ttl_units = self.ttl_units(ttl)?;
         let key = lock_key(name);
         let owner_str = owner.to_string();
@@ -86,6 +108,7 @@ impl SqlLock {
             Pool::MySql(pool) => {
                 let query = crate::holds_sql::mysql_attempt(
                     &self.inner.sql.holds.table,
+                    &self.inner.sql.holds.weights,
                     &crate::holds_sql::AttemptValues {
                         primitive: kind.primitive().as_str(),
                         key: &key,
@@ -119,6 +142,7 @@ impl SqlLock {
                         _ => None,
                     },
                     ttl: Some(ttl_units),
+                    weight: Some(weight),
                     // A waiting writer's record: its holder value and its stay.
                     waiter: waiter.as_ref().map(|(holder, _)| holder.as_str()),
                     stay: waiter.as_ref().map(|(_, stay)| *stay),
@@ -156,6 +180,7 @@ impl SqlLock {
                             _ => None,
                         },
                         ttl: Some(ttl_units),
+                        weight: Some(weight),
                         holder: waiter.as_ref().map(|(holder, _)| holder.as_str()),
                         stay: waiter.as_ref().map(|(_, stay)| *stay),
                         ..Values::default()
@@ -336,8 +361,8 @@ impl SqlLock {
         });
         Ok(rows
             .into_iter()
-            .filter_map(|(holder, kind, permits, version, left)| {
-                let kind = kind_of_row(&kind, permits)?;
+            .filter_map(|(holder, kind, permits, version, left, weight)| {
+                let kind = kind_of_row(&kind, permits, weight)?;
                 let fencing = u64::try_from(version).ok().map(FencingToken::new);
                 Some(LockState::held(holder, fencing, self.remaining(left)).with_kind(kind))
             })

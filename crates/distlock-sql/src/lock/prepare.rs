@@ -71,7 +71,8 @@ impl SqlLock {
         }
         // The version check also proves the database answers.
         let found = self.schema_version().await?;
-        crate::schema::check(found, table, create)
+        crate::schema::check(found, table, create)?;
+        self.find_notes(create).await
     }
 
     /// The recorded schema version (**1 round trip**); `Err` with the database's message

@@ -64,7 +64,7 @@ impl SqlLock {
     /// whose lease ended) and last taken over `idle_for` ago, holds of semaphores and
     /// read-write locks that ended over `idle_for` ago, and the objects left without holds,
     /// last taken over `idle_for` ago; on PostgreSQL also the expired entries of the queue of
-    /// waiters. A name taken again later still gets a higher fencing token than before (see
+    /// waiters; and the notes of mutex holds that ended (whenever they ended). A name taken again later still gets a higher fencing token than before (see
     /// the crate docs). Returns how many rows went. Each statement deletes at most 1,000 rows
     /// (**1 round trip** each, repeated while a statement deletes a whole batch). Clients run
     /// it on their own every hour ([`SqlConfig::with_purge_after`](crate::SqlConfig::with_purge_after));
@@ -79,7 +79,13 @@ impl SqlLock {
             )));
         }
         let idle_us = i64::try_from(idle_for.as_micros()).unwrap_or(i64::MAX / 4);
-        let statements = statements(self.dialect(), &self.inner.config.table, idle_us);
+        let mut statements = statements(self.dialect(), &self.inner.config.table, idle_us);
+        if self.has_notes() {
+            statements.push(crate::purge_sql::stale_notes(
+                self.dialect(),
+                &self.inner.config.table,
+            ));
+        }
         #[cfg(any(feature = "mysql", feature = "postgres"))]
         let (op, limit) = (
             self.inner.config.operation_timeout,

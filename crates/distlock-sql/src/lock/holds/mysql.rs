@@ -18,6 +18,8 @@ type AttemptRow = (
     Option<i64>,
     Option<i64>,
     Option<i64>,
+    i64,
+    Option<i64>,
 );
 
 /// Runs the attempt's query (its transaction commits within it) and reads its outcome.
@@ -26,8 +28,21 @@ pub(super) async fn attempt(conn: &mut MySqlConnection, query: &str) -> Result<O
     // statements in one round trip.
     let rows = conn.fetch_all(query).await?;
     let row = rows.first().ok_or(sqlx::Error::RowNotFound)?;
-    let (won, token, holds, readers, writers, waiting, stored, mine, first_permit, last_reader, writer) =
-        AttemptRow::from_row(row)?;
+    let (
+        won,
+        token,
+        holds,
+        readers,
+        writers,
+        waiting,
+        stored,
+        mine,
+        first_permit,
+        last_reader,
+        writer,
+        upgraders,
+        my_upgradeable,
+    ) = AttemptRow::from_row(row)?;
     let census: CensusRow = (
         holds,
         readers,
@@ -38,6 +53,8 @@ pub(super) async fn attempt(conn: &mut MySqlConnection, query: &str) -> Result<O
         first_permit,
         last_reader,
         writer,
+        upgraders,
+        my_upgradeable,
     );
     Ok(match (won, token) {
         (1, Some(token)) => Outcome::Won(token),

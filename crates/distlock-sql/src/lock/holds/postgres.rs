@@ -23,6 +23,8 @@ pub(super) fn outcome(row: AttemptRow) -> Outcome {
     match (won, token) {
         (true, Some(token)) => Outcome::Won(token),
         _ => {
+            // The function reports no upgradeable readers: the rule was applied there, and
+            // the census only times the wake-up (and tells a mismatch) here.
             let census: CensusRow = (
                 holds,
                 readers,
@@ -33,6 +35,8 @@ pub(super) fn outcome(row: AttemptRow) -> Outcome {
                 first_permit,
                 last_reader,
                 writer,
+                0,
+                None,
             );
             Outcome::Lost(Census::from(census))
         }

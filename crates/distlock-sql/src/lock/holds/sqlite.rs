@@ -15,7 +15,7 @@ pub(super) struct Attempt<'a> {
     /// The holds table's `withdraw` statement.
     pub(super) withdraw: &'a Statement,
     pub(super) kind: LockKind,
-    /// The attempt's values: primitive, key, name, owner, kind, permits and TTL (ms); a
+    /// The attempt's values: primitive, key, name, owner, kind, permits, weight and TTL (ms); a
     /// waiting writer's `holder` value and stay (ms) if it leaves a record.
     pub(super) values: Values<'a>,
 }
@@ -47,7 +47,7 @@ pub(super) async fn attempt(conn: &mut SqliteConnection, a: &Attempt<'_>) -> Res
             sqlx::query_with(sql, args).execute(&mut *conn).await?;
             Outcome::Won(token)
         }
-        Verdict::Admit => {
+        verdict @ (Verdict::Admit | Verdict::Upgrade) => {
             let clock = Values {
                 clock: Some(crate::lock::clock_micros()),
                 ..a.values
@@ -58,8 +58,17 @@ pub(super) async fn attempt(conn: &mut SqliteConnection, a: &Attempt<'_>) -> Res
                 token: Some(token),
                 ..a.values
             };
-            let (sql, args) = run(&s.insert, hold)?;
+            // An upgrade turns the owner's upgradeable read into this write hold.
+            let step = match verdict {
+                Verdict::Upgrade => &s.upgrade,
+                _ => &s.insert,
+            };
+            let (sql, args) = run(step, hold)?;
             sqlx::query_with(sql, args).execute(&mut *conn).await?;
+            if a.kind.weight() > 1 {
+                let (sql, args) = run(&s.weigh, hold)?;
+                sqlx::query_with(sql, args).execute(&mut *conn).await?;
+            }
             Outcome::Won(token)
         }
         Verdict::Mismatch(_) | Verdict::Refuse => Outcome::Lost(census),
