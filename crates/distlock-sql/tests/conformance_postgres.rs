@@ -26,10 +26,5 @@ conformance_tests!(
         c51: StoreClockDeclared,
         c52: Members,
         c53: Failover,
-        c54: WeightedPermits,
-        c55: UpgradeableReads,
-        c56: Notes,
-        c57: Notes,
-        c58: Notes,
     ],
 );

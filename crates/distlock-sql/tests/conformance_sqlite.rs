@@ -33,10 +33,6 @@ conformance_tests!(
         c51: StoreClock,
         c52: Members,
         c53: Failover,
-        c54: WeightedPermits,
-        c55: UpgradeableReads,
-        c56: Notes,
-        c57: Notes,
-        c58: Notes,
+        c58: FaultProxy,
     ],
 );
