@@ -78,12 +78,13 @@ impl AcquireCall {
         Self::new("mutex", owner, ttl_ms, fenced, call_keys).waiting(waiting, client_score, false)
     }
 
-    /// A semaphore's permit out of `permits`; if none is free, the waiter (if any) is queued.
+    /// `weight` of a semaphore's `permits` as one hold, whose member is `owner` (see
+    /// [`member`](crate::member)); if too few are free, the waiter (if any) is queued.
     pub(crate) fn permit(
         keys: SemaphoreKeys,
         owner: &str,
         ttl_ms: u64,
-        permits: u32,
+        (permits, weight): (u32, u32),
         waiting: Waiting<'_>,
     ) -> Self {
         let mut call = Self::new(
@@ -96,6 +97,7 @@ impl AcquireCall {
         .waiting(waiting, None, true);
         call.args.push(Vec::new()); // scored by the server's clock
         call.args.push(permits.to_string().into_bytes());
+        call.args.push(weight.to_string().into_bytes());
         call
     }
 

@@ -127,6 +127,7 @@ mod holds;
 mod keys;
 mod lock;
 mod lua;
+mod member;
 mod node;
 mod redlock;
 mod release;

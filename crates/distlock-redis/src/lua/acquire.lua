@@ -1,12 +1,13 @@
 -- Acquire a hold of any kind: the mutex (fenced or not), a semaphore permit, a read or the
 -- write lock, with or without a waiter to queue or record.
 --
--- ARGV[1] kind: 'mutex', 'permit', 'read' or 'write'; ARGV[2] owner token; ARGV[3] TTL in
+-- ARGV[1] kind: 'mutex', 'permit', 'read' or 'write'; ARGV[2] owner token
+-- (for a permit, the hold's member: see member.rs); ARGV[3] TTL in
 -- ms; ARGV[4] '1' fenced (KEYS[2] is the fencing counter: the semaphore's state hash), '0'
 -- not (no counter key; grants report token 0: Redlock's mutex; the other kinds are always
 -- fenced); ARGV[5] waiter id ('' or absent: none); ARGV[6] its stay in ms; ARGV[7] the end
 -- of its stay in us of the client's clock, its score in the queue ('' or absent: scored by
--- the server's clock); ARGV[8] the semaphore's permits.
+-- the server's clock); ARGV[8] the semaphore's permits; ARGV[9] the permit hold's weight.
 --
 -- KEYS[1] the holds (the lock key, the semaphore's holders, the readers); then, if fenced,
 -- the fencing counter (the semaphore's state hash); then the queue (the mutex's or the
@@ -61,19 +62,33 @@ end
 
 if kind == 'permit' then
   -- Drop expired holders; refuse if live holders were admitted with another count; admit
-  -- if fewer than the permits are live (or this owner is: the same attempt sent again),
-  -- else queue the waiter and report the earliest expiry.
+  -- if the weights of the live holds and this one's (ARGV[9]) add up to at most the permits
+  -- (or this member is live: the same attempt sent again), else queue the waiter and report
+  -- the earliest expiry. The owner argument is the hold's member: a hold of n > 1 permits is
+  -- `<n>*<owner>` and weighs n, any other member 1 (see member.rs).
   --! holds
   local now = now_ms()
   local count = live(KEYS[1], now)
   local asked = tonumber(ARGV[8])
+  local weight = tonumber(ARGV[9]) or 1
   if count > 0 then
     local stored = tonumber(redis.call('HGET', KEYS[2], 'permits'))
     if stored and stored ~= asked then
       return {2, stored}
     end
   end
-  if count < asked or redis.call('ZSCORE', KEYS[1], owner) then
+  -- Every member weighs at least 1: the weights are summed only when they could fit.
+  local admit = false
+  if count + weight <= asked then
+    local taken = weight
+    if count > 0 then
+      for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+        taken = taken + (tonumber(string.match(member, '^(%d+)%*')) or 1)
+      end
+    end
+    admit = taken <= asked
+  end
+  if admit or redis.call('ZSCORE', KEYS[1], owner) then
     redis.call('ZADD', KEYS[1], now + tonumber(ttl), owner)
     redis.call('HSET', KEYS[2], 'permits', asked)
     expire_with_last(KEYS[1])
