@@ -106,7 +106,14 @@ impl AcquireCall {
         Self::new("read", owner, ttl_ms, true, rw_lock_keys(keys))
     }
 
-    /// The write lock; if refused, the waiter (if any) is recorded as a waiting writer.
+    /// The upgradeable read lock, whose member is `owner` (`u*<owner>`, see
+    /// [`member`](crate::member)).
+    pub(crate) fn upgradeable(keys: RwLockKeys, owner: &str, ttl_ms: u64) -> Self {
+        Self::new("upgradeable", owner, ttl_ms, true, rw_lock_keys(keys))
+    }
+
+    /// The write lock (the upgrade of `owner`'s upgradeable read, if it holds one and no
+    /// other reader does); if refused, the waiter (if any) is recorded as a waiting writer.
     pub(crate) fn write(keys: RwLockKeys, owner: &str, ttl_ms: u64, waiting: Waiting<'_>) -> Self {
         Self::new("write", owner, ttl_ms, true, rw_lock_keys(keys)).waiting(waiting, None, true)
     }

@@ -14,7 +14,7 @@ use crate::acquire::{self, no_fencing_token, AcquireCall, AcquireReply};
 use crate::keys::{KeySpace, RwLockKeys, SemaphoreKeys};
 use crate::lock::Renewal;
 use crate::lua;
-use crate::member::{member, permit_holder};
+use crate::member::{member, permit_holder, reader};
 use crate::node::{Node, BACKEND};
 use crate::release;
 use crate::released::Released;
@@ -31,7 +31,7 @@ pub(crate) enum HoldReply {
 }
 
 /// The acquire call of a hold of `kind` (not [`LockKind::Exclusive`]) of `owner` on `name`
-/// (a permit's member computed from both: see [`member`]). `waiting`
+/// (a permit's and a reader's member computed from both: see [`member`]). `waiting`
 /// (a waiter id and its stay in ms) is recorded by a failing [`LockKind::Write`] (a waiting
 /// writer keeps new readers out) and a failing permit (the semaphore's queue, whose first
 /// waiter a release wakes alone).
@@ -67,6 +67,9 @@ pub(crate) fn acquire_call(
             waiting,
         ),
         LockKind::Read => AcquireCall::read(space.rw_lock_keys(name), owner, ttl_ms),
+        LockKind::UpgradeableRead => {
+            AcquireCall::upgradeable(space.rw_lock_keys(name), &member(kind, owner), ttl_ms)
+        }
         LockKind::Write => AcquireCall::write(space.rw_lock_keys(name), owner, ttl_ms, waiting),
         _ => return Err(not_a_hold_kind()),
     })
@@ -115,8 +118,9 @@ pub(crate) async fn release(
 }
 
 /// The renewal of the hold of `kind` of `owner` on `name` for `ttl_ms`: a member's expiry
-/// moved (`ZADD XX`; the member of `kind`, so a weighted hold is renewed whole), or the
-/// writer's `PEXPIRE` (the mutex's extend script on the writer key).
+/// moved (`ZADD XX`; the member of `kind`, so a weighted hold is renewed whole and an
+/// upgradeable read upgraded since is not found), or the writer's `PEXPIRE` (the mutex's
+/// extend script on the writer key).
 pub(crate) fn renewal(
     space: &KeySpace,
     name: &LockName,
@@ -131,10 +135,10 @@ pub(crate) fn renewal(
             member(kind, &owner),
             ttl_ms,
         ),
-        LockKind::Read => Renewal::new(
+        LockKind::Read | LockKind::UpgradeableRead => Renewal::new(
             &lua::EXTEND_MEMBER,
             space.rw_lock_keys(name).readers,
-            owner,
+            member(kind, &owner),
             ttl_ms,
         ),
         LockKind::Write => Renewal::new(&lua::EXTEND, space.rw_lock_keys(name).writer, owner, ttl_ms),
@@ -222,8 +226,8 @@ pub(crate) async fn semaphore_holders(
         .collect())
 }
 
-/// The live holders of the read-write lock `name` (readers, or the writer): one round trip.
-/// The holders' fencing tokens are not kept.
+/// The live holders of the read-write lock `name` (plain and upgradeable readers, or the
+/// writer): one round trip. The holders' fencing tokens are not kept.
 pub(crate) async fn rw_lock_holders(
     node: &Node,
     space: &KeySpace,
@@ -235,7 +239,10 @@ pub(crate) async fn rw_lock_holders(
         .await?;
     let mut holders: Vec<LockState> = readers
         .into_iter()
-        .map(|(owner, expiry)| LockState::held(owner, None, remaining(expiry, now)).with_kind(LockKind::Read))
+        .map(|(member, expiry)| {
+            let (owner, kind) = reader(&member);
+            LockState::held(owner.to_owned(), None, remaining(expiry, now)).with_kind(kind)
+        })
         .collect();
     if let Some(writer) = writer {
         let left = u64::try_from(writer_pttl).ok().map(Duration::from_millis);

@@ -384,7 +384,7 @@ impl DistributedLock for RedisLock {
     fn capabilities(&self) -> Capabilities {
         let mut caps = Self::single_instance_capabilities()
             .with_primitives(true, true)
-            .with_weights_and_upgrades(true, false)
+            .with_weights_and_upgrades(true, true)
             .with_notes(true);
         if !self.inner.config.notifications {
             caps.wake_up = WakeUp::Polling;

@@ -58,8 +58,8 @@ pub(crate) async fn release_quietly_on(
     Ok(released == 1)
 }
 
-/// Releases the hold of `kind` (not the mutex) of `owner` on `name` (for a permit, the
-/// member of `kind`: see [`member`](crate::member)): a release of n permits wakes
+/// Releases the hold of `kind` (not the mutex) of `owner` on `name` (for a permit or a
+/// reader, the member of `kind`: see [`member`](crate::member)): a release of n permits wakes
 /// the first n waiters of the semaphore's queue, a reader's and the writer's announce it on
 /// the object's channel. As [`release_waking_on`] otherwise.
 ///
@@ -94,9 +94,22 @@ pub(crate) async fn release_hold_on(
             )
             .await
         }
-        LockKind::Read => {
+        LockKind::Read | LockKind::UpgradeableRead => {
             let RwLockKeys { readers, channel, .. } = space.rw_lock_keys(name);
-            release_on(node, limit, b"read", (&readers, None), &lock_key, owner, &channel).await
+            let script_kind: &[u8] = match kind {
+                LockKind::Read => b"read",
+                _ => b"upgradeable",
+            };
+            release_on(
+                node,
+                limit,
+                script_kind,
+                (&readers, None),
+                &lock_key,
+                &member,
+                &channel,
+            )
+            .await
         }
         LockKind::Write => {
             let RwLockKeys { writer, channel, .. } = space.rw_lock_keys(name);
