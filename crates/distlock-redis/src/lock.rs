@@ -120,7 +120,9 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// A woken waiter for several permits may find fewer free than it asks for (a release of
 /// one permit wakes one waiter): it then waits again at the back of the queue, and a waiter
 /// for fewer permits behind it gets in at its next re-check, not at once; waiters re-check at
-/// the holders' expiry and at the safety net, so none hangs. The renewal of the old
+/// the holders' expiry and at the safety net, so none hangs. Clients of versions before
+/// weighted permits count every hold as one permit: they must not share a semaphore that
+/// has holds of several permits (they would admit past the count). The renewal of the old
 /// upgradeable lease after its upgrade finds no member (`None`): the write lease stands for
 /// the hold.
 ///

@@ -348,3 +348,20 @@ async fn weighted_permits_on_a_cluster() {
     assert!(one.release().await.expect("released"));
     assert_eq!(taken(&lock, &sem).await, 0);
 }
+
+/// A weight of zero or above the permits is a typed error, and nothing is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_weight_of_zero_or_above_the_permits_is_invalid() {
+    let lock = connect(&shared_url().await).await;
+    let sem = name("bad-weight");
+    for kind in [LockKind::permits(3, 0), LockKind::permits(3, 4)] {
+        let outcome = lock
+            .try_acquire_kind(&sem, kind, OwnerToken::new(), LONG, None)
+            .await;
+        assert!(
+            matches!(outcome, Err(distlock_core::Error::InvalidOptions { .. })),
+            "{kind:?}: {outcome:?}"
+        );
+    }
+    assert_eq!(taken(&lock, &sem).await, 0);
+}
