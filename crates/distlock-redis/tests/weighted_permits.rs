@@ -365,3 +365,69 @@ async fn a_weight_of_zero_or_above_the_permits_is_invalid() {
     }
     assert_eq!(taken(&lock, &sem).await, 0);
 }
+
+/// Through a proxy that drops every reply: an attempt at 3 of 4 permits runs on the server but
+/// its grant never comes back, so its outcome is unknown and the client cleans it up by owner
+/// with the attempt's kind. The whole hold goes: once the replies flow again, the four
+/// permits are free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_weighted_attempt_whose_reply_is_lost_is_cleaned_up_whole() {
+    let server = support::start_server().await;
+    let proxy = distlock_testkit::FaultProxy::start(server.addr()).expect("the proxy starts");
+    let through = RedisConfig::from_url(&format!("redis://{}", proxy.host_port()))
+        .expect("valid")
+        .with_operation_timeout(Duration::from_millis(500))
+        .with_connect_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .expect("connects");
+    let direct = connect(&server.url()).await;
+    let sem = name("lost-grant");
+    let semaphore = LockClient::new(through).semaphore(&sem, 4).expect("valid");
+    // The server learns the scripts first (a fresh one would answer NOSCRIPT, not run it).
+    let first = semaphore.acquire().await.expect("a permit");
+    assert!(first.release().await.expect("released"));
+    proxy.drop_replies();
+    let outcome = semaphore
+        .acquire_many_with(3, &AcquireOptions::new().ttl(LONG).no_wait())
+        .await;
+    assert!(outcome.is_err(), "a grant whose reply was dropped: {outcome:?}");
+    proxy.heal();
+    // The grant ran on the server: it drew a fencing token from the semaphore's state hash
+    // (`{<name>}` `0xFF` `semaphore-state:` `<name>`).
+    let state = [
+        b"{".as_slice(),
+        sem.as_str().as_bytes(),
+        b"}\xFFsemaphore-state:",
+        sem.as_str().as_bytes(),
+    ]
+    .concat();
+    let mut raw = support::raw(&server.url()).await.expect("raw");
+    let fence: Option<u64> = redis::cmd("HGET")
+        .arg(&state)
+        .arg("fence")
+        .query_async(&mut raw)
+        .await
+        .expect("HGET");
+    assert_eq!(fence, Some(2), "the attempt never ran on the server");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = taken(&direct, &sem).await;
+        if now == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{now} permits are still taken 10 s after the attempt whose outcome was unknown"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let again = semaphore
+        .acquire_many_with(
+            4,
+            &AcquireOptions::new().ttl(LONG).wait_for(Duration::from_secs(5)),
+        )
+        .await
+        .expect("all four permits are free");
+    assert!(again.release().await.expect("released"));
+}
