@@ -78,12 +78,13 @@ impl AcquireCall {
         Self::new("mutex", owner, ttl_ms, fenced, call_keys).waiting(waiting, client_score, false)
     }
 
-    /// A semaphore's permit out of `permits`; if none is free, the waiter (if any) is queued.
+    /// `weight` of a semaphore's `permits` as one hold, whose member is `owner` (see
+    /// [`member`](crate::member)); if too few are free, the waiter (if any) is queued.
     pub(crate) fn permit(
         keys: SemaphoreKeys,
         owner: &str,
         ttl_ms: u64,
-        permits: u32,
+        (permits, weight): (u32, u32),
         waiting: Waiting<'_>,
     ) -> Self {
         let mut call = Self::new(
@@ -96,6 +97,7 @@ impl AcquireCall {
         .waiting(waiting, None, true);
         call.args.push(Vec::new()); // scored by the server's clock
         call.args.push(permits.to_string().into_bytes());
+        call.args.push(weight.to_string().into_bytes());
         call
     }
 
@@ -104,7 +106,14 @@ impl AcquireCall {
         Self::new("read", owner, ttl_ms, true, rw_lock_keys(keys))
     }
 
-    /// The write lock; if refused, the waiter (if any) is recorded as a waiting writer.
+    /// The upgradeable read lock, whose member is `owner` (`u*<owner>`, see
+    /// [`member`](crate::member)).
+    pub(crate) fn upgradeable(keys: RwLockKeys, owner: &str, ttl_ms: u64) -> Self {
+        Self::new("upgradeable", owner, ttl_ms, true, rw_lock_keys(keys))
+    }
+
+    /// The write lock (the upgrade of `owner`'s upgradeable read, if it holds one and no
+    /// other reader does); if refused, the waiter (if any) is recorded as a waiting writer.
     pub(crate) fn write(keys: RwLockKeys, owner: &str, ttl_ms: u64, waiting: Waiting<'_>) -> Self {
         Self::new("write", owner, ttl_ms, true, rw_lock_keys(keys)).waiting(waiting, None, true)
     }

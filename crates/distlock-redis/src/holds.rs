@@ -14,6 +14,7 @@ use crate::acquire::{self, no_fencing_token, AcquireCall, AcquireReply};
 use crate::keys::{KeySpace, RwLockKeys, SemaphoreKeys};
 use crate::lock::Renewal;
 use crate::lua;
+use crate::member::{member, permit_holder, reader};
 use crate::node::{Node, BACKEND};
 use crate::release;
 use crate::released::Released;
@@ -29,13 +30,15 @@ pub(crate) enum HoldReply {
     PermitsMismatch(u32),
 }
 
-/// The acquire call of a hold of `kind` (not [`LockKind::Exclusive`]) on `name`. `waiting`
+/// The acquire call of a hold of `kind` (not [`LockKind::Exclusive`]) of `owner` on `name`
+/// (a permit's and a reader's member computed from both: see [`member`]). `waiting`
 /// (a waiter id and its stay in ms) is recorded by a failing [`LockKind::Write`] (a waiting
 /// writer keeps new readers out) and a failing permit (the semaphore's queue, whose first
 /// waiter a release wakes alone).
 ///
 /// # Errors
-/// [`Error::InvalidOptions`] for a semaphore of zero permits, [`Error::NotSupported`] for
+/// [`Error::InvalidOptions`] for a semaphore of zero permits or a weight of zero or above the
+/// permits, [`Error::NotSupported`] for
 /// the mutex or a kind this backend does not know.
 pub(crate) fn acquire_call(
     space: &KeySpace,
@@ -51,10 +54,22 @@ pub(crate) fn acquire_call(
                 "the semaphore {name} needs at least one permit"
             )))
         }
-        LockKind::Permit { permits, .. } => {
-            AcquireCall::permit(space.semaphore_keys(name), owner, ttl_ms, permits, waiting)
+        LockKind::Permit { permits, weight } if weight == 0 || weight > permits => {
+            return Err(Error::invalid_options(format!(
+                "{weight} permits asked of the semaphore {name}, which has {permits}"
+            )))
         }
+        LockKind::Permit { permits, weight } => AcquireCall::permit(
+            space.semaphore_keys(name),
+            &member(kind, owner),
+            ttl_ms,
+            (permits, weight),
+            waiting,
+        ),
         LockKind::Read => AcquireCall::read(space.rw_lock_keys(name), owner, ttl_ms),
+        LockKind::UpgradeableRead => {
+            AcquireCall::upgradeable(space.rw_lock_keys(name), &member(kind, owner), ttl_ms)
+        }
         LockKind::Write => AcquireCall::write(space.rw_lock_keys(name), owner, ttl_ms, waiting),
         _ => return Err(not_a_hold_kind()),
     })
@@ -103,7 +118,9 @@ pub(crate) async fn release(
 }
 
 /// The renewal of the hold of `kind` of `owner` on `name` for `ttl_ms`: a member's expiry
-/// moved (`ZADD XX`), or the writer's `PEXPIRE` (the mutex's extend script on the writer key).
+/// moved (`ZADD XX`; the member of `kind`, so a weighted hold is renewed whole and an
+/// upgradeable read upgraded since is not found), or the writer's `PEXPIRE` (the mutex's
+/// extend script on the writer key).
 pub(crate) fn renewal(
     space: &KeySpace,
     name: &LockName,
@@ -115,13 +132,13 @@ pub(crate) fn renewal(
         LockKind::Permit { .. } => Renewal::new(
             &lua::EXTEND_MEMBER,
             space.semaphore_keys(name).holders,
-            owner,
+            member(kind, &owner),
             ttl_ms,
         ),
-        LockKind::Read => Renewal::new(
+        LockKind::Read | LockKind::UpgradeableRead => Renewal::new(
             &lua::EXTEND_MEMBER,
             space.rw_lock_keys(name).readers,
-            owner,
+            member(kind, &owner),
             ttl_ms,
         ),
         LockKind::Write => Renewal::new(&lua::EXTEND, space.rw_lock_keys(name).writer, owner, ttl_ms),
@@ -187,8 +204,8 @@ pub(crate) fn channel(space: &KeySpace, name: &LockName, primitive: Primitive) -
     }
 }
 
-/// The live holders of the semaphore `name`: one round trip. The permit count is the stored
-/// one; the holders' fencing tokens are not kept.
+/// The live holders of the semaphore `name`, each with its weight: one round trip. The
+/// permit count is the stored one; the holders' fencing tokens are not kept.
 pub(crate) async fn semaphore_holders(
     node: &Node,
     space: &KeySpace,
@@ -198,18 +215,19 @@ pub(crate) async fn semaphore_holders(
     let (members, permits, now): (Vec<(String, i64)>, Option<u32>, i64) = node
         .script(&lua::INSPECT_SEMAPHORE, &[&keys.holders, &keys.state], &[])
         .await?;
-    let kind = LockKind::Permit {
-        permits: permits.unwrap_or(0),
-        weight: 1,
-    };
+    let permits = permits.unwrap_or(0);
     Ok(members
         .into_iter()
-        .map(|(owner, expiry)| LockState::held(owner, None, remaining(expiry, now)).with_kind(kind))
+        .map(|(member, expiry)| {
+            let (owner, weight) = permit_holder(&member);
+            LockState::held(owner.to_owned(), None, remaining(expiry, now))
+                .with_kind(LockKind::Permit { permits, weight })
+        })
         .collect())
 }
 
-/// The live holders of the read-write lock `name` (readers, or the writer): one round trip.
-/// The holders' fencing tokens are not kept.
+/// The live holders of the read-write lock `name` (plain and upgradeable readers, or the
+/// writer): one round trip. The holders' fencing tokens are not kept.
 pub(crate) async fn rw_lock_holders(
     node: &Node,
     space: &KeySpace,
@@ -221,7 +239,10 @@ pub(crate) async fn rw_lock_holders(
         .await?;
     let mut holders: Vec<LockState> = readers
         .into_iter()
-        .map(|(owner, expiry)| LockState::held(owner, None, remaining(expiry, now)).with_kind(LockKind::Read))
+        .map(|(member, expiry)| {
+            let (owner, kind) = reader(&member);
+            LockState::held(owner.to_owned(), None, remaining(expiry, now)).with_kind(kind)
+        })
         .collect();
     if let Some(writer) = writer {
         let left = u64::try_from(writer_pttl).ok().map(Duration::from_millis);

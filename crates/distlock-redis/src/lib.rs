@@ -9,8 +9,9 @@
 //!   default persistence too (RDB snapshots, AOF `everysec`); only AOF `appendfsync always`
 //!   (and no eviction, no failover) makes them monotonic. `build` warns about (or, if
 //!   configured, refuses) a `maxmemory-policy` that can evict lock keys. It also offers
-//!   semaphores and read-write locks (`LockClient::semaphore`, `LockClient::rw_lock`), one
-//!   script per operation as for the mutex. Its docs give the key layout, round trips,
+//!   semaphores and read-write locks (`LockClient::semaphore`, `LockClient::rw_lock`), with
+//!   holds of several permits (`Semaphore::acquire_many`) and upgradeable reads
+//!   (`RwLock::upgradeable_read`), one script per operation as for the mutex. Its docs give the key layout, round trips,
 //!   fencing and eviction details.
 //! - The same [`RedisLock`] on a **Redis Cluster**, from `redis+cluster://h1:p1,h2:p2` (seed
 //!   nodes; `rediss+cluster://` with TLS): the `redis` crate's cluster client routes each
@@ -127,6 +128,7 @@ mod holds;
 mod keys;
 mod lock;
 mod lua;
+mod member;
 mod node;
 mod redlock;
 mod release;

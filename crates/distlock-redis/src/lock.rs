@@ -73,11 +73,13 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// at its end, so no mark is a prefix of another, and the keys collide neither with a lock
 /// name nor with each other):
 ///
-/// - semaphore: `semaphore:`, a sorted set of the holders' owner tokens scored by their expiry
-///   in ms of the server's clock, expiring with its last member; `semaphore-state:`, a hash
+/// - semaphore: `semaphore:`, a sorted set of the holds scored by their expiry in ms of the
+///   server's clock, expiring with its last member (a hold of one permit is its owner token,
+///   a hold of `n` > 1 permits `<n>*<owner token>`); `semaphore-state:`, a hash
 ///   with the live holders' `permits` and the `fence` counter, never expiring; channel
 ///   `distlock:semaphore-released:<prefix><name>`.
-/// - read-write lock: `rw-readers:`, the readers as the semaphore's holders; `rw-writer:`, the
+/// - read-write lock: `rw-readers:`, the readers as the semaphore's holders (a plain reader is
+///   its owner token, the upgradeable reader `u*<owner token>`); `rw-writer:`, the
 ///   writer's owner token with a `PX` TTL, as a mutex; `rw-waiting:`, the waiting writers'
 ///   ids scored by the end of their stay; `rw-fence:`, the counter (readers and writers draw
 ///   from it); channel `distlock:rw-lock-released:<prefix><name>`.
@@ -86,25 +88,43 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 ///
 /// Each operation is one script, so one round trip, deciding on the server's clock (`TIME`):
 ///
-/// - **permit**: drop the expired holders (`ZREMRANGEBYSCORE`); if holders are live and
-///   `permits` differs from theirs, refuse ([`Error::PermitsMismatch`], nothing changed); if
-///   fewer than `permits` are live, add the owner with its expiry, store `permits`, `HINCRBY`
-///   the counter (and take the waiter, if any, out of the semaphore's queue); else queue the
-///   waiter, if any, as the mutex's are queued, and report the earliest expiry.
+/// - **permit** (`weight` of them as one hold): drop the expired holders
+///   (`ZREMRANGEBYSCORE`); if holders are live and `permits` differs from theirs, refuse
+///   ([`Error::PermitsMismatch`], nothing changed); if the weights of the live holds (read
+///   from their members, only when they could fit) and `weight` add up to at most `permits`,
+///   add the hold with its expiry, store `permits`, `HINCRBY` the counter (and take the
+///   waiter, if any, out of the semaphore's queue); else queue the waiter, if any, as the
+///   mutex's are queued, and report the earliest expiry.
 /// - **read**: drop expired readers and waiting writers; refused while a writer holds (its
-///   `PTTL`) or a waiting writer is recorded (the end of the last record); else join.
-/// - **write**: win if no live reader and no writer (taking the waiter's own record out);
-///   else record the waiter, if any, until now + its stay, and report the writer's `PTTL` or
-///   the last reader's expiry.
-/// - **release** (owner-checked, by kind, name and owner alone): remove a live member, or
-///   compare-and-delete the writer; a permit's release wakes the first waiter of the
-///   semaphore's queue alone (`wake:<waiter>`: one permit came free, one waiter can take it),
-///   a read-write lock's publishes on the object's channel (for readers only when the last
-///   one left: only that can let a writer in). **extend**: move a live member's expiry
+///   `PTTL`) or a waiting writer is recorded (the end of the last record); else join. The
+///   **upgradeable read** is refused also while another upgradeable reader is live (its
+///   expiry and owner).
+/// - **write**: win if no live reader and no writer (taking the waiter's own record out), or,
+///   for the owner of the upgradeable read, if that is the one live reader: the **upgrade**,
+///   which takes it out of the readers, sets the writer and draws a new token in the same
+///   script; else record the waiter, if any, until now + its stay (which keeps new readers
+///   and upgradeable readers out, also while an upgrade waits), and report the writer's
+///   `PTTL` or the last other reader's expiry.
+/// - **release** (owner-checked, by kind, name and owner alone: a permit's and a reader's
+///   member follows from the lease's kind, so a hold of several permits and a cleanup by owner
+///   of an attempt at one go whole): remove a live member, or compare-and-delete the writer;
+///   a release of `n` permits wakes the first `n` waiters of the semaphore's queue alone
+///   (`wake:<waiter>`: `n` permits came free, up to `n` waiters can take them), a read-write
+///   lock's publishes on the object's channel (for plain readers only when no reader or only
+///   the upgradeable one is left: only that can let a writer or the upgrade in). **extend**: move a live member's expiry
 ///   (`ZADD XX`), or compare-and-`PEXPIRE` the writer. **withdraw**: a semaphore's waiter
 ///   leaves the queue, waking the next waiter if a permit is free (it may have been woken and
 ///   gone without trying); a waiting writer's record goes, publishing if no writer holds and
 ///   none waits any more.
+///
+/// A woken waiter for several permits may find fewer free than it asks for (a release of
+/// one permit wakes one waiter): it then waits again at the back of the queue, and a waiter
+/// for fewer permits behind it gets in at its next re-check, not at once; waiters re-check at
+/// the holders' expiry and at the safety net, so none hangs. Clients of versions before
+/// weighted permits count every hold as one permit: they must not share a semaphore that
+/// has holds of several permits (they would admit past the count). The renewal of the old
+/// upgradeable lease after its upgrade finds no member (`None`): the write lease stands for
+/// the hold.
 ///
 /// A read-write lock's release wakes every waiter of the object (they all try once; those
 /// that cannot get in find it held again), not the first of a queue: a writer's release can
@@ -378,12 +398,13 @@ impl DistributedLock for RedisLock {
         BACKEND
     }
 
-    /// Best-effort fencing, notified waiters (one woken per release of a mutex or of a
-    /// semaphore's permit; every waiter of the object for read-write locks), semaphores and
-    /// read-write locks.
+    /// Best-effort fencing, notified waiters (one woken per release of a mutex or per permit
+    /// released; every waiter of the object for read-write locks), semaphores (with holds of
+    /// several permits) and read-write locks (with upgradeable reads), notes.
     fn capabilities(&self) -> Capabilities {
         let mut caps = Self::single_instance_capabilities()
             .with_primitives(true, true)
+            .with_weights_and_upgrades(true, true)
             .with_notes(true);
         if !self.inner.config.notifications {
             caps.wake_up = WakeUp::Polling;
@@ -398,8 +419,9 @@ impl DistributedLock for RedisLock {
     /// `WAIT` rides in the same pipeline; if too few replicas confirm, the lock is released
     /// (one more round trip) and the attempt fails with [`Error::Unavailable`].
     ///
-    /// A permit, a read or the write lock: one round trip (one script; with replica
-    /// acknowledgement, the `WAIT` rides in the same pipeline). A failing write attempt with a
+    /// Permits (one or several as one hold), a read, the upgradeable read or the write lock
+    /// (the upgrade too): one round trip (one script; with replica acknowledgement, the `WAIT`
+    /// rides in the same pipeline). A failing write attempt with a
     /// waiter records the waiting writer in the same script; a failing permit attempt queues
     /// the waiter in the semaphore's queue.
     async fn attempt(&self, attempt: &Attempt) -> Result<TryAcquire> {
@@ -464,8 +486,9 @@ impl DistributedLock for RedisLock {
     }
 
     /// One round trip: for the mutex, compare-and-delete, then wake the first queued waiter,
-    /// if any; for a permit, its release script, which wakes the first waiter of the
-    /// semaphore's queue; for a read or the write lock, its release script, which announces
+    /// if any; for permits, its release script, which wakes the first waiter of the
+    /// semaphore's queue per permit released; for a read or the write lock, its release
+    /// script, which announces
     /// the release to every waiter of the object. By the lease's kind, name and owner alone.
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let owner = lease.owner().to_string();

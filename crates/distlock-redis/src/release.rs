@@ -11,6 +11,7 @@ use distlock_core::{Error, LockKind, LockName, Result};
 
 use crate::keys::{release_marker, KeySpace, LockKeys, RwLockKeys, SemaphoreKeys};
 use crate::lua;
+use crate::member::member;
 use crate::node::{Node, BACKEND};
 use crate::released::{self, Released};
 
@@ -57,9 +58,10 @@ pub(crate) async fn release_quietly_on(
     Ok(released == 1)
 }
 
-/// Releases the hold of `kind` (not the mutex) of `owner` on `name`: a permit's release wakes
-/// the first waiter of the semaphore's queue, a reader's and the writer's announce it on the
-/// object's channel. As [`release_waking_on`] otherwise.
+/// Releases the hold of `kind` (not the mutex) of `owner` on `name` (for a permit or a
+/// reader, the member of `kind`: see [`member`](crate::member)): a release of n permits wakes
+/// the first n waiters of the semaphore's queue, a reader's and the writer's announce it on
+/// the object's channel. As [`release_waking_on`] otherwise.
 ///
 /// # Errors
 /// [`Error::NotSupported`] for the mutex or a kind this backend does not know.
@@ -72,6 +74,7 @@ pub(crate) async fn release_hold_on(
     owner: &str,
 ) -> Result<Released> {
     let lock_key = space.lock_key(name.as_str());
+    let member = member(kind, owner);
     match kind {
         LockKind::Permit { .. } => {
             let SemaphoreKeys {
@@ -86,14 +89,27 @@ pub(crate) async fn release_hold_on(
                 b"permit",
                 (&holders, Some(&waiting)),
                 &lock_key,
-                owner,
+                &member,
                 &channel,
             )
             .await
         }
-        LockKind::Read => {
+        LockKind::Read | LockKind::UpgradeableRead => {
             let RwLockKeys { readers, channel, .. } = space.rw_lock_keys(name);
-            release_on(node, limit, b"read", (&readers, None), &lock_key, owner, &channel).await
+            let script_kind: &[u8] = match kind {
+                LockKind::Read => b"read",
+                _ => b"upgradeable",
+            };
+            release_on(
+                node,
+                limit,
+                script_kind,
+                (&readers, None),
+                &lock_key,
+                &member,
+                &channel,
+            )
+            .await
         }
         LockKind::Write => {
             let RwLockKeys { writer, channel, .. } = space.rw_lock_keys(name);

@@ -1108,7 +1108,8 @@ async fn a_release_the_cluster_client_sent_again_is_not_a_lost_lock() {
     }
 }
 
-/// As above for every kind of hold (a permit, a read lock, the write lock, the mutex): a
+/// As above for every kind of hold (a permit, several permits, a read lock, the upgradeable
+/// read lock, the write lock, the mutex): a
 /// release the cluster client sent again after its reply was lost reports the hold released,
 /// and a later release of the same lease (a new request) reports it not ours.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1127,7 +1128,9 @@ async fn releases_of_every_kind_the_cluster_client_sent_again_report_released() 
             permits: 1,
             weight: 1,
         },
+        LockKind::permits(3, 2),
         LockKind::Read,
+        LockKind::UpgradeableRead,
         LockKind::Write,
         LockKind::Exclusive,
     ] {

@@ -961,14 +961,22 @@ async fn capabilities_and_redlock_offering_neither() {
     let url = shared_url().await;
     let caps = connect(&url).await.capabilities();
     assert!(caps.semaphores && caps.rw_locks);
+    assert!(caps.weighted_permits && caps.upgradeable_reads);
 
     let servers = support::start_servers(3).await;
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let redlock = support::redlock_at(&urls).await;
     let caps = redlock.capabilities();
     assert!(!caps.semaphores && !caps.rw_locks);
+    assert!(!caps.weighted_permits && !caps.upgradeable_reads);
     let x = name("redlock");
-    for kind in [permits(2), LockKind::Read, LockKind::Write] {
+    for kind in [
+        permits(2),
+        LockKind::permits(2, 2),
+        LockKind::Read,
+        LockKind::UpgradeableRead,
+        LockKind::Write,
+    ] {
         assert!(
             matches!(
                 redlock

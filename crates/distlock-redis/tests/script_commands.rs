@@ -2,9 +2,9 @@
 //! script calls are counted by `INFO commandstats` like any other, so each operation runs on
 //! a server of its own with its statistics reset, and the counts are checked against a fixed
 //! table. A change to a script that adds, drops or moves a command on any path (the mutex,
-//! fenced or not, with or without a waiter; permits; readers; the writer; every release)
-//! shows here, and so does a script that no longer does what another client of the same keys
-//! expects.
+//! fenced or not, with or without a waiter; permits, weighted or not; readers, upgradeable or
+//! not; the writer and the upgrade; every release) shows here, and so does a script that no
+//! longer does what another client of the same keys expects.
 
 mod support;
 
@@ -300,6 +300,7 @@ async fn each_operation_runs_the_same_commands_on_one_server() {
             ("zremrangebyscore", 2),
             ("zcard", 2),
             ("get", 1),
+            ("zscore", 1),
             ("zadd", 1),
             ("zrange", 2),
             ("pexpireat", 1)
@@ -429,5 +430,219 @@ async fn each_redlock_operation_runs_the_same_commands_on_a_master() {
             ("publish", 1)
         ]
     );
+    assert_all_as_expected(&wrong);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weighted_permits_and_upgradeable_reads_run_these_commands() {
+    let server = support::start_server().await;
+    let url = server.url();
+    let lock = RedisLock::connect(&url).await.expect("connects");
+    let (sem, rw) = (name("weighted"), name("upgradeable"));
+    let mut wrong = Vec::new();
+
+    let one = acquired(
+        lock.try_acquire_kind(&sem, LockKind::permit(4), OwnerToken::new(), TTL, None)
+            .await,
+    )
+    .await;
+    let three = check!(
+        wrong,
+        &url,
+        "a weighted grant beside a holder (its weights summed)",
+        acquired(
+            lock.try_acquire_kind(&sem, LockKind::permits(4, 3), OwnerToken::new(), TTL, None)
+                .await
+        )
+        .await,
+        [
+            ("time", 1),
+            ("zremrangebyscore", 1),
+            ("zcard", 1),
+            ("hget", 1),
+            ("zrange", 2),
+            ("zadd", 1),
+            ("hset", 1),
+            ("pexpireat", 1),
+            ("hincrby", 1)
+        ]
+    );
+    check!(
+        wrong,
+        &url,
+        "a weighted refusal that queues a waiter",
+        held(
+            lock.try_acquire_kind(
+                &sem,
+                LockKind::permits(4, 2),
+                OwnerToken::new(),
+                TTL,
+                Some(("waiter-w", STAY))
+            )
+            .await
+        ),
+        [
+            ("time", 2),
+            ("zremrangebyscore", 2),
+            ("zcard", 1),
+            ("hget", 1),
+            ("zrange", 2),
+            ("zscore", 1),
+            ("zadd", 1),
+            ("pttl", 1),
+            ("pexpire", 1)
+        ]
+    );
+    check!(
+        wrong,
+        &url,
+        "a weighted renewal",
+        assert!(lock.extend(&three, TTL).await.expect("extends").is_some()),
+        [
+            ("time", 1),
+            ("zscore", 1),
+            ("zadd", 1),
+            ("zrange", 1),
+            ("pexpireat", 1)
+        ]
+    );
+    check!(
+        wrong,
+        &url,
+        "a weighted release that wakes the one waiter",
+        assert!(lock.release(&three).await.expect("releases")),
+        [
+            ("zscore", 1),
+            ("zrem", 2),
+            ("time", 2),
+            ("zcard", 1),
+            ("exists", 1),
+            ("zremrangebyscore", 1),
+            ("zrange", 1),
+            ("publish", 1)
+        ]
+    );
+    assert!(lock.release(&one).await.expect("releases"));
+
+    let owner = OwnerToken::new();
+    let upgradeable = check!(
+        wrong,
+        &url,
+        "an upgradeable reader's grant",
+        acquired(
+            lock.try_acquire_kind(&rw, LockKind::UpgradeableRead, owner, TTL, None)
+                .await
+        )
+        .await,
+        [
+            ("time", 1),
+            ("zremrangebyscore", 2),
+            ("zcard", 2),
+            ("zscore", 1),
+            ("get", 1),
+            ("zrange", 2),
+            ("zadd", 1),
+            ("pexpireat", 1),
+            ("incr", 1)
+        ]
+    );
+    check!(
+        wrong,
+        &url,
+        "a second upgradeable reader's refusal",
+        held(
+            lock.try_acquire_kind(&rw, LockKind::UpgradeableRead, OwnerToken::new(), TTL, None)
+                .await
+        ),
+        [
+            ("time", 1),
+            ("zremrangebyscore", 2),
+            ("zcard", 2),
+            ("zscore", 1),
+            ("get", 1),
+            ("zrange", 1)
+        ]
+    );
+    check!(
+        wrong,
+        &url,
+        "an upgradeable renewal",
+        assert!(lock.extend(&upgradeable, TTL).await.expect("extends").is_some()),
+        [
+            ("time", 1),
+            ("zscore", 1),
+            ("zadd", 1),
+            ("zrange", 1),
+            ("pexpireat", 1)
+        ]
+    );
+    let reader = acquired(
+        lock.try_acquire_kind(&rw, LockKind::Read, OwnerToken::new(), TTL, None)
+            .await,
+    )
+    .await;
+    check!(
+        wrong,
+        &url,
+        "a reader's release that leaves the upgradeable reader alone",
+        assert!(lock.release(&reader).await.expect("releases")),
+        [
+            ("zscore", 1),
+            ("zrem", 1),
+            ("time", 1),
+            ("zremrangebyscore", 1),
+            ("zcard", 1),
+            ("zrange", 1),
+            ("publish", 1)
+        ]
+    );
+    let upgraded = check!(
+        wrong,
+        &url,
+        "the upgrade",
+        acquired(
+            lock.try_acquire_kind(&rw, LockKind::Write, owner, TTL, None)
+                .await
+        )
+        .await,
+        [
+            ("time", 1),
+            ("zremrangebyscore", 2),
+            ("zcard", 2),
+            ("get", 1),
+            ("zscore", 1),
+            ("zrem", 1),
+            ("set", 1),
+            ("incr", 1)
+        ]
+    );
+    assert!(lock.release(&upgraded).await.expect("releases"));
+
+    let upgradeable = acquired(
+        lock.try_acquire_kind(&rw, LockKind::UpgradeableRead, OwnerToken::new(), TTL, None)
+            .await,
+    )
+    .await;
+    let reader = acquired(
+        lock.try_acquire_kind(&rw, LockKind::Read, OwnerToken::new(), TTL, None)
+            .await,
+    )
+    .await;
+    check!(
+        wrong,
+        &url,
+        "an upgradeable reader's release beside a reader",
+        assert!(lock.release(&upgradeable).await.expect("releases")),
+        [
+            ("zscore", 1),
+            ("zrem", 1),
+            ("time", 1),
+            ("zremrangebyscore", 1),
+            ("zcard", 1),
+            ("zrange", 1),
+            ("publish", 1)
+        ]
+    );
+    assert!(lock.release(&reader).await.expect("releases"));
     assert_all_as_expected(&wrong);
 }

@@ -1,12 +1,13 @@
 -- Acquire a hold of any kind: the mutex (fenced or not), a semaphore permit, a read or the
 -- write lock, with or without a waiter to queue or record.
 --
--- ARGV[1] kind: 'mutex', 'permit', 'read' or 'write'; ARGV[2] owner token; ARGV[3] TTL in
+-- ARGV[1] kind: 'mutex', 'permit', 'read', 'upgradeable' or 'write'; ARGV[2] owner token
+-- (for a permit and a reader, the hold's member: see member.rs); ARGV[3] TTL in
 -- ms; ARGV[4] '1' fenced (KEYS[2] is the fencing counter: the semaphore's state hash), '0'
 -- not (no counter key; grants report token 0: Redlock's mutex; the other kinds are always
 -- fenced); ARGV[5] waiter id ('' or absent: none); ARGV[6] its stay in ms; ARGV[7] the end
 -- of its stay in us of the client's clock, its score in the queue ('' or absent: scored by
--- the server's clock); ARGV[8] the semaphore's permits.
+-- the server's clock); ARGV[8] the semaphore's permits; ARGV[9] the permit hold's weight.
 --
 -- KEYS[1] the holds (the lock key, the semaphore's holders, the readers); then, if fenced,
 -- the fencing counter (the semaphore's state hash); then the queue (the mutex's or the
@@ -61,19 +62,33 @@ end
 
 if kind == 'permit' then
   -- Drop expired holders; refuse if live holders were admitted with another count; admit
-  -- if fewer than the permits are live (or this owner is: the same attempt sent again),
-  -- else queue the waiter and report the earliest expiry.
+  -- if the weights of the live holds and this one's (ARGV[9]) add up to at most the permits
+  -- (or this member is live: the same attempt sent again), else queue the waiter and report
+  -- the earliest expiry. The owner argument is the hold's member: a hold of n > 1 permits is
+  -- `<n>*<owner>` and weighs n, any other member 1 (see member.rs).
   --! holds
   local now = now_ms()
   local count = live(KEYS[1], now)
   local asked = tonumber(ARGV[8])
+  local weight = tonumber(ARGV[9]) or 1
   if count > 0 then
     local stored = tonumber(redis.call('HGET', KEYS[2], 'permits'))
     if stored and stored ~= asked then
       return {2, stored}
     end
   end
-  if count < asked or redis.call('ZSCORE', KEYS[1], owner) then
+  -- Every member weighs at least 1: the weights are summed only when they could fit.
+  local admit = false
+  if count + weight <= asked then
+    local taken = weight
+    if count > 0 then
+      for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+        taken = taken + (tonumber(string.match(member, '^(%d+)%*')) or 1)
+      end
+    end
+    admit = taken <= asked
+  end
+  if admit or redis.call('ZSCORE', KEYS[1], owner) then
     redis.call('ZADD', KEYS[1], now + tonumber(ttl), owner)
     redis.call('HSET', KEYS[2], 'permits', asked)
     expire_with_last(KEYS[1])
@@ -90,9 +105,11 @@ if kind == 'permit' then
   return {0, first_score(KEYS[1]) - now}
 end
 
-if kind == 'read' then
+if kind == 'read' or kind == 'upgradeable' then
   -- Refused while a writer holds (its PTTL and owner) or a live waiting writer is
-  -- recorded (when the last record ends); else the reader joins.
+  -- recorded (when the last record ends); an upgradeable read (its member `u*<owner>`) also
+  -- while another live upgradeable reader holds (its expiry and owner); else the reader
+  -- joins.
   --! holds
   local now = now_ms()
   live(KEYS[1], now)
@@ -104,6 +121,14 @@ if kind == 'read' then
     if live(queue, now) > 0 then
       return {0, last_score(queue) - now}
     end
+    if kind == 'upgradeable' then
+      local readers = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+      for i = 1, #readers, 2 do
+        if string.sub(readers[i], 1, 2) == 'u*' then
+          return {0, tonumber(readers[i + 1]) - now, string.sub(readers[i], 3)}
+        end
+      end
+    end
   end
   redis.call('ZADD', KEYS[1], now + tonumber(ttl), owner)
   expire_with_last(KEYS[1])
@@ -111,16 +136,22 @@ if kind == 'read' then
 end
 
 if kind == 'write' then
-  -- Won if no reader and no writer is live (or this owner is the writer); else the waiter
-  -- is recorded as waiting until now + its stay (a record scored in ms that keeps new
-  -- readers out, not a queue), and the writer's PTTL and owner, or the last reader's
-  -- expiry, reported.
+  -- Won if no reader and no writer is live (or this owner is the writer), or if the one
+  -- live reader is this owner's upgradeable read (`u*<owner>`): the upgrade, which takes
+  -- that reader out as it sets the writer. Else the waiter is recorded as waiting until now
+  -- + its stay (a record scored in ms that keeps new readers out, not a queue), and the
+  -- writer's PTTL and owner, or the last other reader's expiry, reported.
   --! holds
   local now = now_ms()
   local readers = live(KEYS[1], now)
   live(queue, now)
   local writer = redis.call('GET', writer_key)
-  if writer == owner or (not writer and readers == 0) then
+  local upgrade = 'u*' .. owner
+  local upgrading = not writer and readers == 1 and redis.call('ZSCORE', KEYS[1], upgrade)
+  if writer == owner or (not writer and readers == 0) or upgrading then
+    if upgrading then
+      redis.call('ZREM', KEYS[1], upgrade)
+    end
     redis.call('SET', writer_key, owner, 'PX', ttl)
     if waiter ~= '' then
       redis.call('ZREM', queue, waiter)
@@ -134,7 +165,10 @@ if kind == 'write' then
   if writer then
     return {0, redis.call('PTTL', writer_key), writer}
   end
-  return {0, last_score(KEYS[1]) - now}
+  -- The latest of the last two readers that is not the upgrade's own.
+  local last = redis.call('ZRANGE', KEYS[1], -2, -1, 'WITHSCORES')
+  local expiry = last[#last - 1] ~= upgrade and last[#last] or last[2]
+  return {0, tonumber(expiry) - now}
 end
 
 return redis.error_reply('distlock: unknown kind of hold ' .. tostring(kind))

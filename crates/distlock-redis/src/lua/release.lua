@@ -1,7 +1,8 @@
 -- Release a hold of any kind, owner-checked: compare-and-delete the mutex or the writer,
 -- remove a live member (a permit, a reader); then wake or announce.
 --
--- ARGV[1] kind: 'mutex', 'permit', 'read' or 'write'; ARGV[2] owner token; ARGV[3] the
+-- ARGV[1] kind: 'mutex', 'permit', 'read', 'upgradeable' or 'write'; ARGV[2] owner token
+-- (for a permit and a reader, the hold's member: see member.rs); ARGV[3] the
 -- channel ('' for the mutex: wake no one, as for the cleanup of a failed Redlock attempt,
 -- whose minority grants nobody waits for); ARGV[4] the release marker's TTL in ms ('0': no
 -- marker).
@@ -10,10 +11,11 @@
 -- the release marker (unused with no marker); KEYS[3] the queue (the mutex's waiters with a
 -- channel; the semaphore's waiters).
 --
--- A mutex's release wakes the first waiter of its queue; a permit's wakes the first waiter
--- of the semaphore's queue alone (one permit came free: one waiter can take it); a reader's
--- announces 'released' only when no live reader is left (only that can let a writer in); the
--- writer's always announces it. Returns 1 if the owner held it (live) and it was removed
+-- A mutex's release wakes the first waiter of its queue; a hold of n permits wakes the first
+-- n waiters of the semaphore's queue alone (n permits came free: up to n waiters can take
+-- them); a reader's announces 'released' only when no live reader is left (only that can let
+-- a writer in) or only an upgradeable one (its upgrade may wait); an upgradeable reader's and
+-- the writer's always announce it. Returns 1 if the owner held it (live) and it was removed
 -- (then the marker is written), or held nothing but its marker says an earlier run of this
 -- same request removed it; 0 otherwise (an expired member is removed too).
 --
@@ -38,7 +40,7 @@ if kind == 'mutex' then
   return 0
 end
 
-if kind == 'permit' or kind == 'read' then
+if kind == 'permit' or kind == 'read' or kind == 'upgradeable' then
   local score = redis.call('ZSCORE', KEYS[1], owner)
   if not score then
     if released_before(KEYS[2], marker_ttl) then
@@ -54,11 +56,26 @@ if kind == 'permit' or kind == 'read' then
   end
   mark_released(KEYS[2], marker_ttl)
   if kind == 'permit' then
+    -- A hold of n permits (`<n>*<owner>`) frees n: the first n waiters are woken.
+    local weight = tonumber(string.match(owner, '^(%d+)%*')) or 1
     --! now_us
     --! wake_next
-    wake_next(KEYS[3], channel)
-  elseif live(KEYS[1], now) == 0 then
-    redis.call(distlock_publish, channel, 'released')
+    local wakes = 1
+    if weight > 1 then
+      wakes = math.min(weight, redis.call('ZCARD', KEYS[3]))
+    end
+    for _ = 1, wakes do
+      wake_next(KEYS[3], channel)
+    end
+  else
+    -- Announced when no reader is left (a writer may come in), when the upgradeable reader
+    -- left (another may come in), or when only an upgradeable reader is left (its upgrade
+    -- may be waiting).
+    local left = live(KEYS[1], now)
+    local last = left == 1 and redis.call('ZRANGE', KEYS[1], 0, 0)[1]
+    if left == 0 or kind == 'upgradeable' or (last and string.sub(last, 1, 2) == 'u*') then
+      redis.call(distlock_publish, channel, 'released')
+    end
   end
   return 1
 end
