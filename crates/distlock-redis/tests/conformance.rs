@@ -13,7 +13,5 @@ distlock_conformance::conformance_tests!(
         c51: StoreClockDeclared,
         c52: Members,
         c53: Failover,
-        c54: WeightedPermits,
-        c55: UpgradeableReads,
     ],
 );

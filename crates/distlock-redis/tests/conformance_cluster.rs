@@ -15,7 +15,5 @@ distlock_conformance::conformance_tests!(
         c51: StoreClock,
         c52: Members,
         c53: Failover,
-        c54: WeightedPermits,
-        c55: UpgradeableReads,
     ],
 );

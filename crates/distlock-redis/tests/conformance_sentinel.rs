@@ -25,8 +25,6 @@ distlock_conformance::conformance_tests!(
         c50: FaultProxy,
         c51: StoreClock,
         c52: Members,
-        c54: WeightedPermits,
-        c55: UpgradeableReads,
         c58: FaultProxy,
     ],
 );
