@@ -4,13 +4,14 @@
 -- ARGV[1] kind: 'mutex', 'permit', 'read' or 'write'; ARGV[2] owner token; ARGV[3] the
 -- channel ('' for the mutex: wake no one, as for the cleanup of a failed Redlock attempt,
 -- whose minority grants nobody waits for); ARGV[4] the release marker's TTL in ms ('0': no
--- marker).
+-- marker); ARGV[5] for a mutex whose release hands the lock to its first waiter, the
+-- shortest claim in ms (absent: it wakes the waiter instead, as Redlock's masters do).
 --
 -- KEYS[1] the hold (the lock key, the semaphore's holders, the readers, the writer); KEYS[2]
 -- the release marker (unused with no marker); KEYS[3] the queue (the mutex's waiters with a
--- channel; the semaphore's waiters).
+-- channel; the semaphore's waiters); KEYS[4] the mutex's fencing counter, with a claim.
 --
--- A mutex's release wakes the first waiter of its queue; a permit's wakes the first waiter
+-- A mutex's release hands the lock to the first waiter of its queue, or wakes it; a permit's wakes the first waiter
 -- of the semaphore's queue alone (one permit came free: one waiter can take it); a reader's
 -- announces 'released' only when no live reader is left (only that can let a writer in); the
 -- writer's always announces it. Returns 1 if the owner held it (live) and it was removed
@@ -27,8 +28,13 @@ if kind == 'mutex' then
     mark_released(KEYS[2], marker_ttl)
     if channel ~= '' then
       --! now_us
-      --! wake_next
-      wake_next(KEYS[3], channel)
+      if ARGV[5] then
+        --! grant_next
+        grant_next(KEYS[3], KEYS[1], KEYS[4], channel, ARGV[5])
+      else
+        --! wake_next
+        wake_next(KEYS[3], channel)
+      end
     end
     return 1
   end
