@@ -19,6 +19,14 @@ use crate::keys::LockKeys;
 use crate::lua;
 use crate::node::Node;
 
+/// How many times a waiter's leaving is sent, on one server, before its entry is left to end
+/// with its stay (about 2 s of pauses in all).
+const LEAVE_TRIES: u32 = 8;
+/// The pause after a waiter's first failed leaving; it doubles, up to [`LEAVE_LONGEST_PAUSE`].
+const LEAVE_FIRST_PAUSE: Duration = Duration::from_millis(20);
+/// The longest pause between two sendings of a waiter's leaving.
+const LEAVE_LONGEST_PAUSE: Duration = Duration::from_millis(500);
+
 /// A waiter's id and its stay in ms, for an attempt that queues it if the lock is held.
 pub(crate) type Waiting<'a> = Option<(&'a str, u64)>;
 
@@ -112,15 +120,25 @@ impl Drop for Leave {
         );
         runtime.spawn(async move {
             for node in &nodes {
-                let left: Result<i64> = node
-                    .script(
-                        &lua::LEAVE,
-                        &[&keys.lock, &keys.waiters],
-                        &[waiter.as_bytes(), &keys.channel],
-                    )
-                    .await;
-                if let Err(error) = left {
-                    tracing::debug!(%error, "distlock-redis: a waiter could not leave the queue; its entry ends with its stay");
+                // Sent again after a failure (a slot in migration answers `ASK` or `TRYAGAIN`
+                // for a while): a lock handed to the waiter stays its own until it leaves, or
+                // for the claim. Leaving twice does no harm.
+                let mut pause = LEAVE_FIRST_PAUSE;
+                for tries_left in (0..LEAVE_TRIES).rev() {
+                    let left: Result<i64> = node
+                        .script(
+                            &lua::LEAVE,
+                            &[&keys.lock, &keys.waiters],
+                            &[waiter.as_bytes(), &keys.channel],
+                        )
+                        .await;
+                    let Err(error) = left else { break };
+                    if tries_left == 0 {
+                        tracing::debug!(%error, "distlock-redis: a waiter could not leave the queue; its entry ends with its stay, a lock handed to it with its claim");
+                        break;
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(LEAVE_LONGEST_PAUSE);
                 }
             }
         });
