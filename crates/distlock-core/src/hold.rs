@@ -373,9 +373,6 @@ fn session_deadline_of(lease: &Lease, hold: &Hold) -> Option<Instant> {
     Some(until.checked_sub(suspended).unwrap_or(lease.acquired_at()))
 }
 
-/// A hold as a guard makes it, for unit tests: renewed automatically, no maximum hold time,
-/// the default safety margin, metered as a memory backend's mutex.
-
 /// When a lease whose hold counts as lost from `deadline` is first renewed: a third of its
 /// TTL after it was taken, or at once if that comes no earlier than the deadline (a short
 /// claim a store granted ahead of the TTL asked for, as a Redis release that hands a mutex to
@@ -386,6 +383,8 @@ fn first_renewal(lease: &Lease, deadline: Instant) -> Option<Instant> {
     Some(if regular < deadline { regular } else { acquired })
 }
 
+/// A hold as a guard makes it, for unit tests: renewed automatically, no maximum hold time,
+/// the default safety margin, metered as a memory backend's mutex.
 #[cfg(test)]
 impl Hold {
     pub(crate) fn for_test(id: u64, lease: Lease, session: Option<watch::Receiver<Session>>) -> Self {
