@@ -104,7 +104,12 @@ impl Hold {
         let session = session.filter(|_| lease.session_epoch().is_some());
         let max_hold_until = options.max_hold.and_then(|d| lease.acquired_at().checked_add(d));
         let renew_at = match (options.auto_renew, lease.valid_until()) {
-            (true, Some(_)) => lease.acquired_at().checked_add(lease.ttl() / RENEW_DIVISOR),
+            (true, Some(until)) => {
+                let margin = options
+                    .safety_margin
+                    .unwrap_or_else(|| AcquireOptions::default_safety_margin(lease.ttl()));
+                first_renewal(&lease, until.checked_sub(margin).unwrap_or(lease.acquired_at()))
+            }
             _ => None,
         };
         Self {
@@ -366,6 +371,16 @@ fn session_deadline_of(lease: &Lease, hold: &Hold) -> Option<Instant> {
     let until = session.valid_until?;
     let suspended = clock::suspended_total().saturating_sub(hold.suspended_at_start);
     Some(until.checked_sub(suspended).unwrap_or(lease.acquired_at()))
+}
+
+/// When a lease whose hold counts as lost from `deadline` is first renewed: a third of its
+/// TTL after it was taken, or at once if that comes no earlier than the deadline (a short
+/// claim a store granted ahead of the TTL asked for, as a Redis release that hands a mutex to
+/// its waiter: the first renewal lengthens it to the TTL).
+fn first_renewal(lease: &Lease, deadline: Instant) -> Option<Instant> {
+    let acquired = lease.acquired_at();
+    let regular = acquired.checked_add(lease.ttl() / RENEW_DIVISOR)?;
+    Some(if regular < deadline { regular } else { acquired })
 }
 
 /// A hold as a guard makes it, for unit tests: renewed automatically, no maximum hold time,

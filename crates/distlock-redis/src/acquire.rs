@@ -165,6 +165,9 @@ pub(crate) enum AcquireReply {
     },
     /// A semaphore whose live holders use this count of permits (nothing changed).
     PermitsMismatch(u32),
+    /// The mutex, held under the waiter's id (a release handed it to the waiter), with this
+    /// fencing token (0 unfenced), its TTL now the attempt's.
+    AcquiredAsWaiter(u64),
 }
 
 /// Reads the acquire script's reply (`acquire.lua` lists the replies). A grant must carry a
@@ -188,6 +191,9 @@ pub(crate) fn parse(reply: Value) -> Result<AcquireReply> {
             holder: parts.next().and_then(|v| redis::from_redis_value(v).ok()),
         }),
         Some(2) => Ok(AcquireReply::PermitsMismatch(u32::try_from(n).unwrap_or(0))),
+        Some(3) => u64::try_from(n)
+            .map(AcquireReply::AcquiredAsWaiter)
+            .map_err(|_| no_fencing_token()),
         other => Err(Error::backend(
             BACKEND,
             format!("unexpected acquire reply {other:?}"),

@@ -100,6 +100,12 @@ pub(crate) fn parse_acquire(reply: Value) -> Result<HoldReply> {
             })
         }
         AcquireReply::PermitsMismatch(stored) => HoldReply::PermitsMismatch(stored),
+        AcquireReply::AcquiredAsWaiter(_) => {
+            return Err(Error::backend(
+                BACKEND,
+                "unexpected acquire reply for a permit or a read-write lock: a mutex handed over",
+            ))
+        }
     })
 }
 

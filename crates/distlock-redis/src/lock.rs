@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::{
     Attempt, Capabilities, DistributedLock, Error, Fencing, FencingToken, Lease, LockKind, LockName,
-    LockState, ObjectState, Primitive, ReleaseWatch, Result, TryAcquire, WakeUp,
+    LockState, ObjectState, OwnerToken, Primitive, ReleaseWatch, Result, TryAcquire, WakeUp,
 };
 use tokio::time::Instant;
 
@@ -23,7 +23,7 @@ use crate::keys::{KeySpace, LockKeys};
 // The scripts, under the name the trait's implementation below reads them by.
 use crate::lua as scripts;
 use crate::node::{Node, BACKEND};
-use crate::release::release_waking_on;
+use crate::release::{release_granting_on, release_waking_on};
 use crate::replica_ack::ReplicaAcks;
 use crate::slots::SlotMap;
 use crate::subscriber::Subscriber;
@@ -42,6 +42,11 @@ pub(crate) use renew::{extend_many_on, Renewal};
 
 /// The longest TTL accepted (30 days), as [`Capabilities::new`] declares.
 const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// The claim a release hands the mutex to its first waiter for (or the releaser's TTL, if
+/// shorter; longer if the waiter's stay in the queue ends later): what a waiter that died
+/// keeps the lock for. Long enough for the waiter's first renewal, which it sends at once.
+const HANDOVER_CLAIM: Duration = Duration::from_secs(5);
 
 /// A distributed lock on one Redis server. Cheap to clone; clones share the connections: one
 /// multiplexed connection for commands (reconnecting by itself), one pub/sub connection opened
@@ -65,8 +70,11 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 ///   ids scored by the end of each one's stay; an attempt by a waiter that finds the lock held
 ///   queues it (at the back), an attempt that wins takes it out, and the key expires with the
 ///   longest stay in it.
-/// - channel `distlock:released:<prefix><name>`: a release publishes `wake:<waiter id>` for
-///   the first waiter in the queue (and takes it out), or nothing if no one waits.
+/// - channel `distlock:released:<prefix><name>`: a release hands the lock to the first waiter
+///   in the queue (and takes it out) and publishes `grant:<waiter id>:<fencing token>:<claim
+///   in ms>`, or publishes nothing if no one waits (`wake:<waiter id>` for a waiter of a client
+///   before the handover, and from Redlock's masters and clients with replica
+///   acknowledgement, whose releases wake the waiter instead).
 ///
 /// The semaphore and the read-write lock of the same name are objects of their own, in keys
 /// of the counter's layout (`{<slot tag>}\xFF<mark><prefix><name>`: each mark holds one `:`,
@@ -135,25 +143,39 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// woken by the releases of newer clients but at their safety-net re-check or the holders'
 /// expiry.
 ///
-/// # Waking one waiter
+/// # Handing the lock to one waiter
 ///
-/// A release wakes one waiter, not all of them: the one first in the queue, which then tries
-/// (one round trip) and, unless a newcomer took the lock first, wins. A waiter whose wait ends
-/// (it won without being woken, gave up, or its outcome is unknown) leaves the queue in the
-/// background; if it leaves while the lock is free (it may have been woken and gone without
-/// trying), the next waiter is woken in its place. A waiter that dies stays queued until its
-/// stay ends (its longest sleep plus a second: about 3 s with the default poll bounds), and
-/// a release that picks it wakes no one: the others then wake at their next safety-net
-/// re-check. Its entry goes with the next release or the next waiter's attempt after its
-/// stay, so dead waiters do not pile up while a lock stays held. Waiters are not served in arrival order: a newcomer may take a free lock before
-/// the woken waiter's attempt arrives, and a waiter that tried and lost goes to the back.
+/// A waiter's id is an owner token. A release hands the mutex to the first live waiter of the
+/// queue in the same script: the lock key then holds the waiter's id for a claim (5 s, or the
+/// releaser's TTL if shorter; until the waiter's stay would have ended if that is later), a
+/// fencing token is drawn for it, and the publish tells the waiter, which holds the lock from
+/// then on without a round trip of its own: its lease runs from its last attempt for the
+/// claim, and its first renewal, sent at once, lengthens it to its TTL. So a handoff costs
+/// the release and the publish, and no newcomer can take the lock in between.
+///
+/// - A waiter that missed the publish (a pub/sub connection that broke) finds the lock its
+///   own at its next attempt, which sets the TTL and reports the token the release drew.
+/// - A waiter whose wait ends (it gave up, or its outcome is unknown) leaves the queue in the
+///   background; a lock handed to it meanwhile is given back by owner at once (`DEL` if the
+///   key still holds its id), and if the lock is then free the next waiter is woken.
+/// - A waiter that died holds a lock handed to it for the claim only; the others wake at their
+///   next safety-net re-check. Its queue entry ends with its stay (its longest sleep plus a
+///   second: about 3 s with the default poll bounds) and goes with the next release or the
+///   next waiter's attempt after that, so dead waiters do not pile up while a lock stays held.
+/// - A release whose reply is lost and which is sent again finds the lock the waiter's, and
+///   never frees it (owner-checked, as every release).
+///
+/// Waiters are served in the order of their last attempts: a waiter that tried and lost goes
+/// to the back. With replica acknowledgement a release wakes the first waiter instead of
+/// handing it the lock (a handover is not followed by `WAIT`); the waiter then tries (one
+/// round trip), and a newcomer may take the lock first.
 ///
 /// # Round trips
 ///
 /// | operation            | round trips                                                    |
 /// |----------------------|----------------------------------------------------------------|
 /// | `try_acquire`        | 1 (script; +1 the first time the server sees it: `EVAL`)     |
-/// | `try_acquire_waiting`| 1 (the same, queueing the waiter if held)                      |
+/// | `try_acquire_waiting`| 1 (the same, queueing the waiter if held); 0 after a handover  |
 /// | `try_acquire_kind`   | 1 (script; a refused writer's record in the same script)       |
 /// | ... with replicas    | 1 (script and `WAIT` pipelined) + the replicas' delay          |
 /// | `release`, `extend`  | 1 (script), for every kind                                     |
@@ -384,6 +406,33 @@ impl RedisLock {
     pub(crate) fn keys(&self, name: &LockName) -> LockKeys {
         self.inner.keys.keys(name)
     }
+
+    /// Whether a mutex's release hands the lock to its first waiter: with notifications (the
+    /// waiter hears of it), and without replica acknowledgement (a handover is not followed
+    /// by `WAIT`).
+    fn hands_over(&self) -> bool {
+        self.inner.config.notifications && self.inner.acks.is_none()
+    }
+
+    /// The lease a release handed to `waiter` (see [`Subscriber::take_grant`]), if one came and
+    /// enough of it is left: held under the waiter's id for the claim the release set, which
+    /// began after the waiter's last attempt was sent, renewed to `ttl` by its first renewal.
+    /// With less than half the claim left, `None`: the attempt then finds the lock the
+    /// waiter's and sets its TTL (one round trip).
+    fn handed_over(&self, name: &LockName, waiter: &str, ttl: Duration) -> Option<Lease> {
+        let grant = self.inner.subscriber.take_grant(waiter)?;
+        let owner: OwnerToken = waiter.parse().ok()?;
+        let last = self.inner.waiters.last_attempt(waiter)?;
+        if grant.token == 0 || last.at + grant.claim / 2 <= Instant::now() {
+            return None;
+        }
+        self.inner.waiters.won(waiter);
+        Some(
+            Lease::new(name.clone(), owner, grant.claim, last.at)
+                .with_ttl(ttl)
+                .with_fencing(FencingToken::new(grant.token)),
+        )
+    }
     /// The [`Capabilities`] of a single Redis server.
     pub fn single_instance_capabilities() -> Capabilities {
         Capabilities::new(Fencing::BestEffort, WakeUp::Notification)
@@ -415,7 +464,9 @@ impl DistributedLock for RedisLock {
     /// The mutex: one round trip, the acquire script (`SET NX PX`, then `INCR` of the fencing
     /// counter, or the holder's `PTTL`); with a waiter, in the same round trip, the waiter is
     /// queued (at the back) in the lock's queue of waiters if the lock is held, of which a
-    /// release wakes the first, and leaves it if it wins. With replica acknowledgement, the
+    /// release hands the lock to the first, and leaves it if it wins. A waiter a release
+    /// handed the lock to holds it without a round trip (or, if it missed the publish, finds
+    /// it its own at its next attempt). With replica acknowledgement, the
     /// `WAIT` rides in the same pipeline; if too few replicas confirm, the lock is released
     /// (one more round trip) and the attempt fails with [`Error::Unavailable`].
     ///
@@ -437,6 +488,9 @@ impl DistributedLock for RedisLock {
         if kind == LockKind::Exclusive {
             return match waiter {
                 Some((waiter, stay)) => {
+                    if let Some(lease) = self.handed_over(name, waiter, ttl) {
+                        return Ok(TryAcquire::Acquired(lease));
+                    }
                     self.inner
                         .waiters
                         .attempt(waiter, stay, |waiting| self.attempt(name, owner, ttl, waiting))
@@ -485,15 +539,19 @@ impl DistributedLock for RedisLock {
         }
     }
 
-    /// One round trip: for the mutex, compare-and-delete, then wake the first queued waiter,
-    /// if any; for permits, its release script, which wakes the first waiter of the
-    /// semaphore's queue per permit released; for a read or the write lock, its release
-    /// script, which announces
+    /// One round trip: for the mutex, compare-and-delete, then hand the lock to the first
+    /// queued waiter, if any (see "Handing the lock to one waiter" above); for permits, its
+    /// release script, which wakes the first waiter of the semaphore's queue per permit
+    /// released; for a read or the write lock, its release script, which announces
     /// the release to every waiter of the object. By the lease's kind, name and owner alone.
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let owner = lease.owner().to_string();
         let node = &self.inner.node;
         match lease.kind() {
+            LockKind::Exclusive if self.hands_over() => {
+                let claim = HANDOVER_CLAIM.min(lease.ttl());
+                release_granting_on(node, node.timeout(), &self.keys(lease.name()), &owner, claim).await
+            }
             LockKind::Exclusive => {
                 release_waking_on(node, node.timeout(), &self.keys(lease.name()), &owner).await
             }
@@ -557,7 +615,8 @@ impl DistributedLock for RedisLock {
                 return Ok(ReleaseWatch::polling());
             }
             let keys = self.keys(name);
-            let waiter: Arc<str> = format!("{:016x}", rand::random::<u64>()).into();
+            // An owner token: a release may hand the lock to the waiter under this id.
+            let waiter: Arc<str> = OwnerToken::new().to_string().into();
             let (rx, keep) = self
                 .inner
                 .subscriber

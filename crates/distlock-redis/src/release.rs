@@ -37,6 +37,44 @@ pub(crate) async fn release_waking_on(
     .await
 }
 
+/// Releases the mutex `keys` of `owner` on `node` (bounded by `limit`), handing it to the
+/// first waiter of its queue (see `grant_next.lua`): the lock key then holds that waiter's id
+/// for a claim of at least `claim` (and until its stay would have ended), with a fencing token
+/// drawn for it, and the publish tells it (`grant:<waiter>:<token>:<claim in ms>`); a waiter
+/// of an older client is woken instead. As [`release_waking_on`] otherwise: a release sent
+/// again finds the lock the waiter's, never frees it, and reports what [`Released`] says of a
+/// resent request.
+pub(crate) async fn release_granting_on(
+    node: &Node,
+    limit: Duration,
+    keys: &LockKeys,
+    owner: &str,
+    claim: Duration,
+) -> Result<Released> {
+    let claim_ms = u64::try_from(claim.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1)
+        .to_string();
+    let marker = release_marker(&keys.lock, owner);
+    let marker_ttl = released::marker_ttl_arg(node, limit);
+    let call_keys: [&[u8]; 4] = [&keys.lock, &marker, &keys.waiters, &keys.fence];
+    let (released, resent): (i64, bool) = node
+        .script_sent_within(
+            limit,
+            &lua::RELEASE,
+            &call_keys,
+            &[
+                b"mutex",
+                owner.as_bytes(),
+                &keys.channel,
+                marker_ttl.as_bytes(),
+                claim_ms.as_bytes(),
+            ],
+        )
+        .await?;
+    Ok(Released::from_reply(released, resent))
+}
+
 /// Releases the mutex `keys` of `owner` on `node` (bounded by `limit`) without waking anyone:
 /// for the cleanup of a failed Redlock attempt, whose minority grants nobody waits for
 /// (waking a waiter for them would spend its wake, and cut the random pause after a split vote

@@ -51,6 +51,9 @@
 //!   message `wake:<waiter id>` wakes only that waiter, any other message every watch of the
 //!   channel (a resubscription too). A plain [`watch`](Subscriber::watch) (the read-write locks'
 //!   waiters) wakes on every message naming no waiter.
+//! - A message `grant:<waiter id>:<token>:<claim>` (a release handed the mutex to that waiter)
+//!   wakes that waiter and is kept for it ([`take_grant`](Subscriber::take_grant)) until it
+//!   takes it up or its watch goes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -83,6 +86,17 @@ const MAX_RETRY_PAUSE: Duration = Duration::from_millis(250);
 const KEEPALIVE: Duration = Duration::from_secs(5);
 /// A message that wakes one waiter: this prefix, then its id.
 pub(crate) const WAKE_PREFIX: &[u8] = b"wake:";
+/// A message that tells one waiter a release handed it the mutex: this prefix, its id, `:`,
+/// the fencing token drawn for it, `:` and the claim's TTL in ms.
+pub(crate) const GRANT_PREFIX: &[u8] = b"grant:";
+
+/// A release's grant to a waiter: the fencing token drawn for it and the claim's TTL (set no
+/// earlier than the waiter's last attempt was sent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub(crate) token: u64,
+    pub(crate) claim: Duration,
+}
 
 /// The pub/sub side of one client.
 pub(crate) struct Subscriber {
@@ -112,6 +126,9 @@ struct State {
     channels: HashMap<Vec<u8>, Channel>,
     /// Channels whose last watch went, to unsubscribe unless watched again by then.
     stale: Vec<Vec<u8>>,
+    /// The fencing tokens of the mutexes releases handed to waiters of this client, by waiter,
+    /// until the waiter takes its own up or its watch goes.
+    grants: HashMap<Arc<str>, Grant>,
 }
 
 impl State {
@@ -163,8 +180,18 @@ impl Channel {
         }
     }
 
-    /// Wakes the waiter a message names, or everyone for any other message.
-    fn deliver(&self, payload: &[u8]) {
+    /// Wakes the waiter a message names, or everyone for any other message. A grant to one of
+    /// its waiters is returned: that waiter's id and fencing token.
+    fn deliver(&self, payload: &[u8]) -> Option<(Arc<str>, Grant)> {
+        if let Some(grant) = payload.strip_prefix(GRANT_PREFIX) {
+            let Some((id, grant)) = parse_grant(grant) else {
+                self.wake_all(); // not understood: everyone looks
+                return None;
+            };
+            let (id, tx) = self.waiters.get_key_value(id)?;
+            tx.send_modify(|n| *n = n.wrapping_add(1));
+            return Some((id.clone(), grant));
+        }
         let named = payload
             .strip_prefix(WAKE_PREFIX)
             .and_then(|id| std::str::from_utf8(id).ok());
@@ -176,12 +203,25 @@ impl Channel {
             }
             None => self.wake_all(),
         }
+        None
     }
 
     fn unconfirm(&mut self) {
         self.status = Status::Unsent;
         self.confirmed.send_replace(false);
     }
+}
+
+/// `<waiter>:<token>:<claim in ms>`, a grant's message after its prefix.
+fn parse_grant(message: &[u8]) -> Option<(&str, Grant)> {
+    let message = std::str::from_utf8(message).ok()?;
+    let (rest, claim) = message.rsplit_once(':')?;
+    let (id, token) = rest.rsplit_once(':')?;
+    let grant = Grant {
+        token: token.parse().ok()?,
+        claim: Duration::from_millis(claim.parse().ok()?),
+    };
+    Some((id, grant))
 }
 
 /// A live connection: the sink we subscribe through and the task dispatching its messages.
@@ -264,6 +304,10 @@ impl Drop for Keep {
             }
             _ => false,
         };
+        if let Some(waiter) = &self.waiter {
+            // A grant it never took up: its lock is given back by the waiter's leaving.
+            state.grants.remove(waiter);
+        }
         if last {
             state.channels.remove(&self.channel);
             state.stale.push(std::mem::take(&mut self.channel));
@@ -276,6 +320,19 @@ impl Drop for Keep {
 impl Shared {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Delivers a message of `channel`, keeping a grant to one of its waiters for the waiter
+    /// to take up (under the same lock as its wake, so a woken waiter finds it).
+    fn deliver(&self, channel: &[u8], payload: &[u8]) {
+        let mut state = self.state();
+        let granted = state
+            .channels
+            .get(channel)
+            .and_then(|entry| entry.deliver(payload));
+        if let Some((waiter, grant)) = granted {
+            state.grants.insert(waiter, grant);
+        }
     }
 
     /// The server ended `channel`'s subscription on the connection of `generation` (on a
@@ -348,6 +405,11 @@ impl Subscriber {
         waiter: Arc<str>,
     ) -> Result<(watch::Receiver<u64>, Keep)> {
         self.subscribe_as(channel, Some(waiter)).await
+    }
+
+    /// Takes up the grant a release made to `waiter` (see [`GRANT_PREFIX`]), if one came.
+    pub(crate) fn take_grant(&self, waiter: &str) -> Option<Grant> {
+        self.shared.state().grants.remove(waiter)
     }
 
     /// Subscribes to `channel` for every message on it that names no waiter, as
@@ -673,18 +735,14 @@ async fn dispatch(shared: Arc<Shared>, messages: Messages, generation: u64) {
                 let Ok(channel) = msg.get_channel::<Vec<u8>>() else {
                     continue;
                 };
-                if let Some(entry) = shared.state().channels.get(&channel) {
-                    entry.deliver(msg.get_payload_bytes());
-                }
+                shared.deliver(&channel, msg.get_payload_bytes());
             }
         }
         Messages::Cluster(mut pushes) => {
             while let Some(push) = pushes.recv().await {
                 match (push.kind, push.data.as_slice()) {
                     (PushKind::SMessage, [Value::BulkString(channel), Value::BulkString(payload), ..]) => {
-                        if let Some(entry) = shared.state().channels.get(channel) {
-                            entry.deliver(payload);
-                        }
+                        shared.deliver(channel, payload);
                     }
                     (PushKind::SUnsubscribe, [Value::BulkString(channel), ..]) => {
                         shared.unsubscribed(channel, generation);

@@ -7,29 +7,57 @@
 //! of every server's queue in the background (the `LEAVE` script, which also wakes the next
 //! waiter if the lock is free, in case this one was woken and went away without trying).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use distlock_core::{Result, TryAcquire};
+use tokio::time::Instant;
 
 use crate::keys::LockKeys;
 use crate::lua;
 use crate::node::Node;
 
+/// How many times a waiter's leaving is sent, on one server, before its entry is left to end
+/// with its stay (about 2 s of pauses in all).
+const LEAVE_TRIES: u32 = 8;
+/// The pause after a waiter's first failed leaving; it doubles, up to [`LEAVE_LONGEST_PAUSE`].
+const LEAVE_FIRST_PAUSE: Duration = Duration::from_millis(20);
+/// The longest pause between two sendings of a waiter's leaving.
+const LEAVE_LONGEST_PAUSE: Duration = Duration::from_millis(500);
+
 /// A waiter's id and its stay in ms, for an attempt that queues it if the lock is held.
 pub(crate) type Waiting<'a> = Option<(&'a str, u64)>;
 
-/// The waiters of one client that may be in a server's queue. Cheap to clone.
+/// A waiter's last attempt: sent no later than `at` (so a lock a release hands the waiter
+/// afterwards was handed over after `at`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LastAttempt {
+    pub(crate) at: Instant,
+}
+
+/// The waiters of one client that may be in a server's queue, with their last attempt. Cheap
+/// to clone.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Waiters {
-    queued: Arc<Mutex<HashSet<Arc<str>>>>,
+    queued: Arc<Mutex<HashMap<Arc<str>, LastAttempt>>>,
 }
 
 impl Waiters {
-    fn queued(&self) -> MutexGuard<'_, HashSet<Arc<str>>> {
+    fn queued(&self) -> MutexGuard<'_, HashMap<Arc<str>, LastAttempt>> {
         self.queued.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The last attempt of `waiter`, if it may be queued.
+    pub(crate) fn last_attempt(&self, waiter: &str) -> Option<LastAttempt> {
+        self.queued().get(waiter).copied()
+    }
+
+    /// `waiter` won the lock without an attempt (a release handed it over, which took it out
+    /// of the queue): it has nothing to leave.
+    pub(crate) fn won(&self, waiter: &str) {
+        self.queued().remove(waiter);
     }
 
     /// Runs `attempt` for `waiter` (given its [`Waiting`]), remembering the waiter as possibly
@@ -45,8 +73,9 @@ impl Waiters {
         Fut: Future<Output = Result<TryAcquire>>,
     {
         let id: Arc<str> = waiter.into();
-        self.queued().insert(id.clone());
         let stay_ms = u64::try_from(stay.as_millis()).unwrap_or(u64::MAX).max(1);
+        let last = LastAttempt { at: Instant::now() };
+        self.queued().insert(id.clone(), last);
         let outcome = attempt(Some((waiter, stay_ms))).await;
         if matches!(outcome, Ok(TryAcquire::Acquired(_))) {
             self.queued().remove(&id);
@@ -78,7 +107,7 @@ pub(crate) struct Leave {
 
 impl Drop for Leave {
     fn drop(&mut self) {
-        if !self.waiters.queued().remove(&self.waiter) {
+        if self.waiters.queued().remove(&self.waiter).is_none() {
             return; // never queued, or it won the lock, which took it out
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -91,15 +120,25 @@ impl Drop for Leave {
         );
         runtime.spawn(async move {
             for node in &nodes {
-                let left: Result<i64> = node
-                    .script(
-                        &lua::LEAVE,
-                        &[&keys.lock, &keys.waiters],
-                        &[waiter.as_bytes(), &keys.channel],
-                    )
-                    .await;
-                if let Err(error) = left {
-                    tracing::debug!(%error, "distlock-redis: a waiter could not leave the queue; its entry ends with its stay");
+                // Sent again after a failure (a slot in migration answers `ASK` or `TRYAGAIN`
+                // for a while): a lock handed to the waiter stays its own until it leaves, or
+                // for the claim. Leaving twice does no harm.
+                let mut pause = LEAVE_FIRST_PAUSE;
+                for tries_left in (0..LEAVE_TRIES).rev() {
+                    let left: Result<i64> = node
+                        .script(
+                            &lua::LEAVE,
+                            &[&keys.lock, &keys.waiters],
+                            &[waiter.as_bytes(), &keys.channel],
+                        )
+                        .await;
+                    let Err(error) = left else { break };
+                    if tries_left == 0 {
+                        tracing::debug!(%error, "distlock-redis: a waiter could not leave the queue; its entry ends with its stay, a lock handed to it with its claim");
+                        break;
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(LEAVE_LONGEST_PAUSE);
                 }
             }
         });

@@ -30,11 +30,31 @@ impl RedisLock {
             .run_acquire(&AcquireCall::mutex(&keys, &token, ttl_ms, true, waiting, None))
             .await?;
         let outcome = match acquire::parse(reply) {
-            Ok(AcquireReply::Acquired(0)) => Err(no_fencing_token()),
             Ok(AcquireReply::PermitsMismatch(_)) => Err(Error::backend(
                 BACKEND,
                 "unexpected acquire reply for a mutex: a permit count",
             )),
+            other => other,
+        };
+        // Held under the waiter's id (a release handed it over): the lease is the waiter's.
+        let owner = match (&outcome, waiting) {
+            (Ok(AcquireReply::AcquiredAsWaiter(_)), Some((waiter, _))) => match waiter.parse() {
+                Ok(waiter) => waiter,
+                Err(_) => {
+                    let node = &self.inner.node;
+                    let _ = release_waking_on(node, node.timeout(), &keys, waiter).await;
+                    return Err(Error::backend(
+                        BACKEND,
+                        "a lock handed to a waiter whose id is not an owner token; it was given back",
+                    ));
+                }
+            },
+            _ => owner,
+        };
+        let token = owner.to_string();
+        let outcome = match outcome {
+            Ok(AcquireReply::Acquired(0) | AcquireReply::AcquiredAsWaiter(0)) => Err(no_fencing_token()),
+            Ok(AcquireReply::AcquiredAsWaiter(fencing)) => Ok(AcquireReply::Acquired(fencing)),
             other => other,
         };
         let outcome = match outcome {

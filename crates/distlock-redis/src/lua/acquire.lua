@@ -14,7 +14,8 @@
 -- semaphore's waiters, the waiting writers: passed when there is a waiter, and always for
 -- the semaphore and the read-write lock); then the writer (read-write lock).
 --
--- Replies {1, fencing token} acquired; {0, ms until a hold could free or -1, holder's
+-- Replies {1, fencing token} acquired; {3, fencing token} the mutex acquired under the
+-- waiter's id, which a release handed it to; {0, ms until a hold could free or -1, holder's
 -- owner or nothing} held; {2, stored permits} for a semaphore whose live holders use
 -- another count (nothing changed).
 --
@@ -51,6 +52,17 @@ if kind == 'mutex' then
       return {1, 0}
     end
     return {1, tonumber(redis.call('GET', KEYS[2]))}
+  end
+  if waiter ~= '' and holder == waiter then
+    -- Handed to this waiter by a release (see grant_next), whose publish it has not taken
+    -- up: the lock is its own, under its waiter id, for its TTL from now, with the token
+    -- the release drew.
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    redis.call('ZREM', queue, waiter)
+    if not fenced then
+      return {3, 0}
+    end
+    return {3, tonumber(redis.call('GET', KEYS[2]))}
   end
   if waiter ~= '' then
     --! now_us

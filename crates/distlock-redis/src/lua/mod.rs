@@ -32,15 +32,18 @@ use std::sync::LazyLock;
 
 /// The helpers a script takes in by a `--! name` line, defined where that line stands: Lua
 /// makes a closure of every function definition it runs, on every call, so a script defines
-/// a helper in the branch that calls it, not up front for every path. `wake_next` and
-/// `enqueue` need `now_us` before them.
-const FRAGMENTS: [(&str, &str); 7] = [
+/// a helper in the branch that calls it, not up front for every path. `wake_next`,
+/// `grant_next` and `enqueue` need `now_us` before them.
+const FRAGMENTS: [(&str, &str); 8] = [
     // `holder_of(key)`: the holder of a mutex's key, `<type>` for a key of another type.
     ("holder", include_str!("holder.lua")),
     // `now_us()`: the server's clock in µs, which scores the queues of waiters.
     ("now_us", include_str!("now_us.lua")),
     // `wake_next(waiters, channel)`: wakes the first waiter of a queue.
     ("wake_next", include_str!("wake_next.lua")),
+    // `grant_next(waiters, lock, fence, channel)`: hands the mutex to the first waiter of its
+    // queue.
+    ("grant_next", include_str!("grant_next.lua")),
     // `enqueue(queue, waiter, stay, client_score)`: the one queue insert.
     ("enqueue", include_str!("enqueue.lua")),
     // `now_ms`, `live`, `first_score`, `last_score`, `expire_with_last`: the holds that are

@@ -5,17 +5,19 @@
 -- (for a permit and a reader, the hold's member: see member.rs); ARGV[3] the
 -- channel ('' for the mutex: wake no one, as for the cleanup of a failed Redlock attempt,
 -- whose minority grants nobody waits for); ARGV[4] the release marker's TTL in ms ('0': no
--- marker).
+-- marker); ARGV[5] for a mutex whose release hands the lock to its first waiter, the
+-- shortest claim in ms (absent: it wakes the waiter instead, as Redlock's masters do).
 --
 -- KEYS[1] the hold (the lock key, the semaphore's holders, the readers, the writer); KEYS[2]
 -- the release marker (unused with no marker); KEYS[3] the queue (the mutex's waiters with a
--- channel; the semaphore's waiters).
+-- channel; the semaphore's waiters); KEYS[4] the mutex's fencing counter, with a claim.
 --
--- A mutex's release wakes the first waiter of its queue; a hold of n permits wakes the first
--- n waiters of the semaphore's queue alone (n permits came free: up to n waiters can take
--- them); a reader's announces 'released' only when no live reader is left (only that can let
--- a writer in) or only an upgradeable one (its upgrade may wait); an upgradeable reader's and
--- the writer's always announce it. Returns 1 if the owner held it (live) and it was removed
+-- A mutex's release hands the lock to the first waiter of its queue, or wakes it; a hold of
+-- n permits wakes the first n waiters of the semaphore's queue alone (n permits came free: up
+-- to n waiters can take them); a reader's announces 'released' only when no live reader is
+-- left (only that can let a writer in) or only an upgradeable one (its upgrade may wait); an
+-- upgradeable reader's and the writer's always announce it. Returns 1 if the owner held it
+-- (live) and it was removed
 -- (then the marker is written), or held nothing but its marker says an earlier run of this
 -- same request removed it; 0 otherwise (an expired member is removed too).
 --
@@ -29,8 +31,13 @@ if kind == 'mutex' then
     mark_released(KEYS[2], marker_ttl)
     if channel ~= '' then
       --! now_us
-      --! wake_next
-      wake_next(KEYS[3], channel)
+      if ARGV[5] then
+        --! grant_next
+        grant_next(KEYS[3], KEYS[1], KEYS[4], channel, ARGV[5])
+      else
+        --! wake_next
+        wake_next(KEYS[3], channel)
+      end
     end
     return 1
   end

@@ -100,7 +100,9 @@ impl Redlock {
                     untrusted += 1;
                     match acquired {
                         AcquireReply::Held { remaining, .. } => held.push(remaining),
-                        AcquireReply::Acquired(_) | AcquireReply::PermitsMismatch(_) => may_hold[i] = true,
+                        AcquireReply::Acquired(_)
+                        | AcquireReply::PermitsMismatch(_)
+                        | AcquireReply::AcquiredAsWaiter(_) => may_hold[i] = true,
                     }
                 }
                 Ok((AcquireReply::Acquired(_), _)) => {
@@ -114,6 +116,11 @@ impl Redlock {
                 Ok((AcquireReply::PermitsMismatch(_), _)) => {
                     // Not a reply to a mutex: its outcome is unknown.
                     errors.push("unexpected acquire reply for a mutex: a permit count".to_owned());
+                    may_hold[i] = true;
+                }
+                Ok((AcquireReply::AcquiredAsWaiter(_), _)) => {
+                    // Redlock's releases hand nothing over: not a reply it can get.
+                    errors.push("unexpected acquire reply for Redlock: a mutex handed over".to_owned());
                     may_hold[i] = true;
                 }
                 Err(e) => {

@@ -1,0 +1,304 @@
+//! Handing the mutex to its first queued waiter in the release: the release script sets the
+//! lock to the waiter's id (an owner token) for what is left of the waiter's stay and draws
+//! its fencing token, and the publish tells the waiter, which then holds the lock without a
+//! round trip of its own. Each failure case of a handoff on one server.
+
+mod support;
+
+use std::time::Duration;
+
+use distlock_core::{
+    Attempt, DistributedLock, DistributedLockExt, Lease, LockName, OwnerToken, Primitive, TryAcquire,
+};
+use distlock_redis::RedisLock;
+
+const TTL: Duration = Duration::from_secs(30);
+const STAY: Duration = Duration::from_secs(10);
+
+fn name(label: &str) -> LockName {
+    LockName::new(format!("handoff-{label}")).expect("valid")
+}
+
+fn acquired(outcome: distlock_core::Result<TryAcquire>) -> Lease {
+    match outcome.expect("answered") {
+        TryAcquire::Acquired(lease) => lease,
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_to_the_first_queued_waiter() {
+    let server = support::start_server().await;
+    let url = server.url();
+    let holder = RedisLock::connect(&url).await.expect("connects");
+    let waiter = RedisLock::connect(&url).await.expect("connects");
+    let lock = name("first");
+    let held = acquired(holder.try_acquire(&lock, OwnerToken::new(), TTL).await);
+
+    let mut watch = waiter.watch(&lock, Primitive::Mutex).await.expect("watches");
+    let id = watch.waiter().expect("a waiter's watch").to_string();
+    let queued = waiter
+        .attempt(&Attempt::mutex(lock.clone(), OwnerToken::new(), TTL).waiting(&id, STAY))
+        .await
+        .expect("answered");
+    assert!(matches!(queued, TryAcquire::Held(_)), "{queued:?}");
+
+    assert!(holder.release(&held).await.expect("releases"));
+    // Handed over in the release: held by the waiter before it does anything.
+    let state = holder.inspect_lock(&lock).await.expect("inspects");
+    assert_eq!(state.owner.as_deref(), Some(id.as_str()), "{state:?}");
+    let granted = state.fencing.expect("a fencing token");
+    assert!(granted > held.fencing_token().expect("fenced"), "{state:?}");
+
+    // The publish wakes it, and its next attempt holds under its waiter id, with the
+    // token the release drew.
+    let woke = watch.wait(Duration::from_secs(5)).await;
+    assert!(matches!(woke, distlock_core::Woke::Released), "{woke:?}");
+    let lease = acquired(
+        waiter
+            .attempt(&Attempt::mutex(lock.clone(), OwnerToken::new(), TTL).waiting(&id, STAY))
+            .await,
+    );
+    assert_eq!(lease.owner().to_string(), id);
+    assert_eq!(lease.fencing_token(), Some(granted));
+    assert!(waiter.release(&lease).await.expect("releases"));
+    assert!(holder
+        .inspect_lock(&lock)
+        .await
+        .expect("inspects")
+        .owner
+        .is_none());
+}
+
+/// Queues a waiter of `waiter` on `lock` (held): its watch and its id.
+async fn queue(waiter: &RedisLock, lock: &LockName, stay: Duration) -> (distlock_core::ReleaseWatch, String) {
+    let watch = waiter.watch(lock, Primitive::Mutex).await.expect("watches");
+    let id = watch.waiter().expect("a waiter's watch").to_string();
+    let queued = waiter
+        .attempt(&Attempt::mutex(lock.clone(), OwnerToken::new(), TTL).waiting(&id, stay))
+        .await
+        .expect("answered");
+    assert!(matches!(queued, TryAcquire::Held(_)), "{queued:?}");
+    (watch, id)
+}
+
+/// Polls until the lock's owner is `owner` (`None`: free), for up to `limit`.
+async fn until_owner(lock: &RedisLock, name: &LockName, owner: Option<&str>, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let state = lock.inspect_lock(name).await.expect("inspects");
+        if state.owner.as_deref() == owner {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "after {limit:?} the lock is {state:?}, not owned by {owner:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_died_holds_the_lock_no_longer_than_its_claim() {
+    let server = support::start_server().await;
+    let url = server.url();
+    let holder = RedisLock::connect(&url).await.expect("connects");
+    let dead = RedisLock::connect(&url).await.expect("connects");
+    let lock = name("dead");
+    let held = acquired(holder.try_acquire(&lock, OwnerToken::new(), TTL).await);
+    // Queued first, for a stay of 1 s, then never heard of again (its watch is leaked, as a
+    // process that died leaves it: no leaving).
+    let (watch, dead_id) = queue(&dead, &lock, Duration::from_secs(1)).await;
+    std::mem::forget(watch);
+    // A live waiter behind it, through the client's own wait.
+    let client = distlock_core::LockClient::new(RedisLock::connect(&url).await.expect("connects"));
+    let opts = distlock_core::AcquireOptions::new()
+        .ttl(TTL)
+        .wait_for(Duration::from_secs(30));
+    let live = tokio::spawn(async move {
+        let guard = client
+            .acquire_with(lock_name("dead"), &opts)
+            .await
+            .expect("acquires");
+        (tokio::time::Instant::now(), guard)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await; // the live waiter queued behind
+
+    assert!(holder.release(&held).await.expect("releases"));
+    let released = tokio::time::Instant::now();
+    let state = holder.inspect_lock(&lock).await.expect("inspects");
+    assert_eq!(state.owner.as_deref(), Some(dead_id.as_str()), "{state:?}");
+    let claimed = state.remaining.expect("a claim with a TTL");
+    // The shortest claim (5 s), its stay of 1 s being shorter.
+    assert!(claimed <= Duration::from_secs(5), "claimed for {claimed:?}");
+
+    let (won_at, guard) = live.await.expect("joined");
+    let waited = won_at - released;
+    // The claim's end, then the live waiter's next look (its safety net): generous bounds.
+    assert!(
+        waited < Duration::from_secs(15),
+        "the live waiter waited {waited:?}"
+    );
+    assert!(
+        guard.fencing_token() > state.fencing,
+        "{:?} after {state:?}",
+        guard.fencing_token()
+    );
+    assert!(guard.release().await.expect("releases"));
+}
+
+fn lock_name(label: &str) -> String {
+    format!("handoff-{label}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_wait_ended_gives_back_a_lock_handed_to_it() {
+    let server = support::start_server().await;
+    let url = server.url();
+    let holder = RedisLock::connect(&url).await.expect("connects");
+    let waiter = RedisLock::connect(&url).await.expect("connects");
+    let lock = name("ended");
+
+    // Handed over, then the wait ends before the waiter took it up: given back at once.
+    let held = acquired(holder.try_acquire(&lock, OwnerToken::new(), TTL).await);
+    let (watch, id) = queue(&waiter, &lock, STAY).await;
+    assert!(holder.release(&held).await.expect("releases"));
+    assert_eq!(
+        holder
+            .inspect_lock(&lock)
+            .await
+            .expect("inspects")
+            .owner
+            .as_deref(),
+        Some(id.as_str())
+    );
+    drop(watch);
+    until_owner(&holder, &lock, None, Duration::from_secs(5)).await;
+
+    // The wait ends first: the release hands nothing to it.
+    let held = acquired(holder.try_acquire(&lock, OwnerToken::new(), TTL).await);
+    let (watch, _) = queue(&waiter, &lock, STAY).await;
+    drop(watch);
+    until_no_queue(support::raw(&url).await.expect("raw connection")).await;
+    assert!(holder.release(&held).await.expect("releases"));
+    assert!(holder
+        .inspect_lock(&lock)
+        .await
+        .expect("inspects")
+        .owner
+        .is_none());
+}
+
+/// Polls until no queue of waiters is left on the server (an empty sorted set is no key),
+/// for up to 5 s.
+async fn until_no_queue(mut raw: redis::aio::MultiplexedConnection) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
+            .arg("*waiters:*")
+            .query_async(&mut raw)
+            .await
+            .expect("KEYS");
+        if keys.is_empty() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the waiter never left the queue: {keys:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_missed_the_publish_finds_the_lock_its_own() {
+    let server = support::start_server().await;
+    let url = server.url();
+    let holder = RedisLock::connect(&url).await.expect("connects");
+    let waiter = RedisLock::connect(&url).await.expect("connects");
+    let lock = name("missed");
+    let held = acquired(holder.try_acquire(&lock, OwnerToken::new(), TTL).await);
+    // Queued without listening: the release's publish reaches no one.
+    let id = OwnerToken::new().to_string();
+    let queued = waiter
+        .attempt(&Attempt::mutex(lock.clone(), OwnerToken::new(), TTL).waiting(&id, STAY))
+        .await
+        .expect("answered");
+    assert!(matches!(queued, TryAcquire::Held(_)), "{queued:?}");
+    assert!(holder.release(&held).await.expect("releases"));
+    let state = holder.inspect_lock(&lock).await.expect("inspects");
+    assert_eq!(state.owner.as_deref(), Some(id.as_str()), "{state:?}");
+
+    // Its next attempt (a new owner token, as every attempt has) finds the lock its own: held
+    // under its id, with the token the release drew, for its TTL now.
+    let lease = acquired(
+        waiter
+            .attempt(&Attempt::mutex(lock.clone(), OwnerToken::new(), TTL).waiting(&id, STAY))
+            .await,
+    );
+    assert_eq!(lease.owner().to_string(), id);
+    assert_eq!(lease.fencing_token(), state.fencing);
+    let now = holder.inspect_lock(&lock).await.expect("inspects");
+    assert!(now.remaining.expect("a TTL") > STAY, "{now:?}");
+    assert!(waiter.release(&lease).await.expect("releases"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_sent_again_after_a_handover_never_frees_the_waiter_s_hold() {
+    let server = support::start_server().await;
+    let url = server.url();
+    let holder = RedisLock::connect(&url).await.expect("connects");
+    let waiter = RedisLock::connect(&url).await.expect("connects");
+    let lock = name("again");
+    let held = acquired(holder.try_acquire(&lock, OwnerToken::new(), TTL).await);
+    let (_watch, id) = queue(&waiter, &lock, STAY).await;
+    assert!(holder.release(&held).await.expect("releases"));
+    // The same release again, as after a reply lost on the way (its outcome unknown to the
+    // holder, which cleans up by its owner token): the lock is the waiter's, and stays so.
+    assert!(!holder.release(&held).await.expect("answers"));
+    let state = holder.inspect_lock(&lock).await.expect("inspects");
+    assert_eq!(state.owner.as_deref(), Some(id.as_str()), "{state:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_handed_over_is_renewed_to_its_ttl_by_its_first_renewal() {
+    let server = support::start_server().await;
+    let url = server.url();
+    let holder = distlock_core::LockClient::new(RedisLock::connect(&url).await.expect("connects"));
+    let waiter = distlock_core::LockClient::new(RedisLock::connect(&url).await.expect("connects"));
+    let inspector = RedisLock::connect(&url).await.expect("connects");
+    let opts = distlock_core::AcquireOptions::new()
+        .ttl(TTL)
+        .wait_for(Duration::from_secs(30));
+    let held = holder
+        .try_acquire_with(lock_name("renewed"), &opts)
+        .await
+        .expect("answers")
+        .expect("free");
+    let wait = {
+        let opts = opts.clone();
+        tokio::spawn(async move {
+            waiter
+                .acquire_with(lock_name("renewed"), &opts)
+                .await
+                .expect("acquires")
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await; // queued
+    assert!(held.release().await.expect("releases"));
+    let guard = wait.await.expect("joined");
+    let lock = name("renewed");
+    let state = inspector.inspect_lock(&lock).await.expect("inspects");
+    assert_eq!(state.owner, Some(guard.lease().owner().to_string()), "{state:?}");
+    // Handed over for a claim of 5 s (the waiter's stay is shorter), then
+    // renewed to the TTL by the guard's first renewal, well before that claim ends.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(!guard.is_lost(), "the guard lost its lock");
+    let state = inspector.inspect_lock(&lock).await.expect("inspects");
+    assert_eq!(state.owner, Some(guard.lease().owner().to_string()), "{state:?}");
+    assert!(
+        state.remaining.expect("a TTL") > Duration::from_secs(20),
+        "{state:?}"
+    );
+    assert!(guard.release().await.expect("releases"));
+}
