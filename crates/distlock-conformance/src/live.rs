@@ -138,6 +138,10 @@ impl DistributedLock for Recording {
     async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
         self.inner.inspect(name, primitive).await
     }
+    async fn set_note(&self, lease: &Lease, note: &str) -> Result<bool> {
+        self.record(lease.name());
+        self.inner.set_note(lease, note).await
+    }
     fn session(&self) -> Option<watch::Receiver<Session>> {
         self.inner.session()
     }

@@ -145,9 +145,9 @@ impl DistributedLock for Broken {
     }
 
     /// The store's, for a breakage of the mutex without the other primitives, which it does
-    /// not break.
+    /// not break, and without notes, which it does not pass on.
     fn capabilities(&self) -> Capabilities {
-        let capabilities = self.inner.capabilities();
+        let capabilities = self.inner.capabilities().with_notes(false);
         match self.of_primitives() {
             true => capabilities,
             false => capabilities.with_primitives(false, false),
