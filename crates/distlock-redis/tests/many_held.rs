@@ -81,7 +81,7 @@ async fn two_thousand_held_locks_renew_in_one_round_trip_per_batch() {
     // A renewal comes every 0.23 to 0.33 TTL (a hold due within a tenth of the TTL of a batch
     // goes with it): up to 1.5 per lock and period.
     assert!(
-        scripts >= HELD * PERIODS / 2 && scripts <= HELD * PERIODS * 3 / 2,
+        (HELD * PERIODS / 2..=HELD * PERIODS * 3 / 2).contains(&scripts),
         "{scripts} EVALSHA for {HELD} locks in {PERIODS} renewal periods"
     );
     assert_eq!(ours as u64, HELD, "every lease renewed: {renewed:?}");
