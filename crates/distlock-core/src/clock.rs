@@ -23,9 +23,10 @@ fn suspended_total_os() -> Duration {
             u32::try_from(t.tv_nsec).unwrap_or_default(),
         )
     };
-    // Read monotonic first: a tick between the two reads can only shrink the difference.
-    let monotonic = since(ClockId::Monotonic);
-    since(ClockId::Boottime).saturating_sub(monotonic)
+    // Boot time first: time that passes between the two reads (a preempted thread) then
+    // shrinks the difference, and is never taken for a suspend.
+    let boottime = since(ClockId::Boottime);
+    boottime.saturating_sub(since(ClockId::Monotonic))
 }
 
 #[cfg(not(target_os = "linux"))]

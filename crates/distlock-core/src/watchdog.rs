@@ -48,6 +48,11 @@ const IDLE: Duration = Duration::from_secs(3600);
 /// The longest the task sleeps while it watches holds: timers stand still while the host is
 /// suspended, so it wakes this often to notice a resume and look at every hold again.
 const SUSPEND_CHECK: Duration = Duration::from_secs(1);
+/// A suspend shorter than this does not send every hold to renewal at once: the suspended
+/// time is read from two clocks one after the other, and can seem to grow by the time
+/// between two reads; a real suspend lasts far longer (every reader of a hold still counts
+/// even the shortest against its deadline).
+const SUSPEND_NOTICE: Duration = Duration::from_millis(10);
 
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
@@ -274,7 +279,7 @@ async fn run(shared: Arc<Shared>, mut running: Running) {
         let (due, next) = {
             let mut state = shared.lock_state();
             let suspended_now = clock::suspended_total();
-            if suspended_now > suspended {
+            if suspended_now > suspended + SUSPEND_NOTICE {
                 // The host was suspended: every deadline moved closer; look at every hold.
                 suspended = suspended_now;
                 let ids: Vec<u64> = state.holds.keys().copied().collect();
