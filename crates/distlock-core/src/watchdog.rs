@@ -556,4 +556,45 @@ mod tests {
         );
         drop(hold);
     }
+
+    /// The watchdog's work per renewal period grows with the number of holds, not faster:
+    /// four times as many holds, taken over the same time, process about four times as many
+    /// timer entries per period (no scan of every hold per batch), and none is lost.
+    #[tokio::test(start_paused = true)]
+    async fn four_times_the_holds_cost_four_times_the_work_per_period() {
+        let ttl = Duration::from_secs(3);
+        let mut work = Vec::new();
+        for held in [1_000u64, 4_000] {
+            let store = Arc::new(MemoryLock::new());
+            let watchdog = Watchdog::new(Store::new(store.clone()));
+            let mut holds = Vec::new();
+            for id in 0..held {
+                let name = LockName::new(format!("entity-{id}")).expect("valid");
+                let TryAcquire::Acquired(lease) = store
+                    .try_acquire(&name, OwnerToken::new(), ttl)
+                    .await
+                    .expect("memory store works")
+                else {
+                    panic!("the lock is free");
+                };
+                let hold = Arc::new(Hold::for_test(id, lease, None));
+                watchdog.register(hold.clone());
+                holds.push(hold);
+                // Taken over one second, as a service takes them.
+                tokio::time::sleep(Duration::from_secs(1) / u32::try_from(held).expect("small")).await;
+            }
+            tokio::time::sleep(ttl).await;
+            let before = watchdog.shared.lock_state().processed;
+            tokio::time::sleep(ttl).await; // three renewal periods
+            let processed = watchdog.shared.lock_state().processed - before;
+            let active = holds.iter().filter(|h| h.is_active()).count();
+            assert_eq!(active as u64, held, "every hold renewed");
+            work.push(processed);
+        }
+        let (small, large) = (work[0], work[1]);
+        assert!(
+            large * 10 <= small * 4 * 11,
+            "4,000 holds processed {large} timer entries in three periods, 1,000 holds {small}"
+        );
+    }
 }
