@@ -74,8 +74,8 @@ fn main() {
         }
     }
     println!();
-    println!("| store | locks | renewal batches | store's count of requests | CPU | lost |");
-    println!("|---|---|---|---|---|---|");
+    println!("| store | locks | renewal batches | renewals | store's count of requests | CPU | CPU per 1,000 renewals | lost |");
+    println!("|---|---|---|---|---|---|---|---|");
     for row in &rows {
         println!("{}", row.table_line());
     }
@@ -86,11 +86,12 @@ fn main() {
             let head = |row: &Row| row.counters.first().map_or(0.0, |(_, v)| *v);
             let counter = small.counters.first().map_or("none", |(k, _)| *k);
             println!(
-                "{}: {}x the locks: {:.2}x the {counter}, {:.2}x the CPU",
+                "{}: {}x the locks: {:.2}x the {counter}, {:.2}x the CPU, {:.2}x the CPU per renewal",
                 small.store,
                 large.locks / small.locks.max(1),
                 ratio(head(large), head(small)),
                 ratio(large.cpu_ms, small.cpu_ms),
+                ratio(large.cpu_per_thousand(), small.cpu_per_thousand()),
             );
         }
     }
@@ -119,6 +120,19 @@ struct Row {
 }
 
 impl Row {
+    /// Leases renewed per period.
+    fn renewals(&self) -> f64 {
+        if self.batches > 0.0 {
+            self.batches * self.leases
+        } else {
+            0.0
+        }
+    }
+
+    fn cpu_per_thousand(&self) -> f64 {
+        ratio(self.cpu_ms * 1000.0, self.renewals())
+    }
+
     fn counted(&self) -> String {
         let counted: Vec<String> = self.counters.iter().map(|(k, v)| format!("{v:.0} {k}")).collect();
         match counted.is_empty() {
@@ -144,12 +158,14 @@ impl Row {
 
     fn table_line(&self) -> String {
         format!(
-            "| {} | {} | {:.1} | {} | {:.0} ms | {} |",
+            "| {} | {} | {:.1} | {:.0} | {} | {:.0} ms | {:.2} ms | {} |",
             self.store,
             self.locks,
             self.batches,
+            self.renewals(),
             self.counted(),
             self.cpu_ms,
+            self.cpu_per_thousand(),
             self.lost
         )
     }
