@@ -105,10 +105,6 @@ async fn two_thousand_held_locks_renew_in_one_round_trip_per_batch() {
     );
     let failed = renewed.iter().find_map(|r| r.as_ref().err());
     assert_eq!(ours as u64, HELD, "every lease renewed (an error: {failed:?})");
-    proxy.heal();
-    stream::iter(guards)
-        .for_each_concurrent(CONNECTIONS, |guard| async move {
-            guard.release().await.expect("released");
-        })
-        .await;
+    // The server is the test's own: the locks may end with their TTL.
+    drop(guards);
 }
