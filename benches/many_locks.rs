@@ -4,15 +4,16 @@
 //! client process's CPU time, and whether any lock was lost; then the 40k/10k ratios.
 //!
 //! ```text
-//! cargo bench --bench many_locks --features redis,mysql,postgres,sqlite,memcached,zookeeper
+//! cargo bench --bench many_locks --features redis,mysql,postgres,sqlite,memcached,zookeeper,etcd
 //! cargo bench --bench many_locks --features redis -- redis --counts 2000,8000
 //! ```
 //!
 //! The counters: Redis `total_reads_processed` (the reads of requests from clients: one per
 //! pipeline unless it is larger than a read) beside `total_commands_processed`; MariaDB
 //! `Questions` (statements) beside `Com_update`; PostgreSQL `pg_stat_statements` calls;
-//! memcached every `cmd_*` counter (commands, 64 renewals per pipeline); ZooKeeper
-//! `zk_packets_received`. SQLite is embedded: no requests, the CPU includes its work.
+//! memcached every `cmd_*` counter (commands: a `cas` and an `mg` per renewal); ZooKeeper
+//! `zk_packets_received`; etcd its gRPC messages received (`/metrics`). SQLite is embedded:
+//! no requests, the CPU includes its work.
 
 #[path = "many_locks/batches.rs"]
 mod batches;
@@ -53,9 +54,17 @@ fn main() {
         }
     }
     let batches = Batches::install();
-    let stores = ["redis", "sqlite", "mysql", "postgres", "memcached", "zookeeper"]
-        .into_iter()
-        .filter(|s| only.is_empty() || only.iter().any(|o| o == s));
+    let stores = [
+        "redis",
+        "sqlite",
+        "mysql",
+        "postgres",
+        "memcached",
+        "zookeeper",
+        "etcd",
+    ]
+    .into_iter()
+    .filter(|s| only.is_empty() || only.iter().any(|o| o == s));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

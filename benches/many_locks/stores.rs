@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_testkit::{
-    MariaDbServer, MemcachedServer, PostgresOptions, PostgresServer, RedisServer, ZooKeeperServer,
+    EtcdServer, MariaDbServer, MemcachedServer, PostgresOptions, PostgresServer, RedisServer, ZooKeeperServer,
 };
 
 /// A store's counters by name, the headline one first in the table.
@@ -22,7 +22,7 @@ pub struct Store {
 }
 
 /// Starts the store `name` (`redis`, `sqlite`, `mysql`, `postgres`, `memcached`,
-/// `zookeeper`), if its feature is on.
+/// `zookeeper`, `etcd`), if its feature is on.
 pub fn start(name: &'static str) -> Option<Store> {
     let store = match name {
         "redis" if cfg!(feature = "redis") => {
@@ -121,6 +121,17 @@ pub fn start(name: &'static str) -> Option<Store> {
                 _keep: Box::new(server),
             }
         }
+        "etcd" if cfg!(feature = "etcd") => {
+            let server = EtcdServer::start().expect("etcd starts (install etcd-server)");
+            let addr = server.addr();
+            Store {
+                name: "etcd",
+                // The locks' lease kept alive each second, as the other stores renew.
+                url: format!("{}?lease_ttl=3s", server.url()),
+                counters: Box::new(move || Vec::from([("gRPC messages", etcd_messages(addr))])),
+                _keep: Box::new(server),
+            }
+        }
         _ => return None,
     };
     Some(store)
@@ -164,6 +175,22 @@ fn memcached_counters(addr: SocketAddr) -> Vec<(&'static str, u64)> {
         })
         .sum();
     Vec::from([("commands", commands)])
+}
+
+/// The gRPC messages etcd has received (its `/metrics`, served on the client port): each call
+/// and each message of a stream (a lease keep-alive) counts.
+fn etcd_messages(addr: SocketAddr) -> u64 {
+    let mut conn = TcpStream::connect(addr).expect("etcd answers");
+    conn.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("a timeout");
+    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .expect("asks for the metrics");
+    let mut text = String::new();
+    conn.read_to_string(&mut text).expect("reads the metrics");
+    text.lines()
+        .filter(|l| l.starts_with("grpc_server_msg_received_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
 }
 
 /// The number after `name` in a `name:value` or `name\tvalue` line.
