@@ -23,9 +23,10 @@ fn suspended_total_os() -> Duration {
             u32::try_from(t.tv_nsec).unwrap_or_default(),
         )
     };
-    // Read monotonic first: a tick between the two reads can only shrink the difference.
-    let monotonic = since(ClockId::Monotonic);
-    since(ClockId::Boottime).saturating_sub(monotonic)
+    // Boot time first: time that passes between the two reads (a preempted thread) then
+    // shrinks the difference, and is never taken for a suspend.
+    let boottime = since(ClockId::Boottime);
+    boottime.saturating_sub(since(ClockId::Monotonic))
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -54,4 +55,47 @@ fn test_offset() -> Duration {
 #[cfg(test)]
 pub(crate) fn pretend_suspended(d: Duration) {
     TEST_OFFSET.set(TEST_OFFSET.get() + d);
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use super::*;
+
+    /// The two clocks cannot be read at once: a reading must never count the time between its
+    /// two reads as suspended, else a busy host (a thread preempted between them) seems to
+    /// resume from a suspend again and again, and each time the watchdog looks at every hold.
+    #[test]
+    fn a_busy_host_never_seems_suspended() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let cores = std::thread::available_parallelism().map_or(2, usize::from);
+        let spinners: Vec<_> = (0..cores * 2)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        let first = (0..1_000).map(|_| suspended_total_os()).max().unwrap_or_default();
+        let mut most = first;
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(2) {
+            most = most.max(suspended_total_os());
+        }
+        stop.store(true, Ordering::Relaxed);
+        for spinner in spinners {
+            spinner.join().expect("the spinner ends");
+        }
+        let grew = most.saturating_sub(first);
+        assert!(
+            grew < Duration::from_micros(200),
+            "the host seemed suspended for {grew:?} more while it only ran busy threads"
+        );
+    }
 }

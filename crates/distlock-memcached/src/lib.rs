@@ -6,7 +6,8 @@
 //!   uses it through [`distlock_core::LockClient`].
 //! - Release, extend and a failed attempt are one round trip each; a winning acquisition is
 //!   two (the second records the fencing token in the lock item). The watchdog's renewals
-//!   are pipelined, 64 leases per round trip. Waiters poll (memcached has no
+//!   are pipelined, spread over the pool's connections: one round trip however many locks
+//!   are held. Waiters poll (memcached has no
 //!   notifications), waking at the holder's expiry; a release by a client of the same
 //!   process wakes one of its waiters at once (`LockClient` does it, by the store's name:
 //!   [`distlock_core::LocalWaiters`]).

@@ -57,7 +57,7 @@ pub(crate) const BACKEND: &str = "memcached";
 /// | release | `md <lock> C<cas>` | 1 |
 /// | release of a lease without a handle (owner-checked cleanup) | `mg <lock> v c`, then `md <lock> C<cas>` if the item holds the owner | 2 |
 /// | extend | `cas <lock> 0 <ttl+2> <len> <cas>` + `mg <lock> c v`, pipelined | 1 |
-/// | extend_many (watchdog) | the same pairs for up to 64 leases per pipeline, all servers at once | 1 per 64 leases per server |
+/// | extend_many (watchdog) | the same pairs, one pipeline per pooled connection (at least 64 leases each), all servers at once; after a slow reply, the renewed leases once more in one pipeline | 1 (2 after a slow reply) |
 /// | wait | polling with jittered backoff, waking at the holder's expiry (`mg t`) | per attempt: 1 |
 /// | inspect (owner, fencing token, seconds left, note) | `mg <lock> v t` + `mg <note> v`, pipelined | 1 |
 /// | set_note (leader election's value) | `mg <note> c v` + `mg <lock> v`, then `cas <note>` (or `add`) | 2 (1 if not the holder's, or the same note is there; 2 more per lost race) |

@@ -1,7 +1,7 @@
-//! The mutex's renewals: one lease (`cas` + `mg`, 1 round trip) and the watchdog's batch
-//! (64 leases per pipeline per server, all servers at once), each CAS-guarded and bound to the
-//! lease's server process, and what a renewal's replies mean (also read by the acquisition that
-//! records its fencing token). The semaphore's and read-write lock's renewals are in
+//! The mutex's renewals: one lease (`cas` + `mg`, 1 round trip) and the watchdog's batch (one
+//! pipeline per pooled connection per server, at least 64 leases each, all at once), each
+//! CAS-guarded and bound to the lease's server process, and what a renewal's replies mean
+//! (also read by the acquisition that records its fencing token). The semaphore's and read-write lock's renewals are in
 //! `holders.rs`.
 
 use std::time::Duration;
@@ -19,8 +19,16 @@ use crate::pool::Server;
 use crate::stopped_server;
 use crate::wire::{Batch, Code, Reply};
 
-/// Leases per pipelined renewal batch.
+/// Leases per pipelined renewal batch, at least (a semaphore's or read-write lock's objects
+/// per pipeline, exactly).
 pub(crate) const EXTEND_BATCH: usize = 64;
+
+/// Leases per pipeline when `leases` go to one server over at most `connections` at once: 64,
+/// or more so that they take no more pipelines than there are connections, all sent at once
+/// (more pipelines would wait for a connection, one round trip per wave).
+fn pipeline_len(leases: usize, connections: usize) -> usize {
+    leases.div_ceil(connections.max(1)).max(EXTEND_BATCH)
+}
 
 impl MemcachedLock {
     /// `cas <lock> 0 <ttl+2> <len> <cas>` with our owner token on the lease's server
@@ -81,20 +89,23 @@ impl MemcachedLock {
         }))
     }
 
-    /// The watchdog's batch renewal: per server, up to 64 leases' `cas` + `mg` pairs in one
-    /// pipeline, the pipelines of all servers and chunks in flight at once. **1 round trip
-    /// per server and 64 leases**; a lease in the lost-renewal-reply case is retried alone,
-    /// and after a slow reply each renewed lease is renewed once more alone ([`reaffirm`](Self::reaffirm)).
+    /// The watchdog's batch renewal: per server, the leases' `cas` + `mg` pairs spread over
+    /// as many pipelines as the pool has connections (at least 64 leases each), all servers'
+    /// in flight at once. **1 round trip** however many leases; a lease in the
+    /// lost-renewal-reply case is retried alone, and after a slow reply the leases a pipeline
+    /// renewed are renewed once more, in one pipeline.
     pub(crate) async fn extend_all(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
         let mut groups: Vec<Vec<usize>> = vec![Vec::new(); self.servers().len()];
         for (i, lease) in leases.iter().enumerate() {
             let encoded = self.keys().encoded(lease.name());
             groups[keys::route(&encoded, self.servers().iter().map(Server::addr))].push(i);
         }
-        let chunks = groups
-            .iter()
-            .enumerate()
-            .flat_map(|(server, indices)| indices.chunks(EXTEND_BATCH).map(move |chunk| (server, chunk)));
+        let connections = self.config().max_connections();
+        let chunks = groups.iter().enumerate().flat_map(|(server, indices)| {
+            indices
+                .chunks(pipeline_len(indices.len(), connections))
+                .map(move |chunk| (server, chunk))
+        });
         let outcomes = join_all(chunks.map(|(server, chunk)| async move {
             let outcomes = self.extend_chunk(&self.servers()[server], leases, chunk).await;
             chunk.iter().copied().zip(outcomes).collect::<Vec<_>>()
@@ -124,7 +135,66 @@ impl MemcachedLock {
             .collect()
     }
 
+    /// One pipeline of renewals on `server`; after a slow reply, the leases it renewed once
+    /// more, in one pipeline too (see [`reaffirm`](Self::reaffirm) for one lease): **1 round
+    /// trip**, 2 after a slow reply, however many leases.
     async fn extend_chunk(&self, server: &Server, leases: &[Lease], chunk: &[usize]) -> Vec<Result<Renewal>> {
+        let (mut outcomes, slow) = self.send_chunk(server, leases, chunk).await;
+        if !slow {
+            return outcomes;
+        }
+        tokio::time::sleep(stopped_server::CLOCK_CATCH_UP).await;
+        let renewed: Vec<(usize, Lease)> = outcomes
+            .iter()
+            .enumerate()
+            .filter_map(|(pos, outcome)| match outcome {
+                Ok(Renewal::Done(Some(renewed))) => Some((pos, renewed.clone())),
+                _ => None,
+            })
+            .collect();
+        let again_leases: Vec<Lease> = renewed.iter().map(|(_, lease)| lease.clone()).collect();
+        let all: Vec<usize> = (0..again_leases.len()).collect();
+        let (again, _) = self.send_chunk(server, &again_leases, &all).await;
+        let settled = join_all(
+            renewed
+                .into_iter()
+                .zip(again)
+                .map(|((pos, first), again)| async move {
+                    let outcome = match again {
+                        // The lease keeps the deadline of the slow renewal, with the follow-up's CAS.
+                        Ok(Renewal::Done(Some(again))) => Ok(Renewal::Done(Some(match again.handle() {
+                            Some(handle) => first.with_handle(handle),
+                            None => first,
+                        }))),
+                        // The follow-up's own reply was lost: once more alone, as for one lease.
+                        Ok(Renewal::RetryWith(_)) => {
+                            self.rewrite_lock_item(&first, first.ttl()).await.map(|again| {
+                                Renewal::Done(again.map(|(again, _)| match again.handle() {
+                                    Some(handle) => first.clone().with_handle(handle),
+                                    None => first.clone(),
+                                }))
+                            })
+                        }
+                        other => other,
+                    };
+                    (pos, outcome)
+                }),
+        )
+        .await;
+        for (pos, outcome) in settled {
+            outcomes[pos] = outcome;
+        }
+        outcomes
+    }
+
+    /// One pipeline of renewals on `server`: each lease's outcome, and whether the reply was
+    /// slow.
+    async fn send_chunk(
+        &self,
+        server: &Server,
+        leases: &[Lease],
+        chunk: &[usize],
+    ) -> (Vec<Result<Renewal>>, bool) {
         // What each lease needs, or why it cannot be renewed at all.
         let prepared: Vec<Result<(Handle, Duration, u32, String)>> = chunk
             .iter()
@@ -158,10 +228,11 @@ impl MemcachedLock {
             Ok((_, Some((replies, written_at)))) => (replies.into_iter(), Some(written_at)),
             Ok((_, None)) => (Vec::new().into_iter(), None),
             Err(e) => {
-                return prepared
+                let failed = prepared
                     .into_iter()
                     .map(|p| p.and_then(|_| Err(e.duplicate())))
-                    .collect()
+                    .collect();
+                return (failed, false);
             }
         };
         let mut outcomes: Vec<Result<Renewal>> = prepared
@@ -182,16 +253,7 @@ impl MemcachedLock {
                 outcomes[pos] = renewal_outcome(server, lease, *handle, *lease_ttl, sent_at, &stored, &item);
             }
         }
-        if !written_at.is_some_and(stopped_server::was_slow) {
-            return outcomes;
-        }
-        join_all(outcomes.into_iter().map(|outcome| async move {
-            match outcome {
-                Ok(Renewal::Done(Some(renewed))) => self.reaffirm(renewed).await.map(Renewal::Done),
-                other => other,
-            }
-        }))
-        .await
+        (outcomes, written_at.is_some_and(stopped_server::was_slow))
     }
 }
 

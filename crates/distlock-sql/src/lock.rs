@@ -140,6 +140,7 @@ mod purge;
 mod queue;
 mod release;
 mod renew;
+mod renew_batch;
 #[cfg(feature = "postgres")]
 mod renew_many;
 mod run;
@@ -481,9 +482,12 @@ impl DistributedLock for SqlLock {
     }
 
     /// PostgreSQL: every lease in **1 round trip** (one `UPDATE ... FROM unnest(...)` per
-    /// table, in one statement). Elsewhere each lease, up to 32 at once: move `expires_at` to
-    /// the database's now + `ttl` where the owner is still ours and the hold has not expired.
-    /// **1 round trip** each.
+    /// table, in one statement). MySQL and SQLite: the mutex leases in **1 round trip per
+    /// 500 leases of one TTL** (one `UPDATE` of their rows; on MySQL with the `SELECT` of
+    /// those renewed in the same text query), sent at once; semaphore permits and read-write
+    /// holds, and a mutex lease alone of its TTL, each by its own statement, up to 32 at once.
+    /// Each moves `expires_at` to the database's now + `ttl` where the owner is still ours and
+    /// the hold has not expired.
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
         self.renew_leases(leases).await
     }

@@ -1,30 +1,32 @@
 //! Renewing leases on [`SqlLock`]: which path a batch takes (PostgreSQL's one statement for
-//! all, `renew_many.rs`; elsewhere one statement per lease) and a mutex's single extend. This
+//! all, `renew_many.rs`; MySQL's and SQLite's one statement per 500 mutex leases,
+//! `renew_batch.rs`) and a lease's single extend. This
 //! module owns the meaning of the extend's answer; the statement is `sql.rs`'s, a hold's
 //! extend `holds.rs`'s.
 
-use distlock_core::{renew_each, Lease, LockKind, Result};
+use distlock_core::{Lease, LockKind, Result};
 use tokio::time::Instant;
 
 use super::{lock_key, reusable, Checkout, Pool, SqlLock};
 use crate::statement::{DialectPool, Values};
 
 impl SqlLock {
-    /// Renews every lease by its own TTL: PostgreSQL in one statement, elsewhere each lease
-    /// (up to 32 at once) by [`extend_lease`](Self::extend_lease).
+    /// Renews every lease by its own TTL: PostgreSQL in one statement, elsewhere the mutex
+    /// leases in one statement per 500 (the other holds each by
+    /// [`extend_lease`](Self::extend_lease)).
     #[allow(irrefutable_let_patterns)] // with only the `postgres` feature
     pub(super) async fn renew_leases(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
         #[cfg(feature = "postgres")]
         if let Pool::Postgres(pool) = &self.inner.pool {
             return self.extend_many_pg(pool, leases).await;
         }
-        renew_each(leases, |lease| async move { self.extend_lease(&lease).await }).await
+        self.extend_many_batched(leases).await
     }
 
     /// Moves the lease's expiry to the database's now + its TTL where the owner is still ours
     /// and the hold has not expired. **1 round trip.** `Ok(None)` if it was not ours (or
     /// expired).
-    async fn extend_lease(&self, lease: &Lease) -> Result<Option<Lease>> {
+    pub(super) async fn extend_lease(&self, lease: &Lease) -> Result<Option<Lease>> {
         let ttl = lease.ttl();
         if lease.kind() != LockKind::Exclusive {
             return self.extend_hold(lease, ttl).await;
