@@ -17,6 +17,8 @@ const HELD: u64 = 2_000;
 /// The watchdog renews at a third of the TTL: one renewal period is a second.
 const TTL: Duration = Duration::from_secs(3);
 const PERIODS: u64 = 3;
+/// The TTL of the locks the test renews itself: they outlive the renewal periods above.
+const UNRENEWED_TTL: Duration = Duration::from_secs(60);
 /// Added to every request on its way to the server.
 const LATENCY: Duration = Duration::from_millis(40);
 /// The client's connections to the server: 2,000 leases in pipelines of 64 would be 32
@@ -60,21 +62,33 @@ async fn two_thousand_held_locks_renew_in_one_round_trip_per_batch() {
         .build()
         .expect("valid config");
     let client = LockClient::new(lock);
-    let opts = AcquireOptions::new().ttl(TTL);
-    let guards: Vec<LockGuard> = stream::iter(0..HELD)
-        .map(|i| {
-            let (client, opts) = (&client, &opts);
-            async move {
-                client
-                    .try_acquire_with(format!("entity-{i}"), opts)
-                    .await
-                    .map(|g| g.expect("the lock is free"))
-            }
-        })
-        .buffer_unordered(CONNECTIONS)
-        .try_collect()
+    let take = |prefix: &'static str, opts: AcquireOptions| {
+        let client = &client;
+        stream::iter(0..HELD)
+            .map(move |i| {
+                let opts = opts.clone();
+                async move {
+                    client
+                        .try_acquire_with(format!("{prefix}-{i}"), &opts)
+                        .await
+                        .map(|g| g.expect("the lock is free"))
+                }
+            })
+            .buffer_unordered(CONNECTIONS)
+            .try_collect::<Vec<LockGuard>>()
+    };
+    let guards = take("entity", AcquireOptions::new().ttl(TTL))
         .await
         .expect("acquired");
+    // Renewed below by the test alone, all at once: the watchdog renews none of them, so no
+    // renewal of its own is in flight with another CAS (which would send each lease of the
+    // test's batch on to a retry of its own).
+    let unrenewed = take(
+        "unrenewed",
+        AcquireOptions::new().ttl(UNRENEWED_TTL).auto_renew(false),
+    )
+    .await
+    .expect("acquired");
     // Taken at loopback speed; held and renewed at a distance.
     proxy.set_latency(Direction::ToServer, LATENCY, Duration::ZERO);
 
@@ -83,7 +97,7 @@ async fn two_thousand_held_locks_renew_in_one_round_trip_per_batch() {
     let sent = commands(&direct).await - before;
     let lost = guards.iter().filter(|g| g.is_lost()).count();
     // Every lease at once, as the watchdog sends a batch.
-    let leases: Vec<Lease> = guards.iter().map(LockGuard::lease).collect();
+    let leases: Vec<Lease> = unrenewed.iter().map(LockGuard::lease).collect();
     let started = Instant::now();
     let renewed = client.backend().renew(&leases).await;
     let took = started.elapsed();
@@ -107,4 +121,5 @@ async fn two_thousand_held_locks_renew_in_one_round_trip_per_batch() {
     assert_eq!(ours as u64, HELD, "every lease renewed (an error: {failed:?})");
     // The server is the test's own: the locks may end with their TTL.
     drop(guards);
+    drop(unrenewed);
 }
