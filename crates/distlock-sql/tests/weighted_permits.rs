@@ -4,7 +4,6 @@
 //! server.
 #![cfg(all(feature = "sqlite", feature = "mysql", feature = "postgres"))]
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,64 +17,10 @@ use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(30);
 
-/// One database.
-enum Store {
-    Sqlite { path: PathBuf, _dir: tempfile::TempDir },
-    Server { url: String },
-}
+#[path = "support/dialects.rs"]
+mod dialects;
 
-impl Store {
-    fn sqlite() -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("distlock-weights-")
-            .tempdir()
-            .expect("a temporary directory");
-        Self::Sqlite {
-            path: dir.path().join("locks.db"),
-            _dir: dir,
-        }
-    }
-
-    async fn mysql() -> Self {
-        let url = tokio::task::spawn_blocking(distlock_testkit::shared::mysql_url)
-            .await
-            .expect("the starter thread")
-            .expect("the shared mariadbd starts (install mariadb-server)");
-        Self::Server { url }
-    }
-
-    async fn postgres() -> Self {
-        let url = tokio::task::spawn_blocking(distlock_testkit::shared::postgres_url)
-            .await
-            .expect("the starter thread")
-            .expect("the shared postgres starts (install postgresql)");
-        Self::Server { url }
-    }
-
-    /// A new client with a pool of its own, as another process would have.
-    async fn client(&self) -> SqlLock {
-        self.client_on("distlock_locks").await
-    }
-
-    /// As [`Store::client`], on the lock table `table`.
-    async fn client_on(&self, table: &str) -> SqlLock {
-        let config = match self {
-            Self::Sqlite { path, .. } => SqlConfig::sqlite(path),
-            Self::Server { url } => SqlConfig::from_url(url).expect("a valid URL"),
-        };
-        config
-            .with_table(table)
-            .expect("a plain name")
-            .with_operation_timeout(Duration::from_secs(5))
-            .build()
-            .await
-            .expect("the database answers")
-    }
-}
-
-fn unique(what: &str) -> LockName {
-    LockName::new(format!("{what}-{}", uuid::Uuid::new_v4())).expect("valid")
-}
+use dialects::{unique, Store};
 
 fn permits(permits: u32, weight: u32) -> LockKind {
     LockKind::permits(permits, weight)
