@@ -1,6 +1,7 @@
 //! [`Redlock`]: one lock over N independent Redis masters. Its type docs give the layout, the
 //! algorithm with its round trips, and why it issues no fencing tokens.
 
+mod notes;
 mod quorum;
 mod trust;
 mod wake;
@@ -24,6 +25,7 @@ use crate::node::{Node, BACKEND};
 use crate::subscriber::{Keep, Subscriber};
 use crate::waiters::Waiters;
 
+use notes::agreed_note;
 use quorum::tally;
 use trust::Trust;
 use wake::forward_releases;
@@ -317,7 +319,8 @@ impl DistributedLock for Redlock {
 
     /// No fencing (see the type docs), notified waiters (unless switched off), 1 ms TTL
     /// granularity, TTLs from 10 ms (below that the drift allowance eats the validity), no
-    /// semaphores and no read-write locks (see the type docs).
+    /// semaphores and no read-write locks (see the type docs), notes (so leader election,
+    /// without terms).
     fn capabilities(&self) -> Capabilities {
         let wake_up = if self.inner.config.notifications {
             WakeUp::Notification
@@ -328,6 +331,7 @@ impl DistributedLock for Redlock {
             .with_ttl_granularity(Duration::from_millis(1))
             .with_ttl_range(Duration::from_millis(10), Duration::from_secs(30 * 24 * 3600))
             .with_primitives(false, false)
+            .with_notes(true)
     }
 
     /// The mutex only: one parallel round trip to all masters (another to release where it
@@ -452,9 +456,16 @@ impl DistributedLock for Redlock {
         Ok(distlock_core::ReleaseWatch::for_waiter(rx, leave, waiter))
     }
 
-    /// Reads every master (one parallel round trip: a script reading the owner and its TTL
-    /// at once, a key of another type named `<type>` as on one server); the holder is the
-    /// owner a majority agrees on. The mutex only.
+    /// One parallel round trip: the note script on every master, owner-checked on each; `true`
+    /// once a majority stored it within the lease's validity (see the type docs).
+    async fn set_note(&self, lease: &Lease, note: &str) -> Result<bool> {
+        self.note_on_majority(lease, note).await
+    }
+
+    /// Reads every master (one parallel round trip: a script reading the owner, its TTL and
+    /// the note record at once, a key of another type named `<type>` as on one server); the
+    /// holder is the owner a majority agrees on, its note the one most of the masters that
+    /// answered carry for that owner. The mutex only.
     async fn inspect(&self, name: &LockName, primitive: Primitive) -> Result<ObjectState> {
         if primitive != Primitive::Mutex {
             return Err(Error::NotSupported {
@@ -464,19 +475,26 @@ impl DistributedLock for Redlock {
         }
         let keys = self.keys(name);
         let limit = self.inner.config.node_timeout;
-        let lock_key: [&[u8]; 1] = [&keys.lock];
+        let note_key = crate::keys::note_key(&keys.lock);
+        let read_keys: [&[u8]; 2] = [&keys.lock, &note_key];
         let reads = join_all(self.inner.nodes.iter().map(|node| {
-            node.script_within::<(Option<Vec<u8>>, i64)>(limit, &crate::lua::INSPECT_UNFENCED, &lock_key, &[])
+            node.script_within::<(Option<Vec<u8>>, i64, Option<Vec<u8>>)>(
+                limit,
+                &crate::lua::INSPECT_UNFENCED,
+                &read_keys,
+                &[],
+            )
         }))
         .await;
         let mut answered = 0;
-        let mut owners = std::collections::HashMap::<String, Vec<Option<Duration>>>::new();
-        for (owner, pttl) in reads.into_iter().flatten() {
+        let mut owners = std::collections::HashMap::<Vec<u8>, Vec<Option<Duration>>>::new();
+        let mut notes = Vec::new();
+        for (owner, pttl, note) in reads.into_iter().flatten() {
             answered += 1;
-            // Other clients of the layout may store any bytes as the owner.
+            notes.extend(note);
             if let Some(owner) = owner {
                 owners
-                    .entry(String::from_utf8_lossy(&owner).into_owned())
+                    .entry(owner)
                     .or_default()
                     .push(u64::try_from(pttl).ok().map(Duration::from_millis));
             }
@@ -488,7 +506,10 @@ impl DistributedLock for Redlock {
             match owners.into_iter().find(|(_, ttls)| ttls.len() >= self.quorum()) {
                 Some((owner, ttls)) => {
                     let remaining = ttls.into_iter().flatten().min();
-                    LockState::held(owner, None, remaining)
+                    let note = agreed_note(&notes, &owner);
+                    // Other clients of the layout may store any bytes as the owner.
+                    LockState::held(String::from_utf8_lossy(&owner).into_owned(), None, remaining)
+                        .with_note(note)
                 }
                 None => LockState::free(None),
             },

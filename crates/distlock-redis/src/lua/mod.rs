@@ -188,7 +188,7 @@ pub(crate) static INSPECT: LazyLock<LuaScript> =
 pub(crate) static NOTE: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::shrinking(include_str!("note.lua")));
 
-/// The mutex's holder and its TTL, for Redlock (`inspect_unfenced.lua`).
+/// The mutex's holder, its TTL and the holder's note, for Redlock (`inspect_unfenced.lua`).
 pub(crate) static INSPECT_UNFENCED: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::shrinking(include_str!("inspect_unfenced.lua")));
 
