@@ -37,7 +37,8 @@ use wake::forward_releases;
 /// # Key layout
 ///
 /// On every master, exactly the single-instance layout of [`RedisLock`](crate::RedisLock):
-/// `<prefix><name>` holds the owner token with a `PX` TTL. No fencing counter is kept (see
+/// `<prefix><name>` holds the owner token with a `PX` TTL, and a holder's note (see below)
+/// is the note key beside it (`<owner>\n<note>`, no TTL). No fencing counter is kept (see
 /// below). The masters are independent: no replication between them.
 ///
 /// **A single-instance client does not exclude a Redlock holder**: a
@@ -109,6 +110,10 @@ use wake::forward_releases;
 ///   answered to tell.
 /// - **extend**: compare-and-`PEXPIRE` on all masters, one parallel round trip; kept only
 ///   with a majority and remaining validity. `extend_many` sends one pipeline per master.
+/// - **set_note**: the owner-checked note script on all masters, one parallel round trip
+///   (see "Notes and leader election" below).
+/// - **inspect**: one script per master reading the owner, its `PTTL` and the note record,
+///   one parallel round trip.
 /// - **wait**: a waiter's attempt queues it on every master that finds the lock held (as on a
 ///   single server, see [`RedisLock`](crate::RedisLock)), and each master's release wakes the
 ///   first waiter of its own queue. The queues are ordered by a score the waiter's client
@@ -144,6 +149,34 @@ use wake::forward_releases;
 /// validity can still act. Use it where an occasional double holder costs efficiency, not
 /// correctness; for correctness, fence the resource with a store that gives
 /// [`Fencing::Monotonic`].
+///
+/// # Notes and leader election: no terms
+///
+/// [`DistributedLock::set_note`] runs the single-instance note script on every master at
+/// once: each stores `<owner>\n<note>` only if its lock key holds the lease's owner. It
+/// returns `true` if a majority stored it while the lease was still valid by the local
+/// clock, `false` if a majority did not (they no longer hold for the owner: its hold expired
+/// there, or a master restarted empty and forgot it; or the answers came after the lease ran
+/// out), and an ambiguous [`Error::Unavailable`] if too few masters answered to tell (sending
+/// it again is harmless). A master that restarted empty refuses the note, so a restart
+/// counts against a note, never for it.
+///
+/// `inspect` reads the holder as before (the owner a majority of masters holds for) and
+/// gives it the note most of the masters that answered carry in records *that owner* left.
+/// Any record of the owner counts, not only one beside a live hold: a note stored on a
+/// majority shares a master with every majority that answers, so a minority that missed it
+/// (down meanwhile, restarted empty, or its hold expired there) hides nothing. Records are
+/// tagged with their owner and outlive the hold (as on one server), so a later holder is
+/// never shown an earlier holder's note. If a holder replaced its note and the masters that
+/// answered are split evenly between the old and the new value, no note is shown.
+///
+/// So [`LockClient::election`](distlock_core::LockClient::election) works on Redlock, with
+/// one difference: **a leader has no term**. [`Leadership::term`](distlock_core::Leadership::term)
+/// and [`Leader::term`](distlock_core::Leader::term) are `None`, as Redlock issues no fencing
+/// tokens (below); observers tell leaders apart by their owner tokens. A leader paused or
+/// cut off past its validity (or a master's clock stepped forward) can act beside its
+/// successor, and nothing refuses its late writes: use an election on Redlock where two
+/// leaders for a moment cost efficiency (a job run twice), not correctness.
 ///
 /// # Semaphores and read-write locks: none
 ///
@@ -457,7 +490,8 @@ impl DistributedLock for Redlock {
     }
 
     /// One parallel round trip: the note script on every master, owner-checked on each; `true`
-    /// once a majority stored it within the lease's validity (see the type docs).
+    /// once a majority stored it within the lease's validity (see the type docs: "Notes and
+    /// leader election").
     async fn set_note(&self, lease: &Lease, note: &str) -> Result<bool> {
         self.note_on_majority(lease, note).await
     }
