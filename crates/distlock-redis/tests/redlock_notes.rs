@@ -12,7 +12,8 @@ use distlock_core::{
     Primitive, TryAcquire,
 };
 use distlock_redis::{Redlock, RedlockConfig};
-use distlock_testkit::RedisServer;
+use distlock_testkit::proxy::through_proxies;
+use distlock_testkit::{Direction, RedisServer};
 use futures::StreamExt;
 
 fn name(label: &str) -> LockName {
@@ -205,5 +206,54 @@ async fn an_election_runs_on_redlock_without_terms() {
     assert_eq!((change.value.as_str(), change.term), ("b:2", None));
     assert!(second.resign().await.expect("answered"));
     assert_eq!(election.leader().await.expect("answered"), None);
+    drop(servers);
+}
+
+/// A note whose answers come back after the lease ran out does not count: every master
+/// stored it (the hold was live when each ran the script), but the replies are late, so the
+/// holder cannot count on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_note_answered_after_the_lease_ran_out_does_not_count() {
+    let servers = support::start_servers(3).await;
+    let mut proxies = Vec::new();
+    let mut proxied = Vec::new();
+    for server in &servers {
+        let (url, proxy) = through_proxies(&server.url()).expect("a proxy in front of a master");
+        proxied.push(url);
+        proxies.push(proxy);
+    }
+    let lock = RedlockConfig::new(&proxied)
+        .expect("valid")
+        .with_node_timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .expect("builds");
+    let direct = redlock(&servers).await;
+    let name = name("late");
+    let ttl = Duration::from_millis(600);
+    let TryAcquire::Acquired(lease) = lock
+        .try_acquire(&name, OwnerToken::new(), ttl)
+        .await
+        .expect("answered")
+    else {
+        panic!("the lock is free");
+    };
+    // In time, and the masters know the script by now: the late note below runs at once.
+    assert!(lock.set_note(&lease, "early").await.expect("answered"));
+    for proxy in &proxies {
+        proxy.set_latency(Direction::ToClient, ttl * 2, Duration::ZERO);
+    }
+    assert!(
+        !lock.set_note(&lease, "late").await.expect("answered"),
+        "a note counted after the lease ran out ({:?} left)",
+        lease.remaining()
+    );
+    for proxy in &proxies {
+        proxy.heal();
+        proxy.set_latency(Direction::Both, Duration::ZERO, Duration::ZERO);
+    }
+    // The hold is gone everywhere by now: no owner, no note.
+    let seen = state(&direct, &name).await;
+    assert_eq!((seen.owner, seen.note), (None, None));
     drop(servers);
 }
