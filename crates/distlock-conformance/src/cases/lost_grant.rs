@@ -94,7 +94,8 @@ pub async fn c61_waiter_whose_notification_is_lost_still_gets_in(ctx: Ctx) -> Ou
 /// Case 62: A release whose reply is lost while a waiter waits (the proxy between the HOLDER
 /// and the store drops replies until the waiter holds or the release returns; then the
 /// network heals and every connection resets, so that the releaser's client re-sends or cleans
-/// up by owner) never frees the lock the waiter got: three operation timeouts and 3 s later,
+/// up by owner) answers "ours" or an ambiguous error, never "not ours" (as in case 50), and
+/// never frees the lock the waiter got: three operation timeouts and 3 s later,
 /// the waiter's guard says held, its renewal succeeds, another client finds the lock held,
 /// and the waiter's release finds the lock its own. The waiter's fencing token is above the
 /// releaser's.
@@ -143,6 +144,13 @@ pub async fn c62_release_whose_reply_is_lost_keeps_the_waiter_s_hold(ctx: Ctx) -
     ctx.note(format!(
         "release with a lost reply, a waiter waiting: {released:?}"
     ));
+    // As in case 50: the releaser cannot tell its own release from the waiter's hold.
+    match &released {
+        Ok(true) => {}
+        Err(error) if error.is_ambiguous() => {}
+        Ok(false) => panic!("a release whose reply was lost reported \"not ours\" while the lease was valid"),
+        Err(error) => panic!("a lost reply must be an ambiguous error, got {error}"),
+    }
     // Time for the releaser's client to re-send its release or clean up by owner.
     tokio::time::sleep(op * 3 + Duration::from_secs(3)).await;
     assert!(
