@@ -70,45 +70,77 @@ pub async fn c59_dead_waiter_strands_nothing(ctx: Ctx) -> Outcome {
     Outcome::Passed
 }
 
-/// Case 60: A waiter whose wait ends (its future dropped, as a timeout or a cancel drops it)
-/// leaves no hold behind, whether it ends before the release or just after the release
-/// handed it the lock: the next waiter, whose safety-net re-check is 80 s away, gets the lock
-/// within 10 s of the release, and the lock is then its alone.
+/// How the first waiter's wait ends in case 60.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// Its future is dropped before the release.
+    CancelledBefore,
+    /// Its future is dropped just after the release returned.
+    CancelledAfter,
+    /// Its wait times out just as the release comes.
+    TimedOut,
+}
+
+/// How long the first waiter waits where its wait times out (case 60).
+const SHORT_WAIT: Duration = Duration::from_millis(1500);
+
+/// Case 60: A waiter whose wait ends (its future dropped, or its wait timed out) leaves no
+/// hold behind, whether it ends before the release, just after the release handed it the
+/// lock, or by its deadline just as the release comes (a guard it got at the last moment is
+/// dropped): the next waiter, whose safety-net re-check is 80 s away, gets the lock within
+/// 10 s of the release, and the lock is then its alone.
 pub async fn c60_wait_ended_at_the_release_strands_nothing(ctx: Ctx) -> Outcome {
     let holder = ctx.client().await;
-    for (label, ends_first) in [("before", true), ("after", false)] {
-        let name = ctx.name(&format!("ended-{label}"));
+    for end in [End::CancelledBefore, End::CancelledAfter, End::TimedOut] {
+        let name = ctx.name(&format!("ended-{end:?}"));
         let held = holder
             .acquire_with(&name, &AcquireOptions::new().ttl(LONG_TTL).no_wait())
             .await
             .expect("the lock is free");
-        let ending = wait_in_task(ctx.client().await, &name, Duration::from_secs(120));
+        let wait = match end {
+            End::TimedOut => SHORT_WAIT,
+            _ => Duration::from_secs(120),
+        };
+        let started = Instant::now();
+        let ending = wait_in_task(ctx.client().await, &name, wait);
         tokio::time::sleep(Duration::from_millis(500)).await; // it tried and waits
-        if ends_first {
+        if end == End::CancelledBefore {
             ending.abort();
         }
         let next = wait_in_task(ctx.client().await, &name, Duration::from_secs(120));
         tokio::time::sleep(Duration::from_millis(500)).await; // it tried and waits, behind
+        if end == End::TimedOut {
+            let deadline = started + SHORT_WAIT;
+            tokio::time::sleep(deadline.saturating_duration_since(Instant::now())).await;
+        }
         let before = held.fencing_token();
         let released = Instant::now();
         assert!(
             held.release().await.expect("the release works"),
             "the lock was ours"
         );
-        // Just after the release: the store may have handed the lock to the first waiter.
-        // A guard it got already goes with its task's output.
-        ending.abort();
-        drop(ending);
+        if end == End::TimedOut {
+            // Timed out, or handed the lock at the last moment: that guard is dropped.
+            let ended = within(Duration::from_secs(30), "the short wait ends", ending)
+                .await
+                .expect("joined");
+            ctx.note(format!("the wait that timed out at the release: {ended:?}"));
+        } else {
+            // Just after the release: the store may have handed the lock to the first
+            // waiter. A guard it got already goes with its task's output.
+            ending.abort();
+            drop(ending);
+        }
         let guard = within(
             Duration::from_secs(10),
-            &format!("the next waiter gets in after a release (the first wait ended {label} it)"),
+            &format!("the next waiter gets in after a release (the first wait: {end:?})"),
             next,
         )
         .await
         .expect("joined")
         .expect("the next waiter acquires");
         ctx.note(format!(
-            "wait ended {label} the release: the next waiter got the lock {:?} after it",
+            "{end:?}: the next waiter got the lock {:?} after the release",
             released.elapsed()
         ));
         assert_newer(&guard, before, "the next waiter");
