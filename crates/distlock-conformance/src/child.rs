@@ -4,7 +4,7 @@
 //! that does nothing in a normal run. The cross-process case starts the same binary with only
 //! that test and [`CHILD_ENV`] set; the child builds the fixture (reaching the parent's store
 //! through [`Fixture::child_env`]), acquires the lock, prints
-//! [`ACQUIRED`], and releases when it reads `release` on stdin. On `watch` it reports its
+//! [`STARTED`] before it asks and [`ACQUIRED`] once it holds, and releases when it reads `release` on stdin. On `watch` it reports its
 //! guard's state every few milliseconds as [`STATE`] lines until the guard says lost (the
 //! paused-holder case freezes it meanwhile).
 
@@ -20,6 +20,8 @@ use crate::Fixture;
 /// The variable that turns the entry test into a holder: `<hex name>:<ttl ms>` for the lock of
 /// the name, `<hex name>:<ttl ms>:<permits>` for a permit of its semaphore.
 pub const CHILD_ENV: &str = "DISTLOCK_CONFORMANCE_CHILD";
+/// Printed once the child has its client and starts its acquire (which may wait).
+pub const STARTED: &str = "DISTLOCK-CHILD STARTED";
 /// Printed once the child holds the lock.
 pub const ACQUIRED: &str = "DISTLOCK-CHILD ACQUIRED";
 /// Printed once the child released the lock.
@@ -96,6 +98,7 @@ where
         let fixture = factory().await;
         let client = LockClient::from_arc(fixture.backend().await.expect("the child reaches the store"));
         let opts = AcquireOptions::new().ttl(ttl).wait_for(Duration::from_secs(30));
+        println!("{STARTED}");
         let guard = match permits {
             Some(permits) => {
                 let semaphore = client

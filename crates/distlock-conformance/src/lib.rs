@@ -352,6 +352,24 @@ pub const CASES: &[Case] = &[
         "a silently cut-off leader hears of its loss before another candidate leads",
         Needs::FaultProxy
     ),
+    case!(
+        c59_dead_waiter_strands_nothing,
+        "a waiter killed first in line costs the next waiter no more than a dead holder would"
+    ),
+    case!(
+        c60_wait_ended_at_the_release_strands_nothing,
+        "a wait that ends just before or just after the release hands it the lock leaves no hold"
+    ),
+    case!(
+        c61_waiter_whose_notification_is_lost_still_gets_in,
+        "a waiter that hears nothing of the release gets the lock soon after the heal, alone",
+        Needs::FaultProxy
+    ),
+    case!(
+        c62_release_whose_reply_is_lost_keeps_the_waiter_s_hold,
+        "a release whose reply is lost never frees the lock its waiter got; its renewals work",
+        Needs::FaultProxy
+    ),
 ];
 
 /// Runs the case `name` against `fixture`, failing (panicking) if it fails or runs past
@@ -502,6 +520,10 @@ macro_rules! conformance_tests {
             c56_one_leader_at_a_time,
             c57_observers_see_every_leader_in_order,
             c58_cut_off_leader_hears_of_loss_first,
+            c59_dead_waiter_strands_nothing,
+            c60_wait_ended_at_the_release_strands_nothing,
+            c61_waiter_whose_notification_is_lost_still_gets_in,
+            c62_release_whose_reply_is_lost_keeps_the_waiter_s_hold,
         );
 
         #[test]

@@ -31,5 +31,8 @@ conformance_tests!(
         c52: Members,
         c53: Failover,
         c58: FaultProxy,
+        c59: CrossProcess,
+        c61: FaultProxy,
+        c62: FaultProxy,
     ],
 );

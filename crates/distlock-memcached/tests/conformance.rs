@@ -15,5 +15,6 @@ distlock_conformance::conformance_tests!(
         c49: NoQueue,
         c52: Members,
         c53: Failover,
+        c61: Notification,
     ],
 );

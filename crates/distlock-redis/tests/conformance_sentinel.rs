@@ -26,5 +26,7 @@ distlock_conformance::conformance_tests!(
         c51: StoreClock,
         c52: Members,
         c58: FaultProxy,
+        c61: FaultProxy,
+        c62: FaultProxy,
     ],
 );

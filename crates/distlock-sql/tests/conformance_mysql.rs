@@ -28,5 +28,6 @@ conformance_tests!(
         c51: StoreClockDeclared,
         c52: Members,
         c53: Failover,
+        c61: Notification,
     ],
 );

@@ -34,5 +34,7 @@ conformance_tests!(
         c52: Members,
         c53: Failover,
         c58: FaultProxy,
+        c61: Notification,
+        c62: FaultProxy,
     ],
 );

@@ -21,12 +21,14 @@ mod handover;
 mod input;
 mod kinds;
 mod lost;
+mod lost_grant;
 mod lost_release;
 mod multi;
 mod order;
 mod outage;
 mod partition;
 mod process;
+mod queued;
 mod renewal;
 mod rw_lock;
 mod semaphore;
@@ -60,6 +62,10 @@ pub use handover::c29_release_hands_over_to_the_next_owner;
 pub use input::c11_bad_input_is_a_typed_error;
 pub use kinds::{c39_lost_signal_for_each_primitive, c40_cancelled_waits_leave_nothing};
 pub use lost::{c16_lost_lock_signal, c18_max_hold_time, c19_no_renewal_reports_expiry};
+pub use lost_grant::{
+    c61_waiter_whose_notification_is_lost_still_gets_in,
+    c62_release_whose_reply_is_lost_keeps_the_waiter_s_hold,
+};
 pub use lost_release::c50_release_whose_reply_is_lost_is_not_not_owned;
 pub use multi::{c30_multi_lock_all_or_none, c31_multi_lock_never_deadlocks, c32_multi_lock_lost_signal};
 pub use order::c49_waiters_are_served_in_arrival_order;
@@ -68,6 +74,7 @@ pub use partition::c52_partitioned_member_holder_hears_of_loss_first;
 pub use process::{
     c17_cross_process_holder, c26_paused_holder_knows_it_lost, c35_killed_permit_holder_frees_its_permit,
 };
+pub use queued::{c59_dead_waiter_strands_nothing, c60_wait_ended_at_the_release_strands_nothing};
 pub use renewal::c05_extend_and_watchdog_keep_lock;
 pub use rw_lock::{
     c36_readers_share_a_writer_excludes, c37_waiting_writer_is_not_starved,

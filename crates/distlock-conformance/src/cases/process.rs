@@ -170,7 +170,7 @@ pub async fn c26_paused_holder_knows_it_lost(ctx: Ctx) -> Outcome {
 
 /// What a case with a child holder needs: the environment that lets the child reach the
 /// fixture's store, and the test name of the child's entry point; or why the case is skipped.
-fn child_setup(ctx: &Ctx) -> Result<(Vec<(String, String)>, String), Outcome> {
+pub(super) fn child_setup(ctx: &Ctx) -> Result<(Vec<(String, String)>, String), Outcome> {
     if !ctx.caps().cross_process {
         return Err(ctx.skip(Reason::CrossProcess, "the backend is in-process only"));
     }
@@ -186,7 +186,7 @@ fn child_setup(ctx: &Ctx) -> Result<(Vec<(String, String)>, String), Outcome> {
     Ok((env, test))
 }
 
-struct ChildHolder {
+pub(super) struct ChildHolder {
     child: Child,
     lines: Lines<BufReader<ChildStdout>>,
 }
@@ -198,6 +198,24 @@ impl ChildHolder {
 
     /// A child that takes what `spec` ([`child::encode_spec`] and the like) names.
     async fn spawn_spec(test: &str, env: &[(String, String)], spec: String) -> Self {
+        let mut holder = Self::start(test, env, spec);
+        holder.expect_line(child::ACQUIRED).await;
+        holder
+    }
+
+    /// A child that has started to acquire `name` (held by another: it waits, for up to 30 s).
+    pub(super) async fn spawn_waiting(
+        test: &str,
+        env: &[(String, String)],
+        name: &LockName,
+        ttl: Duration,
+    ) -> Self {
+        let mut waiter = Self::start(test, env, child::encode_spec(name, ttl));
+        waiter.expect_line(child::STARTED).await;
+        waiter
+    }
+
+    fn start(test: &str, env: &[(String, String)], spec: String) -> Self {
         let exe = std::env::current_exe().expect("the test binary's path");
         let mut child = Command::new(exe)
             .args([test, "--exact", "--ignored", "--nocapture", "--test-threads=1"])
@@ -209,12 +227,10 @@ impl ChildHolder {
             .spawn()
             .expect("the test binary starts as a child");
         let stdout = child.stdout.take().expect("piped stdout");
-        let mut holder = Self {
+        Self {
             child,
             lines: BufReader::new(stdout).lines(),
-        };
-        holder.expect_line(child::ACQUIRED).await;
-        holder
+        }
     }
 
     async fn expect_line(&mut self, marker: &str) {
@@ -271,7 +287,7 @@ impl ChildHolder {
         stdin.flush().await.expect("flushed");
     }
 
-    async fn kill(&mut self) {
+    pub(super) async fn kill(&mut self) {
         self.child.start_kill().expect("SIGKILL the child");
         self.wait_exit().await;
     }
