@@ -34,9 +34,13 @@
 //!   and without waiting for anything else; a new channel waits for one pipelined round, which
 //!   sends subscriptions before the unsubscriptions of channels nobody watches any more. The
 //!   wait is bounded by the operation timeout.
-//! - When the last watch of a channel is dropped, its entry goes at once and the task sends
-//!   the `UNSUBSCRIBE` later, unless the channel is watched again by then (the decision is
-//!   taken by the task when it sends, so a re-created channel is never unsubscribed).
+//! - When the last watch of a channel is dropped, the channel stays subscribed for
+//!   [`LINGER`]: a client that waits for the same lock again soon (a hot lock: each of its
+//!   waits starts right after its last release) finds it subscribed, and its wait costs no
+//!   `SUBSCRIBE` and no `UNSUBSCRIBE`. A channel left unwatched for [`LINGER`] is dropped by
+//!   the task, which then sends its `UNSUBSCRIBE` (the decision is taken under the table's
+//!   lock, so a channel watched again meanwhile is never unsubscribed; one watched again
+//!   after it is subscribed anew, after the `UNSUBSCRIBE`).
 //! - If the connection breaks or a round times out, the task reconnects (backing off to at
 //!   most a second) and subscribes every watched channel again; once a channel is confirmed
 //!   again its watchers are woken, because a release in the gap may have been missed. The
@@ -84,6 +88,8 @@ const MIN_BACKOFF: Duration = Duration::from_millis(20);
 const MAX_RETRY_PAUSE: Duration = Duration::from_millis(250);
 /// How long the connection may go without a round before it is asked `PING`.
 const KEEPALIVE: Duration = Duration::from_secs(5);
+/// How long a channel stays subscribed after its last watch went, for the next wait on it.
+pub(crate) const LINGER: Duration = Duration::from_secs(2);
 /// A message that wakes one waiter: this prefix, then its id.
 pub(crate) const WAKE_PREFIX: &[u8] = b"wake:";
 /// A message that tells one waiter a release handed it the mutex: this prefix, its id, `:`,
@@ -124,8 +130,6 @@ struct State {
     generation: u64,
     next_id: u64,
     channels: HashMap<Vec<u8>, Channel>,
-    /// Channels whose last watch went, to unsubscribe unless watched again by then.
-    stale: Vec<Vec<u8>>,
     /// The fencing tokens of the mutexes releases handed to waiters of this client, by waiter,
     /// until the waiter takes its own up or its watch goes.
     grants: HashMap<Arc<str>, Grant>,
@@ -143,6 +147,30 @@ impl State {
         by_slot.sort_unstable_by_key(|(slot, _)| *slot);
         by_slot.dedup_by_key(|(slot, _)| *slot);
         by_slot.into_iter().map(|(_, channel)| channel.clone()).collect()
+    }
+
+    /// Takes out the channels unwatched for [`LINGER`] by `now`, and the unwatched ones the
+    /// live connection has not subscribed (a lost connection: nobody needs them again),
+    /// returning those it has subscribed (to unsubscribe), and when the next of the others
+    /// lingers out.
+    fn drop_lingered(&mut self, now: Instant) -> (Vec<Vec<u8>>, Option<Instant>) {
+        let mut next = None::<Instant>;
+        let mut gone = Vec::new();
+        self.channels.retain(|name, entry| match entry.idle_since {
+            Some(_) if entry.status == Status::Unsent => false,
+            Some(since) if since + LINGER <= now => {
+                gone.push(name.clone());
+                false
+            }
+            Some(since) => {
+                let until = since + LINGER;
+                next = Some(next.map_or(until, |next| next.min(until)));
+                true
+            }
+            None => true,
+        });
+        gone.sort();
+        (gone, next)
     }
 }
 
@@ -169,6 +197,8 @@ struct Channel {
     status: Status,
     /// Whether it was confirmed on an earlier connection (then a resubscription wakes it).
     was_confirmed: bool,
+    /// When its last watch went, while no watch holds it (it lingers for [`LINGER`]).
+    idle_since: Option<Instant>,
 }
 
 impl Channel {
@@ -309,9 +339,11 @@ impl Drop for Keep {
             state.grants.remove(waiter);
         }
         if last {
-            state.channels.remove(&self.channel);
-            state.stale.push(std::mem::take(&mut self.channel));
+            if let Some(entry) = state.channels.get_mut(&self.channel) {
+                entry.idle_since = Some(Instant::now());
+            }
             drop(state);
+            // The task times the channel's lingering out.
             self.shared.wake.notify_one();
         }
     }
@@ -362,7 +394,6 @@ impl Shared {
         let mut state = self.state();
         if state.generation == generation {
             state.generation += 1;
-            state.stale.clear();
             state.channels.values_mut().for_each(Channel::unconfirm);
         }
         drop(state);
@@ -379,7 +410,6 @@ impl Drop for Running {
         state.running = false;
         // The connection dies with the task.
         state.generation += 1;
-        state.stale.clear();
         state.channels.values_mut().for_each(Channel::unconfirm);
     }
 }
@@ -444,8 +474,10 @@ impl Subscriber {
                 confirmed: watch::channel(false).0,
                 status: Status::Unsent,
                 was_confirmed: false,
+                idle_since: None,
             });
             entry.refs += 1;
+            entry.idle_since = None;
             let new = entry.id == next_id;
             let rx = match &waiter {
                 Some(waiter) => {
@@ -515,6 +547,8 @@ async fn run(running: Running, target: Target, url: String, timeout: Duration, c
     let mut backoff = Duration::ZERO;
     // The pause before subscribing again channels whose master could not be reached.
     let mut retry = Duration::ZERO;
+    // When the next unwatched channel has lingered for `LINGER`.
+    let mut lingers_until: Option<Instant>;
     loop {
         let round = {
             let mut state = shared.state();
@@ -524,19 +558,14 @@ async fn run(running: Running, target: Target, url: String, timeout: Duration, c
             if live.as_ref().is_some_and(|l| l.generation != state.generation) {
                 live = None;
             }
-            let State { channels, stale, .. } = &mut *state;
             let mut round = Round::default();
+            // Without a connection nothing is subscribed: the lingered channels just go.
+            let (gone, next) = state.drop_lingered(Instant::now());
+            lingers_until = next;
             if live.is_some() {
-                round.unsubscribe = std::mem::take(stale)
-                    .into_iter()
-                    .filter(|channel| !channels.contains_key(channel))
-                    .collect();
-                round.unsubscribe.sort();
-                round.unsubscribe.dedup();
-            } else {
-                // Nothing is subscribed without a connection.
-                stale.clear();
+                round.unsubscribe = gone;
             }
+            let channels = &mut state.channels;
             let wanted = channels.values().any(|c| c.status == Status::Unsent);
             if wanted && live.is_some() {
                 for (name, entry) in channels.iter_mut() {
@@ -557,9 +586,11 @@ async fn run(running: Running, target: Target, url: String, timeout: Duration, c
                 shared.wake.notified().await;
                 continue;
             };
+            let keepalive = conn.checked + KEEPALIVE;
             tokio::select! {
                 () = shared.wake.notified() => continue,
-                () = tokio::time::sleep_until(conn.checked + KEEPALIVE) => {}
+                () = tokio::time::sleep_until(lingers_until.unwrap_or(keepalive)), if lingers_until.is_some_and(|at| at < keepalive) => continue,
+                () = tokio::time::sleep_until(keepalive) => {}
             }
             let generation = conn.generation;
             let watched = shared.state().one_channel_per_slot();
@@ -707,7 +738,6 @@ async fn connect(
     let generation = {
         let mut state = shared.state();
         state.generation += 1;
-        state.stale.clear();
         state.channels.values_mut().for_each(Channel::unconfirm);
         state.generation
     };
