@@ -8,6 +8,8 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use distlock_core::{AcquireOptions, LockClient};
 use distlock_redis::RedisLock;
 
@@ -94,5 +96,47 @@ async fn a_hot_lock_subscribes_each_client_once_not_once_per_wait() {
         subscriptions <= CLIENTS,
         "{subscriptions} SUBSCRIBE and UNSUBSCRIBE for {acquisitions} acquisitions by {CLIENTS} \
          clients: {ran:?}"
+    );
+}
+
+/// A release hands the lock to one waiter: its grant is published where only that waiter's
+/// client hears it, not to every client waiting for the lock (with many clients waiting,
+/// each would receive and parse every grant). A bystander subscribed to the lock's channel,
+/// as every waiting client is, hears none of a hot lock's grants.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_lock_s_grants_reach_only_their_waiters_clients() {
+    let server = support::start_server().await;
+    let url = server.url();
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(LockClient::new(RedisLock::connect(&url).await.expect("connects")));
+    }
+    let mut bystander = redis::Client::open(url.as_str())
+        .expect("valid")
+        .get_async_pubsub()
+        .await
+        .expect("pub/sub");
+    bystander
+        .subscribe("distlock:released:hot-fan-out")
+        .await
+        .expect("subscribes");
+    commands_since_reset(&url).await;
+
+    take_turns(&clients, "hot-fan-out").await;
+
+    let ran = commands_since_reset(&url).await;
+    let grants = ran.get("publish").copied().unwrap_or_default();
+    assert!(grants > 0, "no grant published: {ran:?}");
+    let mut heard = 0;
+    let mut messages = bystander.on_message();
+    while tokio::time::timeout(Duration::from_millis(200), messages.next())
+        .await
+        .is_ok_and(|message| message.is_some())
+    {
+        heard += 1;
+    }
+    assert_eq!(
+        heard, 0,
+        "a bystander on the lock's channel heard {heard} of {grants} grants"
     );
 }
