@@ -51,6 +51,24 @@ async fn commands_since_reset(url: &str) -> BTreeMap<String, u64> {
     counts
 }
 
+/// The CPU time the server at `url` has used so far (user and system), in µs.
+async fn server_cpu_us(url: &str) -> f64 {
+    let mut raw = support::raw(url).await.expect("raw connection");
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(&mut raw)
+        .await
+        .expect("INFO");
+    info.lines()
+        .filter_map(|line| {
+            line.strip_prefix("used_cpu_user:")
+                .or_else(|| line.strip_prefix("used_cpu_sys:"))
+        })
+        .filter_map(|seconds| seconds.trim().parse::<f64>().ok())
+        .sum::<f64>()
+        * 1e6
+}
+
 /// `EACH` acquisitions of `name` by every client, each released at once.
 async fn take_turns(clients: &[LockClient], name: &str) {
     let opts = AcquireOptions::new()
@@ -84,12 +102,17 @@ async fn a_hot_lock_subscribes_each_client_once_not_once_per_wait() {
     // Warm: the scripts loaded, every client's pub/sub connection open.
     take_turns(&clients, "hot-warm").await;
     commands_since_reset(&url).await;
+    let cpu_before = server_cpu_us(&url).await;
 
     take_turns(&clients, "hot").await;
 
+    let cpu = server_cpu_us(&url).await - cpu_before;
     let ran = commands_since_reset(&url).await;
     let acquisitions = CLIENTS * EACH;
-    eprintln!("{acquisitions} acquisitions: {ran:?}");
+    eprintln!(
+        "{acquisitions} acquisitions, {:.0} µs of server CPU each: {ran:?}",
+        cpu / acquisitions as f64
+    );
     let subscriptions = ran.get("subscribe").copied().unwrap_or_default()
         + ran.get("unsubscribe").copied().unwrap_or_default();
     // Each client's two channels of the lock (the lock's, its own beside it), once.
