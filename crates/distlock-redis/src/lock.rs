@@ -188,8 +188,7 @@ const HANDOVER_CLAIM: Duration = Duration::from_secs(5);
 /// | `extend_many(n)`     | 1 (one pipeline of `n` scripts, kinds mixed)                   |
 /// | ... with replicas    | 1 (the scripts and `WAIT` pipelined) + the replicas' delay     |
 /// | `withdraw`           | 1 (script) for a waiting writer, else 0                        |
-/// | `watch`, `watch_kind`| 0 if the channels are already subscribed, else 1 (+1 to connect);  |
-/// |                      | a channel stays subscribed 2 s after its last watch went       |
+/// | `watch`, `watch_kind`| 0 if subscribed already (2 s after the last watch too), else 1 (+1 to connect) |
 /// | `inspect`, `inspect_holders`, `ping` | 1                                              |
 ///
 /// # Redis Cluster
