@@ -556,7 +556,13 @@ impl DistributedLock for RedisLock {
         match lease.kind() {
             LockKind::Exclusive if self.hands_over() => {
                 let claim = HANDOVER_CLAIM.min(lease.ttl());
-                release_granting_on(node, node.timeout(), &self.keys(lease.name()), &owner, claim).await
+                let keys = self.keys(lease.name());
+                // Not handed to a waiter of ours that has gone.
+                self.inner
+                    .waiters
+                    .after_leavings(&keys.lock, node.timeout())
+                    .await;
+                release_granting_on(node, node.timeout(), &keys, &owner, claim).await
             }
             LockKind::Exclusive => {
                 release_waking_on(node, node.timeout(), &self.keys(lease.name()), &owner).await
