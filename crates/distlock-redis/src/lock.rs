@@ -163,7 +163,10 @@ const HANDOVER_CLAIM: Duration = Duration::from_secs(5);
 ///   own at its next attempt, which sets the TTL and reports the token the release drew.
 /// - A waiter whose wait ends (it gave up, or its outcome is unknown) leaves the queue in the
 ///   background; a lock handed to it meanwhile is given back by owner at once (`DEL` if the
-///   key still holds its id), and if the lock is then free the next waiter is woken.
+///   key still holds its id), and if the lock is then free the next waiter is woken. A
+///   release by the same client waits for its waiters' leavings of that lock under way (at
+///   most the operation timeout), so it never hands the lock to a waiter of its own that has
+///   gone (a `try_acquire` right after it would find the lock held until the leaving ran).
 /// - A waiter that died holds a lock handed to it for the claim only; the others wake at their
 ///   next safety-net re-check. Its queue entry ends with its stay (its longest sleep plus a
 ///   second: about 3 s with the default poll bounds) and goes with the next release or the
