@@ -53,10 +53,10 @@ PRIMITIVES = [
 # The peer benchmark on one Redis, medians over 15 rounds; microseconds.
 PEERS = [
     ("two PINGs (the floor)", (32, 32), None),
-    ("notify-then-act (handoff floor)", None, (181, 181)),
-    ("distlock 0.1", (54, 54), (270, 270)),
-    ("rslock 0.10", (36, 36), (105000, 105000)),
-    ("distributed-lock-redis 0.2 (handoff: try loop)", (49, 49), (1300, 1300)),
+    ("notify-then-act (handoff floor)", None, (120, 120)),
+    ("distlock 0.1", (57, 57), (171, 171)),
+    ("rslock 0.10", (35, 35), (96000, 96000)),
+    ("distributed-lock-redis 0.2 (handoff: try loop)", (49, 49), (1200, 1200)),
 ]
 
 COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c"]
