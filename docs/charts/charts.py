@@ -52,11 +52,11 @@ PRIMITIVES = [
 ]
 # The peer benchmark on one Redis, medians over 15 rounds; microseconds.
 PEERS = [
-    ("two PINGs (the floor)", (40, 40), None),
-    ("notify-then-act (handoff floor)", None, (228, 228)),
-    ("distlock 0.1", (70, 70), (373, 373)),
-    ("rslock 0.10", (46, 46), (103000, 103000)),
-    ("distributed-lock-redis 0.2 (handoff: try loop)", (71, 71), (1300, 1300)),
+    ("two PINGs (the floor)", (32, 32), None),
+    ("notify-then-act (handoff floor)", None, (120, 120)),
+    ("distlock 0.1", (57, 57), (171, 171)),
+    ("rslock 0.10", (35, 35), (96000, 96000)),
+    ("distributed-lock-redis 0.2 (handoff: try loop)", (49, 49), (1200, 1200)),
 ]
 
 COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c"]

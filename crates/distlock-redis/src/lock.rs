@@ -74,7 +74,12 @@ const HANDOVER_CLAIM: Duration = Duration::from_secs(5);
 ///   in the queue (and takes it out) and publishes `grant:<waiter id>:<fencing token>:<claim
 ///   in ms>`, or publishes nothing if no one waits (`wake:<waiter id>` for a waiter of a client
 ///   before the handover, and from Redlock's masters and clients with replica
-///   acknowledgement, whose releases wake the waiter instead).
+///   acknowledgement, whose releases wake the waiter instead). A message naming a waiter of
+///   this version goes to its client's channel beside the lock's instead,
+///   `distlock:released:<prefix><name>\xFF<client tag>`: a waiter's id is a version-8 UUID
+///   whose first 8 characters are its client's tag (random per client), so only that client
+///   receives and parses it, not every client waiting for the lock. A waiting client listens
+///   on both channels (the lock's carries the messages of clients of earlier versions).
 ///
 /// The semaphore and the read-write lock of the same name are objects of their own, in keys
 /// of the counter's layout (`{<slot tag>}\xFF<mark><prefix><name>`: each mark holds one `:`,
@@ -148,7 +153,8 @@ const HANDOVER_CLAIM: Duration = Duration::from_secs(5);
 /// A waiter's id is an owner token. A release hands the mutex to the first live waiter of the
 /// queue in the same script: the lock key then holds the waiter's id for a claim (5 s, or the
 /// releaser's TTL if shorter; until the waiter's stay would have ended if that is later), a
-/// fencing token is drawn for it, and the publish tells the waiter, which holds the lock from
+/// fencing token is drawn for it, and the publish (on the waiter's client's channel, which no
+/// other client listens on) tells the waiter, which holds the lock from
 /// then on without a round trip of its own: its lease runs from its last attempt for the
 /// claim, and its first renewal, sent at once, lengthens it to its TTL. So a handoff costs
 /// the release and the publish, and no newcomer can take the lock in between.
@@ -157,7 +163,10 @@ const HANDOVER_CLAIM: Duration = Duration::from_secs(5);
 ///   own at its next attempt, which sets the TTL and reports the token the release drew.
 /// - A waiter whose wait ends (it gave up, or its outcome is unknown) leaves the queue in the
 ///   background; a lock handed to it meanwhile is given back by owner at once (`DEL` if the
-///   key still holds its id), and if the lock is then free the next waiter is woken.
+///   key still holds its id), and if the lock is then free the next waiter is woken. A
+///   release by the same client waits for its waiters' leavings of that lock under way (at
+///   most the operation timeout), so it never hands the lock to a waiter of its own that has
+///   gone (a `try_acquire` right after it would find the lock held until the leaving ran).
 /// - A waiter that died holds a lock handed to it for the claim only; the others wake at their
 ///   next safety-net re-check. Its queue entry ends with its stay (its longest sleep plus a
 ///   second: about 3 s with the default poll bounds) and goes with the next release or the
@@ -182,7 +191,7 @@ const HANDOVER_CLAIM: Duration = Duration::from_secs(5);
 /// | `extend_many(n)`     | 1 (one pipeline of `n` scripts, kinds mixed)                   |
 /// | ... with replicas    | 1 (the scripts and `WAIT` pipelined) + the replicas' delay     |
 /// | `withdraw`           | 1 (script) for a waiting writer, else 0                        |
-/// | `watch`, `watch_kind`| 0 if the channel is already subscribed, else 1 (+1 to connect) |
+/// | `watch`, `watch_kind`| 0 if subscribed already (2 s after the last watch too), else 1 (+1 to connect) |
 /// | `inspect`, `inspect_holders`, `ping` | 1                                              |
 ///
 /// # Redis Cluster
@@ -550,7 +559,13 @@ impl DistributedLock for RedisLock {
         match lease.kind() {
             LockKind::Exclusive if self.hands_over() => {
                 let claim = HANDOVER_CLAIM.min(lease.ttl());
-                release_granting_on(node, node.timeout(), &self.keys(lease.name()), &owner, claim).await
+                let keys = self.keys(lease.name());
+                // Not handed to a waiter of ours that has gone.
+                self.inner
+                    .waiters
+                    .after_leavings(&keys.lock, node.timeout())
+                    .await;
+                release_granting_on(node, node.timeout(), &keys, &owner, claim).await
             }
             LockKind::Exclusive => {
                 release_waking_on(node, node.timeout(), &self.keys(lease.name()), &owner).await
@@ -615,12 +630,13 @@ impl DistributedLock for RedisLock {
                 return Ok(ReleaseWatch::polling());
             }
             let keys = self.keys(name);
-            // An owner token: a release may hand the lock to the waiter under this id.
-            let waiter: Arc<str> = OwnerToken::new().to_string().into();
+            // An owner token: a release may hand the lock to the waiter under this id, and
+            // tells it on this client's channel, which its first 8 characters name.
+            let waiter = self.inner.subscriber.new_waiter_id();
             let (rx, keep) = self
                 .inner
                 .subscriber
-                .watch_as_waiter(&keys.channel, waiter.clone())
+                .watch_as_client_waiter(&keys.channel, waiter.clone())
                 .await?;
             let leave = self
                 .inner

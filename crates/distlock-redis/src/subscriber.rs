@@ -34,9 +34,13 @@
 //!   and without waiting for anything else; a new channel waits for one pipelined round, which
 //!   sends subscriptions before the unsubscriptions of channels nobody watches any more. The
 //!   wait is bounded by the operation timeout.
-//! - When the last watch of a channel is dropped, its entry goes at once and the task sends
-//!   the `UNSUBSCRIBE` later, unless the channel is watched again by then (the decision is
-//!   taken by the task when it sends, so a re-created channel is never unsubscribed).
+//! - When the last watch of a channel is dropped, the channel stays subscribed for
+//!   [`LINGER`]: a client that waits for the same lock again soon (a hot lock: each of its
+//!   waits starts right after its last release) finds it subscribed, and its wait costs no
+//!   `SUBSCRIBE` and no `UNSUBSCRIBE`. A channel left unwatched for [`LINGER`] is dropped by
+//!   the task, which then sends its `UNSUBSCRIBE` (the decision is taken under the table's
+//!   lock, so a channel watched again meanwhile is never unsubscribed; one watched again
+//!   after it is subscribed anew, after the `UNSUBSCRIBE`).
 //! - If the connection breaks or a round times out, the task reconnects (backing off to at
 //!   most a second) and subscribes every watched channel again; once a channel is confirmed
 //!   again its watchers are woken, because a release in the gap may have been missed. The
@@ -54,6 +58,12 @@
 //! - A message `grant:<waiter id>:<token>:<claim>` (a release handed the mutex to that waiter)
 //!   wakes that waiter and is kept for it ([`take_grant`](Subscriber::take_grant)) until it
 //!   takes it up or its watch goes.
+//! - A mutex's waiter ([`watch_as_client_waiter`](Subscriber::watch_as_client_waiter)) has an
+//!   id naming this client ([`new_waiter_id`](Subscriber::new_waiter_id)) and listens on its
+//!   lock's channel and on this client's channel beside it
+//!   ([`client_channel`](Subscriber::client_channel)), where the release scripts publish the
+//!   messages that name it: a grant reaches its waiter's client alone, however many clients
+//!   wait for the lock.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -84,6 +94,8 @@ const MIN_BACKOFF: Duration = Duration::from_millis(20);
 const MAX_RETRY_PAUSE: Duration = Duration::from_millis(250);
 /// How long the connection may go without a round before it is asked `PING`.
 const KEEPALIVE: Duration = Duration::from_secs(5);
+/// How long a channel stays subscribed after its last watch went, for the next wait on it.
+pub(crate) const LINGER: Duration = Duration::from_secs(2);
 /// A message that wakes one waiter: this prefix, then its id.
 pub(crate) const WAKE_PREFIX: &[u8] = b"wake:";
 /// A message that tells one waiter a release handed it the mutex: this prefix, its id, `:`,
@@ -104,6 +116,8 @@ pub(crate) struct Subscriber {
     url: String,
     timeout: Duration,
     connect_timeout: Duration,
+    /// This client's tag: the first 4 bytes of its waiters' ids, and its channels' suffix.
+    tag: [u8; 4],
     shared: Arc<Shared>,
 }
 
@@ -124,8 +138,6 @@ struct State {
     generation: u64,
     next_id: u64,
     channels: HashMap<Vec<u8>, Channel>,
-    /// Channels whose last watch went, to unsubscribe unless watched again by then.
-    stale: Vec<Vec<u8>>,
     /// The fencing tokens of the mutexes releases handed to waiters of this client, by waiter,
     /// until the waiter takes its own up or its watch goes.
     grants: HashMap<Arc<str>, Grant>,
@@ -143,6 +155,30 @@ impl State {
         by_slot.sort_unstable_by_key(|(slot, _)| *slot);
         by_slot.dedup_by_key(|(slot, _)| *slot);
         by_slot.into_iter().map(|(_, channel)| channel.clone()).collect()
+    }
+
+    /// Takes out the channels unwatched for [`LINGER`] by `now`, and the unwatched ones the
+    /// live connection has not subscribed (a lost connection: nobody needs them again),
+    /// returning those it has subscribed (to unsubscribe), and when the next of the others
+    /// lingers out.
+    fn drop_lingered(&mut self, now: Instant) -> (Vec<Vec<u8>>, Option<Instant>) {
+        let mut next = None::<Instant>;
+        let mut gone = Vec::new();
+        self.channels.retain(|name, entry| match entry.idle_since {
+            Some(_) if entry.status == Status::Unsent => false,
+            Some(since) if since + LINGER <= now => {
+                gone.push(name.clone());
+                false
+            }
+            Some(since) => {
+                let until = since + LINGER;
+                next = Some(next.map_or(until, |next| next.min(until)));
+                true
+            }
+            None => true,
+        });
+        gone.sort();
+        (gone, next)
     }
 }
 
@@ -163,12 +199,14 @@ struct Channel {
     /// Bumped on every release announced on the channel.
     tx: watch::Sender<u64>,
     /// The watches of single waiters, bumped by messages naming them (and by every other).
-    waiters: HashMap<Arc<str>, watch::Sender<u64>>,
+    waiters: HashMap<Arc<str>, Arc<watch::Sender<u64>>>,
     /// `true` while the subscription is confirmed on the live connection.
     confirmed: watch::Sender<bool>,
     status: Status,
     /// Whether it was confirmed on an earlier connection (then a resubscription wakes it).
     was_confirmed: bool,
+    /// When its last watch went, while no watch holds it (it lingers for [`LINGER`]).
+    idle_since: Option<Instant>,
 }
 
 impl Channel {
@@ -283,35 +321,41 @@ impl Drop for Live {
     }
 }
 
-/// Kept alive by a [`ReleaseWatch`]; dropping it releases the channel's reference.
+/// Kept alive by a [`ReleaseWatch`]; dropping it releases its channels' references.
 pub(crate) struct Keep {
     shared: Arc<Shared>,
-    channel: Vec<u8>,
-    id: u64,
+    /// Each channel with the id of its entry.
+    channels: Vec<(Vec<u8>, u64)>,
     waiter: Option<Arc<str>>,
 }
 
 impl Drop for Keep {
     fn drop(&mut self) {
         let mut state = self.shared.state();
-        let last = match state.channels.get_mut(&self.channel) {
-            Some(entry) if entry.id == self.id => {
-                if let Some(waiter) = &self.waiter {
-                    entry.waiters.remove(waiter);
+        let now = Instant::now();
+        let mut idle = false;
+        for (channel, id) in &self.channels {
+            match state.channels.get_mut(channel) {
+                Some(entry) if entry.id == *id => {
+                    if let Some(waiter) = &self.waiter {
+                        entry.waiters.remove(waiter);
+                    }
+                    entry.refs -= 1;
+                    if entry.refs == 0 {
+                        entry.idle_since = Some(now);
+                        idle = true;
+                    }
                 }
-                entry.refs -= 1;
-                entry.refs == 0
+                _ => {}
             }
-            _ => false,
-        };
+        }
         if let Some(waiter) = &self.waiter {
             // A grant it never took up: its lock is given back by the waiter's leaving.
             state.grants.remove(waiter);
         }
-        if last {
-            state.channels.remove(&self.channel);
-            state.stale.push(std::mem::take(&mut self.channel));
-            drop(state);
+        drop(state);
+        if idle {
+            // The task times the channel's lingering out.
             self.shared.wake.notify_one();
         }
     }
@@ -362,7 +406,6 @@ impl Shared {
         let mut state = self.state();
         if state.generation == generation {
             state.generation += 1;
-            state.stale.clear();
             state.channels.values_mut().for_each(Channel::unconfirm);
         }
         drop(state);
@@ -379,7 +422,6 @@ impl Drop for Running {
         state.running = false;
         // The connection dies with the task.
         state.generation += 1;
-        state.stale.clear();
         state.channels.values_mut().for_each(Channel::unconfirm);
     }
 }
@@ -391,6 +433,7 @@ impl Subscriber {
             url,
             timeout,
             connect_timeout,
+            tag: rand::random(),
             shared: Arc::default(),
         }
     }
@@ -404,7 +447,52 @@ impl Subscriber {
         channel: &[u8],
         waiter: Arc<str>,
     ) -> Result<(watch::Receiver<u64>, Keep)> {
-        self.subscribe_as(channel, Some(waiter)).await
+        self.subscribe_as(&[channel], Some(waiter)).await
+    }
+
+    /// A new waiter id of this client: an owner token whose first 8 characters are this
+    /// client's tag, a version-8 UUID (the release scripts publish what names such a waiter
+    /// on its client's channel, see [`client_channel`](Self::client_channel)).
+    pub(crate) fn new_waiter_id(&self) -> Arc<str> {
+        let mut bytes: [u8; 16] = rand::random();
+        bytes[..4].copy_from_slice(&self.tag);
+        bytes[6] = (bytes[6] & 0x0f) | 0x80; // version 8
+        bytes[8] = (bytes[8] & 0x3f) | 0x80; // the RFC 9562 variant
+        let mut id = String::with_capacity(36);
+        for (i, byte) in bytes.iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                id.push('-');
+            }
+            id.push_str(&format!("{byte:02x}"));
+        }
+        id.into()
+    }
+
+    /// This client's channel beside the object's `channel`: `<channel>\xFF<tag in hex>`, in
+    /// the channel's hash slot (its `{...}` tag comes first). The release scripts publish a
+    /// message naming one of this client's waiters ([`new_waiter_id`](Self::new_waiter_id))
+    /// there, so that only this client hears it, not every client waiting for the object.
+    /// The `0xFF` byte never occurs in a (UTF-8) lock name, so no object's channel is one.
+    pub(crate) fn client_channel(&self, channel: &[u8]) -> Vec<u8> {
+        let tag: String = self.tag.iter().map(|b| format!("{b:02x}")).collect();
+        [channel, b"\xFF".as_slice(), tag.as_bytes()].concat()
+    }
+
+    /// Subscribes to the object's `channel` and this client's channel beside it
+    /// ([`client_channel`](Self::client_channel)) for one waiter, `waiter` (from
+    /// [`new_waiter_id`](Self::new_waiter_id)), and returns once the server confirmed both,
+    /// within the operation timeout: no round trip if both are subscribed already, else one
+    /// pipelined round. The object's channel carries the messages of clients of earlier
+    /// versions (and those naming waiters of other kinds); this client's, those that name its
+    /// waiters. The waiter's receiver changes on messages naming it and on those naming no
+    /// one, on either channel.
+    pub(crate) async fn watch_as_client_waiter(
+        &self,
+        channel: &[u8],
+        waiter: Arc<str>,
+    ) -> Result<(watch::Receiver<u64>, Keep)> {
+        let own = self.client_channel(channel);
+        self.subscribe_as(&[channel, &own], Some(waiter)).await
     }
 
     /// Takes up the grant a release made to `waiter` (see [`GRANT_PREFIX`]), if one came.
@@ -415,15 +503,17 @@ impl Subscriber {
     /// Subscribes to `channel` for every message on it that names no waiter, as
     /// [`watch_as_waiter`](Self::watch_as_waiter) otherwise.
     pub(crate) async fn watch(&self, channel: &[u8]) -> Result<(watch::Receiver<u64>, Keep)> {
-        self.subscribe_as(channel, None).await
+        self.subscribe_as(&[channel], None).await
     }
 
+    /// Subscribes to `channels` (one, or a waiter's: its object's and its client's) and
+    /// returns once the server confirmed every one of them, within the operation timeout.
     async fn subscribe_as(
         &self,
-        channel: &[u8],
+        channels: &[&[u8]],
         waiter: Option<Arc<str>>,
     ) -> Result<(watch::Receiver<u64>, Keep)> {
-        let (rx, keep, mut confirmed) = {
+        let (rx, keep, confirmations) = {
             let mut state = self.shared.state();
             if !state.running {
                 state.running = true;
@@ -435,48 +525,68 @@ impl Subscriber {
                     self.connect_timeout,
                 ));
             }
-            let next_id = state.next_id;
-            let entry = state.channels.entry(channel.to_vec()).or_insert_with(|| Channel {
-                id: next_id,
-                refs: 0,
-                tx: watch::channel(0).0,
-                waiters: HashMap::new(),
-                confirmed: watch::channel(false).0,
-                status: Status::Unsent,
-                was_confirmed: false,
-            });
-            entry.refs += 1;
-            let new = entry.id == next_id;
-            let rx = match &waiter {
-                Some(waiter) => {
-                    let (tx, rx) = watch::channel(0);
-                    entry.waiters.insert(waiter.clone(), tx);
-                    rx
+            // A waiter's one receiver, changed by the messages of any of its channels.
+            let (waiter_tx, waiter_rx) = watch::channel(0);
+            let waiter_tx = Arc::new(waiter_tx);
+            let mut rx = None;
+            let mut kept = Vec::with_capacity(channels.len());
+            let mut confirmations = Vec::with_capacity(channels.len());
+            for channel in channels {
+                let next_id = state.next_id;
+                let entry = state.channels.entry(channel.to_vec()).or_insert_with(|| Channel {
+                    id: next_id,
+                    refs: 0,
+                    tx: watch::channel(0).0,
+                    waiters: HashMap::new(),
+                    confirmed: watch::channel(false).0,
+                    status: Status::Unsent,
+                    was_confirmed: false,
+                    idle_since: None,
+                });
+                entry.refs += 1;
+                entry.idle_since = None;
+                let new = entry.id == next_id;
+                match &waiter {
+                    Some(waiter) => {
+                        entry.waiters.insert(waiter.clone(), waiter_tx.clone());
+                    }
+                    None => {
+                        rx.get_or_insert_with(|| entry.tx.subscribe());
+                    }
                 }
-                None => entry.tx.subscribe(),
-            };
-            let handles = (
-                rx,
-                Keep {
-                    shared: self.shared.clone(),
-                    channel: channel.to_vec(),
-                    id: entry.id,
-                    waiter,
-                },
-                entry.confirmed.subscribe(),
-            );
-            if new {
-                state.next_id += 1;
+                kept.push((channel.to_vec(), entry.id));
+                confirmations.push(entry.confirmed.subscribe());
+                if new {
+                    state.next_id += 1;
+                }
             }
-            handles
+            let keep = Keep {
+                shared: self.shared.clone(),
+                channels: kept,
+                waiter,
+            };
+            (rx.unwrap_or(waiter_rx), keep, confirmations)
         };
-        if *confirmed.borrow_and_update() {
+        let mut unconfirmed: Vec<_> = confirmations
+            .into_iter()
+            .filter_map(|mut confirmed| {
+                let ok = *confirmed.borrow_and_update();
+                (!ok).then_some(confirmed)
+            })
+            .collect();
+        if unconfirmed.is_empty() {
             return Ok((rx, keep));
         }
         self.shared.wake.notify_one();
-        let outcome = tokio::time::timeout(self.timeout, confirmed.wait_for(|ok| *ok))
+        // Each wait's `Ref` dropped at once: it holds a lock, and the future must stay `Send`.
+        let all = join_all(
+            unconfirmed
+                .iter_mut()
+                .map(|confirmed| async move { confirmed.wait_for(|ok| *ok).await.map(drop) }),
+        );
+        let outcome = tokio::time::timeout(self.timeout, all)
             .await
-            .map(|r| r.map(|_| ()));
+            .map(|results| results.into_iter().collect::<std::result::Result<(), _>>());
         match outcome {
             Ok(Ok(())) => Ok((rx, keep)),
             Ok(Err(_)) => Err(Error::unavailable(
@@ -515,6 +625,8 @@ async fn run(running: Running, target: Target, url: String, timeout: Duration, c
     let mut backoff = Duration::ZERO;
     // The pause before subscribing again channels whose master could not be reached.
     let mut retry = Duration::ZERO;
+    // When the next unwatched channel has lingered for `LINGER`.
+    let mut lingers_until: Option<Instant>;
     loop {
         let round = {
             let mut state = shared.state();
@@ -524,19 +636,14 @@ async fn run(running: Running, target: Target, url: String, timeout: Duration, c
             if live.as_ref().is_some_and(|l| l.generation != state.generation) {
                 live = None;
             }
-            let State { channels, stale, .. } = &mut *state;
             let mut round = Round::default();
+            // Without a connection nothing is subscribed: the lingered channels just go.
+            let (gone, next) = state.drop_lingered(Instant::now());
+            lingers_until = next;
             if live.is_some() {
-                round.unsubscribe = std::mem::take(stale)
-                    .into_iter()
-                    .filter(|channel| !channels.contains_key(channel))
-                    .collect();
-                round.unsubscribe.sort();
-                round.unsubscribe.dedup();
-            } else {
-                // Nothing is subscribed without a connection.
-                stale.clear();
+                round.unsubscribe = gone;
             }
+            let channels = &mut state.channels;
             let wanted = channels.values().any(|c| c.status == Status::Unsent);
             if wanted && live.is_some() {
                 for (name, entry) in channels.iter_mut() {
@@ -557,9 +664,11 @@ async fn run(running: Running, target: Target, url: String, timeout: Duration, c
                 shared.wake.notified().await;
                 continue;
             };
+            let keepalive = conn.checked + KEEPALIVE;
             tokio::select! {
                 () = shared.wake.notified() => continue,
-                () = tokio::time::sleep_until(conn.checked + KEEPALIVE) => {}
+                () = tokio::time::sleep_until(lingers_until.unwrap_or(keepalive)), if lingers_until.is_some_and(|at| at < keepalive) => continue,
+                () = tokio::time::sleep_until(keepalive) => {}
             }
             let generation = conn.generation;
             let watched = shared.state().one_channel_per_slot();
@@ -707,7 +816,6 @@ async fn connect(
     let generation = {
         let mut state = shared.state();
         state.generation += 1;
-        state.stale.clear();
         state.channels.values_mut().for_each(Channel::unconfirm);
         state.generation
     };

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use distlock_core::{Result, TryAcquire};
+use tokio::sync::RwLock;
 use tokio::time::Instant;
 
 use crate::keys::LockKeys;
@@ -42,11 +43,33 @@ pub(crate) struct LastAttempt {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Waiters {
     queued: Arc<Mutex<HashMap<Arc<str>, LastAttempt>>>,
+    /// By lock key, the leavings of this client's waiters under way (each holds a read guard
+    /// until its `LEAVE` has run): a release of the lock by this client waits for them.
+    leaving: Arc<Mutex<Leavings>>,
 }
+
+/// By lock key, a gate that each leaving under way holds for reading.
+type Leavings = HashMap<Vec<u8>, Arc<RwLock<()>>>;
 
 impl Waiters {
     fn queued(&self) -> MutexGuard<'_, HashMap<Arc<str>, LastAttempt>> {
         self.queued.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn leaving(&self) -> MutexGuard<'_, Leavings> {
+        self.leaving.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits (at most `limit`) until the leavings of this client's waiters of the lock `lock`
+    /// that are under way have run. A release sent before them would hand the lock to a waiter
+    /// of ours that has gone (its wait timed out, say), which gives it back only when its
+    /// leaving runs: a `try_acquire` right after the release would find the lock held.
+    /// Nothing to wait for, no waiting: one look at a table.
+    pub(crate) async fn after_leavings(&self, lock: &[u8], limit: Duration) {
+        let gate = self.leaving().get(lock).cloned();
+        if let Some(gate) = gate {
+            let _ = tokio::time::timeout(limit, gate.write()).await;
+        }
     }
 
     /// The last attempt of `waiter`, if it may be queued.
@@ -118,6 +141,15 @@ impl Drop for Leave {
             self.keys.clone(),
             self.waiter.clone(),
         );
+        // Under way until the `LEAVE`s have run: a release by this client waits for it.
+        let gate = self
+            .waiters
+            .leaving()
+            .entry(keys.lock.clone())
+            .or_default()
+            .clone();
+        let under_way = gate.clone().try_read_owned().ok();
+        let waiters = self.waiters.clone();
         runtime.spawn(async move {
             for node in &nodes {
                 // Sent again after a failure (a slot in migration answers `ASK` or `TRYAGAIN`
@@ -140,6 +172,12 @@ impl Drop for Leave {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(LEAVE_LONGEST_PAUSE);
                 }
+            }
+            drop(under_way);
+            let mut leaving = waiters.leaving();
+            // The table's and ours: no other leaving or release holds the gate.
+            if Arc::strong_count(&gate) <= 2 {
+                leaving.remove(&keys.lock);
             }
         });
     }

@@ -210,3 +210,66 @@ async fn a_lock_handed_over_is_renewed_to_its_ttl_by_its_first_renewal() {
     );
     assert!(guard.release().await.expect("releases"));
 }
+
+/// A waiter of a client of an earlier version (its id a random owner token, a version-4 UUID)
+/// listens on the lock's channel alone: a release hands it the lock and tells it there. A
+/// waiter of this version is told on its client's channel beside it, and only there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_of_an_earlier_version_hears_its_grant_on_the_lock_s_channel() {
+    use futures::StreamExt;
+
+    let server = support::start_server().await;
+    let url = server.url();
+    let holder = RedisLock::connect(&url).await.expect("connects");
+    let lock = name("earlier");
+    let mut listener = redis::Client::open(url.as_str())
+        .expect("valid")
+        .get_async_pubsub()
+        .await
+        .expect("pub/sub");
+    listener
+        .subscribe(format!("distlock:released:{}", lock.as_str()))
+        .await
+        .expect("subscribes");
+
+    for earlier in [true, false] {
+        let held = acquired(holder.try_acquire(&lock, OwnerToken::new(), TTL).await);
+        let (_watch, id) = if earlier {
+            let id = OwnerToken::new().to_string();
+            let queued = holder
+                .attempt(&Attempt::mutex(lock.clone(), OwnerToken::new(), TTL).waiting(&id, STAY))
+                .await
+                .expect("answered");
+            assert!(matches!(queued, TryAcquire::Held(_)), "{queued:?}");
+            (None, id)
+        } else {
+            let (watch, id) = queue(&holder, &lock, STAY).await;
+            (Some(watch), id)
+        };
+        assert!(holder.release(&held).await.expect("releases"));
+        let state = holder.inspect_lock(&lock).await.expect("inspects");
+        assert_eq!(
+            state.owner.as_deref(),
+            Some(id.as_str()),
+            "handed over: {state:?}"
+        );
+        let heard = tokio::time::timeout(Duration::from_millis(500), listener.on_message().next())
+            .await
+            .ok()
+            .flatten()
+            .map(|message| message.get_payload::<String>().expect("text"));
+        if earlier {
+            let heard = heard.expect("the grant on the lock's channel");
+            assert!(heard.starts_with(&format!("grant:{id}:")), "{heard}");
+        } else {
+            assert_eq!(
+                heard, None,
+                "a grant to a waiter of this version on the lock's channel"
+            );
+        }
+        // Given back: the lock's holder is the waiter's id.
+        let owner: OwnerToken = id.parse().expect("an owner token");
+        let lease = Lease::new(lock.clone(), owner, TTL, tokio::time::Instant::now());
+        assert!(holder.release(&lease).await.expect("releases"));
+    }
+}

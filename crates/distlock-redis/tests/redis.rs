@@ -444,7 +444,8 @@ async fn scripts_survive_a_script_flush() {
 }
 
 /// A release wakes the first queued waiter only, the next release the next one; one pub/sub
-/// connection serves many watches, and dropping the last watch unsubscribes.
+/// connection serves many watches, and the channel is unsubscribed once it has lingered
+/// unwatched for a while after its last watch went.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_wakes_on_release_and_unsubscribes_when_dropped() {
     let url = shared_url().await;
@@ -510,17 +511,30 @@ async fn watch_wakes_on_release_and_unsubscribes_when_dropped() {
         }
     };
     assert_eq!(subscribers(&mut raw).await, 1, "one connection for all watches");
+    let dropped = Instant::now();
     drop(watch);
     drop(second);
-    // The UNSUBSCRIBE goes out with the next watch.
+    // The channel lingers for the next wait on the lock, then goes.
     let _other = waiter
         .watch(&name("other"), Primitive::Mutex)
         .await
         .expect("subscribes");
     assert_eq!(
         subscribers(&mut raw).await,
-        0,
-        "unsubscribed once the last watch went"
+        1,
+        "still subscribed right after the last watch went"
+    );
+    while subscribers(&mut raw).await != 0 {
+        assert!(
+            dropped.elapsed() < Duration::from_secs(10),
+            "still subscribed 10 s after the last watch went"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        dropped.elapsed() >= Duration::from_millis(1500),
+        "unsubscribed {:?} after the last watch went, before it lingered",
+        dropped.elapsed()
     );
 }
 

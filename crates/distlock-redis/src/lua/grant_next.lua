@@ -4,9 +4,11 @@
 -- id for a claim of claim_ms (a string), or until its stay would have ended if that is later
 -- (so the claim ends no earlier than the waiter's last attempt + the longer of the two); its
 -- first renewal lengthens it to its TTL, and a waiter that died holds the lock for the claim
--- only. A fencing token is drawn and 'grant:<waiter>:<token>:<claim in ms>' is published.
+-- only. A fencing token is drawn and 'grant:<waiter>:<token>:<claim in ms>' is published,
+-- on the waiter's client's channel (see waiter_channel).
 -- Any other waiter (a client of a version before the handoff) is woken to try itself
 -- ('wake:<waiter>'). Nothing is published when no one waits. Needs now_us.
+--! waiter_channel
 local function grant_next(waiters, lock, fence, channel, claim_ms)
   if redis.call('EXISTS', waiters) == 0 then
     return
@@ -24,7 +26,8 @@ local function grant_next(waiters, lock, fence, channel, claim_ms)
   if string.len(waiter) == 36 and claim > 0 then
     redis.call('SET', lock, waiter, 'PX', claim)
     local token = redis.call('INCR', fence)
-    redis.call(distlock_publish, channel, 'grant:' .. waiter .. ':' .. token .. ':' .. claim)
+    redis.call(distlock_publish, waiter_channel(channel, waiter),
+      'grant:' .. waiter .. ':' .. token .. ':' .. claim)
   else
     redis.call(distlock_publish, channel, 'wake:' .. waiter)
   end

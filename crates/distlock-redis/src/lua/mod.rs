@@ -34,11 +34,13 @@ use std::sync::LazyLock;
 /// makes a closure of every function definition it runs, on every call, so a script defines
 /// a helper in the branch that calls it, not up front for every path. `wake_next`,
 /// `grant_next` and `enqueue` need `now_us` before them.
-const FRAGMENTS: [(&str, &str); 8] = [
+const FRAGMENTS: [(&str, &str); 9] = [
     // `holder_of(key)`: the holder of a mutex's key, `<type>` for a key of another type.
     ("holder", include_str!("holder.lua")),
     // `now_us()`: the server's clock in µs, which scores the queues of waiters.
     ("now_us", include_str!("now_us.lua")),
+    // `waiter_channel(channel, waiter)`: where a message naming a waiter is published.
+    ("waiter_channel", include_str!("waiter_channel.lua")),
     // `wake_next(waiters, channel)`: wakes the first waiter of a queue.
     ("wake_next", include_str!("wake_next.lua")),
     // `grant_next(waiters, lock, fence, channel)`: hands the mutex to the first waiter of its
