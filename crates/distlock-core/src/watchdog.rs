@@ -9,9 +9,10 @@
 //! renew early enough that no deadline passes, and to fire signals for the guards nobody is
 //! looking at.
 //!
-//! - Holds wait in a timer heap keyed by their next event (renewal, deadline, maximum hold), so
-//!   registering one is O(log n) and wakes the task only when it is due before the task's
-//!   current sleep.
+//! - Holds wait in timer buckets by their next event (renewal, deadline, maximum hold), one
+//!   bucket per millisecond that has any (see `timers.rs`): the holds of one renewal batch
+//!   share a bucket, so scheduling a hold costs the same however many are held, and wakes the
+//!   task only when it is due before the task's current sleep.
 //! - All holds due at one wake-up (and any due within a tenth of their TTL) go to the backend
 //!   in one [`DistributedLock::renew`](crate::DistributedLock::renew) call, which a backend
 //!   can pipeline. Each batch runs in a task of its own, so a store that hangs on one batch
@@ -22,8 +23,9 @@
 //!   none is left, with the next registration), so no hold depends on the runtime that
 //!   happened to register first.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+mod timers;
+
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -40,6 +42,7 @@ use crate::clock;
 use crate::hold::{Hold, Renewal, Status};
 use crate::store::Store;
 use crate::{Lease, LossReason, Session, SessionState};
+use timers::Timers;
 
 /// Holds due within `ttl / PIGGYBACK_DIVISOR` ride along with a batch that is due now.
 const PIGGYBACK_DIVISOR: u32 = 10;
@@ -48,6 +51,9 @@ const IDLE: Duration = Duration::from_secs(3600);
 /// The longest the task sleeps while it watches holds: timers stand still while the host is
 /// suspended, so it wakes this often to notice a resume and look at every hold again.
 const SUSPEND_CHECK: Duration = Duration::from_secs(1);
+/// Holds rescheduled per taking of the state's lock after a batch (other registrations wait
+/// for it no longer than this many take).
+const RESCHEDULE_CHUNK: usize = 1024;
 /// A suspend shorter than this does not send every hold to renewal at once: the suspended
 /// time is read from two clocks one after the other, and can seem to grow by the time
 /// between two reads; a real suspend lasts far longer (every reader of a hold still counts
@@ -67,16 +73,10 @@ struct Shared {
     wake: Notify,
 }
 
-#[derive(Default)]
 struct State {
     holds: HashMap<u64, Arc<Hold>>,
-    /// `(when, hold id)`. Only the entry recorded in `scheduled` is live; the others (of holds
-    /// gone, or rescheduled earlier) are dropped when they come up, and the heap is rebuilt
-    /// from `scheduled` if they ever outnumber the live ones: its size stays proportional to
-    /// the number of holds, however long each is held.
-    timers: BinaryHeap<Reverse<Timer>>,
-    /// The time of each hold's one live timer entry.
-    scheduled: HashMap<u64, Instant>,
+    /// When each hold is looked at next.
+    timers: Timers,
     /// Lease-loss futures from
     /// [`DistributedLock::watch_lease`](crate::DistributedLock::watch_lease) not yet picked
     /// up by the task.
@@ -87,7 +87,7 @@ struct State {
     runtimes: HashMap<u64, Handle>,
     /// Until when the task sleeps (`None` while it works).
     sleeping_until: Option<Instant>,
-    /// Timer entries taken off the heap so far (tests measure the watchdog's work by it).
+    /// Timer entries taken so far (tests measure the watchdog's work by it).
     #[cfg(test)]
     processed: u64,
 }
@@ -98,7 +98,7 @@ impl Watchdog {
             shared: Arc::new(Shared {
                 session: store.lock().session(),
                 store,
-                state: Mutex::new(State::default()),
+                state: Mutex::new(State::new(Instant::now())),
                 wake: Notify::new(),
             }),
         }
@@ -153,51 +153,22 @@ impl Watchdog {
     pub(crate) fn unregister(&self, id: u64) {
         let mut state = self.shared.lock_state();
         state.holds.remove(&id);
-        state.scheduled.remove(&id);
+        state.timers.remove(id);
         state.runtimes.remove(&id);
     }
 }
 
-/// A timer entry: hold `id` is looked at `at`.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct Timer {
-    at: Instant,
-    id: u64,
-}
-
-impl PartialOrd for Timer {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Timer {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        #[cfg(test)]
-        tests::COMPARISONS.set(tests::COMPARISONS.get() + 1);
-        (self.at, self.id).cmp(&(other.at, other.id))
-    }
-}
-
 impl State {
-    /// Makes sure the task looks at hold `id` at `at` at the latest: a hold has one live timer
-    /// entry, the earliest asked for (looking early is harmless: the hold is rescheduled then).
-    fn push_timer(&mut self, at: Instant, id: u64) {
-        if self.scheduled.get(&id).is_some_and(|live| *live <= at) {
-            return;
-        }
-        self.scheduled.insert(id, at);
-        self.timers.push(Reverse(Timer { at, id }));
-    }
-
-    /// Rebuilds the heap from the live entries once dead ones outnumber them.
-    fn shed_dead_timers(&mut self) {
-        if self.timers.len() > 2 * self.scheduled.len() + 16 {
-            self.timers = self
-                .scheduled
-                .iter()
-                .map(|(id, at)| Reverse(Timer { at: *at, id: *id }))
-                .collect();
+    fn new(origin: Instant) -> Self {
+        Self {
+            holds: HashMap::new(),
+            timers: Timers::new(origin),
+            new_lease_watches: Vec::new(),
+            task_running: false,
+            runtimes: HashMap::new(),
+            sleeping_until: None,
+            #[cfg(test)]
+            processed: 0,
         }
     }
 }
@@ -207,7 +178,7 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Puts `id`'s next event on the timer heap and makes sure the task will see it: starts the
+    /// Puts `id`'s next event among the timers and makes sure the task will see it: starts the
     /// task if none runs, wakes it if the event comes before its current sleep ends (or
     /// `wake` asks for it). Must run inside a tokio runtime.
     fn schedule(
@@ -218,8 +189,35 @@ impl Shared {
         wake: bool,
     ) {
         if let Some(at) = event {
-            state.push_timer(at, id);
+            state.timers.push(at, id);
         }
+        self.watch_from(state, event, wake);
+    }
+
+    /// Schedules the holds a batch has just settled (and empties `settled`), all under one
+    /// taking of the state's lock. Must run inside a tokio runtime.
+    fn reschedule_settled(self: &Arc<Self>, settled: &mut Vec<Arc<Hold>>) {
+        if settled.is_empty() {
+            return;
+        }
+        let mut state = self.lock_state();
+        let mut earliest: Option<Instant> = None;
+        for hold in settled.drain(..) {
+            if !hold.is_active() {
+                state.holds.remove(&hold.id);
+            } else if state.holds.contains_key(&hold.id) {
+                if let Some(at) = hold.next_event() {
+                    state.timers.push(at, hold.id);
+                    earliest = Some(earliest.map_or(at, |e| e.min(at)));
+                }
+            }
+        }
+        self.watch_from(state, earliest, false);
+    }
+
+    /// Makes sure the task will look at the timers by `event`: starts it if none runs, wakes
+    /// it if `event` comes before its current sleep ends (or `wake` asks for it).
+    fn watch_from(self: &Arc<Self>, mut state: MutexGuard<'_, State>, event: Option<Instant>, wake: bool) {
         if !std::mem::replace(&mut state.task_running, true) {
             drop(state);
             // The flag's guard is made here, not in the task: a runtime shutting down before
@@ -279,7 +277,7 @@ impl Drop for Running {
                 // every hold at once, so those due are sent again before their deadlines.
                 let (now, ids) = (Instant::now(), holds.keys().copied().collect::<Vec<_>>());
                 for id in ids {
-                    state.push_timer(now, id);
+                    state.timers.push(now, id);
                 }
             }
             state.task_running = next.is_some();
@@ -297,7 +295,7 @@ async fn run(shared: Arc<Shared>, mut running: Running) {
     let mut suspended = clock::suspended_total();
     loop {
         let now = Instant::now();
-        let (due, next) = {
+        let (batch, next) = {
             let mut state = shared.lock_state();
             let suspended_now = clock::suspended_total();
             if suspended_now > suspended + SUSPEND_NOTICE {
@@ -305,7 +303,7 @@ async fn run(shared: Arc<Shared>, mut running: Running) {
                 suspended = suspended_now;
                 let ids: Vec<u64> = state.holds.keys().copied().collect();
                 for id in ids {
-                    state.push_timer(now, id);
+                    state.timers.push(now, id);
                 }
             }
             if state.holds.is_empty() {
@@ -313,7 +311,6 @@ async fn run(shared: Arc<Shared>, mut running: Running) {
                 // before (and is seen) or starts a new task.
                 state.new_lease_watches.clear();
                 state.timers.clear();
-                state.scheduled.clear();
                 state.task_running = false;
                 running.shared = None;
                 return;
@@ -321,7 +318,7 @@ async fn run(shared: Arc<Shared>, mut running: Running) {
             for (id, lost) in state.new_lease_watches.drain(..) {
                 lease_watches.push(async move { (id, lost.await) });
             }
-            let (due, past_max_hold) = collect_due(&mut state, now);
+            let (batch, past_max_hold) = collect_due(&mut state, now);
             for lease in past_max_hold {
                 // A lease without a TTL of its own (session-bound) would stay held for as long
                 // as its session lives: it is released, owner-checked, like a dropped guard's.
@@ -329,14 +326,14 @@ async fn run(shared: Arc<Shared>, mut running: Running) {
             }
             let next = state
                 .timers
-                .peek()
-                .map_or(now + IDLE, |Reverse(timer)| timer.at)
+                .first()
+                .map_or(now + IDLE, |tick| state.timers.at(tick))
                 .min(now + SUSPEND_CHECK);
-            state.sleeping_until = due.is_empty().then_some(next);
-            (due, next)
+            state.sleeping_until = batch.due.is_empty().then_some(next);
+            (batch, next)
         };
-        if !due.is_empty() {
-            tokio::spawn(renew(shared.clone(), due));
+        if !batch.due.is_empty() {
+            tokio::spawn(renew(shared.clone(), batch));
             continue;
         }
         let session_changed = async {
@@ -368,102 +365,125 @@ async fn run(shared: Arc<Shared>, mut running: Running) {
 /// One hold to renew, with its renewal slot taken.
 struct Due {
     hold: Arc<Hold>,
-    lease: Lease,
+    ttl: Duration,
     _slot: OwnedMutexGuard<()>,
+}
+
+/// The holds to renew at one wake-up, and their leases (in the same order), as the backend
+/// takes them.
+#[derive(Default)]
+struct Batch {
+    due: Vec<Due>,
+    leases: Vec<Lease>,
 }
 
 /// Takes every timer that has come (and, when something is due, those within their
 /// piggyback window), records losses, and returns the holds to renew now, and the leases
 /// without a TTL of their own whose maximum hold time passed (to release).
-fn collect_due(state: &mut State, now: Instant) -> (Vec<Due>, Vec<Lease>) {
-    let mut due = Vec::new();
+fn collect_due(state: &mut State, now: Instant) -> (Batch, Vec<Lease>) {
+    let mut batch = Batch::default();
     let mut past_max_hold = Vec::new();
     let mut later = Vec::new();
-    while let Some(&Reverse(Timer { at, id })) = state.timers.peek() {
-        #[cfg(test)]
-        {
-            state.processed += 1;
+    let mut kept = Vec::new();
+    'buckets: while let Some(tick) = state.timers.first() {
+        let at = state.timers.at(tick);
+        if at > now && batch.due.is_empty() {
+            break; // nothing due: no piggyback window is open
         }
-        if state.scheduled.get(&id) != Some(&at) {
-            state.timers.pop(); // dead: rescheduled earlier, or the hold is gone
-            continue;
-        }
-        let Some(hold) = state.holds.get(&id).cloned() else {
-            state.timers.pop();
-            state.scheduled.remove(&id);
-            continue;
-        };
-        let window = match due.is_empty() {
-            true => Duration::ZERO,
-            false => hold.lease().ttl() / PIGGYBACK_DIVISOR,
-        };
-        if at > now + window {
+        let Some((tick, ids)) = state.timers.take_first() else {
             break;
-        }
-        state.timers.pop();
-        state.scheduled.remove(&id);
-        // Past its maximum hold time (whoever decided it first, here or a reader of the guard:
-        // the same rule, `Hold::check_lost`), a lease without a TTL of its own is released.
-        if hold.max_hold_until.is_some_and(|t| t <= now)
-            && hold
-                .check_lost()
-                .is_none_or(|reason| reason == LossReason::MaxHoldExceeded)
-            && hold.status() != Status::Released
-        {
-            tracing::info!(lock = %hold.lease().name(), "distlock: maximum hold time reached, renewal stops");
-            state.holds.remove(&id);
+        };
+        // Set when this bucket is the last to look at: the rest of it is still looked at.
+        let mut last = false;
+        for &id in &ids {
+            #[cfg(test)]
+            {
+                state.processed += 1;
+            }
+            if !state.timers.take_if_live(tick, id) {
+                continue; // dead: rescheduled earlier, or the hold is gone
+            }
+            let Some(hold) = state.holds.get(&id).cloned() else {
+                continue;
+            };
             let lease = hold.lease();
-            if lease.valid_until().is_none() {
-                past_max_hold.push(lease);
+            let window = match batch.due.is_empty() {
+                true => Duration::ZERO,
+                false => lease.ttl() / PIGGYBACK_DIVISOR,
+            };
+            if at > now + window {
+                kept.push(id); // still due at this tick: put back below
+
+                last = true;
+                continue;
             }
-            continue;
+            // Past its maximum hold time (whoever decided it first, here or a reader of the
+            // guard: the same rule, `Hold::check_lost`), a lease without a TTL of its own is
+            // released.
+            if hold.max_hold_until.is_some_and(|t| t <= now)
+                && hold
+                    .check_lost()
+                    .is_none_or(|reason| reason == LossReason::MaxHoldExceeded)
+                && hold.status() != Status::Released
+            {
+                tracing::info!(lock = %lease.name(), "distlock: maximum hold time reached, renewal stops");
+                state.holds.remove(&id);
+                if lease.valid_until().is_none() {
+                    past_max_hold.push(lease);
+                }
+                continue;
+            }
+            if !hold.is_active() {
+                state.holds.remove(&id);
+                continue;
+            }
+            let renew = hold.renew_at().is_some_and(|t| t <= now + window);
+            // A renewal already in flight (a manual extend) reschedules the hold when it ends.
+            let slot = renew
+                .then(|| hold.renewing.clone().try_lock_owned().ok())
+                .flatten();
+            match slot {
+                Some(slot) => {
+                    if let Some(deadline) = hold.loss_at() {
+                        later.push((deadline, id)); // watched while the batch is out
+                    }
+                    batch.due.push(Due {
+                        hold,
+                        ttl: lease.ttl(),
+                        _slot: slot,
+                    });
+                    batch.leases.push(lease);
+                }
+                None => {
+                    let next = match renew {
+                        true => hold.loss_at(), // in flight elsewhere: watch the deadline only
+                        false => hold.next_event(),
+                    };
+                    // An event in the piggyback window that is not a renewal waits for its
+                    // time.
+                    if let Some(next) = next {
+                        later.push((next.max(at), id));
+                    }
+                    last |= at > now;
+                }
+            }
         }
-        if !hold.is_active() {
-            state.holds.remove(&id);
-            continue;
-        }
-        let renew = hold.renew_at().is_some_and(|t| t <= now + window);
-        // A renewal already in flight (a manual extend) reschedules the hold when it ends.
-        let slot = renew
-            .then(|| hold.renewing.clone().try_lock_owned().ok())
-            .flatten();
-        match slot {
-            Some(slot) => {
-                let lease = hold.lease();
-                if let Some(deadline) = hold.loss_at() {
-                    later.push(Reverse((deadline, id))); // watched while the batch is out
-                }
-                due.push(Due {
-                    hold,
-                    lease,
-                    _slot: slot,
-                });
-            }
-            None => {
-                let next = match renew {
-                    true => hold.loss_at(), // in flight elsewhere: watch the deadline only
-                    false => hold.next_event(),
-                };
-                // An event in the piggyback window that is not a renewal waits for its time.
-                if let Some(next) = next {
-                    later.push(Reverse((next.max(at), id)));
-                }
-                if at > now {
-                    break;
-                }
-            }
+        state.timers.done(tick, ids, &kept);
+        kept.clear();
+        if last {
+            break 'buckets;
         }
     }
-    for Reverse((at, id)) in later {
-        state.push_timer(at, id);
+    for (at, id) in later {
+        state.timers.push(at, id);
     }
-    state.shed_dead_timers();
-    (due, past_max_hold)
+    state.timers.shed_dead();
+    (batch, past_max_hold)
 }
 
 /// Renews one batch and records each answer; runs in a task of its own.
-async fn renew(shared: Arc<Shared>, batch: Vec<Due>) {
-    let leases: Vec<Lease> = batch.iter().map(|d| d.lease.clone()).collect();
+async fn renew(shared: Arc<Shared>, batch: Batch) {
+    let Batch { due, leases } = batch;
     // Past the latest deadline in the batch every hold in it is lost anyway.
     let bound = leases
         .iter()
@@ -478,32 +498,31 @@ async fn renew(shared: Arc<Shared>, batch: Vec<Due>) {
         Ok(Err(_panic)) => Err("the backend panicked while renewing"),
         Err(_elapsed) => Err("the store did not answer before the leases ran out"),
     };
+    drop(leases);
     let mut results = match results {
         Ok(results) => results.into_iter().map(Some).collect::<Vec<_>>(),
         Err(why) => {
-            tracing::warn!(count = leases.len(), why, "distlock: renewal batch failed");
+            tracing::warn!(count = due.len(), why, "distlock: renewal batch failed");
             Vec::new()
         }
     };
-    results.resize_with(batch.len(), || None);
-    for (due, result) in batch.into_iter().zip(results) {
+    results.resize_with(due.len(), || None);
+    let mut settled = Vec::with_capacity(due.len().min(RESCHEDULE_CHUNK));
+    for (Due { hold, ttl, _slot }, result) in due.into_iter().zip(results) {
         let renewal = match result {
             Some(Ok(Some(renewed))) => Renewal::Renewed(renewed),
             Some(Ok(None)) => Renewal::NotOwned,
             Some(Err(error)) => Renewal::Unknown(error.to_string()),
             None => Renewal::Unknown("the renewal got no answer".to_owned()),
         };
-        let Due { hold, lease, _slot } = due;
-        hold.settle(sent_at, lease.ttl(), renewal);
+        hold.settle(sent_at, ttl, renewal);
         drop(_slot);
-        let state = shared.lock_state();
-        if !hold.is_active() {
-            drop(state);
-            shared.lock_state().holds.remove(&hold.id);
-        } else if state.holds.contains_key(&hold.id) {
-            shared.schedule(state, hold.id, hold.next_event(), false);
+        settled.push(hold);
+        if settled.len() == RESCHEDULE_CHUNK {
+            shared.reschedule_settled(&mut settled);
         }
     }
+    shared.reschedule_settled(&mut settled);
 }
 
 /// Applies a session change to every session-bound hold (`None`: the backend dropped its
@@ -540,7 +559,7 @@ mod tests {
     use crate::{DistributedLockExt, LockName, MemoryLock, OwnerToken, TryAcquire};
 
     /// A hold kept for a long time costs the watchdog the same per renewal as a fresh one:
-    /// its timer heap stays bounded, and twice as many renewals process about twice as many
+    /// its timers stay bounded, and twice as many renewals process about twice as many
     /// timer entries (the state mutex, which acquire and drop also take, is held while they
     /// are processed).
     #[tokio::test(start_paused = true)]
