@@ -393,6 +393,9 @@ fn collect_due(state: &mut State, now: Instant) -> (Batch, Vec<Lease>) {
         let Some((tick, ids)) = state.timers.take_first() else {
             break;
         };
+        // The holds of one batch share a bucket: room for all of them at once, not by doubling.
+        batch.due.reserve(ids.len());
+        batch.leases.reserve(ids.len());
         // Set when this bucket is the last to look at: the rest of it is still looked at.
         let mut last = false;
         for &id in &ids {
