@@ -152,8 +152,7 @@ impl Watchdog {
     /// Stops watching a hold (released, leaked or dropped).
     pub(crate) fn unregister(&self, id: u64) {
         let mut state = self.shared.lock_state();
-        state.holds.remove(&id);
-        state.timers.remove(id);
+        state.forget(id);
         state.runtimes.remove(&id);
     }
 }
@@ -170,6 +169,14 @@ impl State {
             #[cfg(test)]
             processed: 0,
         }
+    }
+
+    /// Stops watching hold `id`: every removal of a hold goes through here, so that a hold
+    /// with a live timer is always one still watched.
+    fn forget(&mut self, id: u64) -> Option<Arc<Hold>> {
+        let hold = self.holds.remove(&id)?;
+        self.timers.forget(&hold);
+        Some(hold)
     }
 }
 
@@ -189,7 +196,9 @@ impl Shared {
         wake: bool,
     ) {
         if let Some(at) = event {
-            state.timers.push(at, id);
+            if let Some(hold) = state.holds.get(&id).cloned() {
+                state.timers.push(at, &hold);
+            }
         }
         self.watch_from(state, event, wake);
     }
@@ -204,10 +213,10 @@ impl Shared {
         let mut earliest: Option<Instant> = None;
         for hold in settled.drain(..) {
             if !hold.is_active() {
-                state.holds.remove(&hold.id);
+                state.forget(hold.id);
             } else if state.holds.contains_key(&hold.id) {
                 if let Some(at) = hold.next_event() {
-                    state.timers.push(at, hold.id);
+                    state.timers.push(at, &hold);
                     earliest = Some(earliest.map_or(at, |e| e.min(at)));
                 }
             }
@@ -275,9 +284,9 @@ impl Drop for Running {
             if next.is_some() {
                 // Renewals in flight on the stopped runtime were dropped with it: look at
                 // every hold at once, so those due are sent again before their deadlines.
-                let (now, ids) = (Instant::now(), holds.keys().copied().collect::<Vec<_>>());
-                for id in ids {
-                    state.timers.push(now, id);
+                let (now, holds) = (Instant::now(), holds.values().cloned().collect::<Vec<_>>());
+                for hold in holds {
+                    state.timers.push(now, &hold);
                 }
             }
             state.task_running = next.is_some();
@@ -301,9 +310,9 @@ async fn run(shared: Arc<Shared>, mut running: Running) {
             if suspended_now > suspended + SUSPEND_NOTICE {
                 // The host was suspended: every deadline moved closer; look at every hold.
                 suspended = suspended_now;
-                let ids: Vec<u64> = state.holds.keys().copied().collect();
-                for id in ids {
-                    state.timers.push(now, id);
+                let holds: Vec<Arc<Hold>> = state.holds.values().cloned().collect();
+                for hold in holds {
+                    state.timers.push(now, &hold);
                 }
             }
             if state.holds.is_empty() {
@@ -346,7 +355,7 @@ async fn run(shared: Arc<Shared>, mut running: Running) {
             _ = tokio::time::sleep_until(next) => {}
             _ = shared.wake.notified() => {}
             Some((id, reason)) = lease_watches.next(), if !lease_watches.is_empty() => {
-                let hold = shared.lock_state().holds.remove(&id);
+                let hold = shared.lock_state().forget(id);
                 if let Some(hold) = hold {
                     hold.lose(reason);
                 }
@@ -390,32 +399,32 @@ fn collect_due(state: &mut State, now: Instant) -> (Batch, Vec<Lease>) {
         if at > now && batch.due.is_empty() {
             break; // nothing due: no piggyback window is open
         }
-        let Some((tick, ids)) = state.timers.take_first() else {
+        let Some((tick, bucket)) = state.timers.take_first() else {
             break;
         };
         // The holds of one batch share a bucket: room for all of them at once, not by doubling.
-        batch.due.reserve(ids.len());
-        batch.leases.reserve(ids.len());
+        batch.due.reserve(bucket.len());
+        batch.leases.reserve(bucket.len());
         // Set when this bucket is the last to look at: the rest of it is still looked at.
         let mut last = false;
-        for &id in &ids {
+        for hold in &bucket {
             #[cfg(test)]
             {
                 state.processed += 1;
             }
-            if !state.timers.take_if_live(tick, id) {
-                continue; // dead: rescheduled earlier, or the hold is gone
-            }
-            let Some(hold) = state.holds.get(&id).cloned() else {
+            // A live timer is a watched hold's (`State::forget`); a dead one was rescheduled
+            // earlier, or its hold is gone.
+            if !state.timers.take_if_live(tick, hold) {
                 continue;
-            };
+            }
+            let (id, hold) = (hold.id, hold.clone());
             let lease = hold.lease();
             let window = match batch.due.is_empty() {
                 true => Duration::ZERO,
                 false => lease.ttl() / PIGGYBACK_DIVISOR,
             };
             if at > now + window {
-                kept.push(id); // still due at this tick: put back below
+                kept.push(hold); // still due at this tick: put back below
 
                 last = true;
                 continue;
@@ -430,14 +439,14 @@ fn collect_due(state: &mut State, now: Instant) -> (Batch, Vec<Lease>) {
                 && hold.status() != Status::Released
             {
                 tracing::info!(lock = %lease.name(), "distlock: maximum hold time reached, renewal stops");
-                state.holds.remove(&id);
+                state.forget(id);
                 if lease.valid_until().is_none() {
                     past_max_hold.push(lease);
                 }
                 continue;
             }
             if !hold.is_active() {
-                state.holds.remove(&id);
+                state.forget(id);
                 continue;
             }
             let renew = hold.renew_at().is_some_and(|t| t <= now + window);
@@ -448,7 +457,7 @@ fn collect_due(state: &mut State, now: Instant) -> (Batch, Vec<Lease>) {
             match slot {
                 Some(slot) => {
                     if let Some(deadline) = hold.loss_at() {
-                        later.push((deadline, id)); // watched while the batch is out
+                        later.push((deadline, hold.clone())); // watched while the batch is out
                     }
                     batch.due.push(Due {
                         hold,
@@ -465,20 +474,19 @@ fn collect_due(state: &mut State, now: Instant) -> (Batch, Vec<Lease>) {
                     // An event in the piggyback window that is not a renewal waits for its
                     // time.
                     if let Some(next) = next {
-                        later.push((next.max(at), id));
+                        later.push((next.max(at), hold));
                     }
                     last |= at > now;
                 }
             }
         }
-        state.timers.done(tick, ids, &kept);
-        kept.clear();
+        state.timers.done(tick, bucket, &mut kept);
         if last {
             break 'buckets;
         }
     }
-    for (at, id) in later {
-        state.timers.push(at, id);
+    for (at, hold) in later {
+        state.timers.push(at, &hold);
     }
     state.timers.shed_dead();
     (batch, past_max_hold)
@@ -532,17 +540,22 @@ async fn renew(shared: Arc<Shared>, batch: Batch) {
 /// session channel, so all its sessions are over).
 fn follow_session(shared: &Shared, session: Option<Session>) {
     let mut state = shared.lock_state();
-    state.holds.retain(|_, hold| {
+    let State { holds, timers, .. } = &mut *state;
+    holds.retain(|_, hold| {
         let Some(epoch) = hold.lease().session_epoch() else {
             return true;
         };
-        match session {
-            Some(session) => !apply_session(hold, epoch, session),
+        let over = match session {
+            Some(session) => apply_session(hold, epoch, session),
             None => {
                 hold.lose(LossReason::SessionExpired);
-                false
+                true
             }
+        };
+        if over {
+            timers.forget(hold); // as `State::forget` does
         }
+        !over
     });
 }
 
