@@ -399,7 +399,7 @@ fn collect_due(state: &mut State, now: Instant) -> (Batch, Vec<Lease>) {
         if at > now && batch.due.is_empty() {
             break; // nothing due: no piggyback window is open
         }
-        let Some((tick, bucket)) = state.timers.take_first() else {
+        let Some((tick, mut bucket)) = state.timers.take_first() else {
             break;
         };
         // The holds of one batch share a bucket: room for all of them at once, not by doubling.
@@ -407,17 +407,19 @@ fn collect_due(state: &mut State, now: Instant) -> (Batch, Vec<Lease>) {
         batch.leases.reserve(bucket.len());
         // Set when this bucket is the last to look at: the rest of it is still looked at.
         let mut last = false;
-        for hold in &bucket {
+        // Drained: each hold is let go while its memory is still in the cache, not in a second
+        // pass over the bucket.
+        for hold in bucket.drain(..) {
             #[cfg(test)]
             {
                 state.processed += 1;
             }
             // A live timer is a watched hold's (`State::forget`); a dead one was rescheduled
             // earlier, or its hold is gone.
-            if !state.timers.take_if_live(tick, hold) {
+            if !state.timers.take_if_live(tick, &hold) {
                 continue;
             }
-            let (id, hold) = (hold.id, hold.clone());
+            let id = hold.id;
             let lease = hold.lease();
             let window = match batch.due.is_empty() {
                 true => Duration::ZERO,
@@ -457,7 +459,9 @@ fn collect_due(state: &mut State, now: Instant) -> (Batch, Vec<Lease>) {
             match slot {
                 Some(slot) => {
                     if let Some(deadline) = hold.loss_at() {
-                        later.push((deadline, hold.clone())); // watched while the batch is out
+                        // Watched while the batch is out (a later bucket: the loop takes it
+                        // only if it comes within the window, and then leaves it for later).
+                        state.timers.push(deadline, &hold);
                     }
                     batch.due.push(Due {
                         hold,
@@ -509,7 +513,6 @@ async fn renew(shared: Arc<Shared>, batch: Batch) {
         Ok(Err(_panic)) => Err("the backend panicked while renewing"),
         Err(_elapsed) => Err("the store did not answer before the leases ran out"),
     };
-    drop(leases);
     let mut results = match results {
         Ok(results) => results.into_iter().map(Some).collect::<Vec<_>>(),
         Err(why) => {
@@ -519,7 +522,9 @@ async fn renew(shared: Arc<Shared>, batch: Batch) {
     };
     results.resize_with(due.len(), || None);
     let mut settled = Vec::with_capacity(due.len().min(RESCHEDULE_CHUNK));
-    for (Due { hold, ttl, _slot }, result) in due.into_iter().zip(results) {
+    // Each lease is dropped beside its hold's settling, while both are in the cache.
+    for ((Due { hold, ttl, _slot }, result), lease) in due.into_iter().zip(results).zip(leases) {
+        drop(lease);
         let renewal = match result {
             Some(Ok(Some(renewed))) => Renewal::Renewed(renewed),
             Some(Ok(None)) => Renewal::NotOwned,

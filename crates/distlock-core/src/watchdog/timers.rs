@@ -11,6 +11,7 @@
 //!
 //! This module owns the order of the timers only; what a timer means is the watchdog's.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -128,9 +129,9 @@ impl Timers {
         live
     }
 
-    /// Gives back a bucket taken by [`take_first`](Self::take_first): the holds taken from it
-    /// but not looked at yet (`kept`) are live at `tick` again; the emptied bucket is kept for
-    /// reuse.
+    /// Gives back a bucket taken by [`take_first`](Self::take_first), emptied: the holds
+    /// taken from it but not looked at yet (`kept`) are live at `tick` again (beside any
+    /// pushed there meanwhile); an unused bucket is kept for reuse.
     pub(super) fn done(&mut self, tick: Tick, mut bucket: Bucket, kept: &mut Bucket) {
         bucket.clear();
         if !kept.is_empty() {
@@ -138,10 +139,17 @@ impl Timers {
                 hold.timer.store(tick.0, Ordering::Relaxed);
             }
             self.live += kept.len();
-            bucket.append(kept);
-            self.entries += bucket.len();
-            self.buckets.insert(tick, bucket);
-        } else if self.spare.len() < SPARES {
+            self.entries += kept.len();
+            match self.buckets.entry(tick) {
+                Entry::Occupied(mut pushed) => pushed.get_mut().append(kept),
+                Entry::Vacant(vacant) => {
+                    bucket.append(kept);
+                    vacant.insert(bucket);
+                    return;
+                }
+            }
+        }
+        if self.spare.len() < SPARES {
             self.spare.push(bucket);
         }
     }
