@@ -7,6 +7,7 @@
 //! is lost whatever the watchdog has managed to record. This module may not talk to the
 //! store; it only records what the store answered.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -18,6 +19,8 @@ use crate::{clock, AcquireOptions, Lease, LossReason, Session};
 
 /// Renewals happen when this fraction of the TTL has passed (Redisson renews at a third).
 pub(crate) const RENEW_DIVISOR: u32 = 3;
+/// [`Hold::timer`] when the watchdog has no live timer entry for the hold.
+pub(crate) const NO_TIMER: u64 = u64::MAX;
 /// Bounds on the pause before retrying a failed renewal (a tenth of the TTL in between).
 const RETRY_MIN: Duration = Duration::from_millis(20);
 const RETRY_MAX: Duration = Duration::from_secs(1);
@@ -76,6 +79,10 @@ pub(crate) struct Hold {
     /// One renewal of this hold in flight at a time (watchdog or manual), so that each answer
     /// is the store's latest word on every request sent before it.
     pub(crate) renewing: Arc<tokio::sync::Mutex<()>>,
+    /// The watchdog's: the tick of this hold's one live timer entry ([`NO_TIMER`]: none).
+    /// Kept here, beside the state the watchdog reads anyway, rather than in a map of every
+    /// hold that each renewal would look up again.
+    pub(crate) timer: AtomicU64,
     /// The backend's session, for a session-bound lease: its local deadline bounds the hold.
     session: Option<watch::Receiver<Session>>,
     /// Where its renewals and its end are recorded.
@@ -126,6 +133,7 @@ impl Hold {
             safety_margin: options.safety_margin,
             suspended_at_start: clock::suspended_total(),
             renewing: Arc::default(),
+            timer: AtomicU64::new(NO_TIMER),
             session,
             meter,
         }

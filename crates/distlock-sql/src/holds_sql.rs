@@ -149,7 +149,6 @@ pub(crate) fn waiter_holder(id: &str) -> String {
 #[derive(Debug, Clone)]
 pub(crate) struct HoldStatements {
     /// The table's name, unquoted.
-    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) table: String,
     /// The weights table's name, unquoted.
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]

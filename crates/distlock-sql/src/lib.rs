@@ -193,8 +193,9 @@
 //!   at a permit or a side of a read-write lock is one round trip too: one text query
 //!   (`COM_QUERY`) carrying its transaction, its values spliced in as hexadecimal literals
 //!   (`_ascii X'...'`), which no `sql_mode` can misread. The watchdog's renewal of many
-//!   mutex leases is one such text query per 500 leases of one TTL (an `UPDATE` of their
-//!   rows, then the `SELECT` of those renewed), as on SQLite one `UPDATE ... RETURNING`. The
+//!   held locks is one such text query per 500 leases of one table and TTL (mutexes, or
+//!   permits and read-write holds: an `UPDATE` of their rows, then the `SELECT` of those
+//!   renewed), as on SQLite one `UPDATE ... RETURNING`. The
 //!   backend keeps its own pool of sqlx connections (sqlx's pool pings every connection
 //!   handed back to it, a second round trip per operation that also keeps the connection
 //!   from the next operation meanwhile): a connection goes back as soon as its statement's

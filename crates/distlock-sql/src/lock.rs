@@ -482,10 +482,11 @@ impl DistributedLock for SqlLock {
     }
 
     /// PostgreSQL: every lease in **1 round trip** (one `UPDATE ... FROM unnest(...)` per
-    /// table, in one statement). MySQL and SQLite: the mutex leases in **1 round trip per
-    /// 500 leases of one TTL** (one `UPDATE` of their rows; on MySQL with the `SELECT` of
-    /// those renewed in the same text query), sent at once; semaphore permits and read-write
-    /// holds, and a mutex lease alone of its TTL, each by its own statement, up to 32 at once.
+    /// table, in one statement). MySQL and SQLite: **1 round trip per 500 leases of one table
+    /// and one TTL** (mutex leases in the mutex table; semaphore permits and read-write holds
+    /// in the holds table): one `UPDATE` of their rows, on MySQL with the `SELECT` of those
+    /// renewed in the same text query, sent at once; a lease alone of its table and TTL by its
+    /// own statement, up to 32 at once.
     /// Each moves `expires_at` to the database's now + `ttl` where the owner is still ours and
     /// the hold has not expired.
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {

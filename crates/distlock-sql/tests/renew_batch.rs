@@ -1,7 +1,7 @@
 //! A batched renewal answers for each lease: ours and live renewed, taken over or expired not
-//! ours, a lease listed twice renewed once and answered twice, a lease of another TTL and a
-//! semaphore permit in the same batch renewed too. On SQLite and on MariaDB (MySQL and SQLite
-//! renew a batch's mutex leases in one statement per TTL).
+//! ours, a lease listed twice renewed once and answered twice, a lease of another TTL, semaphore
+//! permits and a read hold in the same batch renewed too, a released permit not. On SQLite and
+//! on MariaDB (MySQL and SQLite renew a batch's leases in one statement per table and TTL).
 #![cfg(all(feature = "mysql", feature = "sqlite"))]
 
 use std::time::Duration;
@@ -34,6 +34,10 @@ async fn each_lease_gets_its_answer(lock: SqlLock) {
     let ours_b = take(&lock, &b, LockKind::Exclusive, TTL).await;
     let other_ttl = take(&lock, &unique("d"), LockKind::Exclusive, TTL * 2).await;
     let permit = take(&lock, &unique("p"), LockKind::permit(2), TTL).await;
+    let permit_too = take(&lock, &unique("q"), LockKind::permit(2), TTL).await;
+    let read = take(&lock, &unique("r"), LockKind::Read, TTL).await;
+    let permit_released = take(&lock, &unique("s"), LockKind::permit(2), TTL).await;
+    assert!(lock.release(&permit_released).await.expect("works"));
     let released = take(&lock, &c, LockKind::Exclusive, TTL).await;
     assert!(lock.release(&released).await.expect("works"));
     let _theirs = take(&lock, &c, LockKind::Exclusive, TTL).await;
@@ -52,6 +56,9 @@ async fn each_lease_gets_its_answer(lock: SqlLock) {
         expired_too,
         other_ttl,
         permit,
+        permit_released,
+        read,
+        permit_too,
     ];
     let renewed: Vec<Option<Lease>> = lock
         .renew(&batch)
@@ -62,7 +69,7 @@ async fn each_lease_gets_its_answer(lock: SqlLock) {
     let answers: Vec<bool> = renewed.iter().map(Option::is_some).collect();
     assert_eq!(
         answers,
-        [true, false, true, false, true, false, true, true],
+        [true, false, true, false, true, false, true, true, false, true, true],
         "ours renewed, taken over and expired not: {renewed:?}"
     );
     // Renewed for real: the holder's row says so to another client.

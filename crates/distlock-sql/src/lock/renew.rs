@@ -1,6 +1,6 @@
 //! Renewing leases on [`SqlLock`]: which path a batch takes (PostgreSQL's one statement for
-//! all, `renew_many.rs`; MySQL's and SQLite's one statement per 500 mutex leases,
-//! `renew_batch.rs`) and a lease's single extend. This
+//! all, `renew_many.rs`; MySQL's and SQLite's one statement per 500 leases of one table and
+//! TTL, `renew_batch.rs`) and a lease's single extend. This
 //! module owns the meaning of the extend's answer; the statement is `sql.rs`'s, a hold's
 //! extend `holds.rs`'s.
 
@@ -11,8 +11,8 @@ use super::{lock_key, reusable, Checkout, Pool, SqlLock};
 use crate::statement::{DialectPool, Values};
 
 impl SqlLock {
-    /// Renews every lease by its own TTL: PostgreSQL in one statement, elsewhere the mutex
-    /// leases in one statement per 500 (the other holds each by
+    /// Renews every lease by its own TTL: PostgreSQL in one statement, elsewhere in one
+    /// statement per 500 leases of one table and TTL (a lease alone of its table and TTL by
     /// [`extend_lease`](Self::extend_lease)).
     #[allow(irrefutable_let_patterns)] // with only the `postgres` feature
     pub(super) async fn renew_leases(&self, leases: &[Lease]) -> Vec<Result<Option<Lease>>> {
