@@ -2,9 +2,8 @@
 //! `--json` for machines, exit 0 for ok and warn, 3 when something is unsafe, 69 when the
 //! store does not answer, 78 for a bad URL.
 
-mod support;
+use crate::support::{distlock, run, text};
 use distlock_testkit::{RedisOptions, RedisServer};
-use support::{distlock, run, text};
 
 const UNSAFE: i32 = 3;
 const UNAVAILABLE: i32 = 69;

@@ -5,8 +5,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-mod support;
-use support::{distlock, run, sqlite_url, text, wait_exit};
+use crate::support::{distlock, run, sqlite_url, text, wait_exit};
 
 /// Waits until the command of `child` (a `distlock exec`) has created `path`; fails at once
 /// if `distlock` exits first.

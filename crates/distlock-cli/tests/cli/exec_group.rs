@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
-mod support;
-use support::{distlock, sqlite_url, BIN};
+use crate::support::{distlock, sqlite_url, BIN};
 
 /// The hidden argument of `distlock`'s group leader (`src/group.rs`).
 const LEADER_ARG: &str = "__exec-group-leader";

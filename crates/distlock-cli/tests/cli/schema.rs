@@ -1,8 +1,7 @@
 //! `distlock schema` prints the DDL of the store's dialect (here SQLite's, which the `sqlite3`
 //! shell's engine runs as is) with the schema's version, and refuses a store that is not SQL.
 
-mod support;
-use support::{distlock, run, text};
+use crate::support::{distlock, run, text};
 
 #[test]
 fn prints_the_ddl_of_the_store_and_refuses_other_stores() {

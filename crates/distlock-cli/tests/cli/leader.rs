@@ -8,8 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-mod support;
-use support::{capabilities, distlock, run, sqlite_url, text, wait_exit};
+use crate::support::{capabilities, distlock, run, sqlite_url, text, wait_exit};
 
 /// An address nothing listens on: a command that reaches the store fails there (69), so a
 /// usage error (64) shows the input was refused before the store was contacted.

@@ -4,8 +4,7 @@
 //! and validates every option and value up to there and then prints help instead of acting.
 //! The samples name hosts of the reader's, so they cannot run for real here.
 
-mod support;
-use support::{run, text, BIN};
+use crate::support::{run, text, BIN};
 
 use std::path::Path;
 use std::process::Command;

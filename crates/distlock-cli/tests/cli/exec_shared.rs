@@ -6,8 +6,7 @@ use std::path::Path;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-mod support;
-use support::{distlock, run, sqlite_url, text, wait_exit};
+use crate::support::{distlock, run, sqlite_url, text, wait_exit};
 
 /// A running `distlock exec`, killed (with its command's group) if the test fails first.
 struct Running(Child);

@@ -1,6 +1,6 @@
 //! What the end-to-end tests of the built `distlock` binary share: running it against a store
 //! URL, reading its output, waiting for it to exit.
-#![allow(dead_code)] // each test binary uses its own part
+#![allow(dead_code)] // not every module uses every part
 
 use std::path::Path;
 use std::process::{Child, Command, Output};

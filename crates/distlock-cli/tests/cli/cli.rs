@@ -4,8 +4,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-mod support;
-use support::{distlock, run, sqlite_url, text, wait_exit, BIN};
+use crate::support::{distlock, run, sqlite_url, text, wait_exit, BIN};
 
 fn wait_for_file(path: &Path) {
     let deadline = Instant::now() + Duration::from_secs(30);
