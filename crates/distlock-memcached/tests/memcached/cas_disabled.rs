@@ -1,7 +1,7 @@
 //! A server started with `-C` (CAS disabled) answers every CAS with 0, so no lock could ever
 //! be released or renewed: the client must refuse such a server when it connects.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,13 +3,13 @@
 //! server's identity item was replaced; an acquisition that ends up not ours gives its item
 //! back; several processes behind one address (a load balancer) are refused.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
+use crate::support::fake::{Behaviour, FakeMemcached};
 use distlock_core::{DistributedLock, DistributedLockExt, Error, LockName, OwnerToken, TryAcquire};
 use distlock_testkit::{FaultProxy, MemcachedOptions};
-use support::fake::{Behaviour, FakeMemcached};
 use tokio::net::{TcpListener, TcpStream};
 
 const TTL: Duration = Duration::from_secs(30);

@@ -5,7 +5,7 @@
 //! item an expiry counted from the stop's start, not from when the renewal was sent; so does
 //! an acquisition's. No lease may count its deadline from such a send alone.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

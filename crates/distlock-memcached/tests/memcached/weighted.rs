@@ -2,7 +2,7 @@
 //! semaphore's item, taken, renewed and given back whole, and the weights of the live holds
 //! never add up to more than the semaphore's count.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;

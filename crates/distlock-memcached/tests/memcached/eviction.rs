@@ -2,7 +2,7 @@
 //! Held guards must notice at their next renewal. And the mitigation: a server started with
 //! `-M` refuses new items instead of evicting held locks.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! 64 leases and connection), the server runs one `cas` and one `mg` per lock per renewal (its
 //! `stats`), and no lock is lost.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

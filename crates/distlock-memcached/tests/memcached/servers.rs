@@ -1,7 +1,7 @@
 //! The servers misbehaving: a paused (SIGSTOPped) server never makes an operation hang, and
 //! with several servers each name lives on exactly one of them.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

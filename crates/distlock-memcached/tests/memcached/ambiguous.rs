@@ -5,7 +5,7 @@
 //! - The winner's second round trip (`cas`, recording the fencing token) can be applied with
 //!   its reply lost; the attempt then fails and must give the lock back.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! Semaphores and read-write locks against a real memcached: one CAS-guarded item per object,
 //! holds ended by the server's clock, and what a restart or a vanished item does to holders.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

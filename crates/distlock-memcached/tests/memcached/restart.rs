@@ -2,7 +2,7 @@
 //! counter, so a new holder's item can carry the very CAS an old lease remembers. Old holders
 //! must learn of the loss at their next renewal and never touch the new holders' locks.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! process before it, and restarts its CAS counter, so a new holder's item can carry the
 //! very CAS an old lease remembers. The old lease must still never release or extend it.
 
-mod support;
+use crate::support;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -2,7 +2,7 @@
 //! readers, an upgrade that waits for the plain readers with no writer in between, and the
 //! hold it turns into (the write lock, in the same record rewrite).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

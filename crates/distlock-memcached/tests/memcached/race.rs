@@ -2,7 +2,7 @@
 //! as, or after, the next holder takes it. The compare-and-delete must never delete the next
 //! holder's lock.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

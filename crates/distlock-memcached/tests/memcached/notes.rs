@@ -2,7 +2,7 @@
 //! is stored only for the holder, read back only while that same hold lives, kept across
 //! renewals, and never shown for a later holder.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! no_slab_reassign`) and unsafely (evicting, `-M` with the slab rebalancer, `-C`). memcached
 //! takes these settings at start only; none can be changed at runtime.
 
-mod support;
+use crate::support;
 
 use distlock_core::{Error, Finding, Verdict};
 use distlock_memcached::{doctor, MemcachedConfig};

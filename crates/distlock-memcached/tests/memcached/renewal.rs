@@ -1,7 +1,7 @@
 //! Renewals: the watchdog's pipelined `extend_many`, and recovery from a renewal that was
 //! applied but whose reply never arrived (the lease still holds the previous CAS).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
