@@ -14,8 +14,7 @@ use distlock_core::{
 };
 use distlock_sql::SqlLock;
 
-#[path = "support/postgres.rs"]
-mod support;
+use crate::postgres_support as support;
 
 /// The waiters' polls: 20 s, so their safety net (a multiple of it) is far beyond every bound
 /// below; only a notification can wake them in time.

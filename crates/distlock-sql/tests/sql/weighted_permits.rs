@@ -17,8 +17,7 @@ use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(30);
 
-#[path = "support/dialects.rs"]
-mod dialects;
+use crate::dialects;
 
 use dialects::{unique, Store};
 

@@ -16,8 +16,7 @@
 //! still grow: the new row starts at the new primary's clock, here the same machine's.
 #![cfg(feature = "mysql")]
 
-#[path = "support/mysql.rs"]
-mod support;
+use crate::mysql_support as support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

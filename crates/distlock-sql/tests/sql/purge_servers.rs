@@ -67,8 +67,7 @@ async fn purge_and_check(lock: &SqlLock, prefix: &str, old: i64, left: impl Asyn
 }
 
 #[cfg(feature = "postgres")]
-#[path = "support/postgres.rs"]
-mod pg_support;
+use crate::postgres_support as pg_support;
 
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

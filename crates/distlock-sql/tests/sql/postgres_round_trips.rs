@@ -18,8 +18,7 @@ use distlock_core::{
 use distlock_sql::SqlConfig;
 use distlock_testkit::Direction;
 
-#[path = "support/postgres.rs"]
-mod support;
+use crate::postgres_support as support;
 
 /// Added to every request on its way to the server.
 const DELAY: Duration = Duration::from_millis(300);

@@ -12,8 +12,7 @@ use distlock_core::{
 
 const TTL: Duration = Duration::from_secs(30);
 
-#[path = "support/dialects.rs"]
-mod dialects;
+use crate::dialects;
 
 use dialects::{unique, Store};
 

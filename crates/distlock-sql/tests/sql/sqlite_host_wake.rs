@@ -73,7 +73,7 @@ async fn a_release_in_another_process_wakes_the_waiter() {
     let mut child = Command::new(std::env::current_exe().expect("the test binary"))
         .args([
             "--exact",
-            "holder",
+            &crate::test_name(module_path!(), "holder"),
             "--ignored",
             "--nocapture",
             "--test-threads=1",

@@ -9,8 +9,7 @@
 use distlock_core::Error;
 use distlock_sql::{SqlConfig, SqlLock};
 
-#[path = "support/postgres.rs"]
-mod support;
+use crate::postgres_support as support;
 
 /// Rewrites the release function's body by hand, as another version of the backend would.
 const MARK_RELEASE: &str = "DO $$ DECLARE d text; BEGIN \

@@ -14,8 +14,7 @@ use distlock_core::{AcquireOptions, LockClient};
 use distlock_sql::SqlConfig;
 use sqlx::Connection;
 
-#[path = "support/postgres.rs"]
-mod support;
+use crate::postgres_support as support;
 
 /// The waiter's polls: only a notification can wake it within [`PROMPT`].
 const LONG_POLL: Duration = Duration::from_secs(20);

@@ -81,7 +81,7 @@ fn many_processes_contend_on_one_file() {
         .map(|_| {
             Command::new(&exe)
                 .args([
-                    "worker",
+                    &crate::test_name(module_path!(), "worker"),
                     "--exact",
                     "--ignored",
                     "--nocapture",

@@ -11,8 +11,7 @@
 //! "Failover").
 #![cfg(feature = "postgres")]
 
-#[path = "support/postgres.rs"]
-mod support;
+use crate::postgres_support as support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
