@@ -7,13 +7,13 @@
 //! followed (CI has no network for them). What checks each kind of code block:
 //! - `rust`: compiled and run as a doc test (`src/lib.rs` includes each page that has one
 //!   under `#[cfg(doctest)]`; this test fails if a page is missing there);
-//! - `sql`: only `{{#include ../ddl/*.sql}}` of files that `crates/distlock-cli/tests/schema.rs`
+//! - `sql`: only `{{#include ../ddl/*.sql}}` of files that `crates/distlock-cli/tests/cli/schema.rs`
 //!   compares with what `distlock schema` prints;
 //! - `sh`: only in the README, only the two commands (`.ci/run` runs `scripts/test-all`, and
 //!   `tests/examples.rs` runs the quickstart);
 //! - `text`: samples, not run (commands against hosts of the reader's, output, DDL grants);
 //!   the `distlock` command lines among them are parsed by the command itself
-//!   (`crates/distlock-cli/tests/guide_commands.rs`).
+//!   (`crates/distlock-cli/tests/cli/guide_commands.rs`).
 
 use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};

@@ -71,6 +71,14 @@ pub trait Fixture: Send + Sync + 'static {
         self.operation_timeout() * 2 / 5
     }
 
+    /// How long a session-bound store keeps the locks of a client it no longer hears from
+    /// (ZooKeeper's session timeout, etcd's lease TTL), if the fixture knows: the slow-store
+    /// case then holds through the slow store for a few of these rather than for TTLs the
+    /// store does not use. `None` (the default): two of the case's TTLs.
+    fn session_lifetime(&self) -> Option<Duration> {
+        None
+    }
+
     /// The TTL the suite uses for leases meant to expire during a case. At least the
     /// backend's TTL granularity; keep it short so the suite stays fast.
     fn short_ttl(&self) -> Duration {

@@ -82,7 +82,7 @@ pub(crate) const BACKEND: &str = "memcached";
 /// The item-creating writes are the classic `add` and `cas` commands, not meta `ms`: when
 /// memcached 1.6 cannot allocate the new item (a full server started with `-M`), `ms`
 /// unlinks the existing item in every mode, so a contender's failed `ms ... ME` would delete
-/// the holder's lock (tested in `tests/eviction.rs`). Classic `add` and `cas` leave it alone.
+/// the holder's lock (tested in `tests/memcached/eviction.rs`). Classic `add` and `cas` leave it alone.
 ///
 /// # Guarantees, and what memcached cannot promise
 ///
@@ -94,7 +94,7 @@ pub(crate) const BACKEND: &str = "memcached";
 ///   counter, so an old lease's CAS could match a new holder's item. Each lease is bound to
 ///   the server process that issued it, identified by a random nonce the first client
 ///   stores in the server (not by pid and start time, which repeat for pid 1 in a container
-///   restarted within a second; tested in `tests/identity.rs`); against any other process
+///   restarted within a second; tested in `tests/memcached/identity.rs`); against any other process
 ///   extend returns `None` without sending anything, and release falls back to the
 ///   owner-checked one (after a restart it finds nothing and returns `false`; under a
 ///   replaced identity item it deletes our item). A held guard therefore reports the loss
@@ -148,7 +148,7 @@ pub(crate) const BACKEND: &str = "memcached";
 ///   still meet the old clock, and so can a repeat if the server's main thread is starved of
 ///   CPU for longer than the pause; then, rarely, that lock can end early, by up to the
 ///   stop's length, while its holder believes it holds it. Tested in
-///   `tests/paused_server.rs`.
+///   `tests/memcached/paused_server.rs`.
 /// - **Several servers**: each name lives on exactly one server (rendezvous hashing); there
 ///   is no replication, so losing a server loses (frees) the locks on it. There is no
 ///   failover either: while a server is down, its names fail with [`Error::Unavailable`],
@@ -268,7 +268,7 @@ pub(crate) const BACKEND: &str = "memcached";
 /// token and no handle ([`Lease::new`]): [`DistributedLock::release`] then reads the item,
 /// and deletes it with the CAS just read only if it holds that owner token (2 round
 /// trips), so an applied `add` whose reply was lost is given back at once rather than at
-/// its TTL, and another client's lock is never touched (tested in `tests/ambiguous.rs`). A
+/// its TTL, and another client's lock is never touched (tested in `tests/memcached/ambiguous.rs`). A
 /// winning attempt whose second round trip fails gives the lock back the same way before
 /// it returns the error.
 ///
@@ -280,7 +280,7 @@ pub(crate) const BACKEND: &str = "memcached";
 ///   locks: acquisitions fail with [`Error::Backend`], and so do renewals (a renewal writes
 ///   a new item); the watchdog keeps retrying and, if memory does not free up, the guard
 ///   reports `RenewalFailed` at its local deadline, before the server can free the item. The
-///   loss is loud and never early. (Tested in `tests/eviction.rs`.)
+///   loss is loud and never early. (Tested in `tests/memcached/eviction.rs`.)
 /// - With `-M`, also start it with **`-o no_slab_reassign`**: the slab rebalancer (on by
 ///   default in 1.6) moves memory between slab classes, and an item it cannot move to a
 ///   new page is evicted, locks included, even under `-M`.

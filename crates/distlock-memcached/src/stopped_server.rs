@@ -4,7 +4,7 @@
 //! thread (`clock_handler` in `memcached.c`). While the process is stopped that timer cannot
 //! run, and after it resumes, worker threads process requests that queued up during the stop
 //! before the main thread has refreshed the clock (4 to 16 of 16 in two runs of
-//! `tests/paused_server.rs`). Such a request sees the clock of before the stop, so an expiry it
+//! `tests/memcached/paused_server.rs`). Such a request sees the clock of before the stop, so an expiry it
 //! sets is counted from the stop's start, not from when the request was sent: an item renewed
 //! (or added) that way expires up to the stop's length before the lease's deadline.
 //!
@@ -19,7 +19,7 @@
 //! second round trip (the `cas` recording its fencing token), which rewrites the item with the
 //! same expiry once the `add`'s reply has come back; after a slow `add` it too waits
 //! [`CLOCK_CATCH_UP`] first (without the wait, the clock had caught up in time in every run of
-//! `tests/paused_server.rs` but one, beside a CPU-heavy test).
+//! `tests/memcached/paused_server.rs` but one, beside a CPU-heavy test).
 //!
 //! A semaphore's or read-write lock's operation reads the server's clock (`holders.rs`) and
 //! records each hold until that clock's second plus the TTL and the slack: a read whose reply

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use distlock_conformance::{conformance_tests, Fixture, Needs};
 
-#[path = "support/mysql.rs"]
+#[path = "sql/support/mysql.rs"]
 mod support;
 
 async fn fixture(needs: Needs) -> Arc<dyn Fixture> {

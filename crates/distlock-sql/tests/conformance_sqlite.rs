@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use distlock_conformance::{conformance_tests, Fixture, Needs};
 
-#[path = "support/sqlite.rs"]
+#[path = "sql/support/sqlite.rs"]
 mod support;
 
 async fn fixture(_needs: Needs) -> Arc<dyn Fixture> {

@@ -334,8 +334,10 @@ impl Drop for StopsAt {
 }
 
 /// Case 23: A slow store (latency near half the operation timeout each way, or what a session
-/// store's keep-alive survives) never yields two holders; renewals keep the lock; waits end on
-/// their deadlines.
+/// store's keep-alive survives) never yields two holders; renewals keep the lock (through two
+/// TTLs, or four sessions of a session-bound store whose fixture gives
+/// [`Fixture::session_lifetime`](crate::Fixture::session_lifetime)); waits end on their
+/// deadlines.
 pub async fn c23_slow_store(ctx: Ctx) -> Outcome {
     let (client, faults) = match proxied(&ctx).await {
         Ok(pair) => pair,
@@ -352,7 +354,13 @@ pub async fn c23_slow_store(ctx: Ctx) -> Outcome {
     faults.set_latency(Direction::Both, one_way, one_way / 10);
     let slow_since = Instant::now();
     let prober = ctx.backend().await;
-    let until = Instant::now() + ttl * 2;
+    // Longer than the lock lasts unless kept: two TTLs, or, on a session-bound store, four of
+    // its sessions (its keep-alives, not the TTL asked for, keep the lock).
+    let slow_for = match (ctx.caps().expiry, ctx.fixture().session_lifetime()) {
+        (Expiry::Session, Some(session)) => (session * 4).min(ttl * 2),
+        _ => ttl * 2,
+    };
+    let until = Instant::now() + slow_for;
     let mut probes = 0;
     while Instant::now() < until {
         assert!(
@@ -385,8 +393,7 @@ pub async fn c23_slow_store(ctx: Ctx) -> Outcome {
     }
     assert!(took <= wait + SLACK, "a {wait:?} wait took {took:?}");
     ctx.note(format!(
-        "{one_way:?} each way: held for {:?} with {probes} probes seeing it held; a {wait:?} wait ended after {took:?}",
-        ttl * 2
+        "{one_way:?} each way: held for {slow_for:?} with {probes} probes seeing it held; a {wait:?} wait ended after {took:?}"
     ));
     faults.heal();
     assert!(

@@ -160,6 +160,11 @@ impl Fixture for EtcdFixture {
         LEASE_TTL / 20
     }
 
+    /// The lease every lock of the client is attached to.
+    fn session_lifetime(&self) -> Option<Duration> {
+        Some(LEASE_TTL)
+    }
+
     /// Deletes the holder's key (the first contender under the lock's prefix).
     async fn steal(&self, name: &LockName) -> Result<()> {
         let contenders = self.contenders(name).await?;

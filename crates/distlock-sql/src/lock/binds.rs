@@ -3,7 +3,7 @@
 //! statement is bound from the [`Values`] its call site builds, by the names the statement's
 //! text uses, so what remains to check is that the call site gives a value for every name
 //! (an unset one would bind `NULL`). Where each value lands in the row is
-//! `tests/statement_binds.rs`'s to check, on real databases.
+//! `tests/sql/statement_binds.rs`'s to check, on real databases.
 
 use super::hand_over::hand_over_values;
 use super::inspect::inspect_values;

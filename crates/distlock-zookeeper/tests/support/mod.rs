@@ -171,6 +171,11 @@ impl Fixture for ZkFixture {
         SESSION_TIMEOUT / 20
     }
 
+    /// The session every lock of the client belongs to.
+    fn session_lifetime(&self) -> Option<Duration> {
+        Some(SESSION_TIMEOUT)
+    }
+
     /// Deletes the holder's node (the first in the queue).
     async fn steal(&self, name: &LockName) -> Result<()> {
         let contenders = self.contenders(name).await?;
