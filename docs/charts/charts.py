@@ -53,10 +53,10 @@ PRIMITIVES = [
 # The peer benchmark on one Redis, medians over 15 rounds; microseconds.
 PEERS = [
     ("two PINGs (the floor)", (32, 32), None),
-    ("notify-then-act (handoff floor)", None, (120, 120)),
-    ("distlock 0.1", (57, 57), (171, 171)),
-    ("rslock 0.10", (35, 35), (96000, 96000)),
-    ("distributed-lock-redis 0.2 (handoff: try loop)", (49, 49), (1200, 1200)),
+    ("notify-then-act (handoff floor)", None, (147, 147)),
+    ("distlock 0.1", (56, 56), (201, 201)),
+    ("rslock 0.10", (35, 35), (90000, 90000)),
+    ("distributed-lock-redis 0.2 (handoff: try loop)", (52, 52), (1300, 1300)),
 ]
 
 COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c"]

@@ -8,6 +8,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::task::Poll;
 
+use crate::contention::RecentWaits;
 use crate::guard::LockGuard;
 use crate::hold::Status;
 use crate::meter::Meter;
@@ -63,6 +64,8 @@ pub(crate) struct ClientInner {
     pub(crate) capabilities: Capabilities,
     pub(crate) watchdog: Watchdog,
     pub(crate) meter: Meter,
+    /// The locks this client had to wait for lately (see `wait`).
+    pub(crate) recent_waits: RecentWaits,
     defaults: AcquireOptions,
 }
 
@@ -146,6 +149,7 @@ impl LockClient {
                 watchdog: Watchdog::new(store.clone()),
                 store,
                 meter,
+                recent_waits: RecentWaits::default(),
                 defaults,
             }),
         }

@@ -55,6 +55,7 @@ mod capabilities;
 mod cleanup;
 mod client;
 mod clock;
+mod contention;
 mod detach;
 mod doctor;
 mod election;

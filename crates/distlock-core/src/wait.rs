@@ -1,5 +1,7 @@
 //! The wait loop of [`LockClient`]: attempt, subscribe, attempt again, sleep until a release,
-//! the holder's expiry or the next backoff step, within the wait's deadline; the records a
+//! the holder's expiry or the next backoff step, within the wait's deadline (for a lock the
+//! client had to wait for lately, [`RecentWaits`](crate::contention::RecentWaits): subscribe,
+//! then a queued first attempt); the records a
 //! wait leaves on the store (its watch, a waiting writer's or a permit waiter's record) and
 //! their removal when the wait ends. One attempt's machinery is in `attempts`.
 
@@ -79,26 +81,39 @@ impl LockClient {
             // Every acquisition makes one attempt: a wait whose deadline has passed already (a
             // tiny one) makes it uncut, as `Wait::No` does.
             let first_deadline = step_deadline.filter(|at| *at > Instant::now());
-            if let Outcome::Acquired(guard) = within_deadline(
-                first_deadline,
-                &name,
-                started,
-                self.attempt(&name, kind, ttl, opts, None, None),
-            )
-            .await??
-            {
-                return Ok(guard);
+            // A lock this client had to wait for lately is likely held again: such a wait
+            // takes its watch first and makes its first attempt a queued one (the loop's),
+            // instead of a plain attempt that finds the lock held and a queued one after it.
+            let primitive = kind.primitive();
+            let queued_first = opts.wait_value() != Wait::No
+                && first_deadline.is_some() == step_deadline.is_some()
+                && self.inner.recent_waits.recently(&name, primitive);
+            if !queued_first {
+                if let Outcome::Acquired(guard) = within_deadline(
+                    first_deadline,
+                    &name,
+                    started,
+                    self.attempt(&name, kind, ttl, opts, None, None),
+                )
+                .await??
+                {
+                    return Ok(guard);
+                }
+                if opts.wait_value() == Wait::No {
+                    return Err(timeout(&name, started));
+                }
+                meter.waiting();
+                self.inner.recent_waits.waited(&name, primitive);
             }
-            if opts.wait_value() == Wait::No {
-                return Err(timeout(&name, started));
-            }
-            meter.waiting();
             // The inbox is where a release by a client of this process may hand the lock to
             // this waiter (see `local_wake`).
             let watching = self.inner.store.watch(&name, kind.primitive());
-            let (watch, inbox) = match within_deadline(step_deadline, &name, started, watching).await? {
-                Ok(watching) => watching,
-                Err(error) => {
+            let (watch, inbox) = match within_deadline(step_deadline, &name, started, watching).await {
+                Ok(Ok(watching)) => watching,
+                // A queued first attempt still runs (uncut, its deadline having passed).
+                Err(Error::Timeout { .. }) if queued_first => (ReleaseWatch::polling(), None),
+                Err(error) => return Err(error),
+                Ok(Err(error)) => {
                     tracing::debug!(%error, "distlock: no release notifications, polling instead");
                     (ReleaseWatch::polling(), None)
                 }
@@ -118,6 +133,7 @@ impl LockClient {
             });
             let mut schedule = WaitSchedule::new(opts, watch.is_notified());
             let mut records = WaitRecords::new(self.inner.store.clone(), watch, withdraw);
+            let mut first = queued_first;
             loop {
                 // Subscribed first, then retried: a release in between is not lost. A waiter
                 // with an id stays queued for longer than it can sleep before its next attempt.
@@ -125,8 +141,14 @@ impl LockClient {
                     .waiter_id()
                     .map(|id| (id, schedule.longest().saturating_add(QUEUE_STAY_MARGIN)));
                 let in_flight = records.attempt_started();
+                // A queued first attempt is every acquisition's one attempt: uncut once the
+                // deadline has passed, as a plain one.
+                let cut = match std::mem::take(&mut first) {
+                    true => step_deadline.filter(|at| *at > Instant::now()),
+                    false => step_deadline,
+                };
                 let holder = match within_deadline(
-                    step_deadline,
+                    cut,
                     &name,
                     started,
                     self.attempt(&name, kind, ttl, opts, waiting, in_flight),
@@ -139,6 +161,8 @@ impl LockClient {
                     }
                     Outcome::Held(holder) => holder,
                 };
+                meter.waiting();
+                self.inner.recent_waits.waited(&name, primitive);
                 let now = Instant::now();
                 let mut delay = schedule.next(&holder);
                 if let Some(deadline) = deadline {

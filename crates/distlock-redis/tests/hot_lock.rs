@@ -164,3 +164,34 @@ async fn a_hot_lock_s_grants_reach_only_their_waiters_clients() {
         "a bystander on the lock's channel heard {heard} of {grants} grants"
     );
 }
+
+/// A client whose last acquisition of a lock had to wait makes its next waiting acquisition's
+/// first attempt a queued one: on a hot lock an acquisition costs the server two scripts (the
+/// queued attempt that wins, the release), not three (a plain attempt that finds the lock
+/// held first). The first acquisition of each client, and an attempt woken too early, may
+/// cost more: on average at most 2.3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_lock_costs_two_scripts_per_acquisition() {
+    let server = support::start_server().await;
+    let url = server.url();
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(LockClient::new(RedisLock::connect(&url).await.expect("connects")));
+    }
+    // Warm: the scripts loaded, every client's pub/sub connection open.
+    take_turns(&clients, "hot-scripts-warm").await;
+    commands_since_reset(&url).await;
+
+    take_turns(&clients, "hot-scripts").await;
+
+    let ran = commands_since_reset(&url).await;
+    let acquisitions = CLIENTS * EACH;
+    let scripts =
+        ran.get("evalsha").copied().unwrap_or_default() + ran.get("eval").copied().unwrap_or_default();
+    let each = scripts as f64 / acquisitions as f64;
+    eprintln!("{acquisitions} acquisitions, {each:.2} scripts each: {ran:?}");
+    assert!(
+        each <= 2.3,
+        "{scripts} scripts for {acquisitions} acquisitions ({each:.2} each): {ran:?}"
+    );
+}
