@@ -170,7 +170,7 @@
 //! suspended after a third of the TTL, lost a TTL less the safety margin after its last
 //! confirmed keep-alive, which is before the majority's leader can expire the lease and grant
 //! the lock to anyone else. Tested on a real 3-member cluster with its members partitioned
-//! (`tests/partition.rs`, `tests/failover.rs`).
+//! (`tests/etcd/partition.rs`, `tests/etcd/failover.rs`).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod client;

@@ -2,7 +2,7 @@
 //! test can cut), clients on chosen members, and the timeline of a holder's guard against a
 //! rival's wait, all read on this process's one clock.
 
-#![allow(dead_code)] // each test file uses part of it
+#![allow(dead_code)] // each test module uses part of it
 
 use std::time::Duration;
 

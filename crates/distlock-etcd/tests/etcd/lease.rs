@@ -1,7 +1,7 @@
 //! The client's lease on a real etcd: kept alive in the background for as long as the client
 //! lives, so a held lock outlives the lease's TTL.
 
-mod support;
+use crate::support;
 
 use distlock_core::LockClient;
 use distlock_testkit::shared;

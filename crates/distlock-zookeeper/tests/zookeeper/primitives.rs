@@ -3,7 +3,7 @@
 //! freed, readers together and writers alone, a waiting writer keeping later readers out,
 //! dropped waits leaving no node, fencing, and the node layout Curator's recipes expect.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};

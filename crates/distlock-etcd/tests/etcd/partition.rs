@@ -3,7 +3,7 @@
 //! can grant the lock to a client of its own, and the majority grants it only once the
 //! holder's lease has run out. Timelines print with `--nocapture`.
 
-mod faults;
+use crate::faults;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! that gives up under a parent whose ACL refuses `delete` (`NoAuth`) must not retry forever;
 //! and a refused node does not keep the cleanup from the nodes after it.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

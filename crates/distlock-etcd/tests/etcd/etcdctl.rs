@@ -2,7 +2,7 @@
 //! client on one name, given [`EtcdLock::lock_prefix`]: they exclude each other in both
 //! directions and queue in one order, on a real etcd.
 
-mod support;
+use crate::support;
 
 use std::process::Stdio;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! short and a long disconnection, the session timeout the server negotiates, and the cleanup
 //! of empty lock parents.
 
-mod support;
+use crate::support;
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -52,7 +52,7 @@ async fn kill9_holder_frees_at_session_expiry() {
     let name = LockName::new(format!("zk-kill9-{}", &run[..12])).expect("valid");
     let mut child = Command::new(std::env::current_exe().expect("test binary"))
         .args([
-            "holder_process",
+            &crate::test_name(module_path!(), "holder_process"),
             "--exact",
             "--ignored",
             "--nocapture",

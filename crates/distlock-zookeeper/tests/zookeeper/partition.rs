@@ -4,7 +4,7 @@
 //! of a session already declared over here, and a holder cut off from only its own ensemble
 //! member keeps its lock in the same session on another member.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

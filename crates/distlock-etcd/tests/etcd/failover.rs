@@ -4,7 +4,7 @@
 //! reach no member is told it lost the lock before anyone else can be granted it. No second
 //! holder ever. Timelines print with `--nocapture`.
 
-mod faults;
+use crate::faults;
 
 use std::time::Duration;
 

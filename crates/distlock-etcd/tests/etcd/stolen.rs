@@ -1,7 +1,7 @@
 //! A hold whose key is deleted behind its holder's back (an operator's `etcdctl del`, a buggy
 //! client) is reported lost at once, through a watch on the key, not at the lease's end.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

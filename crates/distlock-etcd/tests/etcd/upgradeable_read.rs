@@ -2,7 +2,7 @@
 //! for the readers while keeping new ones out, no writer between the read and the write, and
 //! the upgraded hold released whole.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

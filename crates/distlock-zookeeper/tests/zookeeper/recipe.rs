@@ -2,7 +2,7 @@
 //! `try_acquire` burns, the held node's watch after a data change, an orphan node carrying our
 //! protected prefix, and the owner-checked release of a lease without a handle.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

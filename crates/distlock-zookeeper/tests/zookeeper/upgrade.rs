@@ -4,7 +4,7 @@
 //! the write hold with a greater fencing token, and lets the writer in only once released;
 //! dropping an upgraded guard frees everything.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! given back together; holders of mixed weights never exceed the count; a heavy waiter gets
 //! in once enough are free; release and the owner's cleanup free the whole hold.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;

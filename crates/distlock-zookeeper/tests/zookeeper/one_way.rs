@@ -5,7 +5,7 @@
 //! reads and pings for `syncLimit × tickTime` (10 s here). The holder's guard must say lost
 //! before the other client gets the lock.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! distlock election on one name, given [`EtcdLock::lock_prefix`]: each sees the other's
 //! leader and value, and they take office in one queue, on a real etcd.
 
-mod support;
+use crate::support;
 
 use std::process::Stdio;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The queue against the shared standalone server: FIFO order with one wake-up per release,
 //! the node layout, and interoperation with other recipes' nodes on the same parent.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! [`LockClient::election`]; one leader at a time; terms that grow; a leader whose session
 //! dies replaced within the session timeout.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 //! off from the other members (which still answers its reads) is lost before anyone else gets
 //! the lock.
 
-mod support;
+use crate::support;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -3,7 +3,7 @@
 //! observe through `LockClient::election`, one leader at a time, terms that grow, and a
 //! leader whose session ends replaced at once.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -7,7 +7,7 @@
 //! Each round holds long enough for the follower to have applied the hold, then releases and
 //! asks on the follower at once.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! the semaphore has, a heavy waiter let in once enough are free, and release (also by owner,
 //! after an ambiguous attempt) giving all of them back.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;

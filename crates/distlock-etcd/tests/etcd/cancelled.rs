@@ -2,7 +2,7 @@
 //! key behind: the key is deleted only once the cluster has answered that transaction, not
 //! beside it (a delete sent beside it can be applied first and find nothing to delete).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

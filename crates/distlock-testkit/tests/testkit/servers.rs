@@ -431,7 +431,12 @@ fn postgres_dies_with_the_test_process() {
 fn server_dies_with_the_test_process(kind: &str) {
     let exe = std::env::current_exe().expect("current exe");
     let mut helper = Command::new(exe)
-        .args(["--exact", "orphan_helper", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            &crate::test_name(module_path!(), "orphan_helper"),
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(HELPER_ENV, kind)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -441,7 +446,7 @@ fn server_dies_with_the_test_process(kind: &str) {
     let report = BufReader::new(stdout)
         .lines()
         .map_while(Result::ok)
-        // libtest prints "test orphan_helper ... " on the same line.
+        // libtest prints "test servers::orphan_helper ... " on the same line.
         .find_map(|line| line.split_once("HELPER ").map(|(_, report)| report.to_string()))
         .expect("the helper reports its server");
     let (pid, dir) = report.split_once(" dir=").expect("pid and dir");
