@@ -1,7 +1,7 @@
 //! Redlock with masters killed: a minority down changes nothing, a majority down is a clean
 //! error (no hang, no false success), and service resumes when they come back.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,7 @@ async fn redlock(servers: &[RedisServer]) -> Redlock {
         .with_node_timeout(Duration::from_millis(100))
         .with_connect_timeout(Duration::from_millis(200))
         // These cases restart masters on purpose and check availability afterwards; the
-        // restart quarantine is covered by tests/redlock_faults.rs.
+        // restart quarantine is covered by tests/redis/redlock_faults.rs.
         .with_restart_quarantine(Duration::ZERO)
         .build()
         .await

@@ -2,7 +2,7 @@
 //! refusal, if configured), and a guard whose key was evicted reports the loss at its next
 //! renewal.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! acquisitions each wait for their own acknowledgement at once, not one after another, and
 //! unrelated calls are not held up.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

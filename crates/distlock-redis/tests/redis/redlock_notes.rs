@@ -3,7 +3,7 @@
 //! beside the owner a majority holds for (a minority that missed it hides nothing), is never
 //! shown for a later holder; a leader has no term.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -27,7 +27,7 @@ async fn redlock(servers: &[RedisServer]) -> Redlock {
         .with_node_timeout(Duration::from_millis(300))
         .with_connect_timeout(Duration::from_millis(300))
         // A master is restarted on purpose below; the quarantine is covered by
-        // tests/redlock_faults.rs.
+        // tests/redis/redlock_faults.rs.
         .with_restart_quarantine(Duration::ZERO)
         .build()
         .await

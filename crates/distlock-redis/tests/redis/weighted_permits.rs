@@ -3,7 +3,7 @@
 //! count, a heavy waiter gets in once enough are free, and a release or a cleanup by owner
 //! frees the whole hold.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 //! waiter dies, its wait ends, its notification or the release's reply is lost is checked
 //! on every store by conformance cases c59 to c62.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! a lock nobody renews or releases (a crashed holder's) for the step plus its TTL; the step
 //! forward again frees it. (A held lock under both: conformance case c51.)
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! A lock key holding another library's lock type (Redisson keeps a hash under the lock
 //! name): `WRONGTYPE` on it means "held by a foreign owner", never an error that ends a wait.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,8 +2,6 @@
 //! upgradeable reader at a time beside plain readers, an upgrade that waits for the readers
 //! while no writer gets in between, the old read lease gone after it, and fencing going up.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use distlock_core::{

@@ -3,7 +3,7 @@
 //! once per acquisition, so that a burst on a new client is not queued behind hundreds of
 //! `INFO` replies and 6 KB `EVAL`s on every master.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

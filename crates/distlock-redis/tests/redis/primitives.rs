@@ -4,7 +4,7 @@
 //! fencing, one round trip per operation, the reply nonce after a lost reply, and Redlock
 //! offering neither.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

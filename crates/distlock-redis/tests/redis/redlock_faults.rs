@@ -2,7 +2,7 @@
 //! vote for a second holder, split-vote detection counts masters that did not answer, and a
 //! failed attempt's cleanup announces nothing.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

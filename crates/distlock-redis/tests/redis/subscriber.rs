@@ -1,7 +1,7 @@
 //! The pub/sub subscriber under races: a channel re-created while its unsubscription is
 //! pending, multi-reply `UNSUBSCRIBE`s, and the time a `watch` of a subscribed channel takes.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

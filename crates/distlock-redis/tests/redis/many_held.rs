@@ -4,7 +4,7 @@
 //! server runs one `EVALSHA` per lock per renewal (its `INFO commandstats`), and no lock is
 //! lost.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

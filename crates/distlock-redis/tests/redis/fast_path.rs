@@ -6,7 +6,7 @@
 //! (`INFO commandstats`), so any command added to this path, by a script or by the client,
 //! shows here.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

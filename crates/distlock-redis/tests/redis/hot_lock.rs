@@ -3,7 +3,7 @@
 //! lock does. What the server runs per acquisition is counted by the server itself
 //! (`INFO commandstats`).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! lost-lock signals when the server dies, interop with plain `SET NX PX` locks, script cache
 //! loss, notifications, pipelined renewals and `WAIT` for replicas.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

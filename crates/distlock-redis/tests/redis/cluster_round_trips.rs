@@ -3,7 +3,7 @@
 //! `extend_many` of leases spread over the three masters is one round trip in all (one
 //! pipeline per master, sent at once), with one `EVALSHA` per lease on its own master.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

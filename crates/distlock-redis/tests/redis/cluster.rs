@@ -7,7 +7,7 @@
 //! increments on entry and decrements before its release); holds are far shorter than their
 //! TTL, so a count above one is a double grant, never an expiry.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! black-holed command connection, and the owner-checked cleanup of an acquisition whose
 //! reply was lost.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! recommended policy): holders must still release and renew, while new acquisitions are
 //! refused.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! not; the writer and the upgrade; every release) shows here, and so does a script that no
 //! longer does what another client of the same keys expects.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

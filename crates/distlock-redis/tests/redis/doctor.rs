@@ -1,7 +1,7 @@
 //! `distlock_redis::doctor` and `doctor_redlock` against real servers configured safely and
 //! unsafely, both at start (command-line options) and at runtime (`CONFIG SET`, `REPLICAOF`).
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
