@@ -2,63 +2,34 @@
 //! client on one name, given [`EtcdLock::lock_prefix`]: they exclude each other in both
 //! directions and queue in one order, on a real etcd.
 
+use crate::etcdctl_child::{client, fresh, url, EtcdctlChild, SOON};
 use crate::support;
 
-use std::process::Stdio;
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, LockClient, LockGuard, LockName, OwnerToken};
-use distlock_etcd::EtcdLock;
-use distlock_testkit::shared;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
-use tokio::sync::mpsc;
+use distlock_core::{AcquireOptions, LockClient, LockGuard, LockName};
 use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
 
-/// How long anything that should happen may take on a loaded machine.
-const SOON: Duration = Duration::from_secs(15);
 /// How long a contender that must keep waiting is watched for not getting in.
 const A_WHILE: Duration = Duration::from_millis(1500);
 
 /// A running `etcdctl lock <prefix>`: it prints the lock's key once it holds the lock and
 /// holds it until interrupted (SIGINT), when it unlocks and exits.
-struct EtcdctlLock {
-    child: Child,
-    printed: mpsc::UnboundedReceiver<String>,
-}
+struct EtcdctlLock(EtcdctlChild);
 
 impl EtcdctlLock {
     /// Starts `etcdctl lock` on `prefix` (without its trailing `/`, which etcdctl adds).
     fn start(url: &str, prefix: &str) -> Self {
-        let mut child = Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={}", support::endpoints(url)))
-            .args(["lock", "--ttl=5", prefix.trim_end_matches('/')])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("etcdctl runs (run scripts/install-test-deps to install etcd-client)");
-        let stdout = child.stdout.take().expect("piped");
-        let (tx, printed) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        Self { child, printed }
+        Self(EtcdctlChild::start(
+            url,
+            &["lock", "--ttl=5", prefix.trim_end_matches('/')],
+        ))
     }
 
     /// Waits until it says it holds the lock (prints the key, which must be under `prefix`).
     async fn held(&mut self, prefix: &str) {
-        let key = timeout(SOON, self.printed.recv())
-            .await
-            .expect("etcdctl gets the lock in time")
-            .expect("etcdctl prints the lock's key");
+        let key = self.0.line("the lock's key once it holds the lock").await;
         assert!(
             key.starts_with(prefix),
             "etcdctl's key {key:?} is under {prefix:?}"
@@ -67,46 +38,16 @@ impl EtcdctlLock {
 
     /// Asserts that it does not get the lock for a while.
     async fn keeps_waiting(&mut self, what: &str) {
-        if let Ok(line) = timeout(A_WHILE, self.printed.recv()).await {
+        if let Some(line) = self.0.line_within(A_WHILE).await {
             panic!("{what}: etcdctl got the lock ({line:?})");
         }
-        assert!(
-            self.child.try_wait().expect("etcdctl's status").is_none(),
-            "{what}: etcdctl exited while waiting"
-        );
+        assert!(self.0.runs(), "{what}: etcdctl exited while waiting");
     }
 
     /// Interrupts it (it unlocks) and waits for it to exit.
-    async fn release(mut self) {
-        let pid = self.child.id().expect("etcdctl runs");
-        let status = Command::new("kill")
-            .args(["-INT", &pid.to_string()])
-            .status()
-            .await
-            .expect("kill runs");
-        assert!(status.success(), "kill -INT {pid}");
-        timeout(SOON, self.child.wait())
-            .await
-            .expect("etcdctl exits once interrupted")
-            .expect("etcdctl's status");
+    async fn release(self) {
+        self.0.interrupt().await;
     }
-}
-
-async fn url() -> String {
-    tokio::task::spawn_blocking(shared::etcd_url)
-        .await
-        .expect("joined")
-        .expect("the shared etcd starts (run scripts/install-test-deps)")
-}
-
-/// A distlock client of `url` and the prefix of a fresh name.
-async fn client(url: &str) -> (LockClient, EtcdLock) {
-    let backend = support::connect(url).await;
-    (LockClient::new(backend.clone()), backend)
-}
-
-fn fresh(what: &str) -> LockName {
-    LockName::new(format!("{what}-{}", OwnerToken::new())).expect("a name")
 }
 
 /// Waits until `count` contenders are in line under `prefix`.

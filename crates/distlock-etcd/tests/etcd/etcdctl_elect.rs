@@ -2,100 +2,34 @@
 //! distlock election on one name, given [`EtcdLock::lock_prefix`]: each sees the other's
 //! leader and value, and they take office in one queue, on a real etcd.
 
-use crate::support;
+use crate::etcdctl_child::{client, fresh, url, EtcdctlChild, SOON};
 
-use std::process::Stdio;
 use std::time::Duration;
 
-use distlock_core::{LockClient, LockName, OwnerToken};
-use distlock_etcd::EtcdLock;
-use distlock_testkit::shared;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
-use tokio::sync::mpsc;
 use tokio::time::timeout;
-
-/// How long anything that should happen may take on a loaded machine.
-const SOON: Duration = Duration::from_secs(15);
 
 /// A running `etcdctl elect`: campaigning (it prints the leader's key and value once elected
 /// and leads until interrupted, when it resigns) or observing with `-l` (it prints the key
 /// and value of each leader).
-struct Etcdctl {
-    child: Child,
-    printed: mpsc::UnboundedReceiver<String>,
-}
+struct Etcdctl(EtcdctlChild);
 
 impl Etcdctl {
     /// `etcdctl elect <args>` against `url`.
     fn start(url: &str, args: &[&str]) -> Self {
-        let mut child = Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={}", support::endpoints(url)))
-            .arg("elect")
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("etcdctl runs (run scripts/install-test-deps to install etcd-client)");
-        let stdout = child.stdout.take().expect("piped");
-        let (tx, printed) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        Self { child, printed }
+        Self(EtcdctlChild::start(url, &[&["elect"], args].concat()))
     }
 
     /// The next leader it prints: its key and value.
     async fn leader(&mut self) -> (String, String) {
-        let key = self.line().await;
-        let value = self.line().await;
+        let key = self.0.line("a leader's key").await;
+        let value = self.0.line("a leader's value").await;
         (key, value)
     }
 
-    async fn line(&mut self) -> String {
-        timeout(SOON, self.printed.recv())
-            .await
-            .expect("etcdctl prints in time")
-            .expect("etcdctl prints a line")
-    }
-
     /// Interrupts it (a campaigner resigns) and waits for it to exit.
-    async fn stop(mut self) {
-        let pid = self.child.id().expect("etcdctl runs");
-        let status = Command::new("kill")
-            .args(["-INT", &pid.to_string()])
-            .status()
-            .await
-            .expect("kill runs");
-        assert!(status.success(), "kill -INT {pid}");
-        timeout(SOON, self.child.wait())
-            .await
-            .expect("etcdctl exits once interrupted")
-            .expect("etcdctl's status");
+    async fn stop(self) {
+        self.0.interrupt().await;
     }
-}
-
-async fn url() -> String {
-    tokio::task::spawn_blocking(shared::etcd_url)
-        .await
-        .expect("joined")
-        .expect("the shared etcd starts (run scripts/install-test-deps)")
-}
-
-async fn client(url: &str) -> (LockClient, EtcdLock) {
-    let backend = support::connect(url).await;
-    (LockClient::new(backend.clone()), backend)
-}
-
-fn fresh(what: &str) -> LockName {
-    LockName::new(format!("{what}-{}", OwnerToken::new())).expect("a name")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

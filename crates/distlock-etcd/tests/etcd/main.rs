@@ -11,6 +11,7 @@ mod auth;
 mod cancelled;
 mod election;
 mod etcdctl;
+mod etcdctl_child;
 mod etcdctl_elect;
 mod failover;
 mod lease;
