@@ -3,6 +3,7 @@
 //! implementation every server-backed fixture builds.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{DistributedLock, Result};
@@ -23,6 +24,13 @@ pub trait ClockedStore: Send + Sync {
     /// The backend's docs page that declares the loss of a lock to a forward jump, if they
     /// do: the case then reports what it saw as that declared loss instead of failing.
     fn declared_loss(&self) -> Option<&'static str>;
+
+    /// How long its clients' sessions last on a session-bound store, where they differ from
+    /// the fixture's [`Fixture::session_lifetime`](crate::Fixture::session_lifetime): the
+    /// unit of the case's waits there.
+    fn session_lifetime(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// Opens a client of the store at a URL.
@@ -40,6 +48,8 @@ pub struct Clocked<S> {
     pub open: OpenClient,
     /// See [`ClockedStore::declared_loss`].
     pub declared_loss: Option<&'static str>,
+    /// See [`ClockedStore::session_lifetime`].
+    pub session_lifetime: Option<Duration>,
 }
 
 #[async_trait]
@@ -56,5 +66,9 @@ impl<S: Send + Sync + 'static> ClockedStore for Clocked<S> {
 
     fn declared_loss(&self) -> Option<&'static str> {
         self.declared_loss
+    }
+
+    fn session_lifetime(&self) -> Option<Duration> {
+        self.session_lifetime
     }
 }

@@ -46,7 +46,8 @@ pub async fn c51_forward_clock_jump_lets_no_second_holder(ctx: Ctx) -> Outcome {
     let opts = AcquireOptions::new().ttl(ttl);
     // What the lock lasts unless kept, the unit of the case's waits: the TTL, or the session of
     // a session-bound store whose fixture gives it (the TTL asked for is then not used).
-    let lasts = match (ctx.caps().expiry, ctx.fixture().session_lifetime()) {
+    let session = store.session_lifetime().or(ctx.fixture().session_lifetime());
+    let lasts = match (ctx.caps().expiry, session) {
         (Expiry::Session, Some(session)) => session.min(ttl),
         _ => ttl,
     };

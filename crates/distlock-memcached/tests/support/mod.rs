@@ -169,6 +169,7 @@ impl Fixture for MemcachedFixture {
             clock,
             open: |url| Box::pin(async move { Ok(Arc::new(lock(&url)) as Arc<dyn DistributedLock>) }),
             declared_loss: None,
+            session_lifetime: None,
         }))
     }
 }

@@ -38,6 +38,7 @@ pub async fn single(declared_loss: Option<&'static str>) -> Box<dyn ClockedStore
             Box::pin(async move { Ok(Arc::new(super::lock_at(&url).await) as Arc<dyn DistributedLock>) })
         },
         declared_loss,
+        session_lifetime: None,
     })
 }
 
@@ -55,5 +56,6 @@ pub async fn redlock(masters: usize, declared_loss: Option<&'static str>) -> Box
             })
         },
         declared_loss,
+        session_lifetime: None,
     })
 }

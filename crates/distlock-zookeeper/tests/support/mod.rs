@@ -22,6 +22,13 @@ pub mod race;
 pub const SESSION_TIMEOUT: Duration = Duration::from_secs(3);
 /// The per-operation bound in tests.
 pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(3);
+/// The session timeout of the clients of a server on a moved clock ([`ZkFixture`]'s
+/// `store_clock`). That server reads libfaketime's offset file at every time call, its threads
+/// taking turns, so on a loaded machine it can stay silent for longer than a quarter of
+/// [`SESSION_TIMEOUT`] (750 ms), the silence after which a client treats its connection as
+/// lost and fails what it was waiting for (seen: "no response from connection in 750ms" on
+/// a release). With this one a client waits 2 s before it does.
+pub const CLOCKED_SESSION_TIMEOUT: Duration = Duration::from_secs(8);
 
 /// A client configuration for `url` with the test timeouts.
 pub fn config(url: &str) -> ZooKeeperConfig {
@@ -249,10 +256,12 @@ impl Fixture for ZkFixture {
             clock,
             open: |url| {
                 Box::pin(async move {
-                    Ok(Arc::new(ZooKeeperLock::connect(config(&url)).await?) as Arc<dyn DistributedLock>)
+                    let config = config(&url).with_session_timeout(CLOCKED_SESSION_TIMEOUT)?;
+                    Ok(Arc::new(ZooKeeperLock::connect(config).await?) as Arc<dyn DistributedLock>)
                 })
             },
             declared_loss: None,
+            session_lifetime: Some(CLOCKED_SESSION_TIMEOUT),
         }))
     }
 

@@ -148,6 +148,7 @@ impl Fixture for MySqlFixture {
                 Box::pin(async move { Ok(Arc::new(client(&url).await?) as Arc<dyn DistributedLock>) })
             },
             declared_loss: Some("docs/src/stores/mysql.md"),
+            session_lifetime: None,
         }))
     }
 

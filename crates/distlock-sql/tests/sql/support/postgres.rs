@@ -162,6 +162,7 @@ impl Fixture for PostgresFixture {
                 Box::pin(async move { Ok(Arc::new(client(&url).await?) as Arc<dyn DistributedLock>) })
             },
             declared_loss: Some("docs/src/stores/postgres.md"),
+            session_lifetime: None,
         }))
     }
 
