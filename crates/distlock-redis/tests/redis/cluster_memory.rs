@@ -3,17 +3,13 @@
 //! refused.
 
 use crate::support;
+use crate::support::name;
 
 use std::time::Duration;
 
-use distlock_core::{DistributedLock, DistributedLockExt, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, OwnerToken, TryAcquire};
 use distlock_testkit::{RedisCluster, RedisClusterOptions};
 use support::{lock_at, start_cluster};
-
-fn name(label: &str) -> LockName {
-    let run = uuid::Uuid::new_v4().simple().to_string();
-    LockName::new(format!("t-{}-{label}", &run[..12])).expect("valid")
-}
 
 /// Sets `maxmemory` on every master (`1`: any use is over it; `0`: no limit).
 fn set_maxmemory(cluster: &RedisCluster, value: &str) {

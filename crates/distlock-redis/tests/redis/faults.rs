@@ -3,6 +3,7 @@
 //! reply was lost.
 
 use crate::support;
+use crate::support::name;
 
 use std::time::{Duration, Instant};
 
@@ -12,11 +13,6 @@ use distlock_core::{
 };
 use distlock_redis::{RedisConfig, RedisLock};
 use distlock_testkit::FaultProxy;
-
-fn name(label: &str) -> LockName {
-    let run = uuid::Uuid::new_v4().simple().to_string();
-    LockName::new(format!("t-{}-{label}", &run[..12])).expect("valid")
-}
 
 async fn connect(url: &str, timeout: Duration) -> RedisLock {
     RedisConfig::from_url(url)

@@ -2,19 +2,14 @@
 //! name): `WRONGTYPE` on it means "held by a foreign owner", never an error that ends a wait.
 
 use crate::support;
+use crate::support::name;
 
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, DistributedLockExt, Error, Lease, LockClient, LockName, OwnerToken,
-    TryAcquire,
+    AcquireOptions, DistributedLock, DistributedLockExt, Error, Lease, LockClient, OwnerToken, TryAcquire,
 };
 use distlock_redis::{RedisConfig, Redlock, RedlockConfig};
-
-fn name(label: &str) -> LockName {
-    let run = uuid::Uuid::new_v4().simple().to_string();
-    LockName::new(format!("t-{}-{label}", &run[..12])).expect("valid")
-}
 
 /// What Redisson's `RLock` stores: a hash `{<uuid>:<thread id>: hold count}` with a TTL.
 async fn redisson_hold(url: &str, key: &str, ttl: Duration) {

@@ -2,6 +2,7 @@
 //! only by the holder, read only beside its owner's hold, and carries a leader's value; one
 //! leader at a time, terms going up, a resigned or silent leader replaced.
 
+use crate::support::name;
 use std::time::Duration;
 
 use distlock_core::{
@@ -11,11 +12,6 @@ use distlock_core::{
 use distlock_redis::{RedisConfig, RedisLock};
 use distlock_testkit::shared;
 use futures::StreamExt;
-
-fn name(label: &str) -> LockName {
-    let run = uuid::Uuid::new_v4().simple().to_string();
-    LockName::new(format!("t-{}-{label}", &run[..12])).expect("valid")
-}
 
 async fn connect() -> RedisLock {
     let url = tokio::task::spawn_blocking(shared::redis_url)

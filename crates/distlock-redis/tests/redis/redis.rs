@@ -3,6 +3,7 @@
 //! loss, notifications, pipelined renewals and `WAIT` for replicas.
 
 use crate::support;
+use crate::support::name;
 
 use std::time::{Duration, Instant};
 
@@ -12,11 +13,6 @@ use distlock_core::{
 };
 use distlock_redis::{RedisConfig, RedisLock};
 use distlock_testkit::{shared, Direction, FaultProxy, RedisOptions, RedisServer};
-
-fn name(label: &str) -> LockName {
-    let run = uuid::Uuid::new_v4().simple().to_string();
-    LockName::new(format!("t-{}-{label}", &run[..12])).expect("valid")
-}
 
 async fn shared_url() -> String {
     tokio::task::spawn_blocking(shared::redis_url)

@@ -3,19 +3,15 @@
 //! failed attempt's cleanup announces nothing.
 
 use crate::support;
+use crate::support::name;
 
 use std::time::{Duration, Instant};
 
 use distlock_core::{
-    AcquireOptions, DistributedLock, DistributedLockExt, LockClient, LockName, OwnerToken, TryAcquire,
+    AcquireOptions, DistributedLock, DistributedLockExt, LockClient, OwnerToken, TryAcquire,
 };
 use distlock_redis::{Redlock, RedlockConfig};
 use distlock_testkit::RedisServer;
-
-fn name(label: &str) -> LockName {
-    let run = uuid::Uuid::new_v4().simple().to_string();
-    LockName::new(format!("t-{}-{label}", &run[..12])).expect("valid")
-}
 
 async fn redlock(urls: &[String]) -> Redlock {
     RedlockConfig::new(urls)

@@ -3,17 +3,13 @@
 //! unrelated calls are not held up.
 
 use crate::support;
+use crate::support::name;
 
 use std::time::{Duration, Instant};
 
-use distlock_core::{DistributedLock, DistributedLockExt, Error, LockName, OwnerToken, TryAcquire};
+use distlock_core::{DistributedLock, DistributedLockExt, Error, OwnerToken, TryAcquire};
 use distlock_redis::RedisConfig;
 use distlock_testkit::{RedisOptions, RedisServer};
-
-fn name(label: &str) -> LockName {
-    let run = uuid::Uuid::new_v4().simple().to_string();
-    LockName::new(format!("t-{}-{label}", &run[..12])).expect("valid")
-}
 
 /// A replica of `master`, in sync with it.
 async fn replica_of(master: &RedisServer) -> RedisServer {

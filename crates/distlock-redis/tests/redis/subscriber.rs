@@ -2,33 +2,19 @@
 //! pending, multi-reply `UNSUBSCRIBE`s, and the time a `watch` of a subscribed channel takes.
 
 use crate::support;
+use crate::support::{connect, name};
 
 use std::time::{Duration, Instant};
 
 use distlock_core::{DistributedLock, LockName, Primitive, Woke};
-use distlock_redis::{RedisConfig, RedisLock};
+use distlock_redis::RedisConfig;
 use distlock_testkit::{proxy::Direction, FaultProxy};
-
-fn name(label: &str) -> LockName {
-    let run = uuid::Uuid::new_v4().simple().to_string();
-    LockName::new(format!("t-{}-{label}", &run[..12])).expect("valid")
-}
 
 /// A lock name of about 1000 bytes (names may have up to 1024), so hundreds of
 /// unsubscription replies fill several socket reads.
 fn long_name(i: usize) -> LockName {
     let run = uuid::Uuid::new_v4().simple().to_string();
     LockName::new(format!("{}-{i}-{}", &run[..12], "x".repeat(980))).expect("valid")
-}
-
-async fn connect(url: &str) -> RedisLock {
-    RedisConfig::from_url(url)
-        .expect("valid")
-        .with_operation_timeout(Duration::from_secs(2))
-        .with_connect_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .expect("connects")
 }
 
 fn channel(lock: &LockName) -> Vec<u8> {

@@ -2,31 +2,17 @@
 //! upgradeable reader at a time beside plain readers, an upgrade that waits for the readers
 //! while no writer gets in between, the old read lease gone after it, and fencing going up.
 
+use crate::support::{connect, name};
 use std::time::{Duration, Instant};
 
 use distlock_core::{
     AcquireOptions, DistributedLock, DistributedLockExt, LockClient, LockKind, LockName, OwnerToken,
     Primitive, TryAcquire,
 };
-use distlock_redis::{RedisConfig, RedisLock};
+use distlock_redis::RedisLock;
 use distlock_testkit::shared;
 
 const LONG: Duration = Duration::from_secs(30);
-
-fn name(label: &str) -> LockName {
-    let run = uuid::Uuid::new_v4().simple().to_string();
-    LockName::new(format!("t-{}-{label}", &run[..12])).expect("valid")
-}
-
-async fn connect(url: &str) -> RedisLock {
-    RedisConfig::from_url(url)
-        .expect("valid")
-        .with_operation_timeout(Duration::from_secs(2))
-        .with_connect_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .expect("connects")
-}
 
 async fn shared_url() -> String {
     tokio::task::spawn_blocking(shared::redis_url)

@@ -4,6 +4,7 @@
 //! frees the whole hold.
 
 use crate::support;
+use crate::support::{connect, name};
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -18,21 +19,6 @@ use distlock_testkit::shared;
 use rand::Rng;
 
 const LONG: Duration = Duration::from_secs(30);
-
-fn name(label: &str) -> LockName {
-    let run = uuid::Uuid::new_v4().simple().to_string();
-    LockName::new(format!("t-{}-{label}", &run[..12])).expect("valid")
-}
-
-async fn connect(url: &str) -> RedisLock {
-    RedisConfig::from_url(url)
-        .expect("valid")
-        .with_operation_timeout(Duration::from_secs(2))
-        .with_connect_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .expect("connects")
-}
 
 async fn shared_url() -> String {
     tokio::task::spawn_blocking(shared::redis_url)

@@ -21,6 +21,23 @@ use distlock_testkit::{shared, HarnessError, RedisCluster, RedisClusterOptions, 
 /// Points the Redlock fixtures at running masters: comma-separated URLs.
 pub const REDLOCK_URLS_ENV: &str = "DISTLOCK_TEST_REDLOCK_URLS";
 
+/// A fresh lock name, unique to this run, marked `label`.
+pub fn name(label: &str) -> LockName {
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    LockName::new(format!("t-{}-{label}", &run[..12])).expect("valid")
+}
+
+/// A client of the server at `url`, with 2 s operation and connect timeouts.
+pub async fn connect(url: &str) -> RedisLock {
+    RedisConfig::from_url(url)
+        .expect("valid")
+        .with_operation_timeout(Duration::from_secs(2))
+        .with_connect_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("connects")
+}
+
 /// Starts a server from a blocking thread (the testkit API blocks).
 pub async fn start_server() -> RedisServer {
     tokio::task::spawn_blocking(RedisServer::start)

@@ -5,6 +5,7 @@
 //! offering neither.
 
 use crate::support;
+use crate::support::name;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -19,11 +20,6 @@ use distlock_testkit::{shared, Direction, FaultProxy, RedisServer};
 use rand::Rng;
 
 const LONG: Duration = Duration::from_secs(30);
-
-fn name(label: &str) -> LockName {
-    let run = uuid::Uuid::new_v4().simple().to_string();
-    LockName::new(format!("t-{}-{label}", &run[..12])).expect("valid")
-}
 
 const fn permits(n: u32) -> LockKind {
     LockKind::Permit {
